@@ -1,0 +1,67 @@
+// Tokenizer: encodes and decodes text from a plan's TokenizerSpec (no JSON at run time).
+//
+// Thread-safety: a Tokenizer is immutable after Create(); Encode/Decode may be called from any
+// number of threads. A StreamDecoder is per sequence and not thread-safe.
+#ifndef LLMRT_TOKENIZER_TOKENIZER_H_
+#define LLMRT_TOKENIZER_TOKENIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/plan/proto/plan.pb.h"
+
+namespace llmrt {
+
+class Tokenizer {
+ public:
+  // Fails on a spec the runtime cannot execute (unknown component kind, bad regex, ids out of
+  // range), naming the component.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(const plan::TokenizerSpec& spec);
+  ~Tokenizer();
+
+  // Like HF `tokenizer(text, add_special_tokens=...)["input_ids"]`.
+  std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens = true) const;
+  // Like HF `tokenizer.decode(ids, skip_special_tokens=...)`; invalid UTF-8 becomes U+FFFD.
+  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+
+  int32_t vocab_size() const;
+  int32_t bos_id() const;  // -1: none
+  int32_t eos_id() const;  // -1: none
+  bool IsSpecial(int32_t id) const;
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  friend class StreamDecoder;
+};
+
+// Incremental detokenization for streaming: Push() returns the text that became final with
+// this token, always whole UTF-8 characters; a character split across tokens is held back
+// until complete. Finish() flushes what is left (invalid bytes become U+FFFD). The
+// concatenation of all returned pieces equals Tokenizer::Decode of all pushed ids.
+class StreamDecoder {
+ public:
+  // `tokenizer` must outlive the decoder. `prompt_ids` gives context (e.g. so a leading-space
+  // strip applies only at the very start of the text); their text is not returned.
+  StreamDecoder(const Tokenizer& tokenizer, const std::vector<int32_t>& prompt_ids,
+                bool skip_special_tokens = true);
+  std::string Push(int32_t id);
+  std::string Finish();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_tokens_;
+  std::vector<int32_t> ids_;
+  size_t prefix_offset_ = 0;  // ids before this are fully emitted and no longer needed
+  size_t read_offset_ = 0;
+  std::string emitted_prefix_text_;
+};
+
+}  // namespace llmrt
+
+#endif  // LLMRT_TOKENIZER_TOKENIZER_H_
