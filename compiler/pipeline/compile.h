@@ -1,0 +1,44 @@
+// The llmc pipeline: HF checkpoint directory -> plan file.
+//
+//   import (config, weights, tokenizer) -> validate tensors -> build llm IR -> passes -> codegen
+//   -> PlanWriter (temporary file, renamed into place only when everything succeeded)
+//
+// Thread-safety: Compile() may run concurrently for different outputs; it shares no state.
+#ifndef LLMC_COMPILER_PIPELINE_COMPILE_H_
+#define LLMC_COMPILER_PIPELINE_COMPILE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "runtime/plan/proto/plan.pb.h"
+
+namespace llmc {
+
+struct CompileOptions {
+  std::string model_dir;
+  std::string output_path;
+  // The plan's weight dtype; unset: the checkpoint's dtype.
+  std::optional<llmrt::plan::DType> weight_dtype;
+  // When non-empty, the IR is written there after import and after each pass.
+  std::string dump_ir_dir;
+};
+
+// Receives progress; implementations decide how to show it (a live line on a terminal, one
+// line per stage otherwise). Called from the compiling thread only.
+class ProgressSink {
+ public:
+  virtual ~ProgressSink() = default;
+  virtual void BeginStage(const std::string& name) = 0;
+  // Weight writing: tensors done of total and bytes written so far in this stage.
+  virtual void TensorProgress(int64_t done, int64_t total, uint64_t bytes) = 0;
+  virtual void EndStage() = 0;
+};
+
+// `progress` may be null.
+absl::Status Compile(const CompileOptions& options, ProgressSink* progress);
+
+}  // namespace llmc
+
+#endif  // LLMC_COMPILER_PIPELINE_COMPILE_H_

@@ -1,0 +1,229 @@
+// End-to-end tests through the command-line tools, as a user runs them: llmc compile, then
+// llmrt run / inspect. Covers the real trained model and every bad-input path the tools must
+// turn into a clear error (non-zero exit, message naming what is wrong, no output file).
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/plan/plan_format.h"
+#include "tests/e2e/test_util.h"
+
+namespace llmc::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const char kStoriesDir[] = "tests/data/stories260K";
+
+// tests/data/stories260K/README.md: greedy float32 output for "Once upon a time".
+const char kStoriesExpected[] =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+    "park. One day, she saw a big, red ball.";
+
+std::string CompileStories(const std::string& dtype) {
+  std::string dir = MakeScratchDir("stories-" + dtype);
+  std::string plan = dir + "/stories.plan";
+  CommandResult result = RunCommand(ToolPath("llmc") + " compile " + SourcePath(kStoriesDir) +
+                                    " -o " + plan + " --dtype " + dtype + " --quiet");
+  EXPECT_EQ(result.exit_code, 0) << result.error;
+  return plan;
+}
+
+TEST(StoriesTest, GreedyOutputMatchesReadme) {
+  std::string plan = CompileStories("f32");
+  CommandResult run = RunCommand(ToolPath("llmrt") + " run " + plan +
+                                 " --temp 0 -n 40 -p \"Once upon a time\"");
+  ASSERT_EQ(run.exit_code, 0) << run.error;
+  // The tool may end the stream with a newline; the text itself must match exactly.
+  std::string text = run.output;
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  EXPECT_EQ(text, kStoriesExpected);
+}
+
+TEST(StoriesTest, ReducedPrecisionPlansGiveTheSameStory) {
+  for (const char* dtype : {"f16", "bf16"}) {
+    std::string plan = CompileStories(dtype);
+    CommandResult run = RunCommand(ToolPath("llmrt") + " run " + plan +
+                                   " --temp 0 -n 40 -p \"Once upon a time\"");
+    ASSERT_EQ(run.exit_code, 0) << dtype << ": " << run.error;
+    // Small enough a model that f16 rounding could flip a near-tie late in the story; the first
+    // sentence has wide margins and must survive.
+    EXPECT_THAT(run.output, HasSubstr("Once upon a time, there was a little girl named Lily."))
+        << dtype;
+  }
+}
+
+TEST(StoriesTest, InspectShowsConfigTensorsAndProgram) {
+  std::string plan = CompileStories("f16");
+  CommandResult inspect = RunCommand(ToolPath("llmrt") + " inspect " + plan + " --verify");
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.error;
+  EXPECT_THAT(inspect.output, HasSubstr("LlamaForCausalLM"));
+  EXPECT_THAT(inspect.output, HasSubstr("model.embed_tokens.weight"));
+  EXPECT_THAT(inspect.output, HasSubstr("ATTENTION"));
+}
+
+TEST(StoriesTest, DumpIrWritesEveryStage) {
+  std::string dir = MakeScratchDir("dump");
+  CommandResult result =
+      RunCommand(ToolPath("llmc") + " compile " + SourcePath(kStoriesDir) + " -o " + dir +
+                 "/p.plan --quiet --dump-ir=" + dir + "/ir");
+  ASSERT_EQ(result.exit_code, 0) << result.error;
+  CommandResult listing = RunCommand("ls " + dir + "/ir");
+  EXPECT_THAT(listing.output, HasSubstr("import"));
+  EXPECT_THAT(listing.output, HasSubstr("fuse-qkv"));
+  EXPECT_THAT(listing.output, HasSubstr("plan-memory"));
+}
+
+// ---- Bad checkpoints: llmc must fail with a precise message and leave no plan behind. ----
+
+struct BrokenCheckpoint {
+  std::string dir;
+  std::string plan;
+};
+
+BrokenCheckpoint CopyStories(const std::string& name) {
+  BrokenCheckpoint broken;
+  broken.dir = MakeScratchDir(name);
+  CopyDir(SourcePath(kStoriesDir), broken.dir);
+  broken.plan = broken.dir + "/out.plan";
+  return broken;
+}
+
+CommandResult CompileBroken(const BrokenCheckpoint& broken) {
+  return RunCommand(ToolPath("llmc") + " compile " + broken.dir + " -o " + broken.plan +
+                    " --quiet");
+}
+
+TEST(BadCheckpointTest, TruncatedSafetensors) {
+  BrokenCheckpoint broken = CopyStories("truncated");
+  std::string weights = ReadFile(broken.dir + "/model.safetensors");
+  WriteFile(broken.dir + "/model.safetensors", weights.substr(0, weights.size() / 2));
+  CommandResult result = CompileBroken(broken);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.error, HasSubstr("model.safetensors"));
+  EXPECT_THAT(result.error, HasSubstr("tensor"));
+  EXPECT_FALSE(FileExists(broken.plan));
+}
+
+TEST(BadCheckpointTest, ShapeMismatchNamesTensorAndBothShapes) {
+  BrokenCheckpoint broken = CopyStories("shape");
+  // config.json says hidden_size 64; claim 60 so every [*, 64] tensor disagrees, and keep the
+  // heads consistent (head_dim is explicit).
+  std::string config = ReadFile(broken.dir + "/config.json");
+  size_t at = config.find("\"intermediate_size\": 172");
+  ASSERT_NE(at, std::string::npos);
+  config.replace(at, strlen("\"intermediate_size\": 172"), "\"intermediate_size\": 170");
+  WriteFile(broken.dir + "/config.json", config);
+  CommandResult result = CompileBroken(broken);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.error, HasSubstr("mlp"));
+  EXPECT_THAT(result.error, HasSubstr("172"));
+  EXPECT_THAT(result.error, HasSubstr("170"));
+  EXPECT_FALSE(FileExists(broken.plan));
+}
+
+TEST(BadCheckpointTest, UnknownArchitecture) {
+  BrokenCheckpoint broken = CopyStories("arch");
+  std::string config = ReadFile(broken.dir + "/config.json");
+  size_t at = config.find("LlamaForCausalLM");
+  config.replace(at, strlen("LlamaForCausalLM"), "GPTBigCodeForCausalLM");
+  WriteFile(broken.dir + "/config.json", config);
+  CommandResult result = CompileBroken(broken);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.error, HasSubstr("config.json"));
+  EXPECT_THAT(result.error, HasSubstr("GPTBigCodeForCausalLM"));
+  EXPECT_THAT(result.error, HasSubstr("LlamaForCausalLM"));
+  EXPECT_FALSE(FileExists(broken.plan));
+}
+
+TEST(BadCheckpointTest, BadJson) {
+  BrokenCheckpoint broken = CopyStories("json");
+  WriteFile(broken.dir + "/config.json", "{\"architectures\": [\"LlamaForCausalLM\"],\n  \"x\": }");
+  CommandResult result = CompileBroken(broken);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.error, HasSubstr("config.json"));
+  EXPECT_THAT(result.error, HasSubstr("line 2"));
+  EXPECT_FALSE(FileExists(broken.plan));
+}
+
+TEST(BadCheckpointTest, MissingDirectory) {
+  CommandResult result = RunCommand(ToolPath("llmc") + " compile /nonexistent/model -o " +
+                                    MakeScratchDir("missing") + "/p.plan --quiet");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.error, HasSubstr("/nonexistent/model"));
+}
+
+TEST(BadCheckpointTest, UsageErrorsExitTwo) {
+  EXPECT_EQ(RunCommand(ToolPath("llmc") + " compile").exit_code, 2);
+  EXPECT_EQ(RunCommand(ToolPath("llmc") + " compile x -o y --dtype f8").exit_code, 2);
+  EXPECT_EQ(RunCommand(ToolPath("llmc") + " frobnicate").exit_code, 2);
+}
+
+// ---- Corrupted plans: llmrt must refuse them with a precise message, never crash. ----
+
+class BadPlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    plan_ = CompileStories("f32");
+    bytes_ = ReadFile(plan_);
+    ASSERT_GE(bytes_.size(), llmrt::plan::kHeaderSize);
+    std::memcpy(&header_, bytes_.data(), sizeof(header_));
+  }
+
+  CommandResult RunOn(const std::string& bytes, const std::string& extra_flags = "") {
+    std::string path = MakeScratchDir("badplan") + "/bad.plan";
+    WriteFile(path, bytes);
+    return RunCommand(ToolPath("llmrt") + " run " + path + " -n 4 -p \"Once\" " + extra_flags);
+  }
+
+  std::string plan_;
+  std::string bytes_;
+  llmrt::plan::PlanHeader header_{};
+};
+
+TEST_F(BadPlanTest, FlippedMetaByte) {
+  std::string bytes = bytes_;
+  bytes[header_.meta_offset + header_.meta_size / 2] ^= 0x40;
+  CommandResult result = RunOn(bytes);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.error, HasSubstr("checksum"));
+}
+
+TEST_F(BadPlanTest, TruncatedBlob) {
+  // Cut the file inside the data section: the blobs (and the meta after them) are gone.
+  std::string bytes = bytes_.substr(0, header_.data_offset + 1000);
+  CommandResult result = RunOn(bytes);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.error, HasSubstr("bad.plan"));
+  EXPECT_THAT(result.error, Not(HasSubstr("Segmentation")));
+}
+
+TEST_F(BadPlanTest, FlippedBlobByteCaughtByVerify) {
+  std::string bytes = bytes_;
+  bytes[header_.data_offset + 100] ^= 0x01;
+  CommandResult result = RunOn(bytes, "--verify");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.error, HasSubstr("checksum"));
+}
+
+TEST_F(BadPlanTest, WrongMajorVersion) {
+  std::string bytes = bytes_;
+  uint16_t major = llmrt::plan::kPlanMajorVersion + 1;
+  std::memcpy(&bytes[8], &major, sizeof(major));
+  CommandResult result = RunOn(bytes);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.error, HasSubstr(std::to_string(major) + "."));
+  EXPECT_THAT(result.error, HasSubstr(std::to_string(llmrt::plan::kPlanMajorVersion)));
+}
+
+TEST_F(BadPlanTest, NotAPlan) {
+  CommandResult result = RunOn("this is not a plan file at all, just some text");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.error, HasSubstr("bad.plan"));
+}
+
+}  // namespace
+}  // namespace llmc::testing
