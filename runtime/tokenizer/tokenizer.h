@@ -32,6 +32,9 @@ class Tokenizer {
   int32_t bos_id() const;  // -1: none
   int32_t eos_id() const;  // -1: none
   bool IsSpecial(int32_t id) const;
+  // The vocabulary entry of `id` as stored (e.g. "\xe2\x96\x81the", "<0x0A>"); empty when out of
+  // range. The reference lives as long as the Tokenizer.
+  const std::string& Piece(int32_t id) const;
 
  private:
   struct Impl;
@@ -54,12 +57,14 @@ class StreamDecoder {
   std::string Finish();
 
  private:
+  std::string DecodeWindow() const;
+
   const Tokenizer& tokenizer_;
   bool skip_special_tokens_;
-  std::vector<int32_t> ids_;
-  size_t prefix_offset_ = 0;  // ids before this are fully emitted and no longer needed
-  size_t read_offset_ = 0;
-  std::string emitted_prefix_text_;
+  // Ids whose text may still change, re-decoded on every Push (usually one or two tokens).
+  std::vector<int32_t> window_;
+  size_t emitted_in_window_ = 0;  // bytes of DecodeWindow() already returned
+  bool window_at_text_start_ = true;
 };
 
 }  // namespace llmrt

@@ -1,0 +1,449 @@
+//===- EmitProgram.cpp - llm module -> plan Program + weight blobs ---------===//
+
+#include "codegen/EmitProgram.h"
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ir/LlmDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "runtime/plan/dtype.h"
+
+using namespace mlir;
+namespace plan = llmrt::plan;
+
+namespace llmc {
+namespace {
+
+size_t dtypeBytes(plan::DType dtype) {
+  switch (dtype) {
+  case plan::F32:
+  case plan::I32:
+    return 4;
+  case plan::F16:
+  case plan::BF16:
+    return 2;
+  default:
+    return 0;
+  }
+}
+
+const char *dtypeSuffix(plan::DType dtype) {
+  switch (dtype) {
+  case plan::F32:
+    return "f32";
+  case plan::F16:
+    return "f16";
+  case plan::BF16:
+    return "bf16";
+  default:
+    return "?";
+  }
+}
+
+plan::DType dtypeOf(Type elementType) {
+  if (elementType.isF32())
+    return plan::F32;
+  if (elementType.isF16())
+    return plan::F16;
+  if (elementType.isBF16())
+    return plan::BF16;
+  return plan::DTYPE_UNSPECIFIED;
+}
+
+std::string shapeString(ArrayRef<int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+float loadElement(const uint8_t *data, plan::DType dtype, int64_t index) {
+  if (dtype == plan::F32) {
+    float value;
+    std::memcpy(&value, data + index * 4, 4);
+    return value;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, data + index * 2, 2);
+  return dtype == plan::F16 ? plan::F16ToF32(bits) : plan::Bf16ToF32(bits);
+}
+
+void storeElement(uint8_t *data, plan::DType dtype, int64_t index, float value) {
+  if (dtype == plan::F32) {
+    std::memcpy(data + index * 4, &value, 4);
+    return;
+  }
+  uint16_t bits = dtype == plan::F16 ? plan::F32ToF16(value) : plan::F32ToBf16(value);
+  std::memcpy(data + index * 2, &bits, 2);
+}
+
+class Emitter {
+public:
+  Emitter(const WeightSource &weights, plan::DType weightDtype, plan::PlanWriter &writer,
+          std::vector<plan::Tensor> *tensors, const EmitProgress &progress)
+      : weights(weights), weightDtype(weightDtype), writer(writer), tensors(tensors),
+        progress(progress) {}
+
+  absl::StatusOr<plan::Program> emit(func::FuncOp function);
+
+private:
+  absl::StatusOr<int> addTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
+                                plan::DType dtype);
+  absl::Status appendConverted(const WeightView &view, plan::DType dtype);
+  absl::StatusOr<int> valueId(Value value);
+  int kernel(StringRef opName, plan::DType dtype);
+  absl::Status emitOp(Operation &op, plan::Op &planOp);
+
+  const WeightSource &weights;
+  plan::DType weightDtype;
+  plan::PlanWriter &writer;
+  std::vector<plan::Tensor> *tensors;
+  const EmitProgress &progress;
+  int64_t tensorsTotal = 0;
+  plan::Program program;
+  plan::KernelTable *kernels = nullptr;
+  std::map<std::string, int> tensorIndex;
+  std::map<std::string, int> kernelIndex;
+  DenseMap<Value, int> valueIds;
+  std::vector<uint8_t> chunk;
+};
+
+absl::Status Emitter::appendConverted(const WeightView &view, plan::DType dtype) {
+  const int64_t numElements = static_cast<int64_t>(view.sizeBytes / dtypeBytes(view.dtype));
+  if (view.dtype == dtype) {
+    const uint64_t chunkBytes = kConvertChunkElements * dtypeBytes(dtype);
+    for (uint64_t offset = 0; offset < view.sizeBytes; offset += chunkBytes)
+      if (absl::Status status =
+              writer.Append(view.data + offset, std::min(chunkBytes, view.sizeBytes - offset));
+          !status.ok())
+        return status;
+    return absl::OkStatus();
+  }
+  chunk.resize(kConvertChunkElements * dtypeBytes(dtype));
+  for (int64_t begin = 0; begin < numElements; begin += kConvertChunkElements) {
+    int64_t count = std::min(kConvertChunkElements, numElements - begin);
+    for (int64_t i = 0; i < count; ++i)
+      storeElement(chunk.data(), dtype, i, loadElement(view.data, view.dtype, begin + i));
+    if (absl::Status status = writer.Append(chunk.data(), count * dtypeBytes(dtype)); !status.ok())
+      return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Emitter::addTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
+                                       plan::DType dtype) {
+  std::vector<std::string> names;
+  for (FlatSymbolRefAttr param : params)
+    names.push_back(param.getValue().str());
+  std::string name = names.size() == 1 ? names[0] : fusedTensorName(names);
+  if (auto it = tensorIndex.find(name); it != tensorIndex.end()) {
+    if ((*tensors)[it->second].dtype() != dtype)
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is used as ",
+                                                     dtypeSuffix(dtype), " and as ",
+                                                     dtypeSuffix((*tensors)[it->second].dtype())));
+    return it->second;
+  }
+
+  // Check every part against its llm.param before writing a byte.
+  std::vector<WeightView> views;
+  std::vector<int64_t> shape;
+  for (auto [param, partName] : llvm::zip(params, names)) {
+    llm::ParamOp paramOp = llm::lookupParam(user, param);
+    if (!paramOp)
+      return absl::InvalidArgumentError(absl::StrCat("no llm.param @", partName, " (used by ",
+                                                     user->getName().getStringRef().str(), ")"));
+    absl::StatusOr<WeightView> view = weights.getWeight(partName);
+    if (!view.ok())
+      return view.status();
+    RankedTensorType type = paramOp.getTensorType();
+    std::string where = view->file.empty() ? "" : absl::StrCat(view->file, ": ");
+    if (type.getShape() != ArrayRef<int64_t>(view->shape))
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "tensor ", partName, " has shape ", shapeString(view->shape),
+                       ", the IR's llm.param expects ", shapeString(type.getShape())));
+    if (dtypeOf(type.getElementType()) != view->dtype || dtypeBytes(view->dtype) == 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "tensor ", partName, " has dtype ", plan::DType_Name(view->dtype),
+          ", the IR's llm.param expects ", plan::DType_Name(dtypeOf(type.getElementType()))));
+    uint64_t expectedBytes = type.getNumElements() * dtypeBytes(view->dtype);
+    if (view->sizeBytes != expectedBytes || (expectedBytes > 0 && view->data == nullptr))
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "tensor ", partName, " has ", view->sizeBytes, " bytes, shape ",
+                       shapeString(view->shape), " implies ", expectedBytes));
+    if (shape.empty()) {
+      shape = view->shape;
+    } else {
+      // Concatenation along dim 0 needs the same row shape.
+      if (view->shape.size() != shape.size() ||
+          !std::equal(view->shape.begin() + 1, view->shape.end(), shape.begin() + 1))
+        return absl::InvalidArgumentError(absl::StrCat("cannot concatenate ", partName, " ",
+                                                       shapeString(view->shape), " into ", name,
+                                                       " ", shapeString(shape), ": rows differ"));
+      shape[0] += view->shape[0];
+    }
+    views.push_back(*std::move(view));
+  }
+
+  if (absl::Status status = writer.BeginBlob(); !status.ok())
+    return status;
+  for (const WeightView &view : views)
+    if (absl::Status status = appendConverted(view, dtype); !status.ok())
+      return status;
+  absl::StatusOr<plan::BlobRange> range = writer.EndBlob();
+  if (!range.ok())
+    return range.status();
+
+  plan::Tensor &tensor = tensors->emplace_back();
+  tensor.set_name(name);
+  tensor.set_dtype(dtype);
+  for (int64_t dim : shape)
+    tensor.add_shape(dim);
+  tensor.set_layout(plan::Tensor::ROW_MAJOR);
+  tensor.set_offset(range->offset);
+  tensor.set_size_bytes(range->size_bytes);
+  tensor.set_checksum(range->checksum);
+  int index = static_cast<int>(tensors->size()) - 1;
+  tensorIndex[name] = index;
+  if (progress)
+    progress(static_cast<int64_t>(tensorIndex.size()), tensorsTotal, writer.bytes_written());
+  return index;
+}
+
+absl::StatusOr<int> Emitter::valueId(Value value) {
+  auto it = valueIds.find(value);
+  if (it == valueIds.end())
+    return absl::InternalError("operand defined outside @forward's body");
+  return it->second;
+}
+
+int Emitter::kernel(StringRef opName, plan::DType dtype) {
+  std::string name = absl::StrCat(kernels->target(), ".", opName.str(), ".", dtypeSuffix(dtype));
+  auto [it, inserted] = kernelIndex.emplace(name, kernels->kernels_size());
+  if (inserted)
+    kernels->add_kernels()->set_name(name);
+  return it->second;
+}
+
+absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
+  auto addWeight = [&](ArrayRef<FlatSymbolRefAttr> params, plan::DType dtype) -> absl::Status {
+    absl::StatusOr<int> index = addTensor(&op, params, dtype);
+    if (!index.ok())
+      return index.status();
+    planOp.add_weights(*index);
+    return absl::OkStatus();
+  };
+  // Elementwise and attention kernels compute in f32 whatever the weights are.
+  plan::DType kernelDtype = plan::F32;
+  StringRef kernelName;
+  absl::Status status = absl::OkStatus();
+  if (auto embed = dyn_cast<llm::EmbedOp>(op)) {
+    planOp.set_kind(plan::EMBED);
+    kernelName = "embed";
+    kernelDtype = weightDtype;
+    status = addWeight({embed.getTableAttr()}, weightDtype);
+  } else if (auto norm = dyn_cast<llm::RmsNormOp>(op)) {
+    planOp.set_kind(plan::RMS_NORM);
+    kernelName = "rms_norm";
+    planOp.set_eps(norm.getEps().convertToDouble());
+    status = addWeight({norm.getWeightAttr()}, plan::F32);
+  } else if (auto fused = dyn_cast<llm::FusedAddRmsNormOp>(op)) {
+    planOp.set_kind(plan::FUSED_ADD_RMS_NORM);
+    kernelName = "fused_add_rms_norm";
+    planOp.set_eps(fused.getEps().convertToDouble());
+    status = addWeight({fused.getWeightAttr()}, plan::F32);
+  } else if (auto matmul = dyn_cast<llm::MatmulOp>(op)) {
+    planOp.set_kind(plan::MATMUL);
+    kernelName = "matmul";
+    kernelDtype = weightDtype;
+    status = addWeight(matmul.getWeightRefs(), weightDtype);
+    if (status.ok() && !matmul.getBiasRefs().empty())
+      status = addWeight(matmul.getBiasRefs(), plan::F32);
+  } else if (auto rope = dyn_cast<llm::RopeOp>(op)) {
+    planOp.set_kind(plan::ROPE);
+    kernelName = "rope";
+    planOp.set_num_heads(rope.getNumHeads());
+    planOp.set_head_dim(rope.getHeadDim());
+    plan::RopeConfig *config = planOp.mutable_rope();
+    config->set_theta(rope.getTheta().convertToDouble());
+    StringRef scaling = rope.getScaling();
+    config->set_scaling(scaling == "linear"   ? plan::RopeConfig::LINEAR
+                        : scaling == "llama3" ? plan::RopeConfig::LLAMA3
+                                              : plan::RopeConfig::SCALING_NONE);
+    config->set_factor(rope.getFactor().convertToDouble());
+    config->set_low_freq_factor(rope.getLowFreqFactor().convertToDouble());
+    config->set_high_freq_factor(rope.getHighFreqFactor().convertToDouble());
+    config->set_original_max_position_embeddings(rope.getOriginalMaxPositionEmbeddings());
+  } else if (auto attention = dyn_cast<llm::AttentionOp>(op)) {
+    planOp.set_kind(plan::ATTENTION);
+    kernelName = "attention";
+    planOp.set_layer(attention.getLayer());
+    planOp.set_num_heads(attention.getNumHeads());
+    planOp.set_num_kv_heads(attention.getNumKvHeads());
+    planOp.set_head_dim(attention.getHeadDim());
+    planOp.set_sliding_window(attention.getSlidingWindow());
+    planOp.set_scale(attention.getScale().convertToDouble());
+  } else if (isa<llm::SiluOp>(op)) {
+    planOp.set_kind(plan::SILU);
+    kernelName = "silu";
+  } else if (isa<llm::MulOp>(op)) {
+    planOp.set_kind(plan::MUL);
+    kernelName = "mul";
+  } else if (isa<llm::AddOp>(op)) {
+    planOp.set_kind(plan::ADD);
+    kernelName = "add";
+  } else if (isa<llm::SiluMulOp>(op)) {
+    planOp.set_kind(plan::SILU_MUL);
+    kernelName = "silu_mul";
+  } else if (auto logits = dyn_cast<llm::LogitsOp>(op)) {
+    planOp.set_kind(plan::LOGITS);
+    kernelName = "logits";
+    kernelDtype = weightDtype;
+    status = addWeight({logits.getWeightAttr()}, weightDtype);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("codegen: no plan op for ", op.getName().getStringRef().str()));
+  }
+  if (!status.ok())
+    return status;
+  planOp.set_kernel(kernel(kernelName, kernelDtype));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<plan::Program> Emitter::emit(func::FuncOp function) {
+  kernels = program.add_kernel_tables();
+  kernels->set_target("cpu");
+  if (function.getNumArguments() != 2)
+    return absl::InvalidArgumentError(absl::StrCat("codegen: @", function.getName().str(),
+                                                   " must take (token_ids, positions), found ",
+                                                   function.getNumArguments(), " arguments"));
+  auto addValue = [&](Value value, plan::Value::Kind kind, plan::DType dtype, int64_t width,
+                      int64_t arenaOffset, std::string name) {
+    plan::Value *planValue = program.add_values();
+    planValue->set_kind(kind);
+    planValue->set_dtype(dtype);
+    planValue->set_width(width);
+    planValue->set_arena_offset_per_token(arenaOffset);
+    planValue->set_name(std::move(name));
+    valueIds[value] = program.values_size() - 1;
+  };
+  addValue(function.getArgument(0), plan::Value::TOKEN_IDS, plan::I32, 1, 0, "token_ids");
+  addValue(function.getArgument(1), plan::Value::POSITIONS, plan::I32, 1, 0, "positions");
+
+  auto arenaBytes = function->getAttrOfType<IntegerAttr>(llm::kArenaBytesPerTokenAttr);
+  if (!arenaBytes)
+    return absl::FailedPreconditionError(
+        "codegen: @forward has no llm.arena_bytes_per_token; run --llm-plan-memory first");
+  program.set_arena_bytes_per_token(arenaBytes.getInt());
+
+  Block &body = function.getBody().front();
+  Operation *terminator = body.getTerminator();
+  if (terminator->getNumOperands() != 1)
+    return absl::InvalidArgumentError("codegen: @forward must return exactly the logits");
+  Value logits = terminator->getOperand(0);
+
+  // The number of tensor entries, for progress: one per distinct plan tensor name, named the
+  // way addTensor names them.
+  std::set<std::string> plannedNames;
+  auto plan = [&](ArrayRef<FlatSymbolRefAttr> refs) {
+    std::vector<std::string> names;
+    for (FlatSymbolRefAttr ref : refs)
+      names.push_back(ref.getValue().str());
+    if (!names.empty())
+      plannedNames.insert(names.size() == 1 ? names[0] : fusedTensorName(names));
+  };
+  for (Operation &op : body.without_terminator()) {
+    if (auto matmul = dyn_cast<llm::MatmulOp>(op)) {
+      plan(matmul.getWeightRefs());
+      plan(matmul.getBiasRefs());
+    }
+    for (StringRef attrName : {"table", "weight"})
+      if (auto ref = op.getAttrOfType<FlatSymbolRefAttr>(attrName))
+        plan({ref});
+  }
+  tensorsTotal = static_cast<int64_t>(plannedNames.size());
+
+  int opIndex = 0;
+  for (Operation &op : body.without_terminator()) {
+    plan::Op planOp;
+    for (Value operand : op.getOperands()) {
+      absl::StatusOr<int> id = valueId(operand);
+      if (!id.ok())
+        return id.status();
+      planOp.add_inputs(*id);
+    }
+    auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(llm::kArenaOffsetsAttr);
+    if (!offsets || offsets.size() != static_cast<int64_t>(op.getNumResults()))
+      return absl::FailedPreconditionError(
+          absl::StrCat("codegen: ", op.getName().getStringRef().str(), " #", opIndex,
+                       " has no llm.arena_offsets for its results; run --llm-plan-memory first"));
+    for (auto [resultIndex, result] : llvm::enumerate(op.getResults())) {
+      std::string name = absl::StrCat(op.getName().stripDialect().str(), ".", opIndex,
+                                      op.getNumResults() > 1 ? absl::StrCat(":", resultIndex) : "");
+      int64_t width = llm::getActivationWidth(result.getType());
+      if (result == logits)
+        addValue(result, plan::Value::LOGITS, plan::F32, width, 0, "logits");
+      else
+        addValue(result, plan::Value::ACTIVATION, plan::F32, width, offsets[resultIndex],
+                 std::move(name));
+      planOp.add_outputs(valueIds[result]);
+    }
+    if (absl::Status status = emitOp(op, planOp); !status.ok())
+      return status;
+    *program.add_ops() = std::move(planOp);
+    ++opIndex;
+  }
+  if (!valueIds.count(logits) || program.values(valueIds[logits]).kind() != plan::Value::LOGITS)
+    return absl::InvalidArgumentError("codegen: @forward returns a value no op produces");
+  return std::move(program);
+}
+
+} // namespace
+
+std::string fusedTensorName(const std::vector<std::string> &names) {
+  // Split "prefix.stem_proj.suffix".
+  std::string prefix, suffix;
+  std::vector<std::string> stems;
+  bool allSingleLetter = true;
+  for (const std::string &name : names) {
+    size_t last = name.rfind('.');
+    size_t middle = last == std::string::npos ? std::string::npos : name.rfind('.', last - 1);
+    std::string stem =
+        middle == std::string::npos ? "" : name.substr(middle + 1, last - middle - 1);
+    constexpr llvm::StringLiteral kProj = "_proj";
+    if (stem.size() <= kProj.size() || !StringRef(stem).endswith(kProj))
+      return absl::StrJoin(names, "+");
+    std::string thisPrefix = name.substr(0, middle), thisSuffix = name.substr(last + 1);
+    if (stems.empty()) {
+      prefix = thisPrefix;
+      suffix = thisSuffix;
+    } else if (thisPrefix != prefix || thisSuffix != suffix) {
+      return absl::StrJoin(names, "+");
+    }
+    stems.push_back(stem.substr(0, stem.size() - kProj.size()));
+    allSingleLetter &= stems.back().size() == 1;
+  }
+  return absl::StrCat(prefix, ".", absl::StrJoin(stems, allSingleLetter ? "" : "_"), "_proj.",
+                      suffix);
+}
+
+absl::StatusOr<plan::Program> emitProgram(ModuleOp module, const WeightSource &weights,
+                                          plan::DType weightDtype, plan::PlanWriter &writer,
+                                          std::vector<plan::Tensor> *tensors,
+                                          const EmitProgress &progress) {
+  if (weightDtype != plan::F32 && weightDtype != plan::F16 && weightDtype != plan::BF16)
+    return absl::InvalidArgumentError(absl::StrCat("codegen: weight dtype must be F32, F16 or "
+                                                   "BF16, found ",
+                                                   plan::DType_Name(weightDtype)));
+  func::FuncOp function = module.lookupSymbol<func::FuncOp>("forward");
+  if (!function) {
+    auto functions = module.getOps<func::FuncOp>();
+    if (std::distance(functions.begin(), functions.end()) == 1)
+      function = *functions.begin();
+  }
+  if (!function || function.isExternal() || !function.getBody().hasOneBlock())
+    return absl::InvalidArgumentError("codegen: the module has no single-block func.func @forward");
+  return Emitter(weights, weightDtype, writer, tensors, progress).emit(function);
+}
+
+} // namespace llmc

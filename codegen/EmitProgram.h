@@ -1,0 +1,76 @@
+//===- EmitProgram.h - llm module -> plan Program + weight blobs -*- C++ -*-===//
+//
+// Walks `func.func @forward` of a module that went through the default pipeline (so every op
+// carries llm.arena_offsets) and produces the plan's Program, writing each weight blob through
+// a PlanWriter and appending its entry to the tensor table.
+//
+// Weight layout in the plan:
+//   - embedding table, matmul weights, lm_head: `weightDtype`, row-major as in the checkpoint;
+//   - rms_norm weights and matmul biases: always F32 (tiny, and their precision matters);
+//   - a fused matmul's weights are one blob, concatenated along the output dimension
+//     (`...self_attn.qkv_proj.weight` = q rows, then k rows, then v rows), biases likewise;
+//   - a param referenced twice (tied lm_head = embedding table) gets one tensor entry.
+// Conversion streams in chunks of kConvertChunkElements, so a multi-GB checkpoint is never
+// held in memory.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_CODEGEN_EMITPROGRAM_H_
+#define LLMC_CODEGEN_EMITPROGRAM_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "runtime/plan/plan_writer.h"
+#include "runtime/plan/proto/plan.pb.h"
+
+namespace llmc {
+
+// A checkpoint tensor's bytes. `data` is borrowed from the WeightSource (typically an mmapped
+// safetensors file) and must stay valid until emitProgram returns.
+struct WeightView {
+  llmrt::plan::DType dtype = llmrt::plan::DTYPE_UNSPECIFIED; // F32, F16 or BF16
+  std::vector<int64_t> shape;
+  const uint8_t *data = nullptr; // little-endian elements, row-major
+  uint64_t sizeBytes = 0;
+  std::string file; // where it came from, for error messages
+};
+
+// Where codegen reads weights by the `llm.param` name (the checkpoint tensor name). The llmc
+// driver adapts llmc::Checkpoint to it; tests use an in-memory map.
+class WeightSource {
+public:
+  virtual ~WeightSource() = default;
+  // NotFound when there is no tensor of that name.
+  virtual absl::StatusOr<WeightView> getWeight(const std::string &name) const = 0;
+};
+
+// 64 Ki elements: 256 KiB of f32 scratch, which fits in L2 while converting.
+inline constexpr int64_t kConvertChunkElements = 64 * 1024;
+
+// Called after each weight blob is written: tensor entries written so far, how many the program
+// needs in all, and the writer's bytes_written().
+using EmitProgress =
+    std::function<void(int64_t tensorsDone, int64_t tensorsTotal, uint64_t bytesWritten)>;
+
+// Emits the program of `@forward` (or of the module's only function). Tensor table indices in
+// the ops are positions in `*tensors`; new entries are appended, so a caller may put other
+// tensors first. `weightDtype` is F32, F16 or BF16. Kernel names go into one KernelTable with
+// target "cpu" ("cpu.matmul.f16", ...; identical names share one entry).
+absl::StatusOr<llmrt::plan::Program> emitProgram(mlir::ModuleOp module, const WeightSource &weights,
+                                                 llmrt::plan::DType weightDtype,
+                                                 llmrt::plan::PlanWriter &writer,
+                                                 std::vector<llmrt::plan::Tensor> *tensors,
+                                                 const EmitProgress &progress = nullptr);
+
+// "p.q_proj.weight", "p.k_proj.weight", "p.v_proj.weight" -> "p.qkv_proj.weight";
+// gate/up -> "p.gate_up_proj.weight". Names not of that form are joined with '+'.
+std::string fusedTensorName(const std::vector<std::string> &names);
+
+} // namespace llmc
+
+#endif // LLMC_CODEGEN_EMITPROGRAM_H_

@@ -1,0 +1,272 @@
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/arch/arch.h"
+#include "compiler/arch/weight_source.h"
+#include "gtest/gtest.h"
+#include "ir/LlmDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Verifier.h"
+#include "passes/Passes.h"
+#include "runtime/plan/plan_reader.h"
+
+namespace llmc {
+namespace {
+
+namespace plan = llmrt::plan;
+
+// vocab 32, hidden 16, 4 query heads and 2 kv heads of 4, intermediate 24, 2 layers.
+plan::ModelConfig SmallConfig(const std::string& architecture) {
+  plan::ModelConfig config;
+  config.set_architecture(architecture);
+  config.set_vocab_size(32);
+  config.set_hidden_size(16);
+  config.set_intermediate_size(24);
+  config.set_num_layers(2);
+  config.set_num_attention_heads(4);
+  config.set_num_kv_heads(2);
+  config.set_head_dim(4);
+  config.set_rms_norm_eps(1e-5);
+  config.mutable_rope()->set_theta(10000);
+  config.set_hidden_act("silu");
+  config.set_tie_word_embeddings(true);
+  if (architecture == "Qwen2ForCausalLM") config.set_attention_bias(true);
+  if (architecture == "MistralForCausalLM") config.set_sliding_window(8);
+  return config;
+}
+
+// A checkpoint's tensors, F16 with real data so codegen can read them.
+class FakeCheckpoint {
+ public:
+  void Add(const std::string& name, std::vector<int64_t> shape) {
+    int64_t count = 1;
+    for (int64_t dim : shape) count *= dim;
+    std::vector<uint16_t>& data = storage_[name];
+    for (int64_t i = 0; i < count; ++i) data.push_back(static_cast<uint16_t>(0x3c00 + i % 512));
+    TensorInfo& info = tensors_[name];
+    info.name = name;
+    info.file = "model.safetensors";
+    info.dtype = plan::F16;
+    info.shape = std::move(shape);
+    info.data = reinterpret_cast<const uint8_t*>(data.data());
+    info.size_bytes = data.size() * 2;
+  }
+  void Remove(const std::string& name) { tensors_.erase(name); }
+  TensorInfo& at(const std::string& name) { return tensors_.at(name); }
+  const TensorMap& tensors() const { return tensors_; }
+
+ private:
+  std::map<std::string, std::vector<uint16_t>> storage_;
+  TensorMap tensors_;
+};
+
+FakeCheckpoint MakeCheckpoint(const plan::ModelConfig& config) {
+  FakeCheckpoint checkpoint;
+  const int64_t hidden = 16, q = 16, kv = 8, inter = 24;
+  checkpoint.Add("model.embed_tokens.weight", {32, hidden});
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string p = absl::StrCat("model.layers.", layer, ".");
+    checkpoint.Add(p + "input_layernorm.weight", {hidden});
+    checkpoint.Add(p + "self_attn.q_proj.weight", {q, hidden});
+    checkpoint.Add(p + "self_attn.k_proj.weight", {kv, hidden});
+    checkpoint.Add(p + "self_attn.v_proj.weight", {kv, hidden});
+    if (config.attention_bias()) {
+      checkpoint.Add(p + "self_attn.q_proj.bias", {q});
+      checkpoint.Add(p + "self_attn.k_proj.bias", {kv});
+      checkpoint.Add(p + "self_attn.v_proj.bias", {kv});
+    }
+    checkpoint.Add(p + "self_attn.o_proj.weight", {hidden, q});
+    checkpoint.Add(p + "post_attention_layernorm.weight", {hidden});
+    checkpoint.Add(p + "mlp.gate_proj.weight", {inter, hidden});
+    checkpoint.Add(p + "mlp.up_proj.weight", {inter, hidden});
+    checkpoint.Add(p + "mlp.down_proj.weight", {hidden, inter});
+    checkpoint.Add(p + "self_attn.rotary_emb.inv_freq", {2});
+  }
+  checkpoint.Add("model.norm.weight", {hidden});
+  if (!config.tie_word_embeddings()) checkpoint.Add("lm_head.weight", {32, hidden});
+  return checkpoint;
+}
+
+std::map<std::string, int> CountOps(mlir::ModuleOp module) {
+  std::map<std::string, int> counts;
+  module.walk([&](mlir::Operation* op) { ++counts[op->getName().getStringRef().str()]; });
+  return counts;
+}
+
+TEST(ValidateTensorsTest, AcceptsEverySupportedArchitecture) {
+  for (const char* architecture : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}) {
+    plan::ModelConfig config = SmallConfig(architecture);
+    FakeCheckpoint checkpoint = MakeCheckpoint(config);
+    EXPECT_TRUE(ValidateTensors(config, checkpoint.tensors()).ok()) << architecture;
+  }
+}
+
+TEST(ValidateTensorsTest, RejectsUnsupportedArchitecture) {
+  plan::ModelConfig config = SmallConfig("Foo");
+  EXPECT_EQ(ValidateTensors(config, MakeCheckpoint(config).tensors()).message(),
+            "config.json: architectures[0] is \"Foo\"; supported: LlamaForCausalLM, "
+            "MistralForCausalLM, Qwen2ForCausalLM");
+}
+
+TEST(ValidateTensorsTest, NamesWrongShape) {
+  plan::ModelConfig config = SmallConfig("LlamaForCausalLM");
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  checkpoint.Add("model.layers.1.mlp.up_proj.weight", {24, 15});
+  EXPECT_EQ(ValidateTensors(config, checkpoint.tensors()).message(),
+            "model.safetensors: tensor model.layers.1.mlp.up_proj.weight has shape [24, 15], "
+            "config.json implies [24, 16]");
+}
+
+TEST(ValidateTensorsTest, NamesMissingTensor) {
+  plan::ModelConfig config = SmallConfig("LlamaForCausalLM");
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  checkpoint.Remove("model.layers.1.mlp.down_proj.weight");
+  EXPECT_EQ(ValidateTensors(config, checkpoint.tensors()).message(),
+            "missing tensor model.layers.1.mlp.down_proj.weight expected by config.json "
+            "(num_hidden_layers=2)");
+}
+
+TEST(ValidateTensorsTest, Qwen2NeedsBiases) {
+  plan::ModelConfig config = SmallConfig("Qwen2ForCausalLM");
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  checkpoint.Remove("model.layers.0.self_attn.k_proj.bias");
+  EXPECT_EQ(ValidateTensors(config, checkpoint.tensors()).message(),
+            "missing tensor model.layers.0.self_attn.k_proj.bias expected by config.json "
+            "(num_hidden_layers=2, attention_bias=true)");
+}
+
+TEST(ValidateTensorsTest, NamesUnexpectedTensor) {
+  plan::ModelConfig config = SmallConfig("LlamaForCausalLM");
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  checkpoint.Add("model.layers.2.mlp.up_proj.weight", {24, 16});
+  EXPECT_EQ(ValidateTensors(config, checkpoint.tensors()).message(),
+            "model.safetensors: unexpected tensor model.layers.2.mlp.up_proj.weight (not part of "
+            "LlamaForCausalLM with num_hidden_layers=2)");
+}
+
+TEST(ValidateTensorsTest, LmHeadOptionalOnlyWhenTied) {
+  plan::ModelConfig config = SmallConfig("LlamaForCausalLM");
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  checkpoint.Add("lm_head.weight", {32, 16});  // tied and present: accepted, unused
+  EXPECT_TRUE(ValidateTensors(config, checkpoint.tensors()).ok());
+  config.set_tie_word_embeddings(false);
+  checkpoint.Remove("lm_head.weight");
+  EXPECT_EQ(ValidateTensors(config, checkpoint.tensors()).message(),
+            "missing tensor lm_head.weight expected by config.json (tie_word_embeddings=false)");
+}
+
+TEST(ValidateTensorsTest, RejectsInconsistentHeads) {
+  plan::ModelConfig config = SmallConfig("LlamaForCausalLM");
+  config.set_num_kv_heads(3);
+  EXPECT_EQ(
+      ValidateTensors(config, MakeCheckpoint(SmallConfig("LlamaForCausalLM")).tensors()).message(),
+      "config.json: num_attention_heads (4) is not a multiple of num_key_value_heads (3)");
+}
+
+TEST(BuildModuleTest, BuildsLlamaLayers) {
+  plan::ModelConfig config = SmallConfig("LlamaForCausalLM");
+  config.mutable_rope()->set_scaling(plan::RopeConfig::LLAMA3);
+  config.mutable_rope()->set_factor(8);
+  config.mutable_rope()->set_low_freq_factor(1);
+  config.mutable_rope()->set_high_freq_factor(4);
+  config.mutable_rope()->set_original_max_position_embeddings(8192);
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  mlir::MLIRContext context;
+  auto module = BuildModule(context, config, checkpoint.tensors());
+  ASSERT_TRUE(module.ok()) << module.status();
+  ASSERT_TRUE(mlir::succeeded(mlir::verify(**module)));
+  std::map<std::string, int> counts = CountOps(**module);
+  EXPECT_EQ(counts["llm.param"], 1 + 2 * 9 + 1);  // tied: no lm_head param
+  EXPECT_EQ(counts["llm.embed"], 1);
+  EXPECT_EQ(counts["llm.rms_norm"], 2 * 2 + 1);
+  EXPECT_EQ(counts["llm.matmul"], 2 * 7);
+  EXPECT_EQ(counts["llm.rope"], 2 * 2);
+  EXPECT_EQ(counts["llm.attention"], 2);
+  EXPECT_EQ(counts["llm.add"], 2 * 2);
+  EXPECT_EQ(counts["llm.silu"], 2);
+  EXPECT_EQ(counts["llm.mul"], 2);
+  EXPECT_EQ(counts["llm.logits"], 1);
+
+  auto param = llvm::cast<llm::ParamOp>(
+      mlir::SymbolTable::lookupSymbolIn(**module, "model.layers.1.self_attn.k_proj.weight"));
+  EXPECT_EQ(param.getTensorType().getShape(), llvm::ArrayRef<int64_t>({8, 16}));
+  EXPECT_TRUE(param.getTensorType().getElementType().isF16());
+
+  int layer = 0;
+  (*module)->walk([&](llm::AttentionOp op) {
+    EXPECT_EQ(op.getLayer(), layer++);
+    EXPECT_EQ(op.getNumHeads(), 4);
+    EXPECT_EQ(op.getNumKvHeads(), 2);
+    EXPECT_EQ(op.getSlidingWindow(), 0);
+    EXPECT_DOUBLE_EQ(op.getScale().convertToDouble(), 0.5);
+  });
+  (*module)->walk([&](llm::RopeOp op) {
+    EXPECT_EQ(op.getScaling(), "llama3");
+    EXPECT_EQ(op.getOriginalMaxPositionEmbeddings(), 8192);
+  });
+  (*module)->walk(
+      [&](llm::LogitsOp op) { EXPECT_EQ(op.getWeight(), "model.embed_tokens.weight"); });
+}
+
+TEST(BuildModuleTest, MistralSlidingWindowAndQwen2Biases) {
+  mlir::MLIRContext context;
+  plan::ModelConfig mistral = SmallConfig("MistralForCausalLM");
+  auto mistral_module = BuildModule(context, mistral, MakeCheckpoint(mistral).tensors());
+  ASSERT_TRUE(mistral_module.ok()) << mistral_module.status();
+  (*mistral_module)->walk([&](llm::AttentionOp op) { EXPECT_EQ(op.getSlidingWindow(), 8); });
+
+  plan::ModelConfig qwen = SmallConfig("Qwen2ForCausalLM");
+  qwen.set_tie_word_embeddings(false);
+  FakeCheckpoint qwen_checkpoint = MakeCheckpoint(qwen);
+  auto qwen_module = BuildModule(context, qwen, qwen_checkpoint.tensors());
+  ASSERT_TRUE(qwen_module.ok()) << qwen_module.status();
+  int with_bias = 0;
+  (*qwen_module)->walk([&](llm::MatmulOp op) { with_bias += !op.getBiasRefs().empty(); });
+  EXPECT_EQ(with_bias, 2 * 3);  // q, k, v; not o_proj or the MLP
+  (*qwen_module)->walk([&](llm::LogitsOp op) { EXPECT_EQ(op.getWeight(), "lm_head.weight"); });
+}
+
+// Arch builder -> default pipeline -> codegen -> plan file, read back.
+TEST(BuildModuleTest, CompilesToPlan) {
+  plan::ModelConfig config = SmallConfig("Qwen2ForCausalLM");
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  mlir::MLIRContext context;
+  auto module = BuildModule(context, config, checkpoint.tensors());
+  ASSERT_TRUE(module.ok()) << module.status();
+  absl::Status pipeline = runPipeline(**module);
+  ASSERT_TRUE(pipeline.ok()) << pipeline;
+  std::map<std::string, int> counts = CountOps(**module);
+  EXPECT_EQ(counts["llm.matmul"], 2 * 4);
+  EXPECT_EQ(counts["llm.fused_add_rms_norm"], 2 * 2);
+
+  const std::string path =
+      (std::filesystem::path(::testing::TempDir()) / "llmc_arch_test.plan").string();
+  auto writer = plan::PlanWriter::Create(path);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  TensorMapWeightSource weights(checkpoint.tensors());
+  std::vector<plan::Tensor> tensors;
+  auto program = emitProgram(**module, weights, plan::F16, **writer, &tensors);
+  ASSERT_TRUE(program.ok()) << program.status();
+  plan::PlanMeta meta;
+  *meta.mutable_program() = *program;
+  for (const plan::Tensor& tensor : tensors) *meta.add_tensors() = tensor;
+  ASSERT_TRUE((*writer)->Finish(meta).ok());
+  auto opened = plan::Plan::Open(path, {.verify_blob_checksums = true});
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  // f16 -> f16 is a byte copy: the fused k part of layer 1 follows q's 16 rows of 16.
+  int index = -1;
+  for (int i = 0; i < (*opened)->meta().tensors_size(); ++i)
+    if ((*opened)->meta().tensors(i).name() == "model.layers.1.self_attn.qkv_proj.weight")
+      index = i;
+  ASSERT_GE(index, 0);
+  const TensorInfo& k = checkpoint.at("model.layers.1.self_attn.k_proj.weight");
+  EXPECT_EQ(std::memcmp((*opened)->blob(index) + 16 * 16 * 2, k.data, k.size_bytes), 0);
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace llmc

@@ -1,0 +1,455 @@
+#include "compiler/importer/hf_config.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "compiler/importer/json_util.h"
+#include "nlohmann/json.hpp"
+
+namespace llmc {
+namespace {
+
+using ::llmc::importer_internal::DescribeJson;
+using ::llmc::importer_internal::ParseJson;
+using ::llmrt::plan::GenerationDefaults;
+using ::llmrt::plan::ModelConfig;
+using ::llmrt::plan::RopeConfig;
+using Json = nlohmann::json;
+
+enum class Family { kLlama, kMistral, kQwen2 };
+
+// transformers' per-class defaults for the fields that have one (configuration_llama.py,
+// configuration_mistral.py, configuration_qwen2.py). Mistral's and Qwen2's
+// num_key_value_heads default to a number (8, 32), not to num_attention_heads: only an
+// explicit null means "same as the query heads" there.
+struct FamilyDefaults {
+  const char* model_type;
+  std::optional<int64_t> num_key_value_heads;  // nullopt: num_attention_heads
+  int64_t max_position_embeddings;
+  int64_t bos_token_id;  // -1: none
+  int64_t eos_token_id;  // -1: none
+};
+
+FamilyDefaults DefaultsFor(Family family) {
+  switch (family) {
+    case Family::kLlama:
+      return {"llama", std::nullopt, 2048, 1, 2};
+    case Family::kMistral:
+      return {"mistral", 8, 4096 * 32, 1, 2};
+    case Family::kQwen2:
+      return {"qwen2", 32, 32768, -1, -1};
+  }
+  return {"", std::nullopt, 0, -1, -1};
+}
+
+// Reads typed fields from one JSON object; every error names the file and the field.
+class FieldReader {
+ public:
+  FieldReader(const Json& object, std::string path) : object_(object), path_(std::move(path)) {}
+
+  bool Has(const char* field) const { return object_.contains(field); }
+  // Present and not null.
+  bool HasValue(const char* field) const { return Has(field) && !object_.at(field).is_null(); }
+  const Json& Get(const char* field) const { return object_.at(field); }
+
+  absl::Status Error(const char* field, const char* expected) const {
+    const std::string found = Has(field) ? DescribeJson(object_.at(field))
+                                         : std::string("nothing (the field is missing)");
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: field \"%s\": expected %s, found %s", path_, field, expected, found));
+  }
+
+  absl::Status Unsupported(const char* field, const std::string& detail) const {
+    return absl::UnimplementedError(absl::StrFormat("%s: field \"%s\": %s", path_, field, detail));
+  }
+
+  absl::StatusOr<int64_t> RequiredPositiveInt(const char* field) const {
+    if (!Has(field)) return Error(field, "a positive integer");
+    return PositiveInt(field, Get(field));
+  }
+
+  // `fallback` when absent or null.
+  absl::StatusOr<int64_t> PositiveIntOr(const char* field, int64_t fallback) const {
+    if (!HasValue(field)) return fallback;
+    return PositiveInt(field, Get(field));
+  }
+
+  absl::StatusOr<double> PositiveNumberOr(const char* field, double fallback) const {
+    if (!HasValue(field)) return fallback;
+    return PositiveNumber(field, Get(field));
+  }
+
+  absl::StatusOr<double> NumberOr(const char* field, double fallback) const {
+    if (!HasValue(field)) return fallback;
+    if (!Get(field).is_number()) return Error(field, "a number");
+    return Get(field).get<double>();
+  }
+
+  absl::StatusOr<bool> BoolOr(const char* field, bool fallback) const {
+    if (!HasValue(field)) return fallback;
+    if (!Get(field).is_boolean()) return Error(field, "true or false");
+    return Get(field).get<bool>();
+  }
+
+  absl::StatusOr<std::string> StringOr(const char* field, const std::string& fallback) const {
+    if (!HasValue(field)) return fallback;
+    if (!Get(field).is_string()) return Error(field, "a string");
+    return Get(field).get<std::string>();
+  }
+
+  absl::StatusOr<int64_t> PositiveInt(const char* field, const Json& value) const {
+    if (value.is_number_unsigned() && value.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX) &&
+        value.get<uint64_t>() > 0) {
+      return static_cast<int64_t>(value.get<uint64_t>());
+    }
+    if (value.is_number_integer() && value.get<int64_t>() > 0) return value.get<int64_t>();
+    return Error(field, "a positive integer");
+  }
+
+  absl::StatusOr<double> PositiveNumber(const char* field, const Json& value) const {
+    if (value.is_number() && value.get<double>() > 0) return value.get<double>();
+    return Error(field, "a positive number");
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  const Json& object_;
+  std::string path_;
+};
+
+#define LLMC_ASSIGN_OR_RETURN(target, expression) \
+  do {                                            \
+    auto assign_or_return_value = (expression);   \
+    if (!assign_or_return_value.ok()) {           \
+      return assign_or_return_value.status();     \
+    }                                             \
+    target = *std::move(assign_or_return_value);  \
+  } while (false)
+
+absl::StatusOr<Json> ParseObject(std::string_view text, const std::string& path) {
+  absl::StatusOr<Json> parsed = ParseJson(text, path);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->is_object()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: expected a JSON object at the top level, found %s", path, DescribeJson(*parsed)));
+  }
+  return parsed;
+}
+
+absl::StatusOr<Family> ParseArchitecture(const FieldReader& config, std::string* architecture) {
+  const std::string supported = absl::StrJoin(kSupportedArchitectures, ", ");
+  if (!config.HasValue("architectures") || !config.Get("architectures").is_array() ||
+      config.Get("architectures").empty() || !config.Get("architectures")[0].is_string()) {
+    return config.Error("architectures",
+                        "a non-empty list of architecture names (one of the supported)");
+  }
+  *architecture = config.Get("architectures")[0].get<std::string>();
+  if (*architecture == "LlamaForCausalLM") return Family::kLlama;
+  if (*architecture == "MistralForCausalLM") return Family::kMistral;
+  if (*architecture == "Qwen2ForCausalLM") return Family::kQwen2;
+  return absl::UnimplementedError(
+      absl::StrFormat("%s: field \"architectures\": architecture \"%s\" is not supported "
+                      "(supported: %s)",
+                      config.path(), *architecture, supported));
+}
+
+// rope_theta and rope scaling. Older configs carry "rope_theta" and "rope_scaling" at the top
+// level; transformers >= 4.56 writes both inside "rope_parameters". Either is accepted.
+absl::Status ParseRope(const FieldReader& config, RopeConfig* rope) {
+  const char* scaling_field = nullptr;
+  if (config.HasValue("rope_scaling")) {
+    scaling_field = "rope_scaling";
+  } else if (config.HasValue("rope_parameters")) {
+    scaling_field = "rope_parameters";
+  }
+  double theta = 10000.0;  // LlamaConfig, MistralConfig and Qwen2Config all default to 1e4
+  if (config.HasValue("rope_theta")) {
+    LLMC_ASSIGN_OR_RETURN(theta, config.PositiveNumberOr("rope_theta", theta));
+  } else if (scaling_field != nullptr && config.Get(scaling_field).is_object() &&
+             config.Get(scaling_field).contains("rope_theta")) {
+    FieldReader parameters(config.Get(scaling_field),
+                           absl::StrFormat("%s: field \"%s\"", config.path(), scaling_field));
+    LLMC_ASSIGN_OR_RETURN(theta, parameters.PositiveNumberOr("rope_theta", theta));
+  }
+  rope->set_theta(theta);
+  rope->set_scaling(RopeConfig::SCALING_NONE);
+  if (scaling_field == nullptr) return absl::OkStatus();
+
+  const Json& scaling = config.Get(scaling_field);
+  if (!scaling.is_object()) return config.Error(scaling_field, "null or an object");
+  FieldReader parameters(scaling,
+                         absl::StrFormat("%s: field \"%s\"", config.path(), scaling_field));
+  // transformers reads "rope_type", falling back to the legacy "type".
+  const char* type_field = parameters.HasValue("rope_type") ? "rope_type" : "type";
+  std::string type;
+  LLMC_ASSIGN_OR_RETURN(type, parameters.StringOr(type_field, "default"));
+  if (type == "default") return absl::OkStatus();
+  if (type == "linear") {
+    rope->set_scaling(RopeConfig::LINEAR);
+    double factor = 0;
+    if (!parameters.HasValue("factor")) return parameters.Error("factor", "a positive number");
+    LLMC_ASSIGN_OR_RETURN(factor, parameters.PositiveNumber("factor", parameters.Get("factor")));
+    rope->set_factor(factor);
+    return absl::OkStatus();
+  }
+  if (type == "llama3") {
+    rope->set_scaling(RopeConfig::LLAMA3);
+    double value = 0;
+    for (const char* field : {"factor", "low_freq_factor", "high_freq_factor"}) {
+      if (!parameters.HasValue(field)) return parameters.Error(field, "a positive number");
+      LLMC_ASSIGN_OR_RETURN(value, parameters.PositiveNumber(field, parameters.Get(field)));
+      if (field == std::string("factor")) rope->set_factor(value);
+      if (field == std::string("low_freq_factor")) rope->set_low_freq_factor(value);
+      if (field == std::string("high_freq_factor")) rope->set_high_freq_factor(value);
+    }
+    int64_t original_max = 0;
+    LLMC_ASSIGN_OR_RETURN(original_max,
+                          parameters.RequiredPositiveInt("original_max_position_embeddings"));
+    rope->set_original_max_position_embeddings(original_max);
+    if (rope->high_freq_factor() <= rope->low_freq_factor()) {
+      return parameters.Error("high_freq_factor", "a value greater than low_freq_factor");
+    }
+    return absl::OkStatus();
+  }
+  return config.Unsupported(scaling_field,
+                            absl::StrFormat("rope type \"%s\" is not supported (supported: "
+                                            "default, linear, llama3)",
+                                            type));
+}
+
+llmrt::plan::DType DTypeFromTorchName(const std::string& name) {
+  if (name == "float32" || name == "float") return llmrt::plan::F32;
+  if (name == "float16" || name == "half") return llmrt::plan::F16;
+  if (name == "bfloat16") return llmrt::plan::BF16;
+  return llmrt::plan::DTYPE_UNSPECIFIED;
+}
+
+// A token id field: an integer (negative means none), or null/absent (nullopt).
+absl::StatusOr<std::optional<int64_t>> OptionalTokenId(const FieldReader& reader,
+                                                       const char* field) {
+  if (!reader.HasValue(field)) return std::optional<int64_t>();
+  const Json& value = reader.Get(field);
+  if (!value.is_number_integer()) return reader.Error(field, "an integer token id or null");
+  const int64_t id = value.is_number_unsigned() ? static_cast<int64_t>(value.get<uint64_t>())
+                                                : value.get<int64_t>();
+  return std::optional<int64_t>(id < 0 ? -1 : id);
+}
+
+// eos_token_id: an integer, a list of integers, or null/absent (nullopt).
+absl::StatusOr<std::optional<std::vector<int64_t>>> OptionalTokenIdList(const FieldReader& reader,
+                                                                        const char* field) {
+  if (!reader.HasValue(field)) return std::optional<std::vector<int64_t>>();
+  const Json& value = reader.Get(field);
+  std::vector<int64_t> ids;
+  auto add = [&ids](int64_t id) {
+    if (id < 0) return;
+    for (int64_t existing : ids) {
+      if (existing == id) return;
+    }
+    ids.push_back(id);
+  };
+  if (value.is_number_integer()) {
+    add(value.get<int64_t>());
+  } else if (value.is_array()) {
+    for (const Json& element : value) {
+      if (!element.is_number_integer()) {
+        return reader.Error(field, "an integer token id or a list of them");
+      }
+      add(element.get<int64_t>());
+    }
+  } else {
+    return reader.Error(field, "an integer token id or a list of them");
+  }
+  return std::optional<std::vector<int64_t>>(ids);
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
+                                             const std::string& config_path) {
+  Json json;
+  LLMC_ASSIGN_OR_RETURN(json, ParseObject(config_json, config_path));
+  const FieldReader config(json, config_path);
+  ModelConfig result;
+
+  std::string architecture;
+  Family family;
+  LLMC_ASSIGN_OR_RETURN(family, ParseArchitecture(config, &architecture));
+  const FamilyDefaults defaults = DefaultsFor(family);
+  result.set_architecture(architecture);
+  std::string model_type;
+  LLMC_ASSIGN_OR_RETURN(model_type, config.StringOr("model_type", defaults.model_type));
+  result.set_model_type(model_type);
+
+  int64_t value = 0;
+  LLMC_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("vocab_size"));
+  result.set_vocab_size(value);
+  LLMC_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("hidden_size"));
+  result.set_hidden_size(value);
+  LLMC_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("intermediate_size"));
+  result.set_intermediate_size(value);
+  LLMC_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("num_hidden_layers"));
+  result.set_num_layers(value);
+  LLMC_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("num_attention_heads"));
+  result.set_num_attention_heads(value);
+
+  // Absent: the class default; explicit null: num_attention_heads (transformers' "backward
+  // compatibility" branch).
+  int64_t kv_fallback = defaults.num_key_value_heads.value_or(result.num_attention_heads());
+  if (config.Has("num_key_value_heads") && config.Get("num_key_value_heads").is_null()) {
+    kv_fallback = result.num_attention_heads();
+  }
+  LLMC_ASSIGN_OR_RETURN(value, config.PositiveIntOr("num_key_value_heads", kv_fallback));
+  result.set_num_kv_heads(value);
+  if (result.num_attention_heads() % result.num_kv_heads() != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: field \"num_key_value_heads\": expected a divisor of num_attention_heads (%d), "
+        "found %d",
+        config_path, result.num_attention_heads(), result.num_kv_heads()));
+  }
+
+  if (config.HasValue("head_dim")) {
+    LLMC_ASSIGN_OR_RETURN(value, config.PositiveInt("head_dim", config.Get("head_dim")));
+    result.set_head_dim(value);
+  } else if (result.hidden_size() % result.num_attention_heads() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: field \"head_dim\" is absent and hidden_size %d is not divisible by "
+                        "num_attention_heads %d; expected an explicit head_dim",
+                        config_path, result.hidden_size(), result.num_attention_heads()));
+  } else {
+    result.set_head_dim(result.hidden_size() / result.num_attention_heads());
+  }
+
+  LLMC_ASSIGN_OR_RETURN(
+      value, config.PositiveIntOr("max_position_embeddings", defaults.max_position_embeddings));
+  result.set_max_position_embeddings(value);
+  double eps = 0;
+  LLMC_ASSIGN_OR_RETURN(eps, config.PositiveNumberOr("rms_norm_eps", 1e-6));
+  result.set_rms_norm_eps(eps);
+  if (absl::Status status = ParseRope(config, result.mutable_rope()); !status.ok()) return status;
+
+  bool flag = false;
+  LLMC_ASSIGN_OR_RETURN(flag, config.BoolOr("tie_word_embeddings", false));
+  result.set_tie_word_embeddings(flag);
+
+  std::string hidden_act;
+  LLMC_ASSIGN_OR_RETURN(hidden_act, config.StringOr("hidden_act", "silu"));
+  if (hidden_act != "silu") {
+    return config.Unsupported(
+        "hidden_act",
+        absl::StrFormat("activation \"%s\" is not supported (supported: silu)", hidden_act));
+  }
+  result.set_hidden_act(hidden_act);
+
+  switch (family) {
+    case Family::kLlama: {
+      LLMC_ASSIGN_OR_RETURN(flag, config.BoolOr("attention_bias", false));
+      result.set_attention_bias(flag);
+      LLMC_ASSIGN_OR_RETURN(flag, config.BoolOr("mlp_bias", false));
+      if (flag) return config.Unsupported("mlp_bias", "MLP biases (true) are not supported");
+      break;
+    }
+    case Family::kMistral: {
+      // MistralConfig defaults sliding_window to 4096 when the key is absent; null disables it.
+      int64_t window = 4096;
+      if (config.Has("sliding_window")) {
+        window = 0;
+        LLMC_ASSIGN_OR_RETURN(window, config.PositiveIntOr("sliding_window", 0));
+      }
+      result.set_sliding_window(window);
+      break;
+    }
+    case Family::kQwen2: {
+      // Qwen2's q/k/v projections always carry a bias.
+      result.set_attention_bias(true);
+      LLMC_ASSIGN_OR_RETURN(flag, config.BoolOr("use_sliding_window", false));
+      if (flag) {
+        return config.Unsupported("use_sliding_window",
+                                  "Qwen2 sliding-window layers (true) are not supported");
+      }
+      break;
+    }
+  }
+
+  std::string torch_dtype;
+  const char* dtype_field = config.HasValue("torch_dtype") ? "torch_dtype" : "dtype";
+  LLMC_ASSIGN_OR_RETURN(torch_dtype, config.StringOr(dtype_field, ""));
+  result.set_checkpoint_dtype(DTypeFromTorchName(torch_dtype));
+  return result;
+}
+
+absl::StatusOr<GenerationDefaults> ParseGenerationDefaults(
+    std::optional<std::string_view> generation_json, const std::string& generation_path,
+    std::string_view config_json, const std::string& config_path) {
+  Json config_object;
+  LLMC_ASSIGN_OR_RETURN(config_object, ParseObject(config_json, config_path));
+  const FieldReader config(config_object, config_path);
+  std::string architecture;
+  Family family;
+  LLMC_ASSIGN_OR_RETURN(family, ParseArchitecture(config, &architecture));
+  const FamilyDefaults defaults = DefaultsFor(family);
+
+  Json generation_object = Json::object();
+  if (generation_json.has_value()) {
+    LLMC_ASSIGN_OR_RETURN(generation_object, ParseObject(*generation_json, generation_path));
+  }
+  const FieldReader generation(generation_object, generation_path);
+
+  GenerationDefaults result;
+  // bos and pad: generation_config.json, else config.json, else the class default.
+  std::optional<int64_t> id;
+  LLMC_ASSIGN_OR_RETURN(id, OptionalTokenId(generation, "bos_token_id"));
+  if (!id.has_value() && !generation.HasValue("bos_token_id")) {
+    LLMC_ASSIGN_OR_RETURN(id, OptionalTokenId(config, "bos_token_id"));
+    if (!config.Has("bos_token_id")) id = defaults.bos_token_id;
+  }
+  result.set_bos_token_id(id.value_or(-1));
+
+  std::optional<std::vector<int64_t>> eos;
+  LLMC_ASSIGN_OR_RETURN(eos, OptionalTokenIdList(generation, "eos_token_id"));
+  if (!eos.has_value()) {
+    LLMC_ASSIGN_OR_RETURN(eos, OptionalTokenIdList(config, "eos_token_id"));
+    if (!config.Has("eos_token_id") && defaults.eos_token_id >= 0) {
+      eos = std::vector<int64_t>{defaults.eos_token_id};
+    }
+  }
+  for (int64_t eos_id : eos.value_or(std::vector<int64_t>())) result.add_eos_token_ids(eos_id);
+
+  LLMC_ASSIGN_OR_RETURN(id, OptionalTokenId(generation, "pad_token_id"));
+  if (!id.has_value()) LLMC_ASSIGN_OR_RETURN(id, OptionalTokenId(config, "pad_token_id"));
+  result.set_pad_token_id(id.value_or(-1));
+
+  // transformers' GenerationConfig defaults.
+  bool do_sample = false;
+  LLMC_ASSIGN_OR_RETURN(do_sample, generation.BoolOr("do_sample", false));
+  result.set_do_sample(do_sample);
+  double number = 0;
+  LLMC_ASSIGN_OR_RETURN(number, generation.NumberOr("temperature", 1.0));
+  if (number < 0) return generation.Error("temperature", "a non-negative number");
+  result.set_temperature(number);
+  int64_t top_k = 50;
+  if (generation.HasValue("top_k")) {
+    const Json& value = generation.Get("top_k");
+    if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+      return generation.Error("top_k", "a non-negative integer");
+    }
+    top_k = value.get<int64_t>();
+  }
+  result.set_top_k(top_k);
+  LLMC_ASSIGN_OR_RETURN(number, generation.NumberOr("top_p", 1.0));
+  if (number <= 0 || number > 1) return generation.Error("top_p", "a number in (0, 1]");
+  result.set_top_p(number);
+  LLMC_ASSIGN_OR_RETURN(number, generation.PositiveNumberOr("repetition_penalty", 1.0));
+  result.set_repetition_penalty(number);
+  int64_t max_length = 0;
+  LLMC_ASSIGN_OR_RETURN(max_length, generation.PositiveIntOr("max_length", 20));
+  result.set_max_length(max_length);
+  return result;
+}
+
+}  // namespace llmc

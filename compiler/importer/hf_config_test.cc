@@ -1,0 +1,307 @@
+#include "compiler/importer/hf_config.h"
+
+#include <optional>
+#include <string>
+
+#include "compiler/importer/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace llmc {
+namespace {
+
+using ::llmc::testing_util::LlamaConfigJson;
+using ::llmrt::plan::GenerationDefaults;
+using ::llmrt::plan::ModelConfig;
+using ::llmrt::plan::RopeConfig;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+absl::StatusOr<ModelConfig> Parse(const Json& config) {
+  return ParseModelConfig(config.dump(2), "dir/config.json");
+}
+
+std::string ErrorOf(const Json& config) {
+  auto parsed = Parse(config);
+  return parsed.ok() ? std::string() : std::string(parsed.status().message());
+}
+
+absl::StatusOr<GenerationDefaults> ParseGeneration(const std::optional<Json>& generation,
+                                                   const Json& config) {
+  const std::string generation_text = generation.has_value() ? generation->dump() : "";
+  return ParseGenerationDefaults(
+      generation.has_value() ? std::optional<std::string_view>(generation_text) : std::nullopt,
+      "dir/generation_config.json", config.dump(), "dir/config.json");
+}
+
+TEST(ModelConfigTest, LlamaFieldsAreRead) {
+  auto config = Parse(LlamaConfigJson());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->architecture(), "LlamaForCausalLM");
+  EXPECT_EQ(config->model_type(), "llama");
+  EXPECT_EQ(config->vocab_size(), 32);
+  EXPECT_EQ(config->hidden_size(), 16);
+  EXPECT_EQ(config->intermediate_size(), 24);
+  EXPECT_EQ(config->num_layers(), 2);
+  EXPECT_EQ(config->num_attention_heads(), 4);
+  EXPECT_EQ(config->num_kv_heads(), 2);
+  EXPECT_EQ(config->head_dim(), 4);
+  EXPECT_EQ(config->max_position_embeddings(), 128);
+  EXPECT_DOUBLE_EQ(config->rms_norm_eps(), 1e-5);
+  EXPECT_DOUBLE_EQ(config->rope().theta(), 500000.0);
+  EXPECT_EQ(config->rope().scaling(), RopeConfig::SCALING_NONE);
+  EXPECT_EQ(config->sliding_window(), 0);
+  EXPECT_FALSE(config->attention_bias());
+  EXPECT_FALSE(config->tie_word_embeddings());
+  EXPECT_EQ(config->hidden_act(), "silu");
+  EXPECT_EQ(config->checkpoint_dtype(), llmrt::plan::BF16);
+}
+
+TEST(ModelConfigTest, LlamaDefaultsFollowTransformers) {
+  Json json = LlamaConfigJson();
+  for (const char* field :
+       {"num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+        "tie_word_embeddings", "hidden_act", "torch_dtype", "model_type"}) {
+    json.erase(field);
+  }
+  json["attention_bias"] = true;
+  json["head_dim"] = 8;  // explicit head_dim wins over hidden / heads
+  auto config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->num_kv_heads(), 4);  // = num_attention_heads
+  EXPECT_EQ(config->head_dim(), 8);
+  EXPECT_EQ(config->max_position_embeddings(), 2048);
+  EXPECT_DOUBLE_EQ(config->rms_norm_eps(), 1e-6);
+  EXPECT_DOUBLE_EQ(config->rope().theta(), 10000.0);
+  EXPECT_FALSE(config->tie_word_embeddings());
+  EXPECT_EQ(config->hidden_act(), "silu");
+  EXPECT_EQ(config->model_type(), "llama");
+  EXPECT_TRUE(config->attention_bias());
+  EXPECT_EQ(config->checkpoint_dtype(), llmrt::plan::DTYPE_UNSPECIFIED);
+}
+
+TEST(ModelConfigTest, MistralSlidingWindowAndDefaults) {
+  Json json = LlamaConfigJson();
+  json["architectures"] = {"MistralForCausalLM"};
+  json.erase("model_type");
+  json.erase("num_key_value_heads");
+  json["num_attention_heads"] = 16;
+  json["hidden_size"] = 64;
+  json["attention_bias"] = true;  // MistralConfig has no such field: ignored
+  auto config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model_type(), "mistral");
+  EXPECT_EQ(config->num_kv_heads(), 8);  // MistralConfig's default when the key is absent
+  EXPECT_EQ(config->sliding_window(), 4096);
+  EXPECT_FALSE(config->attention_bias());
+
+  json["num_key_value_heads"] = nullptr;  // explicit null: same as the query heads
+  json["sliding_window"] = nullptr;
+  config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->num_kv_heads(), 16);
+  EXPECT_EQ(config->sliding_window(), 0);
+
+  json["sliding_window"] = 2048;
+  EXPECT_EQ(Parse(json)->sliding_window(), 2048);
+  json["sliding_window"] = "wide";
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"sliding_window\": expected a positive integer, "
+                                       "found \"wide\""));
+}
+
+TEST(ModelConfigTest, Qwen2HasAttentionBiasAndNoSlidingWindow) {
+  Json json = LlamaConfigJson();
+  json["architectures"] = {"Qwen2ForCausalLM"};
+  json["model_type"] = "qwen2";
+  json["sliding_window"] = 4096;  // ignored while use_sliding_window is false
+  json["use_sliding_window"] = false;
+  auto config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->attention_bias());
+  EXPECT_EQ(config->sliding_window(), 0);
+  json["use_sliding_window"] = true;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("dir/config.json: field \"use_sliding_window\": Qwen2 "
+                                       "sliding-window layers (true) are not supported"));
+}
+
+TEST(ModelConfigTest, RopeScalingTypes) {
+  Json json = LlamaConfigJson();
+  json["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
+  auto config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope().scaling(), RopeConfig::LINEAR);
+  EXPECT_DOUBLE_EQ(config->rope().factor(), 4.0);
+
+  json["rope_scaling"] = {{"rope_type", "llama3"},
+                          {"factor", 8.0},
+                          {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0},
+                          {"original_max_position_embeddings", 8192}};
+  config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope().scaling(), RopeConfig::LLAMA3);
+  EXPECT_DOUBLE_EQ(config->rope().factor(), 8.0);
+  EXPECT_DOUBLE_EQ(config->rope().low_freq_factor(), 1.0);
+  EXPECT_DOUBLE_EQ(config->rope().high_freq_factor(), 4.0);
+  EXPECT_EQ(config->rope().original_max_position_embeddings(), 8192);
+
+  json["rope_scaling"].erase("original_max_position_embeddings");
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"rope_scaling\": field "
+                                       "\"original_max_position_embeddings\": expected a positive "
+                                       "integer, found nothing"));
+
+  for (const char* type : {"dynamic", "yarn", "longrope"}) {
+    json["rope_scaling"] = {{"rope_type", type}, {"factor", 2.0}};
+    EXPECT_THAT(ErrorOf(json), HasSubstr(std::string("dir/config.json: field \"rope_scaling\": "
+                                                     "rope type \"") +
+                                         type + "\" is not supported"));
+  }
+  json["rope_scaling"] = {{"type", "linear"}};
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"factor\": expected a positive number"));
+  json["rope_scaling"] = nullptr;
+  EXPECT_EQ(Parse(json)->rope().scaling(), RopeConfig::SCALING_NONE);
+}
+
+TEST(ModelConfigTest, NewerRopeParametersLayout) {
+  Json json = LlamaConfigJson();
+  json.erase("rope_theta");
+  json["rope_parameters"] = {{"rope_type", "linear"}, {"rope_theta", 1e6}, {"factor", 2.0}};
+  auto config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_DOUBLE_EQ(config->rope().theta(), 1e6);
+  EXPECT_EQ(config->rope().scaling(), RopeConfig::LINEAR);
+  json["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 20000.0}};
+  EXPECT_DOUBLE_EQ(Parse(json)->rope().theta(), 20000.0);
+  EXPECT_EQ(Parse(json)->rope().scaling(), RopeConfig::SCALING_NONE);
+}
+
+TEST(ModelConfigTest, BadJsonNamesLineAndColumn) {
+  auto config = ParseModelConfig("{\n  \"vocab_size\": 3,\n    oops\n}", "dir/config.json");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(),
+              HasSubstr("dir/config.json: invalid JSON at line 3, column 5: "));
+  EXPECT_THAT(ParseModelConfig("[1]", "c.json").status().message(),
+              HasSubstr("c.json: expected a JSON object at the top level, found [1]"));
+  EXPECT_THAT(ParseModelConfig("", "c.json").status().message(), HasSubstr("invalid JSON"));
+}
+
+TEST(ModelConfigTest, UnknownArchitectureListsSupported) {
+  Json json = LlamaConfigJson();
+  json["architectures"] = {"GPT2LMHeadModel"};
+  EXPECT_THAT(ErrorOf(json),
+              HasSubstr("dir/config.json: field \"architectures\": architecture "
+                        "\"GPT2LMHeadModel\" is not supported (supported: LlamaForCausalLM, "
+                        "MistralForCausalLM, Qwen2ForCausalLM)"));
+  json.erase("architectures");
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"architectures\": expected a non-empty list"));
+}
+
+TEST(ModelConfigTest, MissingAndMistypedFields) {
+  Json json = LlamaConfigJson();
+  json.erase("hidden_size");
+  EXPECT_THAT(ErrorOf(json), HasSubstr("dir/config.json: field \"hidden_size\": expected a "
+                                       "positive integer, found nothing (the field is missing)"));
+  json["hidden_size"] = "abc";
+  EXPECT_THAT(ErrorOf(json), HasSubstr("dir/config.json: field \"hidden_size\": expected a "
+                                       "positive integer, found \"abc\""));
+  json["hidden_size"] = 16.5;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("found 16.5"));
+  json = LlamaConfigJson();
+  json["num_hidden_layers"] = 0;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"num_hidden_layers\": expected a positive "
+                                       "integer, found 0"));
+  json = LlamaConfigJson();
+  json["rms_norm_eps"] = "small";
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"rms_norm_eps\": expected a positive number"));
+  json = LlamaConfigJson();
+  json["tie_word_embeddings"] = 1;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"tie_word_embeddings\": expected true or false, "
+                                       "found 1"));
+}
+
+TEST(ModelConfigTest, UnsupportedFeatures) {
+  Json json = LlamaConfigJson();
+  json["mlp_bias"] = true;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"mlp_bias\": MLP biases (true) are not supported"));
+  json = LlamaConfigJson();
+  json["hidden_act"] = "gelu";
+  EXPECT_THAT(ErrorOf(json),
+              HasSubstr("field \"hidden_act\": activation \"gelu\" is not supported"));
+  json = LlamaConfigJson();
+  json["num_key_value_heads"] = 3;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"num_key_value_heads\": expected a divisor of "
+                                       "num_attention_heads (4), found 3"));
+  json = LlamaConfigJson();
+  json["hidden_size"] = 18;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("hidden_size 18 is not divisible by num_attention_heads 4"));
+}
+
+TEST(GenerationDefaultsTest, ReadsGenerationConfig) {
+  const Json generation = {{"bos_token_id", 128000}, {"eos_token_id", {128001, 128008, 128009}},
+                           {"pad_token_id", 0},      {"do_sample", true},
+                           {"temperature", 0.6},     {"top_k", 40},
+                           {"top_p", 0.9},           {"repetition_penalty", 1.1},
+                           {"max_length", 4096}};
+  auto defaults = ParseGeneration(generation, LlamaConfigJson());
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->bos_token_id(), 128000);
+  EXPECT_THAT(defaults->eos_token_ids(), ElementsAre(128001, 128008, 128009));
+  EXPECT_EQ(defaults->pad_token_id(), 0);
+  EXPECT_TRUE(defaults->do_sample());
+  EXPECT_DOUBLE_EQ(defaults->temperature(), 0.6);
+  EXPECT_EQ(defaults->top_k(), 40);
+  EXPECT_DOUBLE_EQ(defaults->top_p(), 0.9);
+  EXPECT_DOUBLE_EQ(defaults->repetition_penalty(), 1.1);
+  EXPECT_EQ(defaults->max_length(), 4096);
+}
+
+TEST(GenerationDefaultsTest, FallsBackToConfigThenClassDefaults) {
+  Json config = LlamaConfigJson();
+  config["bos_token_id"] = 5;
+  config["eos_token_id"] = {6, 7};
+  auto defaults = ParseGeneration(std::nullopt, config);
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->bos_token_id(), 5);
+  EXPECT_THAT(defaults->eos_token_ids(), ElementsAre(6, 7));
+  EXPECT_EQ(defaults->pad_token_id(), -1);
+  // transformers' GenerationConfig defaults.
+  EXPECT_FALSE(defaults->do_sample());
+  EXPECT_DOUBLE_EQ(defaults->temperature(), 1.0);
+  EXPECT_EQ(defaults->top_k(), 50);
+  EXPECT_DOUBLE_EQ(defaults->top_p(), 1.0);
+  EXPECT_DOUBLE_EQ(defaults->repetition_penalty(), 1.0);
+  EXPECT_EQ(defaults->max_length(), 20);
+
+  // Absent everywhere: LlamaConfig's bos 1 / eos 2; Qwen2Config has none.
+  config.erase("bos_token_id");
+  config.erase("eos_token_id");
+  defaults = ParseGeneration(Json::object(), config);
+  EXPECT_EQ(defaults->bos_token_id(), 1);
+  EXPECT_THAT(defaults->eos_token_ids(), ElementsAre(2));
+  config["architectures"] = {"Qwen2ForCausalLM"};
+  defaults = ParseGeneration(Json::object(), config);
+  EXPECT_EQ(defaults->bos_token_id(), -1);
+  EXPECT_TRUE(defaults->eos_token_ids().empty());
+  // Explicit null in config.json: none.
+  config["architectures"] = {"LlamaForCausalLM"};
+  config["bos_token_id"] = nullptr;
+  EXPECT_EQ(ParseGeneration(std::nullopt, config)->bos_token_id(), -1);
+}
+
+TEST(GenerationDefaultsTest, BadValuesNameFileAndField) {
+  auto defaults = ParseGeneration(Json{{"eos_token_id", "</s>"}}, LlamaConfigJson());
+  ASSERT_FALSE(defaults.ok());
+  EXPECT_THAT(defaults.status().message(),
+              HasSubstr("dir/generation_config.json: field \"eos_token_id\": expected an integer "
+                        "token id or a list of them, found \"</s>\""));
+  defaults = ParseGeneration(Json{{"top_p", 1.5}}, LlamaConfigJson());
+  EXPECT_THAT(defaults.status().message(), HasSubstr("field \"top_p\": expected a number in"));
+  defaults = ParseGenerationDefaults("{oops", "dir/generation_config.json",
+                                     LlamaConfigJson().dump(), "dir/config.json");
+  EXPECT_THAT(defaults.status().message(),
+              HasSubstr("dir/generation_config.json: invalid JSON at line 1, column 2"));
+}
+
+}  // namespace
+}  // namespace llmc

@@ -1,0 +1,130 @@
+#include "compiler/pipeline/compile.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "codegen/EmitProgram.h"
+#include "compiler/arch/arch.h"
+#include "compiler/arch/weight_source.h"
+#include "compiler/importer/checkpoint.h"
+#include "compiler/tokenizer/import_tokenizer.h"
+#include "mlir/IR/MLIRContext.h"
+#include "passes/Passes.h"
+#include "runtime/plan/plan_writer.h"
+
+namespace llmc {
+namespace {
+
+namespace plan = llmrt::plan;
+
+constexpr char kProducer[] = "llmc 0.1";
+// Blocks of 16 tokens: vLLM's default, small enough that a short sequence wastes little and
+// large enough that block-table lookups stay off the attention hot path.
+constexpr int kDefaultKvBlockSize = 16;
+
+// Runs `stage` between BeginStage/EndStage so every stage reports, whether it succeeds or not.
+template <typename Fn>
+auto RunStage(ProgressSink* progress, const std::string& name, Fn&& stage) {
+  if (progress) progress->BeginStage(name);
+  auto result = stage();
+  if (progress && result.ok()) progress->EndStage();
+  return result;
+}
+
+// Forwards codegen's weight reads to the checkpoint and reports how far writing has come.
+class ProgressWeightSource final : public WeightSource {
+ public:
+  ProgressWeightSource(const TensorMap& tensors, ProgressSink* progress, int64_t total)
+      : inner_(tensors), progress_(progress), total_(total) {}
+
+  absl::StatusOr<WeightView> getWeight(const std::string& name) const override {
+    absl::StatusOr<WeightView> view = inner_.getWeight(name);
+    if (view.ok() && progress_) {
+      ++done_;
+      bytes_ += view->sizeBytes;
+      progress_->TensorProgress(done_, total_, bytes_);
+    }
+    return view;
+  }
+
+ private:
+  TensorMapWeightSource inner_;
+  ProgressSink* progress_;
+  int64_t total_;
+  mutable int64_t done_ = 0;
+  mutable uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
+absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
+  std::unique_ptr<Checkpoint> checkpoint;
+  plan::TokenizerSpec tokenizer;
+  absl::Status imported = RunStage(progress, "import", [&]() -> absl::Status {
+    absl::StatusOr<std::unique_ptr<Checkpoint>> opened = Checkpoint::Open(options.model_dir);
+    if (!opened.ok()) return opened.status();
+    checkpoint = *std::move(opened);
+    absl::StatusOr<plan::TokenizerSpec> spec = ImportTokenizer(options.model_dir);
+    if (!spec.ok()) return spec.status();
+    tokenizer = *std::move(spec);
+    return ValidateTensors(checkpoint->config(), *checkpoint);
+  });
+  if (!imported.ok()) return imported;
+
+  const plan::ModelConfig& config = checkpoint->config();
+  plan::DType weight_dtype = options.weight_dtype.value_or(config.checkpoint_dtype());
+  if (weight_dtype != plan::F32 && weight_dtype != plan::F16 && weight_dtype != plan::BF16) {
+    weight_dtype = plan::F32;
+  }
+
+  mlir::MLIRContext context;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  absl::Status built = RunStage(progress, "build-ir", [&]() -> absl::Status {
+    absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> result =
+        BuildModule(context, config, *checkpoint);
+    if (!result.ok()) return result.status();
+    module = *std::move(result);
+    return absl::OkStatus();
+  });
+  if (!built.ok()) return built;
+
+  absl::Status optimized = RunStage(progress, "passes", [&]() -> absl::Status {
+    PipelineOptions pipeline;
+    pipeline.dumpDir = options.dump_ir_dir;
+    return runPipeline(*module, pipeline);
+  });
+  if (!optimized.ok()) return optimized;
+
+  return RunStage(progress, "codegen", [&]() -> absl::Status {
+    absl::StatusOr<std::unique_ptr<plan::PlanWriter>> writer =
+        plan::PlanWriter::Create(options.output_path);
+    if (!writer.ok()) return writer.status();
+    ProgressWeightSource weights(checkpoint->tensors(), progress,
+                                 static_cast<int64_t>(checkpoint->tensors().size()));
+    plan::PlanMeta meta;
+    std::vector<plan::Tensor> tensors;
+    absl::StatusOr<plan::Program> program =
+        emitProgram(*module, weights, weight_dtype, **writer, &tensors);
+    if (!program.ok()) return program.status();
+
+    meta.set_producer(kProducer);
+    *meta.mutable_config() = config;
+    *meta.mutable_generation() = checkpoint->generation();
+    *meta.mutable_tokenizer() = std::move(tokenizer);
+    for (plan::Tensor& tensor : tensors) *meta.add_tensors() = std::move(tensor);
+    *meta.mutable_program() = *std::move(program);
+    meta.set_weight_dtype(weight_dtype);
+    plan::KvCacheSpec* kv = meta.mutable_kv_cache();
+    kv->set_num_layers(static_cast<int32_t>(config.num_layers()));
+    kv->set_num_kv_heads(static_cast<int32_t>(config.num_kv_heads()));
+    kv->set_head_dim(static_cast<int32_t>(config.head_dim()));
+    kv->set_dtype(plan::F32);
+    kv->set_default_block_size(kDefaultKvBlockSize);
+    // On any failure above, the writer's destructor removes the temporary file.
+    return (*writer)->Finish(meta);
+  });
+}
+
+}  // namespace llmc

@@ -1,0 +1,170 @@
+//===- LlmDialect.cpp - the llm dialect: ops and verifiers -----------------===//
+
+#include "ir/LlmDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace llmc::llm;
+
+#include "ir/LlmDialect.cpp.inc"
+
+void LlmDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "ir/LlmOps.cpp.inc"
+      >();
+}
+
+#define GET_OP_CLASSES
+#include "ir/LlmOps.cpp.inc"
+
+int64_t llmc::llm::getActivationWidth(Type type) {
+  auto tensor = type.dyn_cast<RankedTensorType>();
+  if (!tensor || tensor.getRank() != 2)
+    return ShapedType::kDynamic;
+  return tensor.getDimSize(1);
+}
+
+RankedTensorType llmc::llm::getActivationType(MLIRContext *context, int64_t width) {
+  return RankedTensorType::get({ShapedType::kDynamic, width}, FloatType::getF32(context));
+}
+
+ParamOp llmc::llm::lookupParam(Operation *from, FlatSymbolRefAttr ref) {
+  return SymbolTable::lookupNearestSymbolFrom<ParamOp>(from, ref);
+}
+
+namespace {
+
+// Resolves `ref` to an llm.param of the expected shape; reports what was found otherwise.
+FailureOr<ParamOp> verifyParam(Operation *op, SymbolTableCollection &symbolTable,
+                               FlatSymbolRefAttr ref, StringRef role,
+                               ArrayRef<int64_t> expectedShape) {
+  auto param = symbolTable.lookupNearestSymbolFrom<ParamOp>(op, ref);
+  if (!param)
+    return op->emitOpError() << role << " " << ref << " does not name an llm.param";
+  RankedTensorType type = param.getTensorType();
+  if (type.getShape() != expectedShape) {
+    InFlightDiagnostic diag = op->emitOpError()
+                              << role << " " << ref << " has type " << type << ", expected shape [";
+    llvm::interleaveComma(expectedShape, diag);
+    diag << "]";
+    return diag;
+  }
+  return param;
+}
+
+LogicalResult verifyWidth(Operation *op, Value value, StringRef what, int64_t expected) {
+  int64_t width = getActivationWidth(value.getType());
+  if (width != expected)
+    return op->emitOpError() << what << " has width " << width << ", expected " << expected;
+  return success();
+}
+
+} // namespace
+
+LogicalResult EmbedOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto param = symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getTableAttr());
+  if (!param)
+    return emitOpError() << "table " << getTableAttr() << " does not name an llm.param";
+  RankedTensorType type = param.getTensorType();
+  int64_t width = getActivationWidth(getType());
+  if (type.getRank() != 2 || type.getDimSize(1) != width)
+    return emitOpError() << "table " << getTableAttr() << " has type " << type
+                         << ", expected [vocab, " << width << "]";
+  return success();
+}
+
+LogicalResult RmsNormOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyParam(*this, symbolTable, getWeightAttr(), "weight",
+                     {getActivationWidth(getType())});
+}
+
+LogicalResult FusedAddRmsNormOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyParam(*this, symbolTable, getWeightAttr(), "weight",
+                     {getActivationWidth(getA().getType())});
+}
+
+SmallVector<FlatSymbolRefAttr> MatmulOp::getWeightRefs() {
+  return llvm::to_vector(getWeights().getAsRange<FlatSymbolRefAttr>());
+}
+
+SmallVector<FlatSymbolRefAttr> MatmulOp::getBiasRefs() {
+  if (!getBiases())
+    return {};
+  return llvm::to_vector(getBiases()->getAsRange<FlatSymbolRefAttr>());
+}
+
+LogicalResult MatmulOp::verify() {
+  size_t numWeights = getWeights().size();
+  if (numWeights == 0)
+    return emitOpError() << "needs at least one weight";
+  if (getNumResults() != numWeights)
+    return emitOpError() << "has " << getNumResults() << " results for " << numWeights
+                         << " weights; expected one result per weight";
+  size_t numBiases = getBiasRefs().size();
+  if (numBiases != 0 && numBiases != numWeights)
+    return emitOpError() << "has " << numBiases << " biases for " << numWeights
+                         << " weights; expected none or one per weight";
+  return success();
+}
+
+LogicalResult MatmulOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  int64_t inputWidth = getActivationWidth(getX().getType());
+  SmallVector<FlatSymbolRefAttr> biases = getBiasRefs();
+  for (auto [index, weight] : llvm::enumerate(getWeightRefs())) {
+    int64_t outputWidth = getActivationWidth(getResult(index).getType());
+    if (failed(verifyParam(*this, symbolTable, weight, "weight", {outputWidth, inputWidth})))
+      return failure();
+    if (!biases.empty() &&
+        failed(verifyParam(*this, symbolTable, biases[index], "bias", {outputWidth})))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult RopeOp::verify() {
+  if (getHeadDim() <= 0 || getHeadDim() % 2 != 0)
+    return emitOpError() << "head_dim must be positive and even, found " << getHeadDim();
+  if (getNumHeads() <= 0)
+    return emitOpError() << "num_heads must be positive, found " << getNumHeads();
+  if (failed(verifyWidth(*this, getX(), "x", getNumHeads() * getHeadDim())))
+    return failure();
+  StringRef scaling = getScaling();
+  if (scaling != "none" && scaling != "linear" && scaling != "llama3")
+    return emitOpError() << "scaling must be none, linear or llama3, found \"" << scaling << "\"";
+  double theta = getTheta().convertToDouble(), factor = getFactor().convertToDouble();
+  if (theta <= 0)
+    return emitOpError() << "theta must be positive, found " << theta;
+  if (scaling != "none" && factor <= 0)
+    return emitOpError() << "factor must be positive, found " << factor;
+  if (scaling == "llama3" &&
+      (getOriginalMaxPositionEmbeddings() <= 0 ||
+       getHighFreqFactor().convertToDouble() <= getLowFreqFactor().convertToDouble()))
+    return emitOpError() << "llama3 scaling needs original_max_position_embeddings > 0 and "
+                            "high_freq_factor > low_freq_factor";
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  int64_t numHeads = getNumHeads(), numKvHeads = getNumKvHeads(), headDim = getHeadDim();
+  if (numHeads <= 0 || numKvHeads <= 0 || headDim <= 0)
+    return emitOpError() << "num_heads, num_kv_heads and head_dim must be positive";
+  if (numHeads % numKvHeads != 0)
+    return emitOpError() << "num_heads " << numHeads << " is not a multiple of num_kv_heads "
+                         << numKvHeads;
+  if (getLayer() < 0 || getSlidingWindow() < 0)
+    return emitOpError() << "layer and sliding_window must not be negative";
+  if (failed(verifyWidth(*this, getQ(), "q", numHeads * headDim)) ||
+      failed(verifyWidth(*this, getK(), "k", numKvHeads * headDim)) ||
+      failed(verifyWidth(*this, getV(), "v", numKvHeads * headDim)))
+    return failure();
+  return success();
+}
+
+LogicalResult LogitsOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyParam(*this, symbolTable, getWeightAttr(), "weight",
+                     {getActivationWidth(getType()), getActivationWidth(getX().getType())});
+}

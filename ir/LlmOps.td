@@ -1,0 +1,154 @@
+//===- LlmOps.td - the llm dialect ---------------------------*- tablegen -*-===//
+//
+// Value semantics on tensors. Activations are `tensor<?xWxf32>`: the dynamic dimension is the
+// number of tokens of one engine step, W the row width; f32 is the compute type whatever the
+// weights' dtype. Weights are module-level `llm.param` symbols named after the checkpoint's
+// tensors and referenced by FlatSymbolRefAttr, so the IR of an 80-layer model stays small and
+// weights are never inlined. Verifiers check widths against the referenced params.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_IR_LLMOPS_TD
+#define LLMC_IR_LLMOPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def Llm_Dialect : Dialect {
+  let name = "llm";
+  let cppNamespace = "::llmc::llm";
+  let summary = "Transformer-level ops for ahead-of-time LLM compilation";
+  let useFoldAPI = kEmitFoldAdaptorFolder;
+}
+
+class Llm_Op<string mnemonic, list<Trait> traits = []> :
+    Op<Llm_Dialect, mnemonic, traits>;
+
+// [T, W] f32 rows; T is dynamic (tokens of a step).
+def Llm_Activation : 2DTensorOf<[F32]>;
+// [T] i32: token ids or positions.
+def Llm_TokenVector : 1DTensorOf<[I32]>;
+
+def Llm_ParamOp : Llm_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "a weight tensor of the checkpoint, by name";
+  let description = [{
+    `llm.param @model.norm.weight : tensor<64xf16>` declares the checkpoint tensor of that name;
+    the type is its shape and its checkpoint dtype. Codegen reads the data by name.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyRankedTensor>:$type);
+  let assemblyFormat = "$sym_name `:` $type attr-dict";
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return getType().cast<::mlir::RankedTensorType>();
+    }
+  }];
+}
+
+def Llm_EmbedOp : Llm_Op<"embed", [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "rows of the embedding table for the token ids";
+  let arguments = (ins Llm_TokenVector:$tokens, FlatSymbolRefAttr:$table);
+  let results = (outs Llm_Activation:$result);
+  let assemblyFormat = "$tokens attr-dict `:` type($tokens) `->` type($result)";
+}
+
+def Llm_RmsNormOp : Llm_Op<"rms_norm", [Pure, AllTypesMatch<["x", "result"]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "x / sqrt(mean(x^2) + eps) * weight";
+  let arguments = (ins Llm_Activation:$x, FlatSymbolRefAttr:$weight, F64Attr:$eps);
+  let results = (outs Llm_Activation:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x)";
+}
+
+def Llm_FusedAddRmsNormOp : Llm_Op<"fused_add_rms_norm", [Pure,
+    AllTypesMatch<["a", "b", "sum", "normed"]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "sum = a + b; normed = rms_norm(sum)";
+  let arguments = (ins Llm_Activation:$a, Llm_Activation:$b, FlatSymbolRefAttr:$weight,
+                       F64Attr:$eps);
+  let results = (outs Llm_Activation:$sum, Llm_Activation:$normed);
+  let assemblyFormat = "$a `,` $b attr-dict `:` type($a)";
+}
+
+def Llm_MatmulOp : Llm_Op<"matmul", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "x * W^T (+ b), one result per weight";
+  let description = [{
+    Every weight is `[N_i, K]` with K the width of x; result i is `[T, N_i]`. `biases` is
+    absent/empty or has one `[N_i]` param per weight. Several weights mean several fused
+    projections sharing one input (q/k/v, gate/up); codegen concatenates them.
+  }];
+  let arguments = (ins Llm_Activation:$x, FlatSymbolRefArrayAttr:$weights,
+                       OptionalAttr<FlatSymbolRefArrayAttr>:$biases);
+  let results = (outs Variadic<Llm_Activation>:$results);
+  let assemblyFormat = "$x attr-dict `:` type($x) `->` type($results)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    // The bias symbols, empty when the op has none.
+    ::llvm::SmallVector<::mlir::FlatSymbolRefAttr> getBiasRefs();
+    ::llvm::SmallVector<::mlir::FlatSymbolRefAttr> getWeightRefs();
+  }];
+}
+
+def Llm_RopeOp : Llm_Op<"rope", [Pure, AllTypesMatch<["x", "result"]>]> {
+  let summary = "rotary position embedding, HF rotate-half layout";
+  let description = [{
+    `scaling` is "none", "linear" (positions divided by `factor`) or "llama3" (Llama 3.1
+    frequency-dependent scaling using the low/high frequency factors and
+    `original_max_position_embeddings`).
+  }];
+  let arguments = (ins Llm_Activation:$x, Llm_TokenVector:$positions,
+                       I64Attr:$num_heads, I64Attr:$head_dim, F64Attr:$theta,
+                       DefaultValuedAttr<StrAttr, "\"none\"">:$scaling,
+                       DefaultValuedAttr<F64Attr, "1.0">:$factor,
+                       DefaultValuedAttr<F64Attr, "1.0">:$low_freq_factor,
+                       DefaultValuedAttr<F64Attr, "4.0">:$high_freq_factor,
+                       DefaultValuedAttr<I64Attr, "0">:$original_max_position_embeddings);
+  let results = (outs Llm_Activation:$result);
+  let assemblyFormat = "$x `,` $positions attr-dict `:` type($x) `,` type($positions)";
+  let hasVerifier = 1;
+}
+
+// Not Pure: at run time it also writes k and v into the paged KV cache of `layer`, so it must
+// survive even if its result were unused.
+def Llm_AttentionOp : Llm_Op<"attention", [
+    MemoryEffects<[MemRead, MemWrite]>, AllTypesMatch<["q", "result"]>]> {
+  let summary = "causal attention with GQA/MQA and optional sliding window";
+  let arguments = (ins Llm_Activation:$q, Llm_Activation:$k, Llm_Activation:$v,
+                       I64Attr:$layer, I64Attr:$num_heads, I64Attr:$num_kv_heads,
+                       I64Attr:$head_dim, DefaultValuedAttr<I64Attr, "0">:$sliding_window,
+                       F64Attr:$scale);
+  let results = (outs Llm_Activation:$result);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v attr-dict `:` type($q) `,` type($k) `,` type($v)
+  }];
+  let hasVerifier = 1;
+}
+
+class Llm_UnaryOp<string mnemonic> : Llm_Op<mnemonic, [Pure, AllTypesMatch<["x", "result"]>]> {
+  let arguments = (ins Llm_Activation:$x);
+  let results = (outs Llm_Activation:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x)";
+}
+
+class Llm_BinaryOp<string mnemonic> :
+    Llm_Op<mnemonic, [Pure, AllTypesMatch<["lhs", "rhs", "result"]>]> {
+  let arguments = (ins Llm_Activation:$lhs, Llm_Activation:$rhs);
+  let results = (outs Llm_Activation:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs)";
+}
+
+def Llm_SiluOp : Llm_UnaryOp<"silu"> { let summary = "x * sigmoid(x)"; }
+def Llm_MulOp : Llm_BinaryOp<"mul"> { let summary = "elementwise lhs * rhs"; }
+def Llm_AddOp : Llm_BinaryOp<"add"> { let summary = "elementwise lhs + rhs"; }
+def Llm_SiluMulOp : Llm_BinaryOp<"silu_mul"> { let summary = "silu(lhs) * rhs"; }
+
+def Llm_LogitsOp : Llm_Op<"logits", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "x * W^T with W the lm_head (or the tied embedding table)";
+  let arguments = (ins Llm_Activation:$x, FlatSymbolRefAttr:$weight);
+  let results = (outs Llm_Activation:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x) `->` type($result)";
+}
+
+#endif  // LLMC_IR_LLMOPS_TD

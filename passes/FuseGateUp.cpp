@@ -1,0 +1,53 @@
+//===- FuseGateUp.cpp - one matmul for gate/up, then silu_mul --------------===//
+
+#include "passes/FusionUtils.h"
+#include "passes/Passes.h"
+
+namespace llmc {
+#define GEN_PASS_DEF_FUSEGATEUPPASS
+#include "passes/Passes.h.inc"
+} // namespace llmc
+
+using namespace mlir;
+
+namespace llmc {
+namespace {
+
+// Rewrites mul(silu(matmul_g(x)), matmul_u(x)) with silu on either side. Returns whether it
+// fired. The silu must have no other user: it disappears into silu_mul.
+bool tryFuse(llm::MulOp mul, Value siluSide, Value upSide) {
+  auto silu = siluSide.getDefiningOp<llm::SiluOp>();
+  if (!silu || !silu->hasOneUse())
+    return false;
+  llm::MatmulOp gate = detail::getSingleWeightMatmul(silu.getX());
+  llm::MatmulOp up = detail::getSingleWeightMatmul(upSide);
+  if (!gate || !up)
+    return false;
+  llm::MatmulOp pair[] = {gate, up};
+  if (!detail::areFusible(pair))
+    return false;
+  llm::MatmulOp fused = detail::fuseMatmuls(pair);
+  OpBuilder builder(mul);
+  auto siluMul =
+      builder.create<llm::SiluMulOp>(builder.getFusedLoc({silu.getLoc(), mul.getLoc()}),
+                                     mul.getType(), fused.getResult(0), fused.getResult(1));
+  mul.replaceAllUsesWith(siluMul.getResult());
+  mul.erase();
+  silu.erase();
+  return true;
+}
+
+struct FuseGateUpPass : impl::FuseGateUpPassBase<FuseGateUpPass> {
+  void runOnOperation() override {
+    SmallVector<llm::MulOp> muls;
+    getOperation().walk([&](llm::MulOp op) { muls.push_back(op); });
+    for (llm::MulOp mul : muls) {
+      Value lhs = mul.getLhs(), rhs = mul.getRhs();
+      if (!tryFuse(mul, lhs, rhs))
+        tryFuse(mul, rhs, lhs);
+    }
+  }
+};
+
+} // namespace
+} // namespace llmc

@@ -1,0 +1,57 @@
+//===- Passes.td - llm dialect passes ------------------------*- tablegen -*-===//
+//
+// All passes run on the module (they walk every func.func in it), so llmc-opt can run each
+// one at top level without a nested pipeline.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_PASSES_PASSES_TD
+#define LLMC_PASSES_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+//===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+def FuseAddRmsNormPass : Pass<"llm-fuse-add-rms-norm", "::mlir::ModuleOp"> {
+  let summary = "rms_norm(add(a, b)) -> fused_add_rms_norm(a, b)";
+  let description = [{
+    The residual add and the following norm read the same rows; fusing them saves one pass
+    over the activations. The fused op's `sum` result replaces the add's other uses.
+  }];
+  let dependentDialects = ["::llmc::llm::LlmDialect"];
+}
+
+def FuseGateUpPass : Pass<"llm-fuse-gate-up", "::mlir::ModuleOp"> {
+  let summary = "mul(silu(matmul_g(x)), matmul_u(x)) -> silu_mul(matmul[g, u](x))";
+  let dependentDialects = ["::llmc::llm::LlmDialect"];
+}
+
+def FuseQkvPass : Pass<"llm-fuse-qkv", "::mlir::ModuleOp"> {
+  let summary = "Fuse the q/k/v projections of one attention into one matmul";
+  let description = [{
+    Three single-weight matmuls on the same input whose results feed one llm.attention
+    (directly or through llm.rope) become one matmul with three weights, so x is read once.
+    Not applied when the inputs differ, when only some have a bias, or when the weights'
+    dtypes differ (they are concatenated into one blob).
+  }];
+  let dependentDialects = ["::llmc::llm::LlmDialect"];
+}
+
+//===----------------------------------------------------------------------===//
+// Memory planning
+//===----------------------------------------------------------------------===//
+
+def PlanMemoryPass : Pass<"llm-plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Assign every activation an offset in one per-token arena";
+  let description = [{
+    Offsets are bytes per token: a value's buffer starts at max_tokens * offset, so one plan
+    serves any maximum batch size. Liveness runs from the defining op to the last use; an op's
+    outputs never overlap its inputs; freed slots are reused first-fit. Writes
+    `llm.arena_offsets` (one i64 per result, -1 for values outside the arena: the function's
+    results) on each op and `llm.arena_bytes_per_token` on each function.
+  }];
+}
+
+#endif // LLMC_PASSES_PASSES_TD

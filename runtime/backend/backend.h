@@ -1,0 +1,105 @@
+// Backend: the narrow interface between the engine and whatever executes a plan's program.
+//
+// A backend is created from a plan's meta and a way to find each tensor's bytes (a mapped
+// plan file, or weights a test built in memory). At creation it checks the whole program
+// against what it supports and sizes its activation arena for `max_tokens_per_step`, so a
+// step never allocates. The engine then allocates the KV cache once and runs steps.
+//
+// A step (DESIGN.md, "Execution model") runs the program once over a flattened batch of tokens
+// from any number of sequences, without padding. StepBatch describes it; the engine's step
+// builder fills one and reuses its vectors, so building a step does not allocate either once
+// the vectors have grown.
+//
+// Thread-safety: a backend is driven by one thread at a time. It may use worker threads inside
+// RunStep (the CPU backend does), but RunStep returns only when the step is finished.
+#ifndef LLMRT_BACKEND_BACKEND_H_
+#define LLMRT_BACKEND_BACKEND_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "runtime/plan/proto/plan.pb.h"
+
+namespace llmrt {
+
+// The bytes of meta.tensors(tensor_index), or nullptr when there are none. The bytes must
+// outlive the backend and stay unchanged.
+using BlobLookup = std::function<const uint8_t*(int tensor_index)>;
+
+struct BackendOptions {
+  // The most tokens one step may hold (prefill chunk + decode tokens of every sequence).
+  int32_t max_tokens_per_step = 256;
+  // Worker threads for one step, the calling thread included; 0: all hardware threads.
+  int32_t num_threads = 1;
+};
+
+// One sequence's part of a step. Its tokens are batch rows [first_token, first_token +
+// num_tokens); they are the last num_tokens of the sequence's context_length tokens, so the
+// token at row first_token + i has index context_length - num_tokens + i in the sequence and
+// attends to the sequence's cached tokens 0..that index.
+struct StepSequence {
+  int32_t first_token = 0;
+  int32_t num_tokens = 0;
+  int32_t context_length = 0;  // cached tokens after this step, this step's included
+  // Blocks holding the sequence's tokens in order; at least ceil(context_length / block
+  // size) entries. Owned by the caller, valid during RunStep.
+  const int32_t* block_table = nullptr;
+  int32_t num_blocks = 0;
+};
+
+struct StepBatch {
+  std::vector<int32_t> token_ids;     // [num_tokens]
+  std::vector<int32_t> positions;     // [num_tokens], rope positions
+  std::vector<int32_t> slot_mapping;  // [num_tokens] cache slot: block * block_size + offset
+  std::vector<StepSequence> sequences;
+  // Batch rows whose logits the step computes, in output order (usually each sequence's last
+  // token). Row r of the logits output is the logits of token logit_rows[r].
+  std::vector<int32_t> logit_rows;
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  // Empties the batch but keeps the vectors' capacity.
+  void Clear() {
+    token_ids.clear();
+    positions.clear();
+    slot_mapping.clear();
+    sequences.clear();
+    logit_rows.clear();
+  }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+
+  // Whether this backend can execute `op` with weights of `weight_dtype` (DTYPE_UNSPECIFIED for
+  // an op without weights). Creation already refuses a program with an unsupported op, naming
+  // it; this query lets a caller choose a backend before trying.
+  virtual bool Supports(plan::OpKind kind, plan::DType weight_dtype) const = 0;
+
+  // Allocates (or re-allocates, discarding the contents) the paged KV cache: every ATTENTION
+  // layer of the plan gets K and V for `num_blocks` blocks of `block_size` tokens.
+  virtual absl::Status AllocateKvCache(int32_t num_blocks, int32_t block_size) = 0;
+
+  // Runs the program over `batch`. `logits` receives logit_rows.size() rows of vocab_size()
+  // floats. Fails without touching the KV cache when the batch is malformed (a token id
+  // outside the vocabulary, a slot outside the cache, more tokens than max_tokens_per_step).
+  virtual absl::Status RunStep(const StepBatch& batch, float* logits) = 0;
+
+  // Copies every layer's K and V of one block onto another (copy-on-write of shared blocks).
+  virtual absl::Status CopyKvBlock(int32_t source, int32_t destination) = 0;
+
+  virtual int32_t max_tokens_per_step() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  // Bytes of the activation arena (max_tokens_per_step * program.arena_bytes_per_token).
+  virtual int64_t arena_bytes() const = 0;
+  virtual int64_t kv_cache_bytes() const = 0;
+};
+
+}  // namespace llmrt
+
+#endif  // LLMRT_BACKEND_BACKEND_H_

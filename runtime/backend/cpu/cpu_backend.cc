@@ -1,0 +1,886 @@
+#include "runtime/backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/backend/cpu/kernels.h"
+#include "runtime/backend/cpu/thread_pool.h"
+#include "runtime/kv/kv_storage.h"
+
+namespace llmrt::cpu {
+
+bool CpuSupports(plan::OpKind kind, plan::DType weight_dtype) {
+  const bool matrix_dtype =
+      weight_dtype == plan::F32 || weight_dtype == plan::F16 || weight_dtype == plan::BF16;
+  switch (kind) {
+    case plan::EMBED:
+    case plan::MATMUL:
+    case plan::LOGITS:
+      return matrix_dtype;
+    case plan::RMS_NORM:
+    case plan::FUSED_ADD_RMS_NORM:
+      return weight_dtype == plan::F32;
+    case plan::ROPE:
+    case plan::ATTENTION:
+    case plan::SILU:
+    case plan::MUL:
+    case plan::ADD:
+    case plan::SILU_MUL:
+      return weight_dtype == plan::DTYPE_UNSPECIFIED;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+// 64 bytes: a cache line, and the widest SIMD register (AVX-512) the kernels may use later.
+constexpr size_t kArenaAlignment = 64;
+
+struct AlignedFree {
+  void operator()(float* pointer) const {
+    ::operator delete[](pointer, std::align_val_t(kArenaAlignment));
+  }
+};
+using AlignedFloats = std::unique_ptr<float[], AlignedFree>;
+
+AlignedFloats AllocateFloats(int64_t count) {
+  void* memory = ::operator new[](static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float),
+                                  std::align_val_t(kArenaAlignment), std::nothrow);
+  return AlignedFloats(static_cast<float*>(memory));
+}
+
+// An op with every value and weight resolved to a pointer.
+struct CompiledOp {
+  plan::OpKind kind = plan::OP_UNSPECIFIED;
+  int32_t index = 0;  // in program.ops, for messages
+  // Activation inputs/outputs; the integer inputs (token ids, positions) come from the batch.
+  const float* input[3] = {nullptr, nullptr, nullptr};
+  float* output[2] = {nullptr, nullptr};
+  int64_t width = 0;  // row width of input[0] (the K of a matmul)
+  MatrixView weight;
+  const float* vector_weight = nullptr;  // gamma of a norm, bias of a matmul
+  std::vector<MatMulOutput> matmul_outputs;
+  float eps = 0.0f;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t layer = 0;
+  int64_t sliding_window = 0;
+  float scale = 0.0f;
+  std::vector<float> inv_freq;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  bool Supports(plan::OpKind kind, plan::DType weight_dtype) const override {
+    return CpuSupports(kind, weight_dtype);
+  }
+  absl::Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override;
+  absl::Status RunStep(const StepBatch& batch, float* logits) override;
+  absl::Status CopyKvBlock(int32_t source, int32_t destination) override;
+  int32_t max_tokens_per_step() const override { return max_tokens_; }
+  int64_t vocab_size() const override { return vocab_size_; }
+  int64_t arena_bytes() const override { return arena_bytes_; }
+  int64_t kv_cache_bytes() const override {
+    return kv_ == nullptr ? 0 : static_cast<int64_t>(kv_->size_bytes());
+  }
+
+  absl::Status Compile(const plan::PlanMeta& meta, const BlobLookup& blobs,
+                       const BackendOptions& options);
+
+ private:
+  absl::Status CheckBatch(const StepBatch& batch) const;
+  void RunAttention(const CompiledOp& op, const StepBatch& batch);
+
+  int32_t max_tokens_ = 0;
+  int64_t vocab_size_ = 0;
+  int64_t max_token_id_ = std::numeric_limits<int64_t>::max();  // exclusive, from EMBED tables
+  int64_t arena_bytes_ = 0;
+  AlignedFloats arena_;
+  std::vector<CompiledOp> ops_;
+  std::unique_ptr<ThreadPool> pool_;
+  AlignedFloats scratch_;  // per thread: matmul tiles or rope cos/sin
+  int64_t scratch_stride_ = 0;
+  AlignedFloats scores_;  // per thread: one attention row of up to num_slots scores
+  int64_t scores_stride_ = 0;
+  // KV cache shape, taken from the ATTENTION ops.
+  int32_t kv_layers_ = 0;
+  int32_t kv_heads_ = 0;
+  int32_t kv_head_dim_ = 0;
+  int32_t block_size_ = 0;
+  std::unique_ptr<kv::KvStorage> kv_;
+  std::vector<int32_t> token_sequence_;  // batch row -> index in batch.sequences
+};
+
+// Builds CompiledOps from a program, checking everything a kernel relies on.
+class ProgramCompiler {
+ public:
+  ProgramCompiler(const plan::PlanMeta& meta, const BlobLookup& blobs, int32_t max_tokens,
+                  float* arena)
+      : meta_(meta), blobs_(blobs), max_tokens_(max_tokens), arena_(arena) {}
+
+  absl::Status CheckValues() {
+    const plan::Program& program = meta_.program();
+    const int64_t per_token = program.arena_bytes_per_token();
+    for (int id = 0; id < program.values_size(); ++id) {
+      const plan::Value& value = program.values(id);
+      if (value.width() <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("program value %d (%s): width must be positive, got %d", id,
+                            value.name(), value.width()));
+      }
+      if (value.kind() == plan::Value::ACTIVATION) {
+        if (value.dtype() != plan::F32 && value.dtype() != plan::DTYPE_UNSPECIFIED) {
+          return absl::UnimplementedError(absl::StrFormat(
+              "program value %d (%s): the cpu backend keeps activations in F32, the plan asks "
+              "for dtype %d",
+              id, value.name(), static_cast<int>(value.dtype())));
+        }
+        const int64_t offset = value.arena_offset_per_token();
+        if (offset < 0 || offset % sizeof(float) != 0 ||
+            value.width() > (per_token - offset) / static_cast<int64_t>(sizeof(float))) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "program value %d (%s): %d floats at arena offset %d per token do not fit in "
+              "arena_bytes_per_token %d (or the offset is not a multiple of 4)",
+              id, value.name(), value.width(), offset, per_token));
+        }
+      } else if ((value.kind() == plan::Value::TOKEN_IDS ||
+                  value.kind() == plan::Value::POSITIONS) &&
+                 value.width() != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("program value %d (%s): token ids and positions have width 1, got %d",
+                            id, value.name(), value.width()));
+      } else if (value.kind() == plan::Value::LOGITS) {
+        if (vocab_size_ != 0 && vocab_size_ != value.width()) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("program value %d (%s): a second LOGITS value of width %d (the "
+                              "first has %d)",
+                              id, value.name(), value.width(), vocab_size_));
+        }
+        vocab_size_ = value.width();
+      } else if (value.kind() < plan::Value::ACTIVATION || value.kind() > plan::Value::LOGITS) {
+        return absl::InvalidArgumentError(absl::StrFormat("program value %d (%s): unknown kind %d",
+                                                          id, value.name(), value.kind()));
+      }
+    }
+    if (vocab_size_ == 0) {
+      return absl::InvalidArgumentError("program: no LOGITS value, nothing to compute");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<CompiledOp> CompileOp(int index) {
+    const plan::Op& op = meta_.program().ops(index);
+    op_ = &op;
+    op_index_ = index;
+    CompiledOp compiled;
+    compiled.kind = op.kind();
+    compiled.index = index;
+    switch (op.kind()) {
+      case plan::EMBED: {
+        if (auto status = CheckCounts(1, 1, 1, 1); !status.ok()) return status;
+        if (auto status = CheckInputKind(0, plan::Value::TOKEN_IDS); !status.ok()) return status;
+        auto out = Activation(op.outputs(0), "output 0");
+        if (!out.ok()) return out.status();
+        auto table = Matrix(op.weights(0), -1, (*out)->width());
+        if (!table.ok()) return table.status();
+        compiled.weight = *table;
+        compiled.output[0] = OutputPointer(op.outputs(0));
+        compiled.width = (*out)->width();
+        max_token_id_ = std::min(max_token_id_, table->rows);
+        break;
+      }
+      case plan::RMS_NORM:
+      case plan::FUSED_ADD_RMS_NORM: {
+        const bool fused = op.kind() == plan::FUSED_ADD_RMS_NORM;
+        const int count = fused ? 2 : 1;
+        if (auto status = CheckCounts(count, count, count, count); !status.ok()) return status;
+        auto width = SameWidthActivations(count, count);
+        if (!width.ok()) return width.status();
+        auto gamma = Vector(op.weights(0), *width);
+        if (!gamma.ok()) return gamma.status();
+        if (!(op.eps() >= 0.0)) return Error(absl::StrFormat("eps must be >= 0, got %g", op.eps()));
+        compiled.vector_weight = *gamma;
+        compiled.eps = static_cast<float>(op.eps());
+        compiled.width = *width;
+        break;
+      }
+      case plan::MATMUL:
+      case plan::LOGITS: {
+        const bool logits = op.kind() == plan::LOGITS;
+        if (auto status = CheckCounts(1, 1, 1, 1, 1, logits ? 1 : 2); !status.ok()) {
+          return status;
+        }
+        if (!logits && op.outputs_size() < 1) return Error("needs at least one output");
+        if (logits && op.outputs_size() != 1) return Error("needs exactly one output");
+        auto in = Activation(op.inputs(0), "input 0");
+        if (!in.ok()) return in.status();
+        const int64_t cols = (*in)->width();
+        int64_t total_width = 0;
+        for (int i = 0; i < op.outputs_size(); ++i) {
+          const int32_t id = op.outputs(i);
+          if (id < 0 || id >= meta_.program().values_size()) {
+            return Error(absl::StrFormat("output %d is value %d, outside [0, %d)", i, id,
+                                         meta_.program().values_size()));
+          }
+          const plan::Value& value = meta_.program().values(id);
+          const auto wanted = logits ? plan::Value::LOGITS : plan::Value::ACTIVATION;
+          if (value.kind() != wanted) {
+            return Error(absl::StrFormat("output %d (value %d, %s) has kind %d, expected %d", i, id,
+                                         value.name(), value.kind(), wanted));
+          }
+          if (!logits && Overlap(op.inputs(0), id)) {
+            return Error(
+                absl::StrFormat("output %d (value %d) shares arena bytes with the input", i, id));
+          }
+          compiled.matmul_outputs.push_back({OutputPointer(id), total_width, value.width()});
+          total_width += value.width();
+        }
+        auto w = Matrix(op.weights(0), total_width, cols);
+        if (!w.ok()) return w.status();
+        compiled.weight = *w;
+        if (op.weights_size() == 2) {
+          auto bias = Vector(op.weights(1), total_width);
+          if (!bias.ok()) return bias.status();
+          compiled.vector_weight = *bias;
+        }
+        compiled.input[0] = InputPointer(op.inputs(0));
+        compiled.width = cols;
+        max_cols_ = std::max(max_cols_, cols);
+        if (logits) ++num_logits_ops_;
+        break;
+      }
+      case plan::ROPE: {
+        if (auto status = CheckCounts(2, 2, 1, 1, /*weights=*/0, 0); !status.ok()) return status;
+        if (auto status = CheckInputKind(1, plan::Value::POSITIONS); !status.ok()) return status;
+        auto in = Activation(op.inputs(0), "input 0");
+        if (!in.ok()) return in.status();
+        auto out = Activation(op.outputs(0), "output 0");
+        if (!out.ok()) return out.status();
+        if (op.head_dim() <= 0 || op.head_dim() % 2 != 0 || op.num_heads() <= 0 ||
+            static_cast<int64_t>(op.num_heads()) * op.head_dim() != (*in)->width() ||
+            (*out)->width() != (*in)->width()) {
+          return Error(absl::StrFormat(
+              "num_heads %d x head_dim %d (even, positive) must equal the input width %d and "
+              "the output width %d",
+              op.num_heads(), op.head_dim(), (*in)->width(), (*out)->width()));
+        }
+        if (auto status = CheckRope(op.rope()); !status.ok()) return status;
+        compiled.num_heads = op.num_heads();
+        compiled.head_dim = op.head_dim();
+        compiled.inv_freq.resize(op.head_dim() / 2);
+        RopeInverseFrequencies(op.rope(), op.head_dim(), compiled.inv_freq.data());
+        compiled.input[0] = InputPointer(op.inputs(0));
+        compiled.output[0] = OutputPointer(op.outputs(0));
+        compiled.width = (*in)->width();
+        max_head_dim_ = std::max(max_head_dim_, op.head_dim());
+        break;
+      }
+      case plan::ATTENTION: {
+        if (auto status = CheckCounts(3, 3, 1, 1, 0, 0); !status.ok()) return status;
+        const plan::Value* values[4];
+        const char* roles[4] = {"q", "k", "v", "output"};
+        const int32_t ids[4] = {op.inputs(0), op.inputs(1), op.inputs(2), op.outputs(0)};
+        for (int i = 0; i < 4; ++i) {
+          auto value = Activation(ids[i], roles[i]);
+          if (!value.ok()) return value.status();
+          values[i] = *value;
+        }
+        const int64_t heads = op.num_heads();
+        const int64_t kv_heads = op.num_kv_heads();
+        const int64_t head_dim = op.head_dim();
+        if (heads <= 0 || kv_heads <= 0 || head_dim <= 0 || heads % kv_heads != 0) {
+          return Error(absl::StrFormat(
+              "num_heads %d must be a positive multiple of num_kv_heads %d, head_dim %d positive",
+              heads, kv_heads, head_dim));
+        }
+        if (values[0]->width() != heads * head_dim || values[3]->width() != heads * head_dim ||
+            values[1]->width() != kv_heads * head_dim ||
+            values[2]->width() != kv_heads * head_dim) {
+          return Error(absl::StrFormat(
+              "widths q %d, k %d, v %d, output %d do not match heads %d, kv heads %d, head_dim %d",
+              values[0]->width(), values[1]->width(), values[2]->width(), values[3]->width(), heads,
+              kv_heads, head_dim));
+        }
+        if (op.layer() < 0 || op.layer() >= kMaxLayers) {
+          return Error(absl::StrFormat("layer %d outside [0, %d)", op.layer(), kMaxLayers));
+        }
+        if (op.sliding_window() < 0) {
+          return Error(absl::StrFormat("sliding_window must be >= 0, got %d", op.sliding_window()));
+        }
+        if (!(op.scale() >= 0.0) || std::isinf(op.scale())) {
+          return Error(absl::StrFormat("scale must be finite and >= 0, got %g", op.scale()));
+        }
+        if (kv_heads_ == 0) {
+          kv_heads_ = static_cast<int32_t>(kv_heads);
+          kv_head_dim_ = static_cast<int32_t>(head_dim);
+        } else if (kv_heads_ != kv_heads || kv_head_dim_ != head_dim) {
+          return Error(absl::StrFormat(
+              "kv heads %d x head_dim %d differ from an earlier ATTENTION's %d x %d; the KV cache "
+              "has one shape for all layers",
+              kv_heads, head_dim, kv_heads_, kv_head_dim_));
+        }
+        kv_layers_ = std::max(kv_layers_, op.layer() + 1);
+        for (int i = 0; i < 3; ++i) compiled.input[i] = InputPointer(ids[i]);
+        compiled.output[0] = OutputPointer(ids[3]);
+        compiled.num_heads = op.num_heads();
+        compiled.num_kv_heads = op.num_kv_heads();
+        compiled.head_dim = op.head_dim();
+        compiled.layer = op.layer();
+        compiled.sliding_window = op.sliding_window();
+        // 0 means "unset": the usual 1 / sqrt(head_dim).
+        compiled.scale = op.scale() > 0.0 ? static_cast<float>(op.scale())
+                                          : 1.0f / std::sqrt(static_cast<float>(head_dim));
+        break;
+      }
+      case plan::SILU: {
+        if (auto status = CheckCounts(1, 1, 1, 1, 0, 0); !status.ok()) return status;
+        auto width = SameWidthActivations(1, 1);
+        if (!width.ok()) return width.status();
+        compiled.width = *width;
+        break;
+      }
+      case plan::MUL:
+      case plan::ADD:
+      case plan::SILU_MUL: {
+        if (auto status = CheckCounts(2, 2, 1, 1, 0, 0); !status.ok()) return status;
+        auto width = SameWidthActivations(2, 1);
+        if (!width.ok()) return width.status();
+        compiled.width = *width;
+        break;
+      }
+      default:
+        return Error("the cpu backend does not support this op kind");
+    }
+    // Elementwise ops and norms: all inputs and outputs are activations checked above.
+    if (op.kind() == plan::RMS_NORM || op.kind() == plan::FUSED_ADD_RMS_NORM ||
+        op.kind() == plan::SILU || op.kind() == plan::MUL || op.kind() == plan::ADD ||
+        op.kind() == plan::SILU_MUL) {
+      for (int i = 0; i < op.inputs_size(); ++i) compiled.input[i] = InputPointer(op.inputs(i));
+      for (int i = 0; i < op.outputs_size(); ++i) compiled.output[i] = OutputPointer(op.outputs(i));
+    }
+    return compiled;
+  }
+
+  absl::Status Finish() {
+    if (num_logits_ops_ != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("program: expected exactly one LOGITS op, found %d", num_logits_ops_));
+    }
+    const plan::KvCacheSpec& spec = meta_.kv_cache();
+    if (kv_layers_ > 0 && spec.num_layers() != 0 &&
+        (spec.num_layers() < kv_layers_ || spec.num_kv_heads() != kv_heads_ ||
+         spec.head_dim() != kv_head_dim_)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "kv_cache: spec says %d layers x %d kv heads x head_dim %d, the program's ATTENTION ops "
+          "need %d layers x %d x %d",
+          spec.num_layers(), spec.num_kv_heads(), spec.head_dim(), kv_layers_, kv_heads_,
+          kv_head_dim_));
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t vocab_size() const { return vocab_size_; }
+  int64_t max_token_id() const { return max_token_id_; }
+  int64_t max_cols() const { return max_cols_; }
+  int32_t max_head_dim() const { return max_head_dim_; }
+  int32_t kv_layers() const { return kv_layers_; }
+  int32_t kv_heads() const { return kv_heads_; }
+  int32_t kv_head_dim() const { return kv_head_dim_; }
+
+ private:
+  // 2^16 layers: far above any model, low enough that layer arithmetic cannot overflow.
+  static constexpr int32_t kMaxLayers = 1 << 16;
+
+  absl::Status Error(const std::string& message) const {
+    return absl::InvalidArgumentError(absl::StrFormat("program op %d (%s): %s", op_index_,
+                                                      plan::OpKind_Name(op_->kind()), message));
+  }
+
+  absl::Status CheckCounts(int min_inputs, int max_inputs, int min_outputs, int max_outputs,
+                           int min_weights = 1, int max_weights = 1) const {
+    auto in_range = [](int count, int low, int high) { return count >= low && count <= high; };
+    if (!in_range(op_->inputs_size(), min_inputs, max_inputs) ||
+        (op_->kind() != plan::MATMUL && !in_range(op_->outputs_size(), min_outputs, max_outputs)) ||
+        !in_range(op_->weights_size(), min_weights, max_weights)) {
+      return Error(absl::StrFormat(
+          "expected %d..%d inputs, %d..%d outputs, %d..%d weights; got %d, %d, %d", min_inputs,
+          max_inputs, min_outputs, max_outputs, min_weights, max_weights, op_->inputs_size(),
+          op_->outputs_size(), op_->weights_size()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<const plan::Value*> Value(int32_t id, const std::string& role) const {
+    if (id < 0 || id >= meta_.program().values_size()) {
+      return Error(absl::StrFormat("%s is value %d, outside [0, %d)", role, id,
+                                   meta_.program().values_size()));
+    }
+    return &meta_.program().values(id);
+  }
+
+  absl::StatusOr<const plan::Value*> Activation(int32_t id, const std::string& role) const {
+    auto value = Value(id, role);
+    if (!value.ok()) return value.status();
+    if ((*value)->kind() != plan::Value::ACTIVATION) {
+      return Error(absl::StrFormat("%s (value %d, %s) must be an ACTIVATION, it has kind %d", role,
+                                   id, (*value)->name(), (*value)->kind()));
+    }
+    return value;
+  }
+
+  absl::Status CheckInputKind(int input, plan::Value::Kind kind) const {
+    auto value = Value(op_->inputs(input), absl::StrFormat("input %d", input));
+    if (!value.ok()) return value.status();
+    if ((*value)->kind() != kind) {
+      return Error(absl::StrFormat("input %d (value %d) has kind %d, expected %d", input,
+                                   op_->inputs(input), (*value)->kind(), kind));
+    }
+    return absl::OkStatus();
+  }
+
+  // Checks that inputs [0, num_inputs) and outputs [0, num_outputs) are activations of one
+  // width, which it returns.
+  absl::StatusOr<int64_t> SameWidthActivations(int num_inputs, int num_outputs) const {
+    int64_t width = -1;
+    for (int i = 0; i < num_inputs + num_outputs; ++i) {
+      const bool is_input = i < num_inputs;
+      const int32_t id = is_input ? op_->inputs(i) : op_->outputs(i - num_inputs);
+      const std::string role =
+          absl::StrFormat("%s %d", is_input ? "input" : "output", is_input ? i : i - num_inputs);
+      auto value = Activation(id, role);
+      if (!value.ok()) return value.status();
+      if (width >= 0 && (*value)->width() != width) {
+        return Error(absl::StrFormat("%s (value %d) has width %d, expected %d like input 0", role,
+                                     id, (*value)->width(), width));
+      }
+      width = (*value)->width();
+    }
+    return width;
+  }
+
+  absl::StatusOr<const plan::Tensor*> Tensor(int32_t index) const {
+    if (index < 0 || index >= meta_.tensors_size()) {
+      return Error(absl::StrFormat("weight tensor %d outside the tensor table [0, %d)", index,
+                                   meta_.tensors_size()));
+    }
+    return &meta_.tensors(index);
+  }
+
+  absl::Status CheckBlob(int32_t index, const plan::Tensor& tensor, int64_t elements,
+                         size_t element_size) const {
+    if (tensor.size_bytes() != static_cast<uint64_t>(elements) * element_size) {
+      return Error(absl::StrFormat("tensor %s: %d bytes, its shape and dtype need %d",
+                                   tensor.name(), tensor.size_bytes(), elements * element_size));
+    }
+    if (blobs_(index) == nullptr) {
+      return Error(absl::StrFormat("tensor %s: no data", tensor.name()));
+    }
+    return absl::OkStatus();
+  }
+
+  // A [rows, cols] matrix; rows < 0 accepts any row count.
+  absl::StatusOr<MatrixView> Matrix(int32_t index, int64_t rows, int64_t cols) const {
+    auto tensor = Tensor(index);
+    if (!tensor.ok()) return tensor.status();
+    const plan::Tensor& t = **tensor;
+    if (t.shape_size() != 2 || t.shape(0) <= 0 || (rows >= 0 && t.shape(0) != rows) ||
+        t.shape(1) != cols) {
+      return Error(absl::StrFormat("tensor %s has shape [%s], expected [%s, %d]", t.name(),
+                                   absl::StrJoin(t.shape(), ", "),
+                                   rows >= 0 ? absl::StrCat(rows) : std::string("rows"), cols));
+    }
+    if (!CpuSupports(op_->kind(), t.dtype())) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "program op %d (%s): tensor %s has dtype %s, the cpu backend reads F32, F16, BF16",
+          op_index_, plan::OpKind_Name(op_->kind()), t.name(), plan::DType_Name(t.dtype())));
+    }
+    const size_t element_size = t.dtype() == plan::F32 ? 4 : 2;
+    if (auto status = CheckBlob(index, t, t.shape(0) * cols, element_size); !status.ok()) {
+      return status;
+    }
+    return MatrixView{blobs_(index), t.dtype(), t.shape(0), cols};
+  }
+
+  absl::StatusOr<const float*> Vector(int32_t index, int64_t size) const {
+    auto tensor = Tensor(index);
+    if (!tensor.ok()) return tensor.status();
+    const plan::Tensor& t = **tensor;
+    if (t.shape_size() != 1 || t.shape(0) != size || t.dtype() != plan::F32) {
+      return Error(absl::StrFormat("tensor %s is %s [%s], expected F32 [%d]", t.name(),
+                                   plan::DType_Name(t.dtype()), absl::StrJoin(t.shape(), ", "),
+                                   size));
+    }
+    if (auto status = CheckBlob(index, t, size, sizeof(float)); !status.ok()) return status;
+    return reinterpret_cast<const float*>(blobs_(index));
+  }
+
+  absl::Status CheckRope(const plan::RopeConfig& rope) const {
+    if (!(rope.theta() > 0.0) || std::isinf(rope.theta())) {
+      return Error(absl::StrFormat("rope theta must be positive and finite, got %g", rope.theta()));
+    }
+    switch (rope.scaling()) {
+      case plan::RopeConfig::SCALING_NONE:
+        return absl::OkStatus();
+      case plan::RopeConfig::LINEAR:
+        if (!(rope.factor() > 0.0)) {
+          return Error(
+              absl::StrFormat("LINEAR rope factor must be positive, got %g", rope.factor()));
+        }
+        return absl::OkStatus();
+      case plan::RopeConfig::LLAMA3:
+        if (!(rope.factor() > 0.0) || !(rope.low_freq_factor() > 0.0) ||
+            !(rope.high_freq_factor() > rope.low_freq_factor()) ||
+            rope.original_max_position_embeddings() <= 0) {
+          return Error(absl::StrFormat(
+              "LLAMA3 rope needs factor > 0, 0 < low_freq_factor < high_freq_factor, "
+              "original_max_position_embeddings > 0; got %g, %g, %g, %d",
+              rope.factor(), rope.low_freq_factor(), rope.high_freq_factor(),
+              rope.original_max_position_embeddings()));
+        }
+        return absl::OkStatus();
+      default:
+        return Error(absl::StrFormat("unknown rope scaling %d", rope.scaling()));
+    }
+  }
+
+  // Whether two activations' per-token byte ranges intersect (then their buffers do too).
+  bool Overlap(int32_t first, int32_t second) const {
+    const plan::Value& a = meta_.program().values(first);
+    const plan::Value& b = meta_.program().values(second);
+    const int64_t a_end =
+        a.arena_offset_per_token() + a.width() * static_cast<int64_t>(sizeof(float));
+    const int64_t b_end =
+        b.arena_offset_per_token() + b.width() * static_cast<int64_t>(sizeof(float));
+    return a.arena_offset_per_token() < b_end && b.arena_offset_per_token() < a_end;
+  }
+
+  float* ActivationPointer(int32_t id) const {
+    const plan::Value& value = meta_.program().values(id);
+    if (value.kind() != plan::Value::ACTIVATION) return nullptr;
+    return arena_ + static_cast<int64_t>(max_tokens_) * value.arena_offset_per_token() /
+                        static_cast<int64_t>(sizeof(float));
+  }
+  const float* InputPointer(int32_t id) const { return ActivationPointer(id); }
+  float* OutputPointer(int32_t id) const { return ActivationPointer(id); }
+
+  const plan::PlanMeta& meta_;
+  const BlobLookup& blobs_;
+  int32_t max_tokens_;
+  float* arena_;
+  const plan::Op* op_ = nullptr;
+  int op_index_ = 0;
+  int64_t vocab_size_ = 0;
+  int64_t max_token_id_ = std::numeric_limits<int64_t>::max();
+  int64_t max_cols_ = 0;
+  int32_t max_head_dim_ = 0;
+  int32_t num_logits_ops_ = 0;
+  int32_t kv_layers_ = 0;
+  int32_t kv_heads_ = 0;
+  int32_t kv_head_dim_ = 0;
+};
+
+absl::Status CpuBackend::Compile(const plan::PlanMeta& meta, const BlobLookup& blobs,
+                                 const BackendOptions& options) {
+  // 2^20 tokens per step is far beyond any useful batch and keeps every row index in 32 bits.
+  if (options.max_tokens_per_step <= 0 || options.max_tokens_per_step > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_tokens_per_step must be in [1, 2^20], got %d", options.max_tokens_per_step));
+  }
+  max_tokens_ = options.max_tokens_per_step;
+  const int64_t per_token = meta.program().arena_bytes_per_token();
+  if (per_token < 0 || per_token > (int64_t{1} << 40) / max_tokens_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "program: arena_bytes_per_token %d x max tokens %d is negative or over 1 TiB", per_token,
+        max_tokens_));
+  }
+  arena_bytes_ = per_token * max_tokens_;
+  arena_ = AllocateFloats(arena_bytes_ / static_cast<int64_t>(sizeof(float)));
+  if (arena_ == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("cannot allocate the %d-byte activation arena", arena_bytes_));
+  }
+
+  ProgramCompiler compiler(meta, blobs, max_tokens_, arena_.get());
+  if (auto status = compiler.CheckValues(); !status.ok()) return status;
+  for (int index = 0; index < meta.program().ops_size(); ++index) {
+    absl::StatusOr<CompiledOp> op = compiler.CompileOp(index);
+    if (!op.ok()) return op.status();
+    ops_.push_back(std::move(*op));
+  }
+  if (auto status = compiler.Finish(); !status.ok()) return status;
+  vocab_size_ = compiler.vocab_size();
+  max_token_id_ = compiler.max_token_id();
+  kv_layers_ = compiler.kv_layers();
+  kv_heads_ = compiler.kv_heads();
+  kv_head_dim_ = compiler.kv_head_dim();
+
+  int32_t num_threads = options.num_threads;
+  if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
+  pool_ = std::make_unique<ThreadPool>(num_threads);
+  scratch_stride_ =
+      std::max<int64_t>(kMatMulTileRows * compiler.max_cols(), compiler.max_head_dim());
+  // Rounded to 16 floats so each thread's scratch starts on its own cache line.
+  scratch_stride_ = (scratch_stride_ + 15) / 16 * 16;
+  scratch_ = AllocateFloats(scratch_stride_ * num_threads);
+  if (scratch_ == nullptr) return absl::ResourceExhaustedError("cannot allocate kernel scratch");
+  token_sequence_.resize(max_tokens_);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
+  kv_.reset();
+  scores_.reset();
+  if (kv_layers_ == 0) {
+    block_size_ = block_size;
+    return absl::OkStatus();  // no ATTENTION op: nothing to cache
+  }
+  auto storage =
+      kv::KvStorage::Create({kv_layers_, kv_heads_, kv_head_dim_, num_blocks, block_size});
+  if (!storage.ok()) return storage.status();
+  // One score per cached token a query can see: at most every slot of the pool.
+  const int64_t slots = (*storage)->num_slots();
+  scores_stride_ = (slots + 15) / 16 * 16;
+  scores_ = AllocateFloats(scores_stride_ * pool_->num_threads());
+  if (scores_ == nullptr) return absl::ResourceExhaustedError("cannot allocate attention scratch");
+  kv_ = std::move(*storage);
+  block_size_ = block_size;
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CopyKvBlock(int32_t source, int32_t destination) {
+  if (kv_ == nullptr) return absl::FailedPreconditionError("KV cache not allocated");
+  const int32_t blocks = kv_->shape().num_blocks;
+  if (source < 0 || source >= blocks || destination < 0 || destination >= blocks) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CopyKvBlock: blocks %d -> %d outside [0, %d)", source, destination, blocks));
+  }
+  kv_->CopyBlock(source, destination);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CheckBatch(const StepBatch& batch) const {
+  const int64_t num_tokens = batch.num_tokens();
+  if (num_tokens > max_tokens_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "step: %d tokens, more than max_tokens_per_step %d", num_tokens, max_tokens_));
+  }
+  if (static_cast<int64_t>(batch.positions.size()) != num_tokens ||
+      static_cast<int64_t>(batch.slot_mapping.size()) != num_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("step: %d token ids but %d positions and %d slots", num_tokens,
+                        batch.positions.size(), batch.slot_mapping.size()));
+  }
+  if (kv_layers_ > 0 && kv_ == nullptr) {
+    return absl::FailedPreconditionError("step: the KV cache is not allocated");
+  }
+  for (int64_t row = 0; row < num_tokens; ++row) {
+    const int32_t token = batch.token_ids[row];
+    if (token < 0 || token >= max_token_id_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("step: token %d at batch row %d is outside the vocabulary [0, %d)", token,
+                          row, max_token_id_));
+    }
+    if (kv_ != nullptr &&
+        (batch.slot_mapping[row] < 0 || batch.slot_mapping[row] >= kv_->num_slots())) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("step: KV slot %d of batch row %d is outside the cache [0, %d)",
+                          batch.slot_mapping[row], row, kv_->num_slots()));
+    }
+  }
+  int64_t next_row = 0;
+  for (size_t index = 0; index < batch.sequences.size(); ++index) {
+    const StepSequence& sequence = batch.sequences[index];
+    if (sequence.first_token != next_row || sequence.num_tokens <= 0 ||
+        sequence.context_length < sequence.num_tokens) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "step: sequence %d has rows [%d, +%d) with context %d; expected rows from %d, at least "
+          "one token, context >= tokens",
+          index, sequence.first_token, sequence.num_tokens, sequence.context_length, next_row));
+    }
+    next_row += sequence.num_tokens;
+    if (kv_ != nullptr) {
+      const int64_t needed_blocks =
+          (static_cast<int64_t>(sequence.context_length) + block_size_ - 1) / block_size_;
+      if (sequence.num_blocks < needed_blocks || sequence.block_table == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("step: sequence %d has %d blocks for %d tokens of context, needs %d",
+                            index, sequence.num_blocks, sequence.context_length, needed_blocks));
+      }
+      for (int64_t block = 0; block < needed_blocks; ++block) {
+        if (sequence.block_table[block] < 0 ||
+            sequence.block_table[block] >= kv_->shape().num_blocks) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("step: sequence %d block table entry %d is block %d, outside [0, %d)",
+                              index, block, sequence.block_table[block], kv_->shape().num_blocks));
+        }
+      }
+    }
+  }
+  if (next_row != num_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "step: sequences cover %d rows, the batch has %d tokens", next_row, num_tokens));
+  }
+  if (static_cast<int64_t>(batch.logit_rows.size()) > max_tokens_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("step: %d logit rows, more than max_tokens_per_step %d",
+                        batch.logit_rows.size(), max_tokens_));
+  }
+  for (int32_t row : batch.logit_rows) {
+    if (row < 0 || row >= num_tokens) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("step: logit row %d outside the batch [0, %d)", row, num_tokens));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CpuBackend::RunAttention(const CompiledOp& op, const StepBatch& batch) {
+  const int64_t num_tokens = batch.num_tokens();
+  const int64_t kv_width = static_cast<int64_t>(op.num_kv_heads) * op.head_dim;
+  const int64_t q_width = static_cast<int64_t>(op.num_heads) * op.head_dim;
+  // Every token's k and v go into the cache first, so tokens of one step see each other.
+  for (int64_t row = 0; row < num_tokens; ++row) {
+    const int64_t slot = batch.slot_mapping[row];
+    std::memcpy(kv_->key(op.layer, slot), op.input[1] + row * kv_width, kv_width * sizeof(float));
+    std::memcpy(kv_->value(op.layer, slot), op.input[2] + row * kv_width, kv_width * sizeof(float));
+  }
+  const int32_t group = op.num_heads / op.num_kv_heads;
+  const int32_t head_dim = op.head_dim;
+  const int32_t block_size = block_size_;
+  pool_->ParallelFor(num_tokens * op.num_heads, [&](int64_t begin, int64_t end, int32_t thread) {
+    float* scores = scores_.get() + thread * scores_stride_;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t row = item / op.num_heads;
+      const int32_t head = static_cast<int32_t>(item % op.num_heads);
+      const int64_t kv_offset = static_cast<int64_t>(head / group) * head_dim;
+      const StepSequence& sequence = batch.sequences[token_sequence_[row]];
+      const int64_t query_index =
+          sequence.context_length - sequence.num_tokens + (row - sequence.first_token);
+      const int64_t first_key =
+          op.sliding_window > 0 ? std::max<int64_t>(0, query_index - op.sliding_window + 1) : 0;
+      const float* query = op.input[0] + row * q_width + static_cast<int64_t>(head) * head_dim;
+      float max_score = -std::numeric_limits<float>::infinity();
+      for (int64_t key = first_key; key <= query_index; ++key) {
+        const int64_t slot =
+            static_cast<int64_t>(sequence.block_table[key / block_size]) * block_size +
+            key % block_size;
+        const float score = Dot(query, kv_->key(op.layer, slot) + kv_offset, head_dim) * op.scale;
+        scores[key - first_key] = score;
+        max_score = std::max(max_score, score);
+      }
+      float total = 0.0f;
+      for (int64_t key = first_key; key <= query_index; ++key) {
+        const float weight = std::exp(scores[key - first_key] - max_score);
+        scores[key - first_key] = weight;
+        total += weight;
+      }
+      // The query is fully consumed above, so the output may share its buffer.
+      float* out = op.output[0] + row * q_width + static_cast<int64_t>(head) * head_dim;
+      std::fill(out, out + head_dim, 0.0f);
+      for (int64_t key = first_key; key <= query_index; ++key) {
+        const int64_t slot =
+            static_cast<int64_t>(sequence.block_table[key / block_size]) * block_size +
+            key % block_size;
+        const float* value = kv_->value(op.layer, slot) + kv_offset;
+        const float weight = scores[key - first_key];
+        for (int32_t i = 0; i < head_dim; ++i) out[i] += weight * value[i];
+      }
+      const float inverse_total = 1.0f / total;
+      for (int32_t i = 0; i < head_dim; ++i) out[i] *= inverse_total;
+    }
+  });
+}
+
+absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
+  if (absl::Status status = CheckBatch(batch); !status.ok()) return status;
+  const int64_t num_tokens = batch.num_tokens();
+  if (num_tokens == 0) return absl::OkStatus();
+  for (size_t index = 0; index < batch.sequences.size(); ++index) {
+    const StepSequence& sequence = batch.sequences[index];
+    for (int32_t i = 0; i < sequence.num_tokens; ++i) {
+      token_sequence_[sequence.first_token + i] = static_cast<int32_t>(index);
+    }
+  }
+  for (const CompiledOp& op : ops_) {
+    const int64_t elements = num_tokens * op.width;
+    switch (op.kind) {
+      case plan::EMBED:
+        for (int64_t row = 0; row < num_tokens; ++row) {
+          float* out = op.output[0] + row * op.width;
+          const float* source = MatrixRow(op.weight, batch.token_ids[row], out);
+          if (source != out) std::memcpy(out, source, op.width * sizeof(float));
+        }
+        break;
+      case plan::RMS_NORM:
+        RmsNorm(op.input[0], op.vector_weight, op.eps, num_tokens, op.width, op.output[0]);
+        break;
+      case plan::FUSED_ADD_RMS_NORM:
+        for (int64_t i = 0; i < elements; ++i) op.output[0][i] = op.input[0][i] + op.input[1][i];
+        RmsNorm(op.output[0], op.vector_weight, op.eps, num_tokens, op.width, op.output[1]);
+        break;
+      case plan::MATMUL:
+        MatMul(*pool_, op.input[0], num_tokens, nullptr, op.weight, op.vector_weight,
+               op.matmul_outputs.data(), static_cast<int32_t>(op.matmul_outputs.size()),
+               scratch_.get(), scratch_stride_);
+        break;
+      case plan::LOGITS: {
+        MatMulOutput output{logits, 0, vocab_size_};
+        MatMul(*pool_, op.input[0], static_cast<int64_t>(batch.logit_rows.size()),
+               batch.logit_rows.data(), op.weight, op.vector_weight, &output, 1, scratch_.get(),
+               scratch_stride_);
+        break;
+      }
+      case plan::ROPE:
+        if (op.output[0] != op.input[0]) {
+          std::memmove(op.output[0], op.input[0], elements * sizeof(float));
+        }
+        Rope(*pool_, op.output[0], batch.positions.data(), num_tokens, op.num_heads, op.head_dim,
+             op.inv_freq.data(), scratch_.get());
+        break;
+      case plan::ATTENTION:
+        RunAttention(op, batch);
+        break;
+      case plan::SILU:
+        for (int64_t i = 0; i < elements; ++i) op.output[0][i] = Silu(op.input[0][i]);
+        break;
+      case plan::MUL:
+        for (int64_t i = 0; i < elements; ++i) op.output[0][i] = op.input[0][i] * op.input[1][i];
+        break;
+      case plan::ADD:
+        for (int64_t i = 0; i < elements; ++i) op.output[0][i] = op.input[0][i] + op.input[1][i];
+        break;
+      case plan::SILU_MUL:
+        for (int64_t i = 0; i < elements; ++i) {
+          op.output[0][i] = Silu(op.input[0][i]) * op.input[1][i];
+        }
+        break;
+      default:
+        break;  // Compile() admits no other kind
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const plan::PlanMeta& meta,
+                                                          const BlobLookup& blobs,
+                                                          const BackendOptions& options) {
+  auto backend = std::make_unique<CpuBackend>();
+  if (absl::Status status = backend->Compile(meta, blobs, options); !status.ok()) return status;
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace llmrt::cpu

@@ -1,0 +1,36 @@
+// CpuBackend: executes a plan's program on the host CPU in f32.
+//
+// Creation validates the program completely (value kinds and widths, arena offsets, every
+// op's inputs, outputs and weights, tensor shapes and dtypes) and resolves every weight to a
+// pointer, so RunStep only checks the batch and runs kernels. Weights are read in place from
+// the blob lookup (the mmapped plan); nothing is repacked.
+//
+// Supported: all OpKinds of plan.proto; weights F32, F16, BF16 (norm weights and biases F32);
+// activations F32; the KV cache is f32 whatever KvCacheSpec.dtype says.
+//
+// Memory: the arena (max_tokens_per_step * arena_bytes_per_token), per-thread scratch, and
+// the KV cache are allocated at creation / AllocateKvCache; RunStep does not allocate.
+//
+// Ownership: the backend keeps pointers into the blobs; they must outlive it. Not thread-safe
+// (see backend.h).
+#ifndef LLMRT_BACKEND_CPU_CPU_BACKEND_H_
+#define LLMRT_BACKEND_CPU_CPU_BACKEND_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "runtime/backend/backend.h"
+
+namespace llmrt::cpu {
+
+// `meta` is copied as far as needed; the blobs behind `blobs` must outlive the backend.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const plan::PlanMeta& meta,
+                                                          const BlobLookup& blobs,
+                                                          const BackendOptions& options);
+
+// Whether the CPU backend supports `kind` with weights of `weight_dtype` (see Backend).
+bool CpuSupports(plan::OpKind kind, plan::DType weight_dtype);
+
+}  // namespace llmrt::cpu
+
+#endif  // LLMRT_BACKEND_CPU_CPU_BACKEND_H_

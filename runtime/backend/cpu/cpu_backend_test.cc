@@ -1,0 +1,547 @@
+// Conformance of the CPU backend against plain references written here and in
+// runtime/backend/testing (double precision, whole-sequence recompute, no paging).
+#include "runtime/backend/cpu/cpu_backend.h"
+
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/backend/testing/tiny_llama.h"
+
+namespace llmrt::cpu {
+namespace {
+
+using ::llmrt::testing::BuildTinyLlama;
+using ::llmrt::testing::TinyLlama;
+using ::llmrt::testing::TinyLlamaOptions;
+
+std::unique_ptr<Backend> MakeBackend(const TinyLlama& model, int32_t num_blocks, int32_t block_size,
+                                     int32_t max_tokens = 64, int32_t threads = 1) {
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      CreateCpuBackend(model.meta, model.Lookup(), {max_tokens, threads});
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  if (!backend.ok()) return nullptr;
+  absl::Status status = (*backend)->AllocateKvCache(num_blocks, block_size);
+  EXPECT_TRUE(status.ok()) << status;
+  return std::move(*backend);
+}
+
+// One sequence's share of a step: `count` tokens starting at `start` of `tokens`.
+struct Part {
+  const std::vector<int32_t>* tokens;
+  const std::vector<int32_t>* block_table;
+  int32_t start;
+  int32_t count;
+};
+
+// Runs one step over `parts` and returns logits of every token, in batch order.
+std::vector<float> RunStep(Backend& backend, int32_t block_size, const std::vector<Part>& parts) {
+  StepBatch batch;
+  for (const Part& part : parts) {
+    StepSequence sequence;
+    sequence.first_token = batch.num_tokens();
+    sequence.num_tokens = part.count;
+    sequence.context_length = part.start + part.count;
+    sequence.block_table = part.block_table->data();
+    sequence.num_blocks = static_cast<int32_t>(part.block_table->size());
+    batch.sequences.push_back(sequence);
+    for (int32_t index = part.start; index < part.start + part.count; ++index) {
+      batch.logit_rows.push_back(batch.num_tokens());
+      batch.token_ids.push_back((*part.tokens)[index]);
+      batch.positions.push_back(index);
+      batch.slot_mapping.push_back((*part.block_table)[index / block_size] * block_size +
+                                   index % block_size);
+    }
+  }
+  std::vector<float> logits(batch.logit_rows.size() * backend.vocab_size());
+  absl::Status status = backend.RunStep(batch, logits.data());
+  EXPECT_TRUE(status.ok()) << status;
+  return logits;
+}
+
+void ExpectNear(const std::vector<float>& actual, const std::vector<float>& expected,
+                double tolerance, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  double worst = 0;
+  size_t worst_index = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double error = std::abs(static_cast<double>(actual[i]) - expected[i]);
+    if (!(error <= worst)) {
+      worst = error;
+      worst_index = i;
+    }
+  }
+  EXPECT_LE(worst, tolerance) << what << ": worst at " << worst_index << ", got "
+                              << actual[worst_index] << " expected " << expected[worst_index];
+}
+
+std::vector<int32_t> Tokens(int32_t count, int32_t vocab, int32_t salt) {
+  std::vector<int32_t> tokens(count);
+  for (int32_t i = 0; i < count; ++i) tokens[i] = (i * 7 + salt * 13 + 3) % vocab;
+  return tokens;
+}
+
+struct ModelCase {
+  std::string name;
+  TinyLlamaOptions options;
+};
+
+std::vector<ModelCase> ModelCases() {
+  std::vector<ModelCase> cases;
+  cases.push_back({"fused_gqa", {}});
+  TinyLlamaOptions unfused;
+  unfused.fused = false;
+  cases.push_back({"unfused", unfused});
+  TinyLlamaOptions mqa;
+  mqa.num_kv_heads = 1;
+  mqa.qkv_bias = true;
+  cases.push_back({"mqa_bias", mqa});
+  TinyLlamaOptions mha;
+  mha.num_kv_heads = 4;
+  mha.tie_embeddings = true;
+  cases.push_back({"mha_tied", mha});
+  TinyLlamaOptions f16;
+  f16.weight_dtype = plan::F16;
+  cases.push_back({"f16", f16});
+  TinyLlamaOptions bf16;
+  bf16.weight_dtype = plan::BF16;
+  bf16.fused = false;
+  cases.push_back({"bf16_unfused", bf16});
+  TinyLlamaOptions window;
+  window.sliding_window = 5;
+  cases.push_back({"sliding_window", window});
+  TinyLlamaOptions linear;
+  linear.rope.set_theta(500.0);
+  linear.rope.set_scaling(plan::RopeConfig::LINEAR);
+  linear.rope.set_factor(4.0);
+  cases.push_back({"rope_linear", linear});
+  TinyLlamaOptions llama3;
+  llama3.head_dim = 16;
+  llama3.hidden_size = 32;
+  llama3.rope.set_theta(10000.0);
+  llama3.rope.set_scaling(plan::RopeConfig::LLAMA3);
+  llama3.rope.set_factor(8.0);
+  llama3.rope.set_low_freq_factor(1.0);
+  llama3.rope.set_high_freq_factor(4.0);
+  llama3.rope.set_original_max_position_embeddings(32);
+  cases.push_back({"rope_llama3", llama3});
+  return cases;
+}
+
+// Logits are O(1..10); f32 against double differs by ~1e-6 relative per op.
+constexpr double kTolerance = 2e-4;
+
+TEST(CpuBackendTest, WholeSequenceMatchesReference) {
+  for (const ModelCase& model_case : ModelCases()) {
+    TinyLlama model = BuildTinyLlama(model_case.options);
+    std::unique_ptr<Backend> backend = MakeBackend(model, 8, 4);
+    ASSERT_NE(backend, nullptr) << model_case.name;
+    const std::vector<int32_t> tokens = Tokens(19, model_case.options.vocab_size, 1);
+    const std::vector<int32_t> blocks = {6, 1, 4, 0, 7};  // deliberately not 0, 1, 2, ...
+    ExpectNear(RunStep(*backend, 4, {{&tokens, &blocks, 0, 19}}), model.ReferenceLogits(tokens),
+               kTolerance, model_case.name);
+  }
+}
+
+TEST(CpuBackendTest, ChunkedPrefillAndDecodeMatchWholeSequence) {
+  for (const ModelCase& model_case : ModelCases()) {
+    TinyLlama model = BuildTinyLlama(model_case.options);
+    std::unique_ptr<Backend> backend = MakeBackend(model, 8, 4);
+    const std::vector<int32_t> tokens = Tokens(15, model_case.options.vocab_size, 2);
+    const std::vector<int32_t> blocks = {3, 5, 0, 2};
+    std::vector<float> logits;
+    // A prefill chunk ending mid-block, another crossing two block boundaries, then decode.
+    for (auto [start, count] :
+         std::vector<std::pair<int, int>>{{0, 3}, {3, 7}, {10, 1}, {11, 1}, {12, 1}, {13, 2}}) {
+      std::vector<float> part = RunStep(*backend, 4, {{&tokens, &blocks, start, count}});
+      logits.insert(logits.end(), part.begin(), part.end());
+    }
+    ExpectNear(logits, model.ReferenceLogits(tokens), kTolerance, model_case.name);
+  }
+}
+
+TEST(CpuBackendTest, SeveralSequencesInOneStepMatchEachAlone) {
+  for (const ModelCase& model_case : ModelCases()) {
+    const int32_t vocab = model_case.options.vocab_size;
+    TinyLlama model = BuildTinyLlama(model_case.options);
+    std::unique_ptr<Backend> backend = MakeBackend(model, 16, 4, 64, /*threads=*/2);
+    const std::vector<int32_t> first = Tokens(9, vocab, 3);
+    const std::vector<int32_t> second = Tokens(13, vocab, 4);
+    const std::vector<int32_t> third = Tokens(2, vocab, 5);
+    // Interleaved, non-contiguous blocks.
+    const std::vector<int32_t> first_blocks = {9, 2, 14};
+    const std::vector<int32_t> second_blocks = {1, 11, 3, 8};
+    const std::vector<int32_t> third_blocks = {15};
+    // Step 1: the first sequence's prefix alone. Step 2: its rest (a cached prefix), all of
+    // the second, all of the third. Step 3: one decode token for the first and the second.
+    std::vector<float> first_logits = RunStep(*backend, 4, {{&first, &first_blocks, 0, 5}});
+    std::vector<float> mixed = RunStep(*backend, 4,
+                                       {{&first, &first_blocks, 5, 3},
+                                        {&second, &second_blocks, 0, 12},
+                                        {&third, &third_blocks, 0, 2}});
+    std::vector<float> decode =
+        RunStep(*backend, 4, {{&first, &first_blocks, 8, 1}, {&second, &second_blocks, 12, 1}});
+    first_logits.insert(first_logits.end(), mixed.begin(), mixed.begin() + 3 * vocab);
+    first_logits.insert(first_logits.end(), decode.begin(), decode.begin() + vocab);
+    std::vector<float> second_logits(mixed.begin() + 3 * vocab, mixed.begin() + 15 * vocab);
+    second_logits.insert(second_logits.end(), decode.begin() + vocab, decode.end());
+    std::vector<float> third_logits(mixed.begin() + 15 * vocab, mixed.end());
+    ExpectNear(first_logits, model.ReferenceLogits(first), kTolerance, model_case.name + " first");
+    ExpectNear(second_logits, model.ReferenceLogits(second), kTolerance,
+               model_case.name + " second");
+    ExpectNear(third_logits, model.ReferenceLogits(third), kTolerance, model_case.name + " third");
+  }
+}
+
+TEST(CpuBackendTest, LogitRowsSelectTokens) {
+  TinyLlama model = BuildTinyLlama({});
+  std::unique_ptr<Backend> backend = MakeBackend(model, 4, 4);
+  const std::vector<int32_t> tokens = Tokens(6, 40, 6);
+  StepBatch batch;
+  batch.token_ids = tokens;
+  batch.positions = {0, 1, 2, 3, 4, 5};
+  batch.slot_mapping = {0, 1, 2, 3, 4, 5};
+  const std::vector<int32_t> blocks = {0, 1};
+  batch.sequences.push_back({0, 6, 6, blocks.data(), 2});
+  batch.logit_rows = {5, 2};
+  std::vector<float> logits(2 * 40);
+  ASSERT_TRUE(backend->RunStep(batch, logits.data()).ok());
+  const std::vector<float> reference = model.ReferenceLogits(tokens);
+  ExpectNear(std::vector<float>(logits.begin(), logits.begin() + 40),
+             std::vector<float>(reference.begin() + 5 * 40, reference.begin() + 6 * 40), kTolerance,
+             "row 5");
+  ExpectNear(std::vector<float>(logits.begin() + 40, logits.end()),
+             std::vector<float>(reference.begin() + 2 * 40, reference.begin() + 3 * 40), kTolerance,
+             "row 2");
+}
+
+// Single-op programs: inputs come from EMBED tables whose row t is token t's input, and an
+// identity LOGITS matrix reads the op's output back exactly.
+class OpHarness {
+ public:
+  int32_t Input(const std::vector<std::vector<float>>& rows, plan::DType dtype = plan::F32) {
+    const int32_t table =
+        Tensor(dtype, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())},
+               Flatten(rows));
+    const int32_t value = Activation(rows[0].size());
+    AddOp(plan::EMBED, {token_ids_}, {value}, {table});
+    return value;
+  }
+  int32_t Activation(int64_t width) {
+    plan::Value* value = meta_.mutable_program()->add_values();
+    value->set_kind(plan::Value::ACTIVATION);
+    value->set_dtype(plan::F32);
+    value->set_width(width);
+    value->set_arena_offset_per_token(arena_per_token_);
+    arena_per_token_ += width * 4;
+    return meta_.program().values_size() - 1;
+  }
+  int32_t Tensor(plan::DType dtype, std::vector<int64_t> shape, const std::vector<float>& data) {
+    plan::Tensor* tensor = meta_.add_tensors();
+    tensor->set_name("t" + std::to_string(meta_.tensors_size() - 1));
+    tensor->set_dtype(dtype);
+    for (int64_t dim : shape) tensor->add_shape(dim);
+    blobs_.push_back(::llmrt::testing::EncodeAs(dtype, data));
+    tensor->set_size_bytes(blobs_.back().size());
+    return meta_.tensors_size() - 1;
+  }
+  plan::Op* AddOp(plan::OpKind kind, std::vector<int32_t> inputs, std::vector<int32_t> outputs,
+                  std::vector<int32_t> weights) {
+    plan::Op* op = meta_.mutable_program()->add_ops();
+    op->set_kind(kind);
+    for (int32_t id : inputs) op->add_inputs(id);
+    for (int32_t id : outputs) op->add_outputs(id);
+    for (int32_t id : weights) op->add_weights(id);
+    return op;
+  }
+  int32_t positions() const { return positions_; }
+
+  // Runs the program on tokens 0..num_tokens-1 with the given positions; returns `output`.
+  std::vector<float> Run(int32_t output, const std::vector<int32_t>& positions) {
+    const int64_t width = meta_.program().values(output).width();
+    std::vector<float> identity(width * width, 0.0f);
+    for (int64_t i = 0; i < width; ++i) identity[i * width + i] = 1.0f;
+    meta_.mutable_program()->mutable_values(logits_)->set_width(width);
+    AddOp(plan::LOGITS, {output}, {logits_}, {Tensor(plan::F32, {width, width}, identity)});
+    meta_.mutable_program()->set_arena_bytes_per_token(arena_per_token_);
+    auto backend =
+        CreateCpuBackend(meta_, [this](int index) { return blobs_[index].data(); }, {64, 1});
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    if (!backend.ok()) return {};
+    StepBatch batch;
+    const int32_t num_tokens = static_cast<int32_t>(positions.size());
+    for (int32_t t = 0; t < num_tokens; ++t) {
+      batch.token_ids.push_back(t);
+      batch.positions.push_back(positions[t]);
+      batch.slot_mapping.push_back(t);
+      batch.logit_rows.push_back(t);
+    }
+    batch.sequences.push_back({0, num_tokens, num_tokens, nullptr, 0});
+    std::vector<float> result(num_tokens * width);
+    absl::Status status = (*backend)->RunStep(batch, result.data());
+    EXPECT_TRUE(status.ok()) << status;
+    return result;
+  }
+
+ private:
+  static std::vector<float> Flatten(const std::vector<std::vector<float>>& rows) {
+    std::vector<float> flat;
+    for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
+    return flat;
+  }
+  plan::PlanMeta meta_;
+  std::vector<std::vector<uint8_t>> blobs_;
+  int64_t arena_per_token_ = 0;
+  int32_t token_ids_ = AddValue(plan::Value::TOKEN_IDS, 1);
+  int32_t positions_ = AddValue(plan::Value::POSITIONS, 1);
+  int32_t logits_ = AddValue(plan::Value::LOGITS, 1);
+  int32_t AddValue(plan::Value::Kind kind, int64_t width) {
+    plan::Value* value = meta_.mutable_program()->add_values();
+    value->set_kind(kind);
+    value->set_width(width);
+    return meta_.program().values_size() - 1;
+  }
+};
+
+std::vector<std::vector<float>> RandomRows(int rows, int width, int salt) {
+  std::vector<std::vector<float>> result(rows, std::vector<float>(width));
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < width; ++i) result[r][i] = std::sin(1.3f * (r * width + i) + salt) * 2.0f;
+  }
+  return result;
+}
+
+TEST(CpuBackendOpTest, RopeAtLargePositionsForEveryScaling) {
+  const int32_t heads = 2, head_dim = 16, half = 8;
+  const std::vector<int32_t> positions = {0, 1, 17, 300, 4095, 12000};
+  for (int scaling = 0; scaling < 3; ++scaling) {
+    plan::RopeConfig rope;
+    rope.set_theta(500000.0);
+    rope.set_scaling(static_cast<plan::RopeConfig::Scaling>(scaling));
+    rope.set_factor(8.0);
+    rope.set_low_freq_factor(1.0);
+    rope.set_high_freq_factor(4.0);
+    rope.set_original_max_position_embeddings(64);
+    OpHarness harness;
+    const auto x = RandomRows(6, heads * head_dim, scaling);
+    const int32_t in = harness.Input(x);
+    const int32_t out = harness.Activation(heads * head_dim);
+    plan::Op* op = harness.AddOp(plan::ROPE, {in, harness.positions()}, {out}, {});
+    op->set_num_heads(heads);
+    op->set_head_dim(head_dim);
+    *op->mutable_rope() = rope;
+    const std::vector<float> result = harness.Run(out, positions);
+    const std::vector<double> inv_freq =
+        ::llmrt::testing::ReferenceInverseFrequencies(rope, head_dim);
+    for (size_t t = 0; t < positions.size(); ++t) {
+      for (int h = 0; h < heads; ++h) {
+        for (int i = 0; i < half; ++i) {
+          const double angle = positions[t] * inv_freq[i];
+          const double a = x[t][h * head_dim + i], b = x[t][h * head_dim + i + half];
+          const size_t base = t * heads * head_dim + h * head_dim;
+          // At position 12000 one f32 ulp of the angle is ~1e-3 rad; transformers computes
+          // the same f32 angle, so only the reference (double) is that far off.
+          const double tolerance = 2e-6 * (1 + positions[t]);
+          EXPECT_NEAR(result[base + i], a * std::cos(angle) - b * std::sin(angle), tolerance)
+              << "scaling " << scaling << " position " << positions[t] << " i " << i;
+          EXPECT_NEAR(result[base + i + half], b * std::cos(angle) + a * std::sin(angle), tolerance)
+              << "scaling " << scaling << " position " << positions[t] << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackendOpTest, FusedMatMulSplitsColumnsInOrderForEveryDtype) {
+  const int rows = 3, k = 37;  // k not a multiple of 8: exercises the tail of the dot product
+  const std::vector<int64_t> widths = {5, 2, 6};
+  for (plan::DType dtype : {plan::F32, plan::F16, plan::BF16}) {
+    for (int pick = 0; pick < 3; ++pick) {
+      OpHarness harness;
+      const auto x = RandomRows(rows, k, 1);
+      const std::vector<float> w_data = [&] {
+        std::vector<float> data(13 * k);
+        for (size_t i = 0; i < data.size(); ++i) data[i] = std::cos(0.7f * i);
+        return data;
+      }();
+      std::vector<float> bias(13);
+      for (int i = 0; i < 13; ++i) bias[i] = 0.1f * i - 0.5f;
+      const int32_t in = harness.Input(x);
+      const int32_t w = harness.Tensor(dtype, {13, k}, w_data);
+      const int32_t b = harness.Tensor(plan::F32, {13}, bias);
+      std::vector<int32_t> outs;
+      for (int64_t width : widths) outs.push_back(harness.Activation(width));
+      harness.AddOp(plan::MATMUL, {in}, outs, {w, b});
+      const std::vector<float> result = harness.Run(outs[pick], {0, 1, 2});
+      const std::vector<float> stored =
+          ::llmrt::testing::DecodeFrom(dtype, ::llmrt::testing::EncodeAs(dtype, w_data));
+      const int64_t begin = std::accumulate(widths.begin(), widths.begin() + pick, int64_t{0});
+      for (int r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < widths[pick]; ++c) {
+          double expected = bias[begin + c];
+          for (int i = 0; i < k; ++i) expected += double{x[r][i]} * stored[(begin + c) * k + i];
+          EXPECT_NEAR(result[r * widths[pick] + c], expected, 1e-4)
+              << "dtype " << dtype << " output " << pick << " row " << r << " col " << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackendOpTest, ElementwiseAndNorms) {
+  const int rows = 4, width = 21;
+  const auto a = RandomRows(rows, width, 2);
+  const auto b = RandomRows(rows, width, 5);
+  std::vector<float> gamma(width);
+  for (int i = 0; i < width; ++i) gamma[i] = 0.5f + 0.05f * i;
+  auto silu = [](double x) { return x / (1 + std::exp(-x)); };
+  auto rms = [&](const std::vector<double>& row, int i) {
+    double squares = 0;
+    for (double v : row) squares += v * v;
+    return row[i] / std::sqrt(squares / width + 1e-6) * gamma[i];
+  };
+  for (plan::OpKind kind : {plan::SILU, plan::MUL, plan::ADD, plan::SILU_MUL, plan::RMS_NORM,
+                            plan::FUSED_ADD_RMS_NORM}) {
+    for (int which = 0; which < (kind == plan::FUSED_ADD_RMS_NORM ? 2 : 1); ++which) {
+      OpHarness harness;
+      const int32_t in_a = harness.Input(a);
+      const int32_t in_b = harness.Input(b);
+      const int32_t out = harness.Activation(width);
+      const int32_t out2 = harness.Activation(width);
+      std::vector<int32_t> inputs = {in_a, in_b};
+      std::vector<int32_t> outputs = {out};
+      std::vector<int32_t> weights;
+      if (kind == plan::SILU || kind == plan::RMS_NORM) inputs = {in_a};
+      if (kind == plan::FUSED_ADD_RMS_NORM) outputs = {out, out2};
+      if (kind == plan::RMS_NORM || kind == plan::FUSED_ADD_RMS_NORM) {
+        weights = {harness.Tensor(plan::F32, {width}, gamma)};
+      }
+      harness.AddOp(kind, inputs, outputs, weights)->set_eps(1e-6);
+      const std::vector<float> result = harness.Run(outputs[which], {0, 1, 2, 3});
+      for (int r = 0; r < rows; ++r) {
+        std::vector<double> sum(width);
+        for (int i = 0; i < width; ++i) sum[i] = double{a[r][i]} + b[r][i];
+        std::vector<double> a_row(a[r].begin(), a[r].end());
+        for (int i = 0; i < width; ++i) {
+          double expected = 0;
+          switch (kind) {
+            case plan::SILU:
+              expected = silu(a[r][i]);
+              break;
+            case plan::MUL:
+              expected = double{a[r][i]} * b[r][i];
+              break;
+            case plan::ADD:
+              expected = sum[i];
+              break;
+            case plan::SILU_MUL:
+              expected = silu(a[r][i]) * b[r][i];
+              break;
+            case plan::RMS_NORM:
+              expected = rms(a_row, i);
+              break;
+            default:
+              expected = which == 0 ? sum[i] : rms(sum, i);
+              break;
+          }
+          EXPECT_NEAR(result[r * width + i], expected, 1e-5)
+              << plan::OpKind_Name(kind) << " output " << which << " row " << r << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackendTest, RejectsMalformedPrograms) {
+  auto expect_error = [](TinyLlama model, const std::string& needle) {
+    absl::StatusOr<std::unique_ptr<Backend>> backend =
+        CreateCpuBackend(model.meta, model.Lookup(), {16, 1});
+    ASSERT_FALSE(backend.ok()) << needle;
+    EXPECT_NE(backend.status().message().find(needle), std::string::npos) << backend.status();
+  };
+  {
+    TinyLlama model = BuildTinyLlama({});
+    model.meta.mutable_tensors(1)->set_shape(0, 7);  // layer 0 input_layernorm: wrong size
+    expect_error(std::move(model), "input_layernorm.weight");
+  }
+  {
+    TinyLlama model = BuildTinyLlama({});
+    model.meta.mutable_program()->mutable_ops(3)->set_inputs(0, 999);
+    expect_error(std::move(model), "program op 3");
+  }
+  {
+    TinyLlama model = BuildTinyLlama({});
+    model.meta.mutable_program()->mutable_ops()->RemoveLast();
+    expect_error(std::move(model), "LOGITS");
+  }
+  {
+    TinyLlama model = BuildTinyLlama({});
+    model.meta.mutable_program()->set_arena_bytes_per_token(16);
+    expect_error(std::move(model), "arena");
+  }
+  {
+    TinyLlama model = BuildTinyLlama({});
+    model.blobs[0].clear();  // embedding table missing
+    expect_error(std::move(model), "model.embed_tokens.weight");
+  }
+  {
+    TinyLlama model = BuildTinyLlama({});
+    for (plan::Op& op : *model.meta.mutable_program()->mutable_ops()) {
+      if (op.kind() == plan::ATTENTION) op.set_num_kv_heads(3);
+    }
+    expect_error(std::move(model), "num_kv_heads");
+  }
+}
+
+TEST(CpuBackendTest, RejectsMalformedBatchesWithoutCrashing) {
+  TinyLlama model = BuildTinyLlama({});
+  std::unique_ptr<Backend> backend = MakeBackend(model, 2, 4, 8);
+  const std::vector<int32_t> blocks = {1};
+  auto make = [&] {
+    StepBatch batch;
+    batch.token_ids = {3, 4};
+    batch.positions = {0, 1};
+    batch.slot_mapping = {4, 5};
+    batch.sequences.push_back({0, 2, 2, blocks.data(), 1});
+    batch.logit_rows = {1};
+    return batch;
+  };
+  std::vector<float> logits(8 * 40);
+  ASSERT_TRUE(backend->RunStep(make(), logits.data()).ok());
+  StepBatch bad = make();
+  bad.token_ids[0] = 40;
+  EXPECT_FALSE(backend->RunStep(bad, logits.data()).ok());
+  bad = make();
+  bad.slot_mapping[1] = 8;
+  EXPECT_FALSE(backend->RunStep(bad, logits.data()).ok());
+  bad = make();
+  bad.sequences[0].context_length = 5;  // needs 2 blocks, has 1
+  EXPECT_FALSE(backend->RunStep(bad, logits.data()).ok());
+  bad = make();
+  bad.logit_rows = {2};
+  EXPECT_FALSE(backend->RunStep(bad, logits.data()).ok());
+  bad = make();
+  bad.sequences[0].num_tokens = 1;
+  EXPECT_FALSE(backend->RunStep(bad, logits.data()).ok());
+  bad = make();
+  for (int i = 0; i < 8; ++i) {
+    bad.token_ids.push_back(1);
+    bad.positions.push_back(2 + i);
+    bad.slot_mapping.push_back(0);
+  }
+  EXPECT_FALSE(backend->RunStep(bad, logits.data()).ok());  // 10 tokens > max 8
+}
+
+TEST(CpuBackendTest, SupportsQuery) {
+  EXPECT_TRUE(CpuSupports(plan::MATMUL, plan::BF16));
+  EXPECT_TRUE(CpuSupports(plan::ATTENTION, plan::DTYPE_UNSPECIFIED));
+  EXPECT_FALSE(CpuSupports(plan::MATMUL, plan::I32));
+  EXPECT_FALSE(CpuSupports(plan::RMS_NORM, plan::F16));
+  EXPECT_FALSE(CpuSupports(plan::OP_UNSPECIFIED, plan::F32));
+}
+
+}  // namespace
+}  // namespace llmrt::cpu

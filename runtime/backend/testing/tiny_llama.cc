@@ -1,0 +1,452 @@
+#include "runtime/backend/testing/tiny_llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "runtime/plan/dtype.h"
+
+namespace llmrt::testing {
+
+std::vector<uint8_t> EncodeAs(plan::DType dtype, const std::vector<float>& values) {
+  std::vector<uint8_t> bytes;
+  if (dtype == plan::F32) {
+    bytes.resize(values.size() * 4);
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return bytes;
+  }
+  std::vector<uint16_t> halves(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    halves[i] = dtype == plan::F16 ? plan::F32ToF16(values[i]) : plan::F32ToBf16(values[i]);
+  }
+  bytes.resize(halves.size() * 2);
+  std::memcpy(bytes.data(), halves.data(), bytes.size());
+  return bytes;
+}
+
+std::vector<float> DecodeFrom(plan::DType dtype, const std::vector<uint8_t>& bytes) {
+  if (dtype == plan::F32) {
+    std::vector<float> values(bytes.size() / 4);
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    return values;
+  }
+  std::vector<uint16_t> halves(bytes.size() / 2);
+  std::memcpy(halves.data(), bytes.data(), bytes.size());
+  std::vector<float> values(halves.size());
+  for (size_t i = 0; i < halves.size(); ++i) {
+    values[i] = dtype == plan::F16 ? plan::F16ToF32(halves[i]) : plan::Bf16ToF32(halves[i]);
+  }
+  return values;
+}
+
+std::vector<double> ReferenceInverseFrequencies(const plan::RopeConfig& rope, int32_t head_dim) {
+  std::vector<double> inv_freq(head_dim / 2);
+  for (int32_t i = 0; i < head_dim / 2; ++i) {
+    inv_freq[i] = 1.0 / std::pow(rope.theta(), 2.0 * i / head_dim);
+  }
+  if (rope.scaling() == plan::RopeConfig::LINEAR) {
+    for (double& frequency : inv_freq) frequency /= rope.factor();
+  } else if (rope.scaling() == plan::RopeConfig::LLAMA3) {
+    const double old_context = static_cast<double>(rope.original_max_position_embeddings());
+    const double low_wavelength = old_context / rope.low_freq_factor();
+    const double high_wavelength = old_context / rope.high_freq_factor();
+    for (double& frequency : inv_freq) {
+      const double wavelength = 2.0 * M_PI / frequency;
+      if (wavelength < high_wavelength) continue;  // high frequency: unchanged
+      if (wavelength > low_wavelength) {
+        frequency /= rope.factor();  // low frequency: fully scaled
+        continue;
+      }
+      const double smooth = (old_context / wavelength - rope.low_freq_factor()) /
+                            (rope.high_freq_factor() - rope.low_freq_factor());
+      frequency = (1.0 - smooth) * frequency / rope.factor() + smooth * frequency;
+    }
+  }
+  return inv_freq;
+}
+
+namespace {
+
+class Builder {
+ public:
+  explicit Builder(const TinyLlamaOptions& options) : options_(options), random_(options.seed) {}
+
+  int32_t Value(plan::Value::Kind kind, int64_t width, const std::string& name) {
+    plan::Value* value = model_.meta.mutable_program()->add_values();
+    value->set_kind(kind);
+    value->set_width(width);
+    value->set_name(name);
+    if (kind == plan::Value::ACTIVATION) {
+      value->set_dtype(plan::F32);
+      value->set_arena_offset_per_token(arena_per_token_);
+      arena_per_token_ += width * 4;
+    }
+    return model_.meta.program().values_size() - 1;
+  }
+
+  int32_t Tensor(const std::string& name, plan::DType dtype, std::vector<int64_t> shape,
+                 float scale, float center = 0.0f) {
+    int64_t count = 1;
+    for (int64_t dim : shape) count *= dim;
+    std::uniform_real_distribution<float> uniform(-scale, scale);
+    std::vector<float> values(count);
+    for (float& value : values) value = center + uniform(random_);
+    plan::Tensor* tensor = model_.meta.add_tensors();
+    tensor->set_name(name);
+    tensor->set_dtype(dtype);
+    for (int64_t dim : shape) tensor->add_shape(dim);
+    model_.blobs.push_back(EncodeAs(dtype, values));
+    tensor->set_size_bytes(model_.blobs.back().size());
+    return model_.meta.tensors_size() - 1;
+  }
+
+  plan::Op* AddOp(plan::OpKind kind, std::vector<int32_t> inputs, std::vector<int32_t> outputs,
+                  std::vector<int32_t> weights) {
+    plan::Op* op = model_.meta.mutable_program()->add_ops();
+    op->set_kind(kind);
+    for (int32_t id : inputs) op->add_inputs(id);
+    for (int32_t id : outputs) op->add_outputs(id);
+    for (int32_t id : weights) op->add_weights(id);
+    return op;
+  }
+
+  TinyLlama Build() {
+    const TinyLlamaOptions& o = options_;
+    const plan::DType wd = o.weight_dtype;
+    const int64_t q_width = int64_t{o.num_heads} * o.head_dim;
+    const int64_t kv_width = int64_t{o.num_kv_heads} * o.head_dim;
+    plan::RopeConfig rope = o.rope;
+    if (rope.theta() == 0.0) rope.set_theta(10000.0);
+
+    plan::ModelConfig* config = model_.meta.mutable_config();
+    config->set_architecture("LlamaForCausalLM");
+    config->set_model_type("llama");
+    config->set_vocab_size(o.vocab_size);
+    config->set_hidden_size(o.hidden_size);
+    config->set_intermediate_size(o.intermediate_size);
+    config->set_num_layers(o.num_layers);
+    config->set_num_attention_heads(o.num_heads);
+    config->set_num_kv_heads(o.num_kv_heads);
+    config->set_head_dim(o.head_dim);
+    config->set_max_position_embeddings(256);
+    config->set_rms_norm_eps(o.rms_norm_eps);
+    *config->mutable_rope() = rope;
+    config->set_sliding_window(o.sliding_window);
+    config->set_attention_bias(o.qkv_bias);
+    config->set_tie_word_embeddings(o.tie_embeddings);
+    config->set_hidden_act("silu");
+    model_.meta.set_weight_dtype(wd);
+    model_.meta.mutable_generation()->set_bos_token_id(1);
+    model_.meta.mutable_generation()->add_eos_token_ids(2);
+    plan::KvCacheSpec* kv = model_.meta.mutable_kv_cache();
+    kv->set_num_layers(o.num_layers);
+    kv->set_num_kv_heads(o.num_kv_heads);
+    kv->set_head_dim(o.head_dim);
+    kv->set_dtype(plan::F32);
+    kv->set_default_block_size(16);
+
+    const int32_t tokens = Value(plan::Value::TOKEN_IDS, 1, "token_ids");
+    const int32_t positions = Value(plan::Value::POSITIONS, 1, "positions");
+    const int32_t logits = Value(plan::Value::LOGITS, o.vocab_size, "logits");
+    const int32_t embed_table =
+        Tensor("model.embed_tokens.weight", wd, {o.vocab_size, o.hidden_size}, 1.0f);
+    int32_t residual = Value(plan::Value::ACTIVATION, o.hidden_size, "embed");
+    AddOp(plan::EMBED, {tokens}, {residual}, {embed_table});
+
+    // Adds `delta` into the residual stream and normalizes: one fused op or ADD + RMS_NORM.
+    auto add_norm = [&](int32_t delta, int32_t gamma, const std::string& name) {
+      const int32_t sum = Value(plan::Value::ACTIVATION, o.hidden_size, name + ".residual");
+      const int32_t normed = Value(plan::Value::ACTIVATION, o.hidden_size, name + ".normed");
+      if (o.fused) {
+        AddOp(plan::FUSED_ADD_RMS_NORM, {residual, delta}, {sum, normed}, {gamma})
+            ->set_eps(o.rms_norm_eps);
+      } else {
+        AddOp(plan::ADD, {residual, delta}, {sum}, {});
+        AddOp(plan::RMS_NORM, {sum}, {normed}, {gamma})->set_eps(o.rms_norm_eps);
+      }
+      residual = sum;
+      return normed;
+    };
+
+    int32_t mlp_out = -1;
+    for (int32_t layer = 0; layer < o.num_layers; ++layer) {
+      const std::string prefix = "model.layers." + std::to_string(layer) + ".";
+      const int32_t input_norm =
+          Tensor(prefix + "input_layernorm.weight", plan::F32, {o.hidden_size}, 0.2f, 1.0f);
+      int32_t normed;
+      if (layer == 0) {
+        normed = Value(plan::Value::ACTIVATION, o.hidden_size, prefix + "normed");
+        AddOp(plan::RMS_NORM, {residual}, {normed}, {input_norm})->set_eps(o.rms_norm_eps);
+      } else {
+        normed = add_norm(mlp_out, input_norm, prefix + "input");
+      }
+      const int32_t q = Value(plan::Value::ACTIVATION, q_width, prefix + "q");
+      const int32_t k = Value(plan::Value::ACTIVATION, kv_width, prefix + "k");
+      const int32_t v = Value(plan::Value::ACTIVATION, kv_width, prefix + "v");
+      const float projection_scale = 1.0f / std::sqrt(static_cast<float>(o.hidden_size));
+      if (o.fused) {
+        std::vector<int32_t> weights = {Tensor(prefix + "self_attn.qkv_proj.weight", wd,
+                                               {q_width + 2 * kv_width, o.hidden_size},
+                                               2 * projection_scale)};
+        if (o.qkv_bias) {
+          weights.push_back(Tensor(prefix + "self_attn.qkv_proj.bias", plan::F32,
+                                   {q_width + 2 * kv_width}, 0.3f));
+        }
+        AddOp(plan::MATMUL, {normed}, {q, k, v}, weights);
+      } else {
+        const char* names[3] = {"q", "k", "v"};
+        const int32_t outs[3] = {q, k, v};
+        const int64_t widths[3] = {q_width, kv_width, kv_width};
+        for (int i = 0; i < 3; ++i) {
+          std::vector<int32_t> weights = {Tensor(prefix + "self_attn." + names[i] + "_proj.weight",
+                                                 wd, {widths[i], o.hidden_size},
+                                                 2 * projection_scale)};
+          if (o.qkv_bias) {
+            weights.push_back(Tensor(prefix + "self_attn." + names[i] + "_proj.bias", plan::F32,
+                                     {widths[i]}, 0.3f));
+          }
+          AddOp(plan::MATMUL, {normed}, {outs[i]}, weights);
+        }
+      }
+      const int32_t q_rotated = Value(plan::Value::ACTIVATION, q_width, prefix + "q_rope");
+      const int32_t k_rotated = Value(plan::Value::ACTIVATION, kv_width, prefix + "k_rope");
+      plan::Op* rope_q = AddOp(plan::ROPE, {q, positions}, {q_rotated}, {});
+      rope_q->set_num_heads(o.num_heads);
+      rope_q->set_head_dim(o.head_dim);
+      *rope_q->mutable_rope() = rope;
+      plan::Op* rope_k = AddOp(plan::ROPE, {k, positions}, {k_rotated}, {});
+      rope_k->set_num_heads(o.num_kv_heads);
+      rope_k->set_head_dim(o.head_dim);
+      *rope_k->mutable_rope() = rope;
+      const int32_t attention = Value(plan::Value::ACTIVATION, q_width, prefix + "attention");
+      plan::Op* attend = AddOp(plan::ATTENTION, {q_rotated, k_rotated, v}, {attention}, {});
+      attend->set_layer(layer);
+      attend->set_num_heads(o.num_heads);
+      attend->set_num_kv_heads(o.num_kv_heads);
+      attend->set_head_dim(o.head_dim);
+      attend->set_sliding_window(o.sliding_window);
+      attend->set_scale(1.0 / std::sqrt(static_cast<double>(o.head_dim)));
+      const int32_t attention_out = Value(plan::Value::ACTIVATION, o.hidden_size, prefix + "o");
+      AddOp(plan::MATMUL, {attention}, {attention_out},
+            {Tensor(prefix + "self_attn.o_proj.weight", wd, {o.hidden_size, q_width},
+                    1.0f / std::sqrt(static_cast<float>(q_width)))});
+      const int32_t post_norm = Tensor(prefix + "post_attention_layernorm.weight", plan::F32,
+                                       {o.hidden_size}, 0.2f, 1.0f);
+      const int32_t mlp_in = add_norm(attention_out, post_norm, prefix + "post_attention");
+      const int32_t gate = Value(plan::Value::ACTIVATION, o.intermediate_size, prefix + "gate");
+      const int32_t up = Value(plan::Value::ACTIVATION, o.intermediate_size, prefix + "up");
+      const int32_t activated =
+          Value(plan::Value::ACTIVATION, o.intermediate_size, prefix + "activated");
+      if (o.fused) {
+        AddOp(plan::MATMUL, {mlp_in}, {gate, up},
+              {Tensor(prefix + "mlp.gate_up_proj.weight", wd,
+                      {2 * o.intermediate_size, o.hidden_size}, 2 * projection_scale)});
+        AddOp(plan::SILU_MUL, {gate, up}, {activated}, {});
+      } else {
+        AddOp(plan::MATMUL, {mlp_in}, {gate},
+              {Tensor(prefix + "mlp.gate_proj.weight", wd, {o.intermediate_size, o.hidden_size},
+                      2 * projection_scale)});
+        AddOp(plan::MATMUL, {mlp_in}, {up},
+              {Tensor(prefix + "mlp.up_proj.weight", wd, {o.intermediate_size, o.hidden_size},
+                      2 * projection_scale)});
+        const int32_t silu = Value(plan::Value::ACTIVATION, o.intermediate_size, prefix + "silu");
+        AddOp(plan::SILU, {gate}, {silu}, {});
+        AddOp(plan::MUL, {silu, up}, {activated}, {});
+      }
+      mlp_out = Value(plan::Value::ACTIVATION, o.hidden_size, prefix + "mlp_out");
+      AddOp(plan::MATMUL, {activated}, {mlp_out},
+            {Tensor(prefix + "mlp.down_proj.weight", wd, {o.hidden_size, o.intermediate_size},
+                    1.0f / std::sqrt(static_cast<float>(o.intermediate_size)))});
+    }
+    const int32_t final_norm = Tensor("model.norm.weight", plan::F32, {o.hidden_size}, 0.2f, 1.0f);
+    const int32_t final_normed = add_norm(mlp_out, final_norm, "model.norm");
+    const int32_t lm_head = o.tie_embeddings
+                                ? embed_table
+                                : Tensor("lm_head.weight", wd, {o.vocab_size, o.hidden_size}, 1.0f);
+    AddOp(plan::LOGITS, {final_normed}, {logits}, {lm_head});
+    model_.meta.mutable_program()->set_arena_bytes_per_token(arena_per_token_);
+    model_.meta.set_producer("tiny_llama test builder");
+    return std::move(model_);
+  }
+
+ private:
+  TinyLlamaOptions options_;
+  std::mt19937 random_;
+  TinyLlama model_;
+  int64_t arena_per_token_ = 0;
+};
+
+using Matrix = std::vector<std::vector<double>>;  // [rows][width]
+
+}  // namespace
+
+TinyLlama BuildTinyLlama(const TinyLlamaOptions& options) { return Builder(options).Build(); }
+
+BlobLookup TinyLlama::Lookup() const {
+  return [this](int index) -> const uint8_t* {
+    if (index < 0 || index >= static_cast<int>(blobs.size()) || blobs[index].empty()) {
+      return nullptr;
+    }
+    return blobs[index].data();
+  };
+}
+
+std::vector<float> TinyLlama::ReferenceLogits(const std::vector<int32_t>& tokens) const {
+  // Interprets the program op by op over the whole sequence: values are [tokens][width].
+  const plan::Program& program = meta.program();
+  const int64_t num_tokens = static_cast<int64_t>(tokens.size());
+  std::vector<Matrix> values(program.values_size());
+  std::vector<float> logits;
+  auto weight = [&](int32_t index) {
+    return DecodeFrom(meta.tensors(index).dtype(), blobs[index]);
+  };
+  auto rows = [&](int64_t width) { return Matrix(num_tokens, std::vector<double>(width, 0.0)); };
+  auto rms_norm = [&](const Matrix& x, const std::vector<float>& gamma, double eps) {
+    Matrix y = x;
+    for (auto& row : y) {
+      double squares = 0;
+      for (double element : row) squares += element * element;
+      const double inverse = 1.0 / std::sqrt(squares / row.size() + eps);
+      for (size_t i = 0; i < row.size(); ++i) row[i] = row[i] * inverse * gamma[i];
+    }
+    return y;
+  };
+  auto silu = [](double x) { return x / (1.0 + std::exp(-x)); };
+  for (const plan::Op& op : program.ops()) {
+    switch (op.kind()) {
+      case plan::EMBED: {
+        const std::vector<float> table = weight(op.weights(0));
+        const int64_t width = program.values(op.outputs(0)).width();
+        Matrix out = rows(width);
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (int64_t i = 0; i < width; ++i) out[t][i] = table[tokens[t] * width + i];
+        }
+        values[op.outputs(0)] = out;
+        break;
+      }
+      case plan::RMS_NORM:
+        values[op.outputs(0)] = rms_norm(values[op.inputs(0)], weight(op.weights(0)), op.eps());
+        break;
+      case plan::FUSED_ADD_RMS_NORM:
+      case plan::ADD: {
+        Matrix sum = values[op.inputs(0)];
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (size_t i = 0; i < sum[t].size(); ++i) sum[t][i] += values[op.inputs(1)][t][i];
+        }
+        if (op.kind() == plan::FUSED_ADD_RMS_NORM) {
+          values[op.outputs(1)] = rms_norm(sum, weight(op.weights(0)), op.eps());
+        }
+        values[op.outputs(0)] = sum;
+        break;
+      }
+      case plan::MATMUL:
+      case plan::LOGITS: {
+        const plan::Tensor& tensor = meta.tensors(op.weights(0));
+        const std::vector<float> w = weight(op.weights(0));
+        const std::vector<float> bias =
+            op.weights_size() > 1 ? weight(op.weights(1)) : std::vector<float>();
+        const int64_t out_rows = tensor.shape(0);
+        const int64_t cols = tensor.shape(1);
+        const Matrix& x = values[op.inputs(0)];
+        Matrix full = Matrix(num_tokens, std::vector<double>(out_rows, 0.0));
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (int64_t n = 0; n < out_rows; ++n) {
+            double sum = bias.empty() ? 0.0 : bias[n];
+            for (int64_t k = 0; k < cols; ++k) sum += x[t][k] * w[n * cols + k];
+            full[t][n] = sum;
+          }
+        }
+        if (op.kind() == plan::LOGITS) {
+          for (const auto& row : full) logits.insert(logits.end(), row.begin(), row.end());
+          break;
+        }
+        int64_t begin = 0;
+        for (int32_t id : op.outputs()) {
+          const int64_t width = program.values(id).width();
+          Matrix part = rows(width);
+          for (int64_t t = 0; t < num_tokens; ++t) {
+            std::copy(full[t].begin() + begin, full[t].begin() + begin + width, part[t].begin());
+          }
+          values[id] = part;
+          begin += width;
+        }
+        break;
+      }
+      case plan::ROPE: {
+        const std::vector<double> inv_freq = ReferenceInverseFrequencies(op.rope(), op.head_dim());
+        Matrix x = values[op.inputs(0)];
+        const int32_t half = op.head_dim() / 2;
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (int32_t head = 0; head < op.num_heads(); ++head) {
+            double* h = x[t].data() + head * op.head_dim();
+            for (int32_t i = 0; i < half; ++i) {
+              // Position t: the reference always runs a whole sequence from position 0.
+              const double angle = static_cast<double>(t) * inv_freq[i];
+              const double first = h[i], second = h[i + half];
+              h[i] = first * std::cos(angle) - second * std::sin(angle);
+              h[i + half] = second * std::cos(angle) + first * std::sin(angle);
+            }
+          }
+        }
+        values[op.outputs(0)] = x;
+        break;
+      }
+      case plan::ATTENTION: {
+        const Matrix& q = values[op.inputs(0)];
+        const Matrix& k = values[op.inputs(1)];
+        const Matrix& v = values[op.inputs(2)];
+        const int32_t head_dim = op.head_dim();
+        const int32_t group = op.num_heads() / op.num_kv_heads();
+        Matrix out = rows(int64_t{op.num_heads()} * head_dim);
+        for (int64_t i = 0; i < num_tokens; ++i) {
+          for (int32_t head = 0; head < op.num_heads(); ++head) {
+            const int32_t kv_head = head / group;
+            std::vector<double> scores;
+            std::vector<int64_t> keys;
+            for (int64_t j = 0; j <= i; ++j) {
+              if (op.sliding_window() > 0 && i - j >= op.sliding_window()) continue;
+              double dot = 0;
+              for (int32_t d = 0; d < head_dim; ++d) {
+                dot += q[i][head * head_dim + d] * k[j][kv_head * head_dim + d];
+              }
+              scores.push_back(dot * op.scale());
+              keys.push_back(j);
+            }
+            const double max_score = *std::max_element(scores.begin(), scores.end());
+            double total = 0;
+            for (double& score : scores) total += (score = std::exp(score - max_score));
+            for (size_t s = 0; s < keys.size(); ++s) {
+              for (int32_t d = 0; d < head_dim; ++d) {
+                out[i][head * head_dim + d] +=
+                    scores[s] / total * v[keys[s]][kv_head * head_dim + d];
+              }
+            }
+          }
+        }
+        values[op.outputs(0)] = out;
+        break;
+      }
+      case plan::SILU:
+      case plan::MUL:
+      case plan::SILU_MUL: {
+        Matrix out = values[op.inputs(0)];
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (size_t i = 0; i < out[t].size(); ++i) {
+            if (op.kind() == plan::SILU) out[t][i] = silu(out[t][i]);
+            if (op.kind() == plan::MUL) out[t][i] *= values[op.inputs(1)][t][i];
+            if (op.kind() == plan::SILU_MUL)
+              out[t][i] = silu(out[t][i]) * values[op.inputs(1)][t][i];
+          }
+        }
+        values[op.outputs(0)] = out;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return logits;
+}
+
+}  // namespace llmrt::testing

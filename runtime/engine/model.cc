@@ -1,0 +1,203 @@
+#include "runtime/engine/model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_format.h"
+#include "runtime/backend/cpu/cpu_backend.h"
+
+namespace llmrt::engine {
+
+Model::~Model() = default;
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& plan_path,
+                                                   const ModelOptions& options) {
+  plan::PlanOpenOptions open_options;
+  open_options.verify_blob_checksums = options.verify;
+  absl::StatusOr<std::unique_ptr<plan::Plan>> plan = plan::Plan::Open(plan_path, open_options);
+  if (!plan.ok()) return plan.status();
+  auto model = std::unique_ptr<Model>(new Model());
+  model->plan_ = std::move(*plan);
+  model->meta_ = &model->plan_->meta();
+  const plan::Plan* mapped = model->plan_.get();
+  absl::Status status = model->Init([mapped](int index) { return mapped->blob(index); }, options);
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrFormat("%s: %s", plan_path, status.message()));
+  }
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(const plan::PlanMeta& meta,
+                                                     const BlobLookup& blobs,
+                                                     const ModelOptions& options) {
+  auto model = std::unique_ptr<Model>(new Model());
+  model->owned_meta_ = std::make_unique<plan::PlanMeta>(meta);
+  model->meta_ = model->owned_meta_.get();
+  if (absl::Status status = model->Init(blobs, options); !status.ok()) return status;
+  return model;
+}
+
+absl::Status Model::Init(const BlobLookup& blobs, const ModelOptions& options) {
+  BackendOptions backend_options;
+  backend_options.max_tokens_per_step = options.max_tokens_per_step;
+  backend_options.num_threads = options.num_threads;
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      cpu::CreateCpuBackend(*meta_, blobs, backend_options);
+  if (!backend.ok()) return backend.status();
+  backend_ = std::move(*backend);
+
+  int32_t block_size = options.kv_block_size;
+  if (block_size == 0) block_size = meta_->kv_cache().default_block_size();
+  if (block_size == 0) block_size = kv::kDefaultBlockSize;
+  // 2^16 tokens per block: far past any useful size, and slot arithmetic stays in 32 bits.
+  if (block_size < 0 || block_size > (1 << 16)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("kv_block_size must be in [1, 65536], got %d", block_size));
+  }
+  const int64_t max_positions = meta_->config().max_position_embeddings();
+  int64_t cache_tokens = options.kv_cache_tokens;
+  if (cache_tokens == 0)
+    cache_tokens = max_positions > 0 ? std::min<int64_t>(max_positions, 8192) : 4096;
+  // Slots are int32 in StepBatch.
+  if (cache_tokens < 0 || cache_tokens > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("kv_cache_tokens must be in [1, 2^30], got %d", cache_tokens));
+  }
+  const int64_t num_blocks = (cache_tokens + block_size - 1) / block_size;
+  if (absl::Status status = backend_->AllocateKvCache(static_cast<int32_t>(num_blocks), block_size);
+      !status.ok()) {
+    return status;
+  }
+  pool_ = std::make_unique<kv::BlockPool>(static_cast<int32_t>(num_blocks), block_size);
+  builder_ = std::make_unique<StepBuilder>(block_size, backend_->max_tokens_per_step());
+  max_context_ = num_blocks * block_size;
+  if (max_positions > 0) max_context_ = std::min(max_context_, max_positions);
+  step_logits_.resize(static_cast<size_t>(backend_->max_tokens_per_step()) *
+                      backend_->vocab_size());
+  return absl::OkStatus();
+}
+
+std::unique_ptr<Session> Model::NewSession() {
+  return std::unique_ptr<Session>(new Session(*this));
+}
+
+absl::Status Model::AppendBatch(absl::Span<AppendRequest> requests) {
+  absl::flat_hash_set<const Session*> seen;
+  int64_t blocks_needed = 0;
+  for (size_t index = 0; index < requests.size(); ++index) {
+    const AppendRequest& request = requests[index];
+    if (request.session == nullptr || &request.session->model_ != this) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("append request %d: no session, or a session of another model", index));
+    }
+    if (!seen.insert(request.session).second) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("append request %d: its session appears twice in one batch", index));
+    }
+    if (request.tokens.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat("append request %d: no tokens", index));
+    }
+    for (size_t position = 0; position < request.tokens.size(); ++position) {
+      const int32_t token = request.tokens[position];
+      if (token < 0 || token >= vocab_size()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "append request %d: token %d at index %d is outside the vocabulary [0, %d)", index,
+            token, position, vocab_size()));
+      }
+    }
+    const int64_t total =
+        request.session->num_tokens_ + static_cast<int64_t>(request.tokens.size());
+    if (total > max_context_) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "append request %d: %d + %d tokens exceed the context of %d tokens", index,
+          request.session->num_tokens_, request.tokens.size(), max_context_));
+    }
+    const int64_t have = static_cast<int64_t>(request.session->table_.blocks().size());
+    blocks_needed += std::max<int64_t>(0, (total + kv_block_size() - 1) / kv_block_size() - have);
+  }
+  if (blocks_needed > pool_->num_free_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "KV cache: the batch needs %d more blocks of %d tokens, %d of %d are free", blocks_needed,
+        kv_block_size(), pool_->num_free_blocks(), pool_->num_blocks()));
+  }
+  for (AppendRequest& request : requests) {
+    Session& session = *request.session;
+    // Cannot fail: the free blocks were counted above.
+    if (absl::Status status = session.table_.Reserve(
+            *pool_, session.num_tokens_ + static_cast<int64_t>(request.tokens.size()));
+        !status.ok()) {
+      return status;
+    }
+    request.logits.assign(
+        (request.all_logits ? request.tokens.size() : 1) * static_cast<size_t>(vocab_size()), 0.0f);
+  }
+
+  cursors_.assign(requests.size(), 0);
+  const int64_t vocab = vocab_size();
+  while (true) {
+    builder_->Clear();
+    placements_.clear();
+    for (size_t index = 0; index < requests.size() && builder_->free_tokens() > 0; ++index) {
+      AppendRequest& request = requests[index];
+      const int64_t remaining = static_cast<int64_t>(request.tokens.size()) - cursors_[index];
+      if (remaining == 0) continue;
+      const int32_t count =
+          static_cast<int32_t>(std::min<int64_t>(remaining, builder_->free_tokens()));
+      const bool finishes = count == remaining;
+      const LogitRows rows = request.all_logits ? LogitRows::kAll
+                             : finishes         ? LogitRows::kLast
+                                                : LogitRows::kNone;
+      builder_->AddSequence(request.tokens.data() + cursors_[index], count,
+                            request.session->num_tokens_, request.session->table_, rows);
+      placements_.push_back({index, cursors_[index], count});
+    }
+    if (builder_->batch().num_tokens() == 0) break;
+    if (absl::Status status = backend_->RunStep(builder_->batch(), step_logits_.data());
+        !status.ok()) {
+      return status;
+    }
+    // Logit rows were appended in request order, so they are consumed in the same order.
+    size_t logit_row = 0;
+    auto consume = [&](const Placement& placement) {
+      AppendRequest& request = requests[placement.request];
+      const bool finishes = placement.first_token_index + placement.count ==
+                            static_cast<int64_t>(request.tokens.size());
+      if (request.all_logits) {
+        std::memcpy(request.logits.data() + placement.first_token_index * vocab,
+                    step_logits_.data() + logit_row * vocab,
+                    sizeof(float) * vocab * placement.count);
+        logit_row += placement.count;
+      } else if (finishes) {
+        std::memcpy(request.logits.data(), step_logits_.data() + logit_row * vocab,
+                    sizeof(float) * vocab);
+        ++logit_row;
+      }
+      request.session->num_tokens_ += placement.count;
+      cursors_[placement.request] += placement.count;
+    };
+    for (const Placement& placement : placements_) consume(placement);
+  }
+  return absl::OkStatus();
+}
+
+Session::~Session() { table_.Release(*model_.pool_); }
+
+void Session::Reset() {
+  table_.Release(*model_.pool_);
+  num_tokens_ = 0;
+}
+
+absl::StatusOr<std::vector<float>> Session::Append(const std::vector<int32_t>& tokens,
+                                                   bool all_logits) {
+  AppendRequest request;
+  request.session = this;
+  request.tokens = tokens;
+  request.all_logits = all_logits;
+  if (absl::Status status = model_.AppendBatch(absl::MakeSpan(&request, 1)); !status.ok()) {
+    return status;
+  }
+  return std::move(request.logits);
+}
+
+}  // namespace llmrt::engine

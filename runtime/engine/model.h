@@ -1,0 +1,124 @@
+// Model and Session: the engine's entry points for running a plan.
+//
+// A Model owns the mapped plan (or borrows in-memory weights), a backend, the KV block pool
+// and the backend's KV cache. Sessions are sequences: each holds a block table and a token
+// count, and appends tokens through the Model, alone (Session::Append) or together with other
+// sessions in shared steps (Model::AppendBatch). Appends are split into steps of at most
+// max_tokens_per_step tokens (chunked prefill).
+//
+// Ownership: a Session borrows its Model, which must outlive it. Thread-safety: none; one
+// thread drives a Model and all of its sessions.
+#ifndef LLMRT_ENGINE_MODEL_H_
+#define LLMRT_ENGINE_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "runtime/backend/backend.h"
+#include "runtime/engine/step_builder.h"
+#include "runtime/kv/block_pool.h"
+#include "runtime/plan/plan_reader.h"
+
+namespace llmrt::engine {
+
+struct ModelOptions {
+  int32_t num_threads = 1;    // 0: all hardware threads
+  int32_t kv_block_size = 0;  // 0: the plan's KvCacheSpec.default_block_size, else 16
+  // Tokens the KV pool holds over all sessions; 0: the plan's max_position_embeddings capped
+  // at 8192 (one full-length session of most models; 8192 x 256 KiB = 2 GiB for Llama-3-8B).
+  int64_t kv_cache_tokens = 0;
+  int32_t max_tokens_per_step = 256;
+  bool verify = false;  // check every blob's checksum when opening the plan
+};
+
+class Session;
+
+// One session's share of a Model::AppendBatch call.
+struct AppendRequest {
+  Session* session = nullptr;
+  std::vector<int32_t> tokens;
+  bool all_logits = false;
+  // Out: all_logits ? tokens.size() rows : 1 row (the last token), of vocab_size() floats.
+  std::vector<float> logits;
+};
+
+class Model {
+ public:
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& plan_path,
+                                                     const ModelOptions& options);
+  // From a meta and weights in memory (tests, self-checks); `blobs` must outlive the Model.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(const plan::PlanMeta& meta,
+                                                       const BlobLookup& blobs,
+                                                       const ModelOptions& options);
+  ~Model();
+
+  const plan::PlanMeta& meta() const { return *meta_; }
+  const plan::Plan* plan() const { return plan_.get(); }  // nullptr when created from memory
+  int64_t vocab_size() const { return backend_->vocab_size(); }
+  // The most tokens one session may hold: max_position_embeddings (if set) and the KV pool.
+  int64_t max_context() const { return max_context_; }
+  int32_t kv_block_size() const { return pool_->block_size(); }
+  const kv::BlockPool& block_pool() const { return *pool_; }
+  Backend& backend() { return *backend_; }
+
+  std::unique_ptr<Session> NewSession();
+
+  // Appends every request's tokens to its session, running as many steps as needed; all
+  // sessions share each step. Checks everything first (distinct sessions of this model,
+  // non-empty tokens inside the vocabulary, context and KV pool room), so on such errors no
+  // session changes. A failing step leaves each session at its last completed step.
+  absl::Status AppendBatch(absl::Span<AppendRequest> requests);
+
+ private:
+  Model() = default;
+  absl::Status Init(const BlobLookup& blobs, const ModelOptions& options);
+
+  std::unique_ptr<plan::Plan> plan_;
+  std::unique_ptr<plan::PlanMeta> owned_meta_;
+  const plan::PlanMeta* meta_ = nullptr;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<kv::BlockPool> pool_;
+  std::unique_ptr<StepBuilder> builder_;
+  std::vector<float> step_logits_;  // max_tokens_per_step rows of vocab_size
+  std::vector<int64_t> cursors_;    // per request of the running AppendBatch: tokens done
+  // Which tokens of which request the current step holds (capacity kept between steps).
+  struct Placement {
+    size_t request;
+    int64_t first_token_index;
+    int32_t count;
+  };
+  std::vector<Placement> placements_;
+  int64_t max_context_ = 0;
+  friend class Session;
+};
+
+class Session {
+ public:
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Appends `tokens`; returns the logits of every appended position (all_logits: row-major
+  // [tokens.size(), vocab_size]) or of the last one ([vocab_size]).
+  absl::StatusOr<std::vector<float>> Append(const std::vector<int32_t>& tokens, bool all_logits);
+
+  int64_t num_tokens() const { return num_tokens_; }
+  // Forgets every token and returns the blocks to the pool.
+  void Reset();
+
+ private:
+  explicit Session(Model& model) : model_(model) {}
+  Model& model_;
+  kv::BlockTable table_;
+  int64_t num_tokens_ = 0;
+  friend class Model;
+};
+
+}  // namespace llmrt::engine
+
+#endif  // LLMRT_ENGINE_MODEL_H_

@@ -1,0 +1,118 @@
+#include "runtime/sampling/sampler.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace llmrt::sampling {
+namespace {
+
+std::vector<float> LogitsOf(const std::vector<double>& probabilities) {
+  std::vector<float> logits;
+  for (double probability : probabilities)
+    logits.push_back(static_cast<float>(std::log(probability)));
+  return logits;
+}
+
+TEST(SamplerTest, GreedyPicksArgmaxAndLowestIdOnTies) {
+  Sampler sampler({.temperature = 0.0, .top_k = 0, .top_p = 1.0, .seed = 1});
+  std::vector<float> logits = {0.5f, 3.0f, -1.0f, 3.0f};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(sampler.Sample(logits.data(), 4), 1);
+  std::vector<float> probabilities = sampler.Probabilities(logits.data(), 4);
+  EXPECT_EQ(probabilities, (std::vector<float>{0, 1, 0, 0}));
+}
+
+TEST(SamplerTest, TemperatureScalesTheSoftmax) {
+  std::vector<float> logits = {1.0f, 2.0f, 0.0f, -0.5f};
+  for (double temperature : {0.5, 1.0, 2.0}) {
+    Sampler sampler({.temperature = temperature, .top_k = 0, .top_p = 1.0, .seed = 0});
+    std::vector<float> probabilities = sampler.Probabilities(logits.data(), 4);
+    double total = 0;
+    for (float logit : logits) total += std::exp(logit / temperature);
+    for (int id = 0; id < 4; ++id) {
+      EXPECT_NEAR(probabilities[id], std::exp(logits[id] / temperature) / total, 1e-6)
+          << "temperature " << temperature << " id " << id;
+    }
+  }
+}
+
+TEST(SamplerTest, DrawsFollowTheDistribution) {
+  const std::vector<double> expected = {0.1, 0.2, 0.3, 0.4};
+  std::vector<float> logits = LogitsOf(expected);
+  Sampler sampler({.temperature = 1.0, .top_k = 0, .top_p = 1.0, .seed = 42});
+  constexpr int kDraws = 40000;
+  std::vector<int> counts(4, 0);
+  for (int i = 0; i < kDraws; ++i) ++counts[sampler.Sample(logits.data(), 4)];
+  for (int id = 0; id < 4; ++id) {
+    // Standard deviation of a frequency is sqrt(p (1 - p) / n) <= 0.0025; allow 4 of them.
+    EXPECT_NEAR(static_cast<double>(counts[id]) / kDraws, expected[id], 0.01) << "id " << id;
+  }
+}
+
+TEST(SamplerTest, TopKMasksAllButTheKLargest) {
+  const std::vector<double> base = {0.05, 0.4, 0.1, 0.3, 0.15};
+  std::vector<float> logits = LogitsOf(base);
+  Sampler sampler({.temperature = 1.0, .top_k = 2, .top_p = 1.0, .seed = 7});
+  std::vector<float> probabilities = sampler.Probabilities(logits.data(), 5);
+  EXPECT_FLOAT_EQ(probabilities[1], 0.4f / 0.7f);
+  EXPECT_FLOAT_EQ(probabilities[3], 0.3f / 0.7f);
+  EXPECT_EQ(probabilities[0] + probabilities[2] + probabilities[4], 0.0f);
+  for (int i = 0; i < 2000; ++i) {
+    int32_t id = sampler.Sample(logits.data(), 5);
+    ASSERT_TRUE(id == 1 || id == 3) << id;
+  }
+}
+
+TEST(SamplerTest, TopPKeepsTheSmallestPrefixReachingP) {
+  const std::vector<double> base = {0.05, 0.5, 0.15, 0.3};
+  std::vector<float> logits = LogitsOf(base);
+  // 0.5 < 0.75 <= 0.5 + 0.3: the two most likely tokens stay.
+  Sampler sampler({.temperature = 1.0, .top_k = 0, .top_p = 0.75, .seed = 3});
+  std::vector<float> probabilities = sampler.Probabilities(logits.data(), 4);
+  EXPECT_NEAR(probabilities[1], 0.5 / 0.8, 1e-6);
+  EXPECT_NEAR(probabilities[3], 0.3 / 0.8, 1e-6);
+  EXPECT_EQ(probabilities[0], 0.0f);
+  EXPECT_EQ(probabilities[2], 0.0f);
+  // A tiny p still keeps the most likely token.
+  Sampler tiny({.temperature = 1.0, .top_k = 0, .top_p = 1e-9, .seed = 3});
+  EXPECT_EQ(tiny.Probabilities(logits.data(), 4), (std::vector<float>{0, 1, 0, 0}));
+}
+
+TEST(SamplerTest, TopKThenTopP) {
+  const std::vector<double> base = {0.35, 0.25, 0.2, 0.2};
+  std::vector<float> logits = LogitsOf(base);
+  // top-k 3 renormalises to 0.35/0.8, 0.25/0.8, 0.2/0.8; top-p 0.7 then keeps the first two
+  // (0.4375 + 0.3125 = 0.75 >= 0.7), which p = 0.7 alone on the raw distribution would not
+  // (0.35 + 0.25 = 0.6 < 0.7).
+  Sampler sampler({.temperature = 1.0, .top_k = 3, .top_p = 0.7, .seed = 0});
+  std::vector<float> probabilities = sampler.Probabilities(logits.data(), 4);
+  EXPECT_NEAR(probabilities[0], 0.35 / 0.6, 1e-6);
+  EXPECT_NEAR(probabilities[1], 0.25 / 0.6, 1e-6);
+  EXPECT_EQ(probabilities[2] + probabilities[3], 0.0f);
+}
+
+TEST(SamplerTest, SameSeedSameTokensOtherSeedOtherTokens) {
+  std::vector<float> logits(64);
+  for (int id = 0; id < 64; ++id) logits[id] = std::sin(id * 0.7f);
+  auto draw = [&](uint64_t seed) {
+    Sampler sampler({.temperature = 1.0, .top_k = 0, .top_p = 1.0, .seed = seed});
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 32; ++i) ids.push_back(sampler.Sample(logits.data(), 64));
+    return ids;
+  };
+  EXPECT_EQ(draw(123), draw(123));
+  EXPECT_NE(draw(123), draw(124));
+}
+
+TEST(SamplerTest, ValidateRejectsBadParams) {
+  EXPECT_TRUE(Sampler::Validate({}).ok());
+  EXPECT_FALSE(Sampler::Validate({.temperature = -1.0}).ok());
+  EXPECT_FALSE(Sampler::Validate({.temperature = NAN}).ok());
+  EXPECT_FALSE(Sampler::Validate({.temperature = 1.0, .top_k = -2}).ok());
+  EXPECT_FALSE(Sampler::Validate({.temperature = 1.0, .top_k = 0, .top_p = 0.0}).ok());
+  EXPECT_FALSE(Sampler::Validate({.temperature = 1.0, .top_k = 0, .top_p = 1.5}).ok());
+}
+
+}  // namespace
+}  // namespace llmrt::sampling

@@ -1,0 +1,332 @@
+// llmrt: runs and inspects plan files.
+//
+//   llmrt run plan.bin -p "text" [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]
+//                                [--verify] [--threads N]
+//   llmrt inspect plan.bin [--verify]
+//
+// Exit status: 0 success, 1 an error (message on stderr), 2 a usage error.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/engine/model.h"
+#include "runtime/plan/plan_reader.h"
+#include "runtime/sampling/sampler.h"
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace llmrt {
+namespace {
+
+constexpr int kUsageError = 2;
+constexpr int kError = 1;
+constexpr char kUsage[] =
+    "usage: llmrt run PLAN -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
+    "                 [--verify] [--threads N]\n"
+    "       llmrt inspect PLAN [--verify]\n";
+
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "llmrt: %s\n%s", message.c_str(), kUsage);
+  return kUsageError;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "llmrt: %s\n", std::string(status.message()).c_str());
+  return kError;
+}
+
+// Flags after the subcommand: "--name value", "-x value" or boolean "--name".
+struct Arguments {
+  std::string plan_path;
+  std::map<std::string, std::string> values;
+  std::map<std::string, bool> switches;
+};
+
+// Returns an error message, or "" when the arguments parse.
+std::string Parse(int argc, char** argv, const std::vector<std::string>& valued,
+                  const std::vector<std::string>& boolean, Arguments& arguments) {
+  for (int index = 2; index < argc; ++index) {
+    const std::string argument = argv[index];
+    auto is = [&](const std::vector<std::string>& names) {
+      for (const std::string& name : names) {
+        if (name == argument) return true;
+      }
+      return false;
+    };
+    if (is(valued)) {
+      if (index + 1 >= argc) return "flag " + argument + " needs a value";
+      arguments.values[argument] = argv[++index];
+    } else if (is(boolean)) {
+      arguments.switches[argument] = true;
+    } else if (!argument.empty() && argument[0] == '-' && argument != "-") {
+      return "unknown flag " + argument;
+    } else if (arguments.plan_path.empty()) {
+      arguments.plan_path = argument;
+    } else {
+      return "unexpected argument " + argument;
+    }
+  }
+  if (arguments.plan_path.empty()) return "missing the plan file";
+  return "";
+}
+
+template <typename Number>
+bool ParseNumber(const Arguments& arguments, const std::string& flag, Number& out,
+                 std::string& error) {
+  auto found = arguments.values.find(flag);
+  if (found == arguments.values.end()) return true;
+  bool ok;
+  if constexpr (std::is_floating_point_v<Number>) {
+    double value;
+    ok = absl::SimpleAtod(found->second, &value);
+    out = value;
+  } else {
+    ok = absl::SimpleAtoi(found->second, &out);
+  }
+  if (!ok) error = absl::StrFormat("flag %s: '%s' is not a number", flag, found->second);
+  return ok;
+}
+
+int Run(int argc, char** argv) {
+  Arguments arguments;
+  const std::string parse_error =
+      Parse(argc, argv, {"-p", "-n", "--temp", "--top-k", "--top-p", "--seed", "--threads"},
+            {"--verify"}, arguments);
+  if (!parse_error.empty()) return UsageError(parse_error);
+  if (arguments.values.count("-p") == 0) return UsageError("run needs a prompt: -p TEXT");
+  const std::string prompt = arguments.values["-p"];
+
+  int64_t max_new_tokens = 256;
+  int32_t threads = 1;
+  std::string error;
+  engine::ModelOptions options;
+  options.verify = arguments.switches.count("--verify") > 0;
+  if (!ParseNumber(arguments, "-n", max_new_tokens, error) ||
+      !ParseNumber(arguments, "--threads", threads, error)) {
+    return UsageError(error);
+  }
+  if (max_new_tokens < 0) return UsageError("-n must be >= 0");
+  if (threads < 0) return UsageError("--threads must be >= 0 (0: all cores)");
+  options.num_threads = threads;
+
+  absl::StatusOr<std::unique_ptr<engine::Model>> model =
+      engine::Model::Load(arguments.plan_path, options);
+  if (!model.ok()) return Fail(model.status());
+  const plan::PlanMeta& meta = (*model)->meta();
+
+  // Defaults from generation_config.json: greedy unless it asks for sampling.
+  const plan::GenerationDefaults& generation = meta.generation();
+  sampling::SamplingParams params;
+  params.temperature = generation.do_sample()
+                           ? (generation.temperature() > 0 ? generation.temperature() : 1.0)
+                           : 0.0;
+  params.top_k = static_cast<int32_t>(generation.top_k());
+  params.top_p = generation.top_p() > 0 && generation.top_p() <= 1 ? generation.top_p() : 1.0;
+  if (!ParseNumber(arguments, "--temp", params.temperature, error) ||
+      !ParseNumber(arguments, "--top-k", params.top_k, error) ||
+      !ParseNumber(arguments, "--top-p", params.top_p, error) ||
+      !ParseNumber(arguments, "--seed", params.seed, error)) {
+    return UsageError(error);
+  }
+  if (absl::Status status = sampling::Sampler::Validate(params); !status.ok()) {
+    return UsageError(std::string(status.message()));
+  }
+
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Create(meta.tokenizer());
+  if (!tokenizer.ok()) {
+    return Fail(absl::Status(
+        tokenizer.status().code(),
+        absl::StrFormat("%s: tokenizer: %s", arguments.plan_path, tokenizer.status().message())));
+  }
+  const std::vector<int32_t> prompt_ids = (*tokenizer)->Encode(prompt, true);
+  if (prompt_ids.empty()) {
+    return Fail(absl::InvalidArgumentError("the prompt encodes to no tokens; give some text"));
+  }
+  std::vector<int64_t> eos_ids(generation.eos_token_ids().begin(),
+                               generation.eos_token_ids().end());
+  if (eos_ids.empty() && (*tokenizer)->eos_id() >= 0) eos_ids.push_back((*tokenizer)->eos_id());
+
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  std::fflush(stdout);
+
+  std::unique_ptr<engine::Session> session = (*model)->NewSession();
+  sampling::Sampler sampler(params);
+  StreamDecoder decoder(**tokenizer, prompt_ids);
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::vector<float>> logits = session->Append(prompt_ids, false);
+  if (!logits.ok()) return Fail(logits.status());
+  const auto prefilled = std::chrono::steady_clock::now();
+  int64_t generated = 0;
+  while (generated < max_new_tokens) {
+    const int32_t token = sampler.Sample(logits->data(), static_cast<int32_t>(logits->size()));
+    bool is_eos = false;
+    for (int64_t eos : eos_ids) is_eos |= token == eos;
+    if (is_eos) break;
+    const std::string text = decoder.Push(token);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    ++generated;
+    if (generated == max_new_tokens || session->num_tokens() >= (*model)->max_context()) break;
+    logits = session->Append({token}, false);
+    if (!logits.ok()) return Fail(logits.status());
+  }
+  const std::string tail = decoder.Finish();
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  const auto end = std::chrono::steady_clock::now();
+  const double prefill_seconds = std::chrono::duration<double>(prefilled - start).count();
+  const double decode_seconds = std::chrono::duration<double>(end - prefilled).count();
+  std::fprintf(stderr, "[llmrt] prompt %zu tokens %.1f tok/s, generated %lld tokens %.1f tok/s\n",
+               prompt_ids.size(), prompt_ids.size() / std::max(prefill_seconds, 1e-9),
+               static_cast<long long>(generated), generated / std::max(decode_seconds, 1e-9));
+  return 0;
+}
+
+std::string Shape(const google::protobuf::RepeatedField<int64_t>& shape) {
+  return "[" + absl::StrJoin(shape, ", ") + "]";
+}
+
+int Inspect(int argc, char** argv) {
+  Arguments arguments;
+  const std::string parse_error = Parse(argc, argv, {}, {"--verify"}, arguments);
+  if (!parse_error.empty()) return UsageError(parse_error);
+  plan::PlanOpenOptions open_options;
+  open_options.verify_blob_checksums = arguments.switches.count("--verify") > 0;
+  absl::StatusOr<std::unique_ptr<plan::Plan>> opened =
+      plan::Plan::Open(arguments.plan_path, open_options);
+  if (!opened.ok()) return Fail(opened.status());
+  const plan::Plan& plan = **opened;
+  const plan::PlanMeta& meta = plan.meta();
+  const plan::ModelConfig& config = meta.config();
+  std::string out;
+  absl::StrAppendFormat(&out, "plan: %s\n", plan.path());
+  absl::StrAppendFormat(&out, "version: %d.%d\nproducer: %s\nfile size: %d bytes\n",
+                        plan.header().major, plan.header().minor, meta.producer(),
+                        plan.file_size());
+  if (open_options.verify_blob_checksums) out += "blob checksums: verified\n";
+  absl::StrAppendFormat(&out, "weight dtype: %s\n", plan::DTypeName(meta.weight_dtype()));
+  absl::StrAppendFormat(
+      &out,
+      "model: %s (%s)\n  vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, "
+      "head_dim %d\n  max positions %d, rms_norm_eps %g, act %s, tie embeddings %s, attention "
+      "bias %s, sliding window %d, checkpoint dtype %s\n",
+      config.architecture(), config.model_type(), config.vocab_size(), config.hidden_size(),
+      config.intermediate_size(), config.num_layers(), config.num_attention_heads(),
+      config.num_kv_heads(), config.head_dim(), config.max_position_embeddings(),
+      config.rms_norm_eps(), config.hidden_act(), config.tie_word_embeddings() ? "yes" : "no",
+      config.attention_bias() ? "yes" : "no", config.sliding_window(),
+      plan::DTypeName(config.checkpoint_dtype()));
+  const plan::RopeConfig& rope = config.rope();
+  absl::StrAppendFormat(&out, "  rope theta %g, scaling %s", rope.theta(),
+                        plan::RopeConfig::Scaling_Name(rope.scaling()));
+  if (rope.scaling() != plan::RopeConfig::SCALING_NONE) {
+    absl::StrAppendFormat(&out, " factor %g", rope.factor());
+  }
+  if (rope.scaling() == plan::RopeConfig::LLAMA3) {
+    absl::StrAppendFormat(&out, " low %g high %g original max positions %d", rope.low_freq_factor(),
+                          rope.high_freq_factor(), rope.original_max_position_embeddings());
+  }
+  out += "\n";
+  const plan::GenerationDefaults& generation = meta.generation();
+  absl::StrAppendFormat(
+      &out,
+      "generation: bos %d, eos [%s], pad %d, do_sample %s, temperature %g, top_k %d, top_p %g, "
+      "repetition_penalty %g, max_length %d\n",
+      generation.bos_token_id(), absl::StrJoin(generation.eos_token_ids(), ", "),
+      generation.pad_token_id(), generation.do_sample() ? "yes" : "no", generation.temperature(),
+      generation.top_k(), generation.top_p(), generation.repetition_penalty(),
+      generation.max_length());
+  const plan::TokenizerSpec& tokenizer = meta.tokenizer();
+  absl::StrAppendFormat(
+      &out,
+      "tokenizer: %s, %d pieces, %d merges, %d added tokens, byte fallback %s, %d normalizers, "
+      "%d pre-tokenizers, %d decoders, bos %d, eos %d, unk %d, chat template %d bytes\n",
+      plan::TokenizerSpec::ModelType_Name(tokenizer.model()), tokenizer.pieces_size(),
+      tokenizer.merges_size(), tokenizer.added_tokens_size(),
+      tokenizer.byte_fallback() ? "yes" : "no", tokenizer.normalizers_size(),
+      tokenizer.pre_tokenizers_size(), tokenizer.decoders_size(), tokenizer.bos_id(),
+      tokenizer.eos_id(), tokenizer.unk_id(), tokenizer.chat_template().size());
+  const plan::KvCacheSpec& kv = meta.kv_cache();
+  absl::StrAppendFormat(
+      &out, "kv cache: %d layers, %d kv heads, head_dim %d, %s, block %d tokens\n", kv.num_layers(),
+      kv.num_kv_heads(), kv.head_dim(), plan::DTypeName(kv.dtype()), kv.default_block_size());
+  uint64_t weight_bytes = 0;
+  absl::StrAppendFormat(&out, "tensors: %d\n", meta.tensors_size());
+  for (int index = 0; index < meta.tensors_size(); ++index) {
+    const plan::Tensor& tensor = meta.tensors(index);
+    weight_bytes += tensor.size_bytes();
+    absl::StrAppendFormat(&out, "  %4d %-48s %-5s %-16s %d bytes\n", index, tensor.name(),
+                          plan::DTypeName(tensor.dtype()), Shape(tensor.shape()),
+                          tensor.size_bytes());
+  }
+  const plan::Program& program = meta.program();
+  auto value_name = [&](int32_t id) {
+    if (id < 0 || id >= program.values_size()) return absl::StrFormat("?%d", id);
+    const plan::Value& value = program.values(id);
+    return absl::StrFormat("%%%d:%s[%d]", id, value.name().empty() ? "v" : value.name(),
+                           value.width());
+  };
+  auto kernel_name = [&](int32_t kernel) -> std::string {
+    for (const plan::KernelTable& table : program.kernel_tables()) {
+      if (table.target() == "cpu" && kernel >= 0 && kernel < table.kernels_size()) {
+        return table.kernels(kernel).name();
+      }
+    }
+    return "";
+  };
+  absl::StrAppendFormat(&out, "program: %d values, %d ops, arena %d bytes per token\n",
+                        program.values_size(), program.ops_size(), program.arena_bytes_per_token());
+  for (int index = 0; index < program.ops_size(); ++index) {
+    const plan::Op& op = program.ops(index);
+    std::vector<std::string> inputs, outputs, weights;
+    for (int32_t id : op.inputs()) inputs.push_back(value_name(id));
+    for (int32_t id : op.outputs()) outputs.push_back(value_name(id));
+    for (int32_t id : op.weights()) {
+      weights.push_back(id >= 0 && id < meta.tensors_size() ? meta.tensors(id).name()
+                                                            : absl::StrFormat("?%d", id));
+    }
+    absl::StrAppendFormat(&out, "  %4d %-18s %s -> %s", index, plan::OpKind_Name(op.kind()),
+                          absl::StrJoin(inputs, ", "), absl::StrJoin(outputs, ", "));
+    if (!weights.empty()) absl::StrAppendFormat(&out, "  weights %s", absl::StrJoin(weights, ", "));
+    if (op.kind() == plan::ATTENTION) {
+      absl::StrAppendFormat(&out, "  layer %d heads %d/%d head_dim %d scale %g window %d",
+                            op.layer(), op.num_heads(), op.num_kv_heads(), op.head_dim(),
+                            op.scale(), op.sliding_window());
+    }
+    const std::string kernel = kernel_name(op.kernel());
+    if (!kernel.empty()) absl::StrAppendFormat(&out, "  kernel %s", kernel);
+    out += "\n";
+  }
+  for (const plan::KernelTable& table : program.kernel_tables()) {
+    absl::StrAppendFormat(&out, "kernels (%s): %d\n", table.target(), table.kernels_size());
+    for (int index = 0; index < table.kernels_size(); ++index) {
+      absl::StrAppendFormat(&out, "  %4d %s\n", index, table.kernels(index).name());
+    }
+  }
+  absl::StrAppendFormat(&out, "total: %d bytes of weights in a %d-byte file\n", weight_bytes,
+                        plan.file_size());
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace llmrt
+
+int main(int argc, char** argv) {
+  if (argc < 2) return llmrt::UsageError("missing a subcommand");
+  const std::string command = argv[1];
+  if (command == "run") return llmrt::Run(argc, argv);
+  if (command == "inspect") return llmrt::Inspect(argc, argv);
+  if (command == "-h" || command == "--help" || command == "help") {
+    std::fputs(llmrt::kUsage, stdout);
+    return 0;
+  }
+  return llmrt::UsageError("unknown subcommand " + command);
+}
