@@ -33,30 +33,6 @@ auto RunStage(ProgressSink* progress, const std::string& name, Fn&& stage) {
   return result;
 }
 
-// Forwards codegen's weight reads to the checkpoint and reports how far writing has come.
-class ProgressWeightSource final : public WeightSource {
- public:
-  ProgressWeightSource(const TensorMap& tensors, ProgressSink* progress, int64_t total)
-      : inner_(tensors), progress_(progress), total_(total) {}
-
-  absl::StatusOr<WeightView> getWeight(const std::string& name) const override {
-    absl::StatusOr<WeightView> view = inner_.getWeight(name);
-    if (view.ok() && progress_) {
-      ++done_;
-      bytes_ += view->sizeBytes;
-      progress_->TensorProgress(done_, total_, bytes_);
-    }
-    return view;
-  }
-
- private:
-  TensorMapWeightSource inner_;
-  ProgressSink* progress_;
-  int64_t total_;
-  mutable int64_t done_ = 0;
-  mutable uint64_t bytes_ = 0;
-};
-
 }  // namespace
 
 absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
@@ -101,12 +77,17 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
     absl::StatusOr<std::unique_ptr<plan::PlanWriter>> writer =
         plan::PlanWriter::Create(options.output_path);
     if (!writer.ok()) return writer.status();
-    ProgressWeightSource weights(checkpoint->tensors(), progress,
-                                 static_cast<int64_t>(checkpoint->tensors().size()));
+    TensorMapWeightSource weights(checkpoint->tensors());
+    EmitProgress report;
+    if (progress) {
+      report = [progress](int64_t done, int64_t total, uint64_t bytes) {
+        progress->TensorProgress(done, total, bytes);
+      };
+    }
     plan::PlanMeta meta;
     std::vector<plan::Tensor> tensors;
     absl::StatusOr<plan::Program> program =
-        emitProgram(*module, weights, weight_dtype, **writer, &tensors);
+        emitProgram(*module, weights, weight_dtype, **writer, &tensors, report);
     if (!program.ok()) return program.status();
 
     meta.set_producer(kProducer);

@@ -114,10 +114,10 @@ class Reader {
 #define LLMC_CONCAT(a, b) LLMC_CONCAT_INNER(a, b)
 #define ASSIGN_OR_RETURN(lhs, expr) \
   LLMC_ASSIGN_OR_RETURN_IMPL(LLMC_CONCAT(status_or_, __LINE__), lhs, expr)
-#define RETURN_IF_ERROR(expr)                \
-  do {                                       \
-    absl::Status status_ = (expr);           \
-    if (!status_.ok()) return status_;       \
+#define RETURN_IF_ERROR(expr)          \
+  do {                                 \
+    absl::Status status_ = (expr);     \
+    if (!status_.ok()) return status_; \
   } while (false)
 
 absl::StatusOr<std::string> ComponentType(const Reader& reader, const Json& component,
@@ -215,15 +215,16 @@ absl::Status ImportNormalizer(const Reader& reader, const Json& component, absl:
     normalizer.set_strip_left(left);
     normalizer.set_strip_right(right);
   } else {
-    return reader.Error(path, absl::StrCat("normalizer \"", type, "\" is not supported (supported: ",
-                                           kSupportedNormalizers, ")"));
+    return reader.Error(
+        path, absl::StrCat("normalizer \"", type,
+                           "\" is not supported (supported: ", kSupportedNormalizers, ")"));
   }
   *spec->add_normalizers() = std::move(normalizer);
   return absl::OkStatus();
 }
 
-absl::Status ImportPreTokenizer(const Reader& reader, const Json& component,
-                                absl::string_view path, TokenizerSpec* spec) {
+absl::Status ImportPreTokenizer(const Reader& reader, const Json& component, absl::string_view path,
+                                TokenizerSpec* spec) {
   if (component.is_null()) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::string type, ComponentType(reader, component, path));
   if (type == "Sequence") {
@@ -250,8 +251,7 @@ absl::Status ImportPreTokenizer(const Reader& reader, const Json& component,
     pre.set_behavior(behavior);
     pre.set_invert(invert);
   } else if (type == "ByteLevel") {
-    ASSIGN_OR_RETURN(bool add_prefix_space,
-                     reader.Bool(component, "add_prefix_space", path, true));
+    ASSIGN_OR_RETURN(bool add_prefix_space, reader.Bool(component, "add_prefix_space", path, true));
     ASSIGN_OR_RETURN(bool use_regex, reader.Bool(component, "use_regex", path, true));
     pre.set_kind(TokenizerSpec::PreTokenizer::BYTE_LEVEL);
     pre.set_add_prefix_space(add_prefix_space);
@@ -276,9 +276,9 @@ absl::Status ImportPreTokenizer(const Reader& reader, const Json& component,
   } else if (type == "WhitespaceSplit") {
     pre.set_kind(TokenizerSpec::PreTokenizer::WHITESPACE_SPLIT);
   } else {
-    return reader.Error(path,
-                        absl::StrCat("pre_tokenizer \"", type, "\" is not supported (supported: ",
-                                     kSupportedPreTokenizers, ")"));
+    return reader.Error(
+        path, absl::StrCat("pre_tokenizer \"", type,
+                           "\" is not supported (supported: ", kSupportedPreTokenizers, ")"));
   }
   *spec->add_pre_tokenizers() = std::move(pre);
   return absl::OkStatus();
@@ -294,8 +294,8 @@ absl::Status ImportDecoder(const Reader& reader, const Json& component, absl::st
       return reader.Error(absl::StrCat(path, ".decoders"), "expected an array");
     }
     for (size_t index = 0; index < it->size(); ++index) {
-      RETURN_IF_ERROR(ImportDecoder(reader, (*it)[index],
-                                    absl::StrCat(path, ".decoders[", index, "]"), spec));
+      RETURN_IF_ERROR(
+          ImportDecoder(reader, (*it)[index], absl::StrCat(path, ".decoders[", index, "]"), spec));
     }
     return absl::OkStatus();
   }
@@ -322,8 +322,8 @@ absl::Status ImportDecoder(const Reader& reader, const Json& component, absl::st
     // characters).
     constexpr int64_t kMaxCount = 0x7FFFFFFF;
     if (start < 0 || stop < 0) {
-      return reader.Error(path, absl::StrCat("start and stop must be >= 0, found ", start,
-                                             " and ", stop));
+      return reader.Error(
+          path, absl::StrCat("start and stop must be >= 0, found ", start, " and ", stop));
     }
     decoder.set_kind(TokenizerSpec::Decoder::STRIP);
     decoder.set_content(content);
@@ -364,9 +364,9 @@ absl::Status ImportPostProcessor(const Reader& reader, const Json& component,
   // ByteLevel as a post-processor only trims offsets; token ids are unchanged.
   if (type == "ByteLevel") return absl::OkStatus();
   if (type != "TemplateProcessing") {
-    return reader.Error(path,
-                        absl::StrCat("post_processor \"", type, "\" is not supported (supported: ",
-                                     kSupportedPostProcessors, ")"));
+    return reader.Error(
+        path, absl::StrCat("post_processor \"", type,
+                           "\" is not supported (supported: ", kSupportedPostProcessors, ")"));
   }
   if (spec->post_template_size() > 0) {
     return reader.Error(path, "a second TemplateProcessing is not supported");
@@ -388,18 +388,18 @@ absl::Status ImportPostProcessor(const Reader& reader, const Json& component,
     if (piece.is_object() && piece.contains("Sequence")) {
       ASSIGN_OR_RETURN(std::string id, reader.String(piece["Sequence"], "id", piece_path));
       if (id != "A") {
-        return reader.Error(piece_path,
-                            absl::StrCat("the single template may only use sequence A, found ", id));
+        return reader.Error(
+            piece_path, absl::StrCat("the single template may only use sequence A, found ", id));
       }
       out->set_is_sequence(true);
       has_sequence = true;
     } else if (piece.is_object() && piece.contains("SpecialToken")) {
       ASSIGN_OR_RETURN(std::string name, reader.String(piece["SpecialToken"], "id", piece_path));
       auto special = special_tokens.find(name);
-      if (special == special_tokens.end() || !special->is_object() ||
-          !special->contains("ids") || !(*special)["ids"].is_array()) {
-        return reader.Error(piece_path, absl::StrCat("special token \"", name,
-                                                     "\" has no ids in ", path, ".special_tokens"));
+      if (special == special_tokens.end() || !special->is_object() || !special->contains("ids") ||
+          !(*special)["ids"].is_array()) {
+        return reader.Error(piece_path, absl::StrCat("special token \"", name, "\" has no ids in ",
+                                                     path, ".special_tokens"));
       }
       for (const Json& id : (*special)["ids"]) {
         if (!id.is_number_integer()) {
@@ -443,8 +443,7 @@ absl::Status ImportModel(const Reader& reader, const Json& root, TokenizerSpec* 
   ASSIGN_OR_RETURN(bool fuse_unk, reader.Bool(model, "fuse_unk", "model", false));
   ASSIGN_OR_RETURN(bool ignore_merges, reader.Bool(model, "ignore_merges", "model", false));
   ASSIGN_OR_RETURN(std::string unk_token, reader.String(model, "unk_token", "model"));
-  ASSIGN_OR_RETURN(std::string prefix,
-                   reader.String(model, "continuing_subword_prefix", "model"));
+  ASSIGN_OR_RETURN(std::string prefix, reader.String(model, "continuing_subword_prefix", "model"));
   ASSIGN_OR_RETURN(std::string suffix, reader.String(model, "end_of_word_suffix", "model"));
   spec->set_byte_fallback(byte_fallback);
   spec->set_fuse_unk(fuse_unk);
@@ -501,9 +500,9 @@ absl::Status ImportModel(const Reader& reader, const Json& root, TokenizerSpec* 
       if (content.empty()) return reader.Error(path, "content is empty");
       auto in_vocab = model_vocab.find(content);
       if (in_vocab != model_vocab.end() && in_vocab->second != id) {
-        return reader.Error(path, absl::StrCat("\"", content, "\" has id ", id,
-                                               " but the vocabulary gives it id ",
-                                               in_vocab->second));
+        return reader.Error(
+            path, absl::StrCat("\"", content, "\" has id ", id, " but the vocabulary gives it id ",
+                               in_vocab->second));
       }
       RETURN_IF_ERROR(assign(id, content, path));
       auto* added = spec->add_added_tokens();
@@ -525,10 +524,9 @@ absl::Status ImportModel(const Reader& reader, const Json& root, TokenizerSpec* 
   }
   for (size_t id = 0; id < pieces.size(); ++id) {
     if (!assigned[id]) {
-      return reader.Error("model.vocab",
-                          absl::StrCat("ids must be dense 0..", pieces.size() - 1,
-                                       " over the vocabulary and added tokens; id ", id,
-                                       " has no piece"));
+      return reader.Error("model.vocab", absl::StrCat("ids must be dense 0..", pieces.size() - 1,
+                                                      " over the vocabulary and added tokens; id ",
+                                                      id, " has no piece"));
     }
   }
   for (std::string& piece : pieces) spec->add_pieces(std::move(piece));
@@ -554,8 +552,8 @@ absl::Status ImportModel(const Reader& reader, const Json& root, TokenizerSpec* 
       const std::string text = merge.get<std::string>();
       const size_t space = text.find(' ');
       if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
-        return reader.Error(path, absl::StrCat("merge \"", text,
-                                               "\" is not two pieces separated by one space"));
+        return reader.Error(
+            path, absl::StrCat("merge \"", text, "\" is not two pieces separated by one space"));
       }
       left = text.substr(0, space);
       right = text.substr(space + 1);
@@ -564,8 +562,8 @@ absl::Status ImportModel(const Reader& reader, const Json& root, TokenizerSpec* 
       left = merge[0].get<std::string>();
       right = merge[1].get<std::string>();
     } else {
-      return reader.Error(path, absl::StrCat("expected \"a b\" or [\"a\", \"b\"], found ",
-                                             merge.dump()));
+      return reader.Error(path,
+                          absl::StrCat("expected \"a b\" or [\"a\", \"b\"], found ", merge.dump()));
     }
     // HF drops the continuing-subword prefix's length from the right part (it assumes the
     // right part carries the prefix).
@@ -604,8 +602,8 @@ absl::StatusOr<int32_t> SpecialTokenId(const Reader& reader, const Json& config,
   } else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
     content = (*it)["content"].get<std::string>();
   } else {
-    return reader.Error(key, absl::StrCat("expected a string or {\"content\": ...}, found ",
-                                          it->dump()));
+    return reader.Error(
+        key, absl::StrCat("expected a string or {\"content\": ...}, found ", it->dump()));
   }
   auto id = ids.find(content);
   if (id == ids.end()) {
@@ -648,8 +646,9 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerFromJson(std::string_view tokenizer
   RETURN_IF_ERROR(ImportModel(reader, root, &spec, &token_ids));
   auto truncation = root.find("truncation");
   if (truncation != root.end() && !truncation->is_null()) {
-    return reader.Error("truncation", "truncation is not supported (the engine enforces the "
-                                      "context length itself); set it to null");
+    return reader.Error("truncation",
+                        "truncation is not supported (the engine enforces the "
+                        "context length itself); set it to null");
   }
   // Padding only shapes batched encodings; the runtime encodes one text at a time.
   const Json null_json;
@@ -665,8 +664,8 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerFromJson(std::string_view tokenizer
   for (const auto& piece : spec.post_template()) {
     for (int32_t id : piece.special_ids()) {
       if (id < 0 || id >= spec.pieces_size()) {
-        return reader.Error("post_processor", absl::StrCat("special token id ", id,
-                                                           " is outside the vocabulary"));
+        return reader.Error("post_processor",
+                            absl::StrCat("special token id ", id, " is outside the vocabulary"));
       }
     }
   }
@@ -701,8 +700,8 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerFromJson(std::string_view tokenizer
         return config_reader.Error("chat_template", "a list of templates has no \"default\"");
       }
     } else {
-      return config_reader.Error("chat_template", absl::StrCat("expected a string, found ",
-                                                               TypeName(*chat_template)));
+      return config_reader.Error(
+          "chat_template", absl::StrCat("expected a string, found ", TypeName(*chat_template)));
     }
   }
   return spec;
@@ -730,7 +729,7 @@ absl::StatusOr<TokenizerSpec> ImportTokenizer(const std::string& model_dir) {
     ASSIGN_OR_RETURN(config_json, ReadFile(config_path));
   }
   ASSIGN_OR_RETURN(TokenizerSpec spec, ImportTokenizerFromJson(tokenizer_json, config_json,
-                                                                tokenizer_path, config_path));
+                                                               tokenizer_path, config_path));
   const std::string template_path = model_dir + "/chat_template.jinja";
   if (spec.chat_template().empty() && FileExists(template_path)) {
     ASSIGN_OR_RETURN(std::string chat_template, ReadFile(template_path));

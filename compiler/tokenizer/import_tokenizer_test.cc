@@ -1,14 +1,185 @@
 #include "compiler/tokenizer/import_tokenizer.h"
 
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 
 namespace llmc {
 namespace {
 
+using llmrt::plan::TokenizerSpec;
+
+// A small but complete tokenizer.json; tests replace the @...@ markers.
+constexpr char kTemplate[] = R"({
+  "version": "1.0", "truncation": null, "padding": null,
+  "added_tokens": [
+    {"id": 0, "content": "<unk>", "single_word": false, "lstrip": false, "rstrip": false,
+     "normalized": false, "special": true},
+    {"id": 6, "content": "<|end|>", "single_word": false, "lstrip": true, "rstrip": true,
+     "normalized": false, "special": true}
+  ],
+  "normalizer": @NORMALIZER@,
+  "pre_tokenizer": null,
+  "post_processor": @POST@,
+  "decoder": @DECODER@,
+  "model": {"type": "@MODEL@", "dropout": null, "unk_token": "<unk>",
+            "continuing_subword_prefix": null, "end_of_word_suffix": null, "fuse_unk": true,
+            "byte_fallback": false,
+            "vocab": {"<unk>": 0, "a": 1, "b": 2, "ab": 3, "c": 4, "abc": 5},
+            "merges": @MERGES@}
+})";
+
+std::string MakeJson(std::string normalizer = "null", std::string merges = R"(["a b", "ab c"])",
+                     std::string decoder = "null", std::string post = "null",
+                     std::string model = "BPE") {
+  return absl::StrReplaceAll(kTemplate, {{"@NORMALIZER@", normalizer},
+                                         {"@MERGES@", merges},
+                                         {"@DECODER@", decoder},
+                                         {"@POST@", post},
+                                         {"@MODEL@", model}});
+}
+
+std::string ErrorOf(const std::string& json) {
+  auto spec = ImportTokenizerFromJson(json, "");
+  return spec.ok() ? "(no error)" : std::string(spec.status().message());
+}
+
 TEST(ImportTokenizerTest, Stories260K) {
   auto spec = ImportTokenizer(LLMC_SOURCE_DIR "/tests/data/stories260K");
   ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model(), TokenizerSpec::BPE);
   EXPECT_EQ(spec->pieces_size(), 512);
+  EXPECT_EQ(spec->pieces(1), "<s>");
+  EXPECT_EQ(spec->pieces(3), "<0x00>");
+  EXPECT_EQ(spec->merges_size(), 165);
+  EXPECT_TRUE(spec->byte_fallback());
+  EXPECT_TRUE(spec->fuse_unk());
+  EXPECT_EQ(spec->unk_id(), 0);
+  EXPECT_EQ(spec->bos_id(), 1);
+  EXPECT_EQ(spec->eos_id(), 2);
+  EXPECT_TRUE(spec->add_bos_token());
+  EXPECT_FALSE(spec->add_eos_token());
+  ASSERT_EQ(spec->normalizers_size(), 4);
+  EXPECT_EQ(spec->normalizers(0).kind(), TokenizerSpec::Normalizer::REPLACE_REGEX);
+  EXPECT_EQ(spec->normalizers(2).kind(), TokenizerSpec::Normalizer::PREPEND);
+  EXPECT_EQ(spec->normalizers(3).kind(), TokenizerSpec::Normalizer::REPLACE_STRING);
+  ASSERT_EQ(spec->decoders_size(), 4);
+  EXPECT_EQ(spec->decoders(3).kind(), TokenizerSpec::Decoder::STRIP);
+  EXPECT_EQ(spec->decoders(3).strip_start(), 1000000);
+  ASSERT_EQ(spec->post_template_size(), 2);
+  EXPECT_EQ(spec->post_template(0).special_ids(0), 1);
+  EXPECT_TRUE(spec->post_template(1).is_sequence());
+  ASSERT_EQ(spec->added_tokens_size(), 3);
+  EXPECT_TRUE(spec->added_tokens(0).in_model_vocab());
+}
+
+TEST(ImportTokenizerTest, SmallTokenizerAndBothMergeForms) {
+  for (const std::string merges : {R"(["a b", "ab c"])", R"([["a", "b"], ["ab", "c"]])"}) {
+    auto spec = ImportTokenizerFromJson(MakeJson("null", merges), "");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->pieces_size(), 7);
+    EXPECT_EQ(spec->pieces(6), "<|end|>");
+    ASSERT_EQ(spec->merges_size(), 2);
+    EXPECT_EQ(spec->merges(1).left(), 3);
+    EXPECT_EQ(spec->merges(1).right(), 4);
+    EXPECT_EQ(spec->merges(1).result(), 5);
+    ASSERT_EQ(spec->added_tokens_size(), 2);
+    EXPECT_FALSE(spec->added_tokens(1).in_model_vocab());
+    EXPECT_TRUE(spec->added_tokens(1).lstrip());
+    EXPECT_TRUE(spec->added_tokens(1).rstrip());
+    EXPECT_EQ(spec->bos_id(), -1);
+  }
+}
+
+TEST(ImportTokenizerTest, ConfigGivesSpecialTokensAndTemplate) {
+  const std::string config = R"({"add_bos_token": false, "add_eos_token": true,
+      "bos_token": {"content": "<unk>"}, "eos_token": "<|end|>",
+      "chat_template": "{{ messages }}"})";
+  auto spec = ImportTokenizerFromJson(MakeJson(), config);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->bos_id(), 0);
+  EXPECT_EQ(spec->eos_id(), 6);
+  EXPECT_TRUE(spec->add_eos_token());
+  EXPECT_EQ(spec->chat_template(), "{{ messages }}");
+
+  EXPECT_NE(ImportTokenizerFromJson(MakeJson(), R"({"eos_token": "<nope>"})")
+                .status()
+                .message()
+                .find("tokenizer_config.json: eos_token: \"<nope>\" is not in the vocabulary"),
+            std::string::npos);
+}
+
+TEST(ImportTokenizerTest, UnsupportedComponentsAreNamed) {
+  EXPECT_EQ(ErrorOf(MakeJson(R"({"type": "Sequence", "normalizers": [
+                {"type": "NFC"}, {"type": "BertNormalizer", "lowercase": true}]})")),
+            "tokenizer.json: normalizer.normalizers[1]: normalizer \"BertNormalizer\" is not "
+            "supported (supported: Sequence, Replace, Prepend, NFC, NFKC, Lowercase, Strip)");
+  EXPECT_NE(ErrorOf(MakeJson("null", R"(["a b"])", R"({"type": "WordPiece"})"))
+                .find("decoder \"WordPiece\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(MakeJson("null", R"(["a b"])", "null",
+                             R"({"type": "RobertaProcessing", "sep": ["</s>", 2]})"))
+                .find("post_processor \"RobertaProcessing\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(MakeJson("null", R"(["a b"])", "null", "null", "WordPiece"))
+                .find("model \"WordPiece\" is not supported (supported: BPE)"),
+            std::string::npos);
+  std::string with_pre = MakeJson();
+  with_pre = absl::StrReplaceAll(
+      with_pre, {{R"("pre_tokenizer": null)", R"("pre_tokenizer": {"type": "BertPreTokenizer"})"}});
+  EXPECT_NE(ErrorOf(with_pre).find("pre_tokenizer \"BertPreTokenizer\" is not supported"),
+            std::string::npos);
+  std::string with_dropout =
+      absl::StrReplaceAll(MakeJson(), {{R"("dropout": null)", R"("dropout": 0.1)"}});
+  EXPECT_NE(ErrorOf(with_dropout).find("model.dropout"), std::string::npos);
+  std::string with_truncation = absl::StrReplaceAll(
+      MakeJson(), {{R"("truncation": null)", R"("truncation": {"max_length": 8})"}});
+  EXPECT_NE(ErrorOf(with_truncation).find("truncation is not supported"), std::string::npos);
+}
+
+TEST(ImportTokenizerTest, BadMergesAreNamed) {
+  EXPECT_EQ(ErrorOf(MakeJson("null", R"(["a b", "ab zz"])")),
+            "tokenizer.json: model.merges[1]: merge \"ab zz\": \"zz\" is not in the vocabulary");
+  EXPECT_EQ(ErrorOf(MakeJson("null", R"(["b c"])")),
+            "tokenizer.json: model.merges[0]: merge \"b c\": \"bc\" is not in the vocabulary");
+  EXPECT_NE(ErrorOf(MakeJson("null", R"(["a  b"])")).find("not two pieces"), std::string::npos);
+  EXPECT_NE(ErrorOf(MakeJson("null", R"([["a"]])")).find("model.merges[0]"), std::string::npos);
+}
+
+TEST(ImportTokenizerTest, IdsMustBeDense) {
+  std::string gap = absl::StrReplaceAll(MakeJson(), {{R"("abc": 5})", R"("abc": 9})"}});
+  EXPECT_NE(ErrorOf(gap).find("id 5 has no piece"), std::string::npos) << ErrorOf(gap);
+  std::string clash = absl::StrReplaceAll(MakeJson(), {{R"("abc": 5})", R"("abc": 4})"}});
+  EXPECT_NE(ErrorOf(clash).find("id 4 is given to both"), std::string::npos) << ErrorOf(clash);
+}
+
+TEST(ImportTokenizerTest, BadJsonGivesLineAndColumn) {
+  const std::string error = ErrorOf("{\n  \"model\": {,\n}");
+  EXPECT_NE(error.find("tokenizer.json: invalid JSON"), std::string::npos) << error;
+  EXPECT_NE(error.find("line 2, column 13"), std::string::npos) << error;
+  EXPECT_NE(ErrorOf("[1, 2]").find("expected an object"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"model": {"vocab": {"a": "zero"}}})").find("model.vocab"),
+            std::string::npos);
+}
+
+TEST(ImportTokenizerTest, MissingFilesAreNamed) {
+  const std::string dir = testing::TempDir() + "/import_tokenizer_missing";
+  std::remove((dir + "/vocab.json").c_str());
+  ::mkdir(dir.c_str(), 0755);
+  auto spec = ImportTokenizer(dir);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(spec.status().message().find(dir + "/tokenizer.json: not found"), std::string::npos);
+
+  std::ofstream(dir + "/vocab.json") << "{}";
+  spec = ImportTokenizer(dir);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(spec.status().message().find("vocab.json"), std::string::npos) << spec.status();
+  std::remove((dir + "/vocab.json").c_str());
 }
 
 }  // namespace

@@ -45,16 +45,26 @@ class BpeModel {
            static_cast<uint32_t>(right);
   }
   int32_t Lookup(std::string_view piece) const;
+  // Id of the one-character piece for code points below kDirectLookupSize, or -1: the common
+  // case (ASCII, byte-level's U+0100..U+0143, Latin, Greek, Cyrillic) skips hashing.
+  static constexpr size_t kDirectLookupSize = 0x800;
+  int32_t LookupChar(std::string_view piece) const;
+  void TokenizeChunk(std::string_view word, std::vector<int32_t>* ids) const;
 
   absl::flat_hash_map<std::string_view, int32_t> vocab_;
   absl::flat_hash_map<uint64_t, MergeTarget> merges_;
   std::array<int32_t, 256> byte_ids_;
+  std::vector<int32_t> char_ids_;  // kDirectLookupSize entries, by code point
   bool byte_fallback_ = false;
   bool fuse_unk_ = false;
   bool ignore_merges_ = false;
   int32_t unk_id_ = -1;
   std::string continuing_subword_prefix_;
   std::string end_of_word_suffix_;
+  // SentencePiece-style models see whole paragraphs as one word. When no piece contains this
+  // marker ("▁" or " ") except at its start, no token can span a position just before a marker,
+  // so the word is tokenized chunk by chunk with the same result and a much smaller queue.
+  std::string chunk_marker_;
 };
 
 }  // namespace llmrt::tokenizer_internal

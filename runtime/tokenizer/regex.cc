@@ -28,9 +28,9 @@ absl::StatusOr<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern,
   if (code->code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
-    return absl::InvalidArgumentError(absl::StrCat("tokenizer: ", std::string(what), ": regex \"", std::string(pattern),
-                                                   "\" does not compile at offset ", error_offset,
-                                                   ": ", reinterpret_cast<char*>(message)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenizer: ", std::string(what), ": regex \"", std::string(pattern),
+        "\" does not compile at offset ", error_offset, ": ", reinterpret_cast<char*>(message)));
   }
   // JIT is an optimization only: when the platform lacks it, the interpreter gives the same
   // matches.
@@ -46,8 +46,14 @@ std::vector<std::pair<size_t, size_t>> Regex::FindAll(std::string_view subject) 
   while (start <= subject.size()) {
     // The subject was validated once by the caller; re-checking UTF-8 on every call would make
     // matching quadratic on long inputs.
-    const int result = pcre2_match(code_->code, data, subject.size(), start, PCRE2_NO_UTF_CHECK,
-                                   match_data, nullptr);
+    int result = pcre2_match(code_->code, data, subject.size(), start, PCRE2_NO_UTF_CHECK,
+                             match_data, nullptr);
+    if (result < 0 && result != PCRE2_ERROR_NOMATCH) {
+      // The JIT's fixed 32 KiB stack can run out where the interpreter, which grows its own
+      // heap frames, still succeeds; a silent stop would tokenize the rest as one piece.
+      result = pcre2_match(code_->code, data, subject.size(), start,
+                           PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, match_data, nullptr);
+    }
     if (result < 0) break;
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_data);
     const size_t begin = ovector[0], end = ovector[1];

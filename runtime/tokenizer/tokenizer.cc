@@ -154,9 +154,9 @@ absl::StatusOr<PrependScheme> ParsePrependScheme(std::string_view scheme, std::s
 absl::StatusOr<char32_t> SingleChar(std::string_view text, std::string_view what) {
   size_t length = 0;
   if (text.empty() || tokenizer_internal::ValidSequenceLength(text, 0) != text.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tokenizer: ", std::string(what), " must be exactly one character, found \"",
-                     std::string(text), "\""));
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer: ", std::string(what),
+                                                   " must be exactly one character, found \"",
+                                                   std::string(text), "\""));
   }
   return DecodeChar(text, 0, &length);
 }
@@ -337,8 +337,8 @@ void SplitSegment(const Segment& segment, const std::vector<std::pair<size_t, si
   }
   for (const Part& part : kept) {
     if (part.is_match || part.begin == part.end) continue;
-    out->push_back(
-        {text.substr(part.begin, part.end - part.begin), -1, segment.at_text_start && part.begin == 0});
+    out->push_back({text.substr(part.begin, part.end - part.begin), -1,
+                    segment.at_text_start && part.begin == 0});
   }
 }
 
@@ -350,10 +350,10 @@ struct Tokenizer::Impl {
   std::vector<CompiledNormalizer> normalizers;
   std::vector<CompiledPreTokenizer> pre_tokenizers;
   std::vector<CompiledDecoder> decoders;
-  std::unique_ptr<Regex> word_char;  // HF's \w for single_word added tokens
-  AddedTokenMatcher raw_matcher;         // added tokens with normalized == false
-  AddedTokenMatcher normalized_matcher;  // the others, matched against normalized text
-  std::vector<uint8_t> is_special;       // by id
+  std::unique_ptr<Regex> word_char;       // HF's \w for single_word added tokens
+  AddedTokenMatcher raw_matcher;          // added tokens with normalized == false
+  AddedTokenMatcher normalized_matcher;   // the others, matched against normalized text
+  std::vector<uint8_t> is_special;        // by id
   std::vector<int16_t> byte_token_value;  // by id: the byte of a `<0xAB>` piece, or -1
   std::array<std::string, 256> byte_level_chars;
   absl::flat_hash_map<char32_t, uint8_t> byte_level_bytes;
@@ -381,9 +381,9 @@ struct Tokenizer::Impl {
 absl::Status Tokenizer::Impl::Compile() {
   const int32_t vocab_size = spec.pieces_size();
   if (spec.model() != TokenizerSpec::BPE) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tokenizer: model type ", TokenizerSpec::ModelType_Name(spec.model()),
-                     " is not supported (supported: BPE)"));
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer: model type ",
+                                                   TokenizerSpec::ModelType_Name(spec.model()),
+                                                   " is not supported (supported: BPE)"));
   }
   auto model_or = BpeModel::Create(spec);
   if (!model_or.ok()) return model_or.status();
@@ -392,8 +392,9 @@ absl::Status Tokenizer::Impl::Compile() {
   for (int index = 0; index < spec.normalizers_size(); ++index) {
     const auto& normalizer = spec.normalizers(index);
     const std::string what = absl::StrCat("normalizer ", index);
-    CompiledNormalizer compiled{normalizer.kind(), normalizer.pattern(), normalizer.content(),
-                                normalizer.strip_left(), normalizer.strip_right(), nullptr};
+    CompiledNormalizer compiled{normalizer.kind(),        normalizer.pattern(),
+                                normalizer.content(),     normalizer.strip_left(),
+                                normalizer.strip_right(), nullptr};
     switch (normalizer.kind()) {
       case TokenizerSpec::Normalizer::REPLACE_REGEX: {
         auto regex = Regex::Compile(normalizer.pattern(), what);
@@ -465,10 +466,9 @@ absl::Status Tokenizer::Impl::Compile() {
         compiled.invert = false;
         break;
       default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("tokenizer: ", what, " has kind ",
-                         TokenizerSpec::PreTokenizer::Kind_Name(pre.kind()),
-                         ", which this runtime does not execute"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tokenizer: ", what, " has kind ", TokenizerSpec::PreTokenizer::Kind_Name(pre.kind()),
+            ", which this runtime does not execute"));
     }
     if (!pattern.empty()) {
       auto regex = Regex::Compile(pattern, what);
@@ -505,10 +505,9 @@ absl::Status Tokenizer::Impl::Compile() {
         auto strip_char = SingleChar(decoder.content(), what + " content");
         if (!strip_char.ok()) return strip_char.status();
         if (decoder.strip_start() < 0 || decoder.strip_stop() < 0) {
-          return absl::InvalidArgumentError(absl::StrCat("tokenizer: ", what,
-                                                         ": strip counts must be >= 0, found ",
-                                                         decoder.strip_start(), " and ",
-                                                         decoder.strip_stop()));
+          return absl::InvalidArgumentError(
+              absl::StrCat("tokenizer: ", what, ": strip counts must be >= 0, found ",
+                           decoder.strip_start(), " and ", decoder.strip_stop()));
         }
         compiled.strip_char = *strip_char;
         compiled.strip_start = decoder.strip_start();
@@ -659,8 +658,8 @@ void Tokenizer::Impl::SplitAddedTokens(const Segment& segment, const AddedTokenM
       if (!start_ok || !stop_ok) continue;
     }
     if (added.lstrip()) {
-      start = std::max(TrailingWhitespaceStart(std::string_view(text).substr(0, start)),
-                       start_offset);
+      start =
+          std::max(TrailingWhitespaceStart(std::string_view(text).substr(0, start)), start_offset);
     }
     if (added.rstrip()) stop += LeadingWhitespaceLength(std::string_view(text).substr(stop));
     if (start_offset < start) {
@@ -726,8 +725,7 @@ void Tokenizer::Impl::PreTokenize(const CompiledPreTokenizer& pre, const Segment
   }
 }
 
-std::vector<int32_t> Tokenizer::Impl::Encode(std::string_view text,
-                                             bool add_special_tokens) const {
+std::vector<int32_t> Tokenizer::Impl::Encode(std::string_view text, bool add_special_tokens) const {
   // HF only takes valid Unicode strings; bytes that are not UTF-8 are read as U+FFFD so the
   // regex engine never sees invalid input.
   Segment whole;
@@ -868,8 +866,7 @@ std::string Tokenizer::Impl::DecodeIds(const int32_t* ids, size_t count, bool sk
             }
           }
           size_t stop_cut = chars.size();
-          for (size_t i = 0; i < static_cast<size_t>(decoder.strip_stop) && i < chars.size();
-               ++i) {
+          for (size_t i = 0; i < static_cast<size_t>(decoder.strip_stop) && i < chars.size(); ++i) {
             const size_t char_index = chars.size() - i - 1;
             if (chars[char_index].second != decoder.strip_char) break;
             stop_cut = char_index;
@@ -905,8 +902,8 @@ std::string Tokenizer::Impl::DecodeIds(const int32_t* ids, size_t count, bool sk
       }
       case TokenizerSpec::Decoder::METASPACE:
         for (size_t index = 0; index < tokens.size(); ++index) {
-          const bool drop = index == 0 && at_text_start &&
-                            decoder.prepend_scheme != PrependScheme::kNever;
+          const bool drop =
+              index == 0 && at_text_start && decoder.prepend_scheme != PrependScheme::kNever;
           std::string& token = tokens[index];
           std::string result;
           result.reserve(token.size());

@@ -4,6 +4,7 @@
 #include "runtime/tokenizer/tokenizer.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -77,7 +78,8 @@ void ExpectStreamMatchesDecode(const Tokenizer& tokenizer, const std::vector<int
     const std::vector<int32_t> generated(ids.begin() + split, ids.end());
     const std::string prompt_text = tokenizer.Decode(prompt, skip_special_tokens);
     if (whole.compare(0, prompt_text.size(), prompt_text) != 0) continue;
-    if (prompt_text.size() >= 3 && prompt_text.compare(prompt_text.size() - 3, 3, "\xEF\xBF\xBD") == 0) {
+    if (prompt_text.size() >= 3 &&
+        prompt_text.compare(prompt_text.size() - 3, 3, "\xEF\xBF\xBD") == 0) {
       continue;
     }
     EXPECT_EQ(StreamAll(tokenizer, prompt, generated, skip_special_tokens),
@@ -94,15 +96,26 @@ struct ReferenceCase {
 
 class ReferenceTest : public testing::TestWithParam<ReferenceCase> {};
 
+// The uncut qwen2/gpt2/llama3 tokenizers written by `make_reference.py --full DIR`, when
+// LLMRT_TOKENIZER_FULL_DIR names DIR (too big for the repository).
+std::string FullDir() {
+  const char* dir = std::getenv("LLMRT_TOKENIZER_FULL_DIR");
+  return dir == nullptr ? "" : dir;
+}
+
 TEST_P(ReferenceTest, MatchesHuggingFaceTokenizers) {
   const ReferenceCase& param = GetParam();
-  if (param.optional && !Exists(param.model_dir + "/tokenizer.json")) {
-    GTEST_SKIP() << param.model_dir << "/tokenizer.json is not on this machine";
+  const bool full = param.model_dir.empty();
+  const std::string model_dir = full ? FullDir() + "/" + param.name : param.model_dir;
+  const bool present = (!full || !FullDir().empty()) && Exists(model_dir + "/tokenizer.json");
+  if (param.optional && !present) {
+    GTEST_SKIP() << model_dir << "/tokenizer.json is not on this machine";
   }
-  const std::string reference_path = std::string(kTestdata) + "/" + param.name + ".reference.json";
+  const std::string reference_path =
+      (full ? FullDir() : std::string(kTestdata)) + "/" + param.name + ".reference.json";
   const Json reference = Json::parse(ReadFileOrEmpty(reference_path), nullptr, false);
   ASSERT_FALSE(reference.is_discarded()) << reference_path;
-  auto tokenizer = LoadTokenizer(param.model_dir);
+  auto tokenizer = LoadTokenizer(model_dir);
   ASSERT_NE(tokenizer, nullptr);
 
   int case_index = 0;
@@ -144,7 +157,9 @@ INSTANTIATE_TEST_SUITE_P(
         ReferenceCase{"llama3_mini", std::string(kTestdata) + "/llama3_mini", false},
         ReferenceCase{"metaspace_mix", std::string(kTestdata) + "/metaspace_mix", false},
         ReferenceCase{"bytelevel_split", std::string(kTestdata) + "/bytelevel_split", false},
-        ReferenceCase{"suffix_words", std::string(kTestdata) + "/suffix_words", false}),
+        ReferenceCase{"suffix_words", std::string(kTestdata) + "/suffix_words", false},
+        ReferenceCase{"qwen2", "", true}, ReferenceCase{"gpt2", "", true},
+        ReferenceCase{"llama3", "", true}),
     [](const testing::TestParamInfo<ReferenceCase>& info) { return std::string(info.param.name); });
 
 class Stories260KTest : public testing::Test {
@@ -212,6 +227,22 @@ TEST_F(Stories260KTest, BpeIsFast) {
   EXPECT_LT(seconds, 1.0) << text.size() / seconds / 1e6 << " MB/s";
   std::printf("stories260K encode: %.1f MB/s\n", text.size() / seconds / 1e6);
   EXPECT_EQ(tokenizer_->Decode(ids), text.substr(0, text.size() - 1));
+}
+
+TEST(ByteLevelSpeedTest, Qwen2MiniEncodesFast) {
+  auto tokenizer = LoadTokenizer(std::string(kTestdata) + "/qwen2_mini");
+  ASSERT_NE(tokenizer, nullptr);
+  std::string text;
+  while (text.size() < (1 << 20)) {
+    text += "It's 2024: the quick brown fox jumps over 13 lazy dogs!\n  Indented code(x) {}\n";
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const auto ids = tokenizer->Encode(text, false);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 1.0) << text.size() / seconds / 1e6 << " MB/s";
+  std::printf("qwen2_mini encode: %.1f MB/s\n", text.size() / seconds / 1e6);
+  EXPECT_EQ(tokenizer->Decode(ids), text);
 }
 
 TEST_F(Stories260KTest, InvalidUtf8InputDoesNotCrash) {

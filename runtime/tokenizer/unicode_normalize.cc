@@ -90,8 +90,8 @@ std::string Lowercase(std::string_view text) {
     const std::vector<UChar> input = ToUtf16(text.substr(pos, length));
     UChar output[8];
     UErrorCode error = U_ZERO_ERROR;
-    const int32_t out_length = u_strToLower(output, 8, input.data(),
-                                            static_cast<int32_t>(input.size()), "", &error);
+    const int32_t out_length =
+        u_strToLower(output, 8, input.data(), static_cast<int32_t>(input.size()), "", &error);
     if (U_SUCCESS(error)) {
       result += ToUtf8(output, out_length);
     } else {

@@ -28,7 +28,9 @@ TEST(Utf8Test, LossyMatchesMaximalSubpartRule) {
   EXPECT_EQ(ToValidUtf8Lossy("\x80\x80"), fffd + fffd);
   EXPECT_EQ(ToValidUtf8Lossy("\xF0\x9F\x98"), fffd);
   EXPECT_EQ(ToValidUtf8Lossy("\xE0\x80\x80"), fffd + fffd + fffd);  // E0 needs A0..BF next
-  EXPECT_EQ(ToValidUtf8Lossy("\xFF" "a"), fffd + "a");
+  EXPECT_EQ(ToValidUtf8Lossy("\xFF"
+                             "a"),
+            fffd + "a");
 }
 
 TEST(Utf8Test, IncompleteTail) {

@@ -21,7 +21,12 @@ Tokenizers:
                 WhitespaceSplit, Split behaviours, lstrip/rstrip/single_word/normalized added
                 tokens, unk without byte fallback, subword prefix/suffix, no decoder)
 
-Usage: python3 runtime/tokenizer/testdata/make_reference.py   (needs tokenizers, transformers)
+Usage: python3 runtime/tokenizer/testdata/make_reference.py   (needs tokenizers, transformers,
+       tiktoken)
+       python3 runtime/tokenizer/testdata/make_reference.py --full DIR
+         also writes the uncut qwen2, gpt2 and llama3 tokenizers (several MB each, not for the
+         repository) with their references to DIR; run the C++ test with
+         LLMRT_TOKENIZER_FULL_DIR=DIR to check them too.
 """
 
 import json
@@ -332,7 +337,22 @@ def main():
     made["bytelevel_split"] = (make_bytelevel_split(), True)
     made["suffix_words"] = (make_suffix_words(), True)
 
+    full_dir = sys.argv[2] if len(sys.argv) > 2 and sys.argv[1] == "--full" else None
+    if full_dir:
+        for name, folder in [("qwen2", "qwen2"), ("gpt2", "gpt2")]:
+            made[name] = (from_transformers(os.path.join(SHARED, folder)), full_dir)
+        made["llama3"] = (llama3_from_tiktoken(os.path.join(SHARED, "llama3"), 10**9), full_dir)
+
     for name, (tokenizer_json, commit) in made.items():
+        out_dir = commit if isinstance(commit, str) else HERE
+        if isinstance(commit, str):
+            os.makedirs(os.path.join(out_dir, name), exist_ok=True)
+            with open(os.path.join(out_dir, name, "tokenizer.json"), "w", encoding="utf-8") as f:
+                f.write(tokenizer_json)
+            write_json(os.path.join(out_dir, f"{name}.reference.json"),
+                       reference(name, tokenizer_json))
+            print(f"{name}: written to {out_dir}", file=sys.stderr)
+            continue
         if commit:
             folder = os.path.join(HERE, name)
             os.makedirs(folder, exist_ok=True)
