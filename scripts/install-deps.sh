@@ -9,7 +9,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libhwy-dev libpcre2-dev libxxhash-dev
+  libhwy-dev libpcre2-dev libxxhash-dev libicu-dev
   libcpp-httplib-dev nlohmann-json3-dev
 )
 

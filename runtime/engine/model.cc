@@ -2,12 +2,31 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "runtime/backend/cpu/cpu_backend.h"
 
 namespace llmrt::engine {
+
+namespace {
+
+// MemAvailable from /proc/meminfo: what the kernel estimates can be allocated without swapping.
+absl::StatusOr<int64_t> AvailableMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return absl::UnavailableError(
+      "kv_memory_fraction: /proc/meminfo has no MemAvailable line; give kv_memory_bytes instead");
+}
+
+}  // namespace
 
 Model::~Model() = default;
 
@@ -56,14 +75,42 @@ absl::Status Model::Init(const BlobLookup& blobs, const ModelOptions& options) {
         absl::StrFormat("kv_block_size must be in [1, 65536], got %d", block_size));
   }
   const int64_t max_positions = meta_->config().max_position_embeddings();
+  const plan::KvCacheSpec& kv_spec = meta_->kv_cache();
+  // The CPU backend keeps K and V in f32 whatever kv_cache.dtype says (kv/kv_storage.h).
+  kv_block_bytes_ = int64_t{2} * kv_spec.num_layers() * kv_spec.num_kv_heads() *
+                    kv_spec.head_dim() * block_size * static_cast<int64_t>(sizeof(float));
   int64_t cache_tokens = options.kv_cache_tokens;
+  if (cache_tokens == 0 && (options.kv_memory_bytes > 0 || options.kv_memory_fraction > 0)) {
+    int64_t budget = options.kv_memory_bytes;
+    if (budget == 0) {
+      if (!(options.kv_memory_fraction > 0 && options.kv_memory_fraction <= 1)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "kv_memory_fraction must be in (0, 1], got %g", options.kv_memory_fraction));
+      }
+      absl::StatusOr<int64_t> available = AvailableMemoryBytes();
+      if (!available.ok()) return available.status();
+      budget = static_cast<int64_t>(static_cast<double>(*available) * options.kv_memory_fraction);
+    }
+    if (kv_block_bytes_ <= 0) {
+      cache_tokens = block_size;  // nothing to cache: one block keeps the bookkeeping simple
+    } else {
+      cache_tokens = budget / kv_block_bytes_ * block_size;
+      if (cache_tokens == 0) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "KV memory budget of %d bytes holds no block; one block of %d tokens takes %d bytes",
+            budget, block_size, kv_block_bytes_));
+      }
+    }
+  }
   if (cache_tokens == 0)
     cache_tokens = max_positions > 0 ? std::min<int64_t>(max_positions, 8192) : 4096;
-  // Slots are int32 in StepBatch.
-  if (cache_tokens < 0 || cache_tokens > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("kv_cache_tokens must be in [1, 2^30], got %d", cache_tokens));
+  // Slots are int32 in StepBatch: an explicit size past 2^30 tokens is refused, a size derived
+  // from a memory budget is capped there.
+  if (options.kv_cache_tokens < 0 || options.kv_cache_tokens > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrFormat("kv_cache_tokens must be in [1, 2^30], got %d",
+                                                      options.kv_cache_tokens));
   }
+  cache_tokens = std::min<int64_t>(cache_tokens, int64_t{1} << 30);
   const int64_t num_blocks = (cache_tokens + block_size - 1) / block_size;
   if (absl::Status status = backend_->AllocateKvCache(static_cast<int32_t>(num_blocks), block_size);
       !status.ok()) {

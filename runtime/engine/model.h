@@ -29,9 +29,14 @@ namespace llmrt::engine {
 struct ModelOptions {
   int32_t num_threads = 1;    // 0: all hardware threads
   int32_t kv_block_size = 0;  // 0: the plan's KvCacheSpec.default_block_size, else 16
-  // Tokens the KV pool holds over all sessions; 0: the plan's max_position_embeddings capped
-  // at 8192 (one full-length session of most models; 8192 x 256 KiB = 2 GiB for Llama-3-8B).
+  // KV pool size, first that is set: kv_cache_tokens (tokens over all sessions), kv_memory_bytes
+  // (a byte budget for K and V of every layer), kv_memory_fraction (of the memory the system
+  // has available now, MemAvailable in /proc/meminfo). None set: the plan's
+  // max_position_embeddings capped at 8192 (one full-length session of most models; 8192 x
+  // 256 KiB = 2 GiB for Llama-3-8B).
   int64_t kv_cache_tokens = 0;
+  int64_t kv_memory_bytes = 0;
+  double kv_memory_fraction = 0.0;  // (0, 1]
   int32_t max_tokens_per_step = 256;
   bool verify = false;  // check every blob's checksum when opening the plan
 };
@@ -64,6 +69,10 @@ class Model {
   int64_t max_context() const { return max_context_; }
   int32_t kv_block_size() const { return pool_->block_size(); }
   const kv::BlockPool& block_pool() const { return *pool_; }
+  // For the Engine, which schedules the pool's blocks itself.
+  kv::BlockPool& mutable_block_pool() { return *pool_; }
+  // Bytes one block of KV takes (K and V, every layer); 0 for a plan without attention.
+  int64_t kv_block_bytes() const { return kv_block_bytes_; }
   Backend& backend() { return *backend_; }
 
   std::unique_ptr<Session> NewSession();
@@ -94,6 +103,7 @@ class Model {
   };
   std::vector<Placement> placements_;
   int64_t max_context_ = 0;
+  int64_t kv_block_bytes_ = 0;
   friend class Session;
 };
 

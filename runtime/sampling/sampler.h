@@ -1,12 +1,25 @@
-// Sampler: picks the next token from a row of logits.
+// Sampler: picks the next token of one sequence from a row of logits.
 //
-// The order of transformations is transformers' LogitsProcessor order for these options:
-// temperature, then top-k, then top-p, then a draw from the renormalised distribution.
-// Temperature 0 is greedy decoding (argmax, lowest id on ties) and ignores the other options.
+// Order of transformations (vLLM's, which matches transformers' LogitsProcessor order for the
+// options both have):
+//   1. logit_bias is added (OpenAI semantics, clamped to [-100, 100]);
+//   2. repetition_penalty (transformers/CTRL): a token seen in the prompt or the output has its
+//      logit divided by the penalty when positive, multiplied when negative;
+//   3. presence/frequency penalties (OpenAI): logit -= presence * (count > 0) + frequency *
+//      count, counting the output tokens only;
+//   4. temperature 0: argmax (lowest id on ties), steps 5-6 skipped;
+//   5. softmax(logit / temperature), then top-k, then top-p (the smallest prefix reaching p,
+//      the token that crosses it kept), then min-p (drop tokens below min_p x the top
+//      probability), renormalising after each;
+//   6. one draw from the sequence's own random stream.
 //
-// Determinism: the random source is a 64-bit Mersenne twister (its output sequence is fixed by
+// Logprobs are log-softmax of the raw model logits (before steps 1-5), like vLLM's default
+// "raw_logprobs": they describe the model, not the sampling settings.
+//
+// Determinism: each Sampler has its own 64-bit Mersenne twister (its output sequence is fixed by
 // the C++ standard) turned into uniforms by hand, not by std::uniform_real_distribution (whose
-// algorithm is implementation-defined), so a seed gives the same tokens on every platform.
+// algorithm is implementation-defined). A seed therefore gives the same tokens on every platform
+// and whatever else shares the batch: no random state is shared between sequences.
 //
 // Thread-safety: not thread-safe; one sampler per sequence. Scratch buffers are kept between
 // calls, so after the first call with a given vocabulary size Sample() does not allocate.
@@ -15,36 +28,68 @@
 
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 
 namespace llmrt::sampling {
 
+// OpenAI's limits: logit_bias values in [-100, 100], top_logprobs at most 20.
+inline constexpr float kMaxLogitBias = 100.0f;
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
 struct SamplingParams {
   double temperature = 1.0;  // 0: greedy
-  int32_t top_k = 0;         // 0: off
+  int32_t top_k = 0;         // 0 or -1: off
   double top_p = 1.0;        // 1: off
+  double min_p = 0.0;        // 0: off
+  double repetition_penalty = 1.0;  // 1: off; > 0
+  double presence_penalty = 0.0;    // [-2, 2]
+  double frequency_penalty = 0.0;   // [-2, 2]
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias)
   uint64_t seed = 0;
+};
+
+// A token and its log-probability under the model.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
 };
 
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
 
-  // InvalidArgument for a negative temperature or top_k, top_p outside (0, 1].
-  static absl::Status Validate(const SamplingParams& params);
+  // InvalidArgument naming the field for a value outside the ranges above. With vocab_size > 0
+  // also checks that logit_bias ids lie in [0, vocab_size).
+  static absl::Status Validate(const SamplingParams& params, int64_t vocab_size = 0);
+
+  // The tokens the repetition penalty also counts (the prompt); call once before sampling.
+  void SetPrompt(absl::Span<const int32_t> prompt);
+  // Records a generated token for the penalties. The engine calls it for each token it keeps.
+  void Accept(int32_t token);
 
   // The chosen token id in [0, vocab_size).
   int32_t Sample(const float* logits, int32_t vocab_size);
 
-  // The distribution Sample() draws from, after temperature, top-k and top-p; masked tokens
-  // get probability 0. With temperature 0, all mass on the argmax. For tests and inspection.
+  // Log-probability of `token` and the `top_n` most likely tokens (descending, lowest id first
+  // on ties) under log-softmax of the raw `logits`.
+  void Logprobs(const float* logits, int32_t vocab_size, int32_t token, int32_t top_n,
+                TokenLogprob& chosen, std::vector<TokenLogprob>& top);
+
+  // The distribution Sample() draws from, after every step; masked tokens get probability 0.
+  // With temperature 0, all mass on the argmax. For tests and inspection.
   std::vector<float> Probabilities(const float* logits, int32_t vocab_size);
 
   const SamplingParams& params() const { return params_; }
 
  private:
+  // Applies bias and penalties; returns `logits` itself when none is active.
+  const float* Process(const float* logits, int32_t vocab_size);
   // Fills candidates_ (ids with their probabilities, descending, masked tail removed).
   void BuildCandidates(const float* logits, int32_t vocab_size);
   double NextUniform();
@@ -57,6 +102,9 @@ class Sampler {
     double probability;
   };
   std::vector<Candidate> candidates_;
+  std::vector<float> processed_;
+  absl::flat_hash_set<int32_t> prompt_tokens_;
+  absl::flat_hash_map<int32_t, int32_t> output_counts_;
 };
 
 // Index of the largest logit; the lowest such index on ties.

@@ -114,5 +114,115 @@ TEST(SamplerTest, ValidateRejectsBadParams) {
   EXPECT_FALSE(Sampler::Validate({.temperature = 1.0, .top_k = 0, .top_p = 1.5}).ok());
 }
 
+TEST(SamplerTest, ValidateRejectsBadNewParams) {
+  SamplingParams params;
+  params.min_p = 1.5;
+  EXPECT_FALSE(Sampler::Validate(params).ok());
+  params = {};
+  params.repetition_penalty = 0.0;
+  EXPECT_FALSE(Sampler::Validate(params).ok());
+  params = {};
+  params.presence_penalty = 2.5;
+  EXPECT_FALSE(Sampler::Validate(params).ok());
+  params = {};
+  params.frequency_penalty = -3;
+  EXPECT_FALSE(Sampler::Validate(params).ok());
+  params = {};
+  params.logit_bias = {{70, 1.0f}};
+  EXPECT_TRUE(Sampler::Validate(params).ok());
+  absl::Status status = Sampler::Validate(params, 64);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("logit_bias token 70"), std::string::npos) << status;
+  params.logit_bias = {{3, 101.0f}};
+  EXPECT_FALSE(Sampler::Validate(params, 64).ok());
+}
+
+TEST(SamplerTest, LogitBiasChangesTheGreedyChoice) {
+  const std::vector<float> logits = {0.0f, 3.0f, 1.0f, 2.0f};
+  SamplingParams params;
+  params.temperature = 0.0;
+  params.logit_bias = {{1, -100.0f}, {2, 1.5f}};
+  Sampler sampler(params);
+  EXPECT_EQ(sampler.Sample(logits.data(), 4), 2);  // 1 - 100, 2.5, 2
+}
+
+TEST(SamplerTest, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+  // transformers' RepetitionPenaltyLogitsProcessor on [2, -1, 1.5, 0.5] with penalty 2 and seen
+  // tokens {0, 1} gives [1, -2, 1.5, 0.5].
+  const std::vector<float> logits = {2.0f, -1.0f, 1.5f, 0.5f};
+  SamplingParams params;
+  params.temperature = 1.0;
+  params.repetition_penalty = 2.0;
+  Sampler sampler(params);
+  sampler.SetPrompt(std::vector<int32_t>{0});
+  sampler.Accept(1);
+  std::vector<float> probabilities = sampler.Probabilities(logits.data(), 4);
+  const std::vector<double> expected_logits = {1.0, -2.0, 1.5, 0.5};
+  double total = 0;
+  for (double logit : expected_logits) total += std::exp(logit);
+  for (int id = 0; id < 4; ++id) {
+    EXPECT_NEAR(probabilities[id], std::exp(expected_logits[id]) / total, 1e-6) << id;
+  }
+  // Greedy now prefers token 2 (1.5) over token 0 (2 / 2 = 1).
+  params.temperature = 0.0;
+  Sampler greedy(params);
+  greedy.SetPrompt(std::vector<int32_t>{0});
+  EXPECT_EQ(greedy.Sample(logits.data(), 4), 2);
+}
+
+TEST(SamplerTest, PresenceAndFrequencyPenaltiesCountOutputTokens) {
+  const std::vector<float> logits = {1.0f, 1.0f, 1.0f};
+  SamplingParams params;
+  params.temperature = 1.0;
+  params.presence_penalty = 0.5;
+  params.frequency_penalty = 0.25;
+  Sampler sampler(params);
+  sampler.SetPrompt(std::vector<int32_t>{2});  // the prompt does not count for these
+  sampler.Accept(0);
+  sampler.Accept(0);
+  sampler.Accept(1);
+  // OpenAI: logit - presence * (count > 0) - frequency * count -> [1 - 1, 1 - 0.75, 1].
+  std::vector<float> probabilities = sampler.Probabilities(logits.data(), 3);
+  const std::vector<double> expected_logits = {0.0, 0.25, 1.0};
+  double total = 0;
+  for (double logit : expected_logits) total += std::exp(logit);
+  for (int id = 0; id < 3; ++id) {
+    EXPECT_NEAR(probabilities[id], std::exp(expected_logits[id]) / total, 1e-6) << id;
+  }
+}
+
+TEST(SamplerTest, MinPDropsTokensBelowAFractionOfTheTop) {
+  // Probabilities 0.5, 0.3, 0.15, 0.05; min_p 0.25 keeps p >= 0.125: the first three.
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f),
+                                     std::log(0.05f)};
+  SamplingParams params;
+  params.min_p = 0.25;
+  Sampler sampler(params);
+  std::vector<float> probabilities = sampler.Probabilities(logits.data(), 4);
+  EXPECT_NEAR(probabilities[0], 0.5 / 0.95, 1e-6);
+  EXPECT_NEAR(probabilities[1], 0.3 / 0.95, 1e-6);
+  EXPECT_NEAR(probabilities[2], 0.15 / 0.95, 1e-6);
+  EXPECT_EQ(probabilities[3], 0.0f);
+}
+
+TEST(SamplerTest, LogprobsAreLogSoftmaxOfRawLogits) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f};
+  SamplingParams params;
+  params.temperature = 0.5;  // does not change logprobs
+  params.logit_bias = {{0, 50.0f}};
+  Sampler sampler(params);
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;
+  sampler.Logprobs(logits.data(), 4, 2, 3, chosen, top);
+  const double log_total = std::log(std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0));
+  EXPECT_EQ(chosen.token, 2);
+  EXPECT_NEAR(chosen.logprob, 2.0 - log_total, 1e-6);
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0].token, 1);  // ties: lowest id first
+  EXPECT_EQ(top[1].token, 3);
+  EXPECT_EQ(top[2].token, 2);
+  EXPECT_NEAR(top[0].logprob, 3.0 - log_total, 1e-6);
+}
+
 }  // namespace
 }  // namespace llmrt::sampling

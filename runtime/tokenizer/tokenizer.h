@@ -23,7 +23,10 @@ class Tokenizer {
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(const plan::TokenizerSpec& spec);
   ~Tokenizer();
 
-  // Like HF `tokenizer(text, add_special_tokens=...)["input_ids"]`.
+  // Like HF tokenizers' `Tokenizer.encode(text, add_special_tokens).ids`: added tokens split out
+  // first, then normalizers, pre-tokenizers, BPE, and the post_template only when
+  // add_special_tokens. Bytes that are not valid UTF-8 are read as U+FFFD (HF accepts only
+  // valid strings). tokenizer_config.json's add_bos_token is not applied here; the template is.
   std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens = true) const;
   // Like HF `tokenizer.decode(ids, skip_special_tokens=...)`; invalid UTF-8 becomes U+FFFD.
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
@@ -46,7 +49,14 @@ class Tokenizer {
 // Incremental detokenization for streaming: Push() returns the text that became final with
 // this token, always whole UTF-8 characters; a character split across tokens is held back
 // until complete. Finish() flushes what is left (invalid bytes become U+FFFD). The
-// concatenation of all returned pieces equals Tokenizer::Decode of all pushed ids.
+// concatenation of all returned pieces equals Tokenizer::Decode(ids, skip_special_tokens) of all
+// pushed ids, including the start-of-text rules (Strip after Fuse strips only at the very start;
+// Metaspace drops only the first token's marker), which HF's own DecodeStream gets wrong.
+// Text is held back while the last token is a byte-fallback byte `<0xAB>` (HF decodes a run of
+// them as a whole, all U+FFFD if invalid, so a later byte can change earlier text) or while the
+// text ends in U+FFFD. Each Push re-decodes only the ids since the last safe point (usually one).
+// A prompt that ends inside a character: the part of that character's bytes already in the
+// prompt is re-emitted once the character completes.
 class StreamDecoder {
  public:
   // `tokenizer` must outlive the decoder. `prompt_ids` gives context (e.g. so a leading-space

@@ -1,6 +1,8 @@
 // llmc: the ahead-of-time compiler's command line.
 //
 //   llmc compile MODEL_DIR -o PLAN [--dtype f32|f16|bf16] [--dump-ir=DIR] [--quiet]
+//   llmc synth --preset NAME|CONFIG_JSON -o DIR [--dtype f16|bf16|f32] [--seed S]
+//              [--max-shard-size SIZE]
 //
 // Exit codes: 0 success, 1 compile error (message on stderr, no output file), 2 usage error.
 #include <unistd.h>
@@ -13,7 +15,10 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "compiler/pipeline/compile.h"
+#include "compiler/synth/synth.h"
 
 namespace {
 
@@ -24,7 +29,17 @@ constexpr char kUsage[] =
     "  -o PLAN       the plan file to write (written to a temporary file, renamed on success)\n"
     "  --dtype T     weight dtype of the plan (default: the checkpoint's)\n"
     "  --dump-ir=DIR write the IR after import and after each pass into DIR\n"
-    "  --quiet       no progress output\n";
+    "  --quiet       no progress output\n"
+    "\n"
+    "usage: llmc synth --preset NAME|CONFIG_JSON -o DIR [--dtype f16|bf16|f32] [--seed S]\n"
+    "                  [--max-shard-size SIZE]\n"
+    "\n"
+    "  writes a random-weight HuggingFace checkpoint (config, safetensors, tokenizer)\n"
+    "  --preset      tinyllama-1.1b, llama-110m, or a config.json to take the shapes from\n"
+    "  -o DIR        the directory to create (must not exist; written via a temporary one)\n"
+    "  --dtype T     weight dtype (default f16)\n"
+    "  --seed S      random seed (default 0); the same seed gives the same weights\n"
+    "  --max-shard-size SIZE  bytes per safetensors shard, e.g. 5GB (default), 500MB\n";
 
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "llmc: %s\n\n%s", message.c_str(), kUsage);
@@ -144,6 +159,97 @@ int Compile(const std::vector<std::string>& args) {
   return 0;
 }
 
+// "5GB", "500MB", "64KB" (decimal, as transformers' max_shard_size) or plain bytes.
+bool ParseSize(const std::string& text, uint64_t* bytes) {
+  uint64_t multiplier = 1;
+  std::string digits = text;
+  for (const auto& [suffix, factor] : {std::pair<const char*, uint64_t>{"GB", 1'000'000'000ull},
+                                       {"MB", 1'000'000ull},
+                                       {"KB", 1'000ull}}) {
+    const size_t length = std::strlen(suffix);
+    if (digits.size() > length && digits.compare(digits.size() - length, length, suffix) == 0) {
+      multiplier = factor;
+      digits.resize(digits.size() - length);
+      break;
+    }
+  }
+  uint64_t count;
+  if (!absl::SimpleAtoi(digits, &count) || count == 0) return false;
+  *bytes = count * multiplier;
+  return true;
+}
+
+int Synth(const std::vector<std::string>& args) {
+  llmc::SynthOptions options;
+  std::string preset;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
+    if (arg == "-o" || arg == "--output") {
+      const std::string* dir = value();
+      if (!dir) return UsageError(arg + " needs a directory");
+      options.output_dir = *dir;
+    } else if (arg == "--preset") {
+      const std::string* name = value();
+      if (!name) return UsageError("--preset needs a preset name or a config.json path");
+      preset = *name;
+    } else if (arg == "--dtype") {
+      const std::string* dtype = value();
+      if (!dtype) return UsageError("--dtype needs one of f16, bf16, f32");
+      if (*dtype == "f32") {
+        options.dtype = llmrt::plan::F32;
+      } else if (*dtype == "f16") {
+        options.dtype = llmrt::plan::F16;
+      } else if (*dtype == "bf16") {
+        options.dtype = llmrt::plan::BF16;
+      } else {
+        return UsageError("--dtype: expected f16, bf16 or f32, found \"" + *dtype + "\"");
+      }
+    } else if (arg == "--seed") {
+      const std::string* seed = value();
+      if (!seed || !absl::SimpleAtoi(*seed, &options.seed)) {
+        return UsageError("--seed needs a non-negative integer");
+      }
+    } else if (arg == "--max-shard-size") {
+      const std::string* size = value();
+      if (!size || !ParseSize(*size, &options.max_shard_bytes)) {
+        return UsageError("--max-shard-size needs a positive size such as 5GB, 500MB or 100000");
+      }
+    } else {
+      return UsageError("synth: unexpected argument " + arg);
+    }
+  }
+  if (preset.empty()) {
+    return UsageError("synth needs --preset (" + absl::StrJoin(llmc::SynthPresetNames(), ", ") +
+                      " or a config.json)");
+  }
+  if (options.output_dir.empty()) return UsageError("synth needs -o DIR");
+  // A name with a path separator or a .json suffix is a file; anything else a preset.
+  const bool is_file = preset.find('/') != std::string::npos ||
+                       (preset.size() > 5 && preset.compare(preset.size() - 5, 5, ".json") == 0);
+  absl::StatusOr<llmc::SynthModelConfig> config =
+      is_file ? llmc::SynthConfigFromFile(preset) : llmc::SynthPreset(preset);
+  if (!config.ok()) {
+    std::fprintf(stderr, "llmc: error: %s\n", std::string(config.status().message()).c_str());
+    return 1;
+  }
+  options.config = *config;
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status = llmc::WriteSyntheticCheckpoint(options);
+  if (!status.ok()) {
+    std::fprintf(stderr, "llmc: error: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  uint64_t parameters = 0;
+  for (const llmc::SynthTensor& tensor : llmc::SynthTensors(options.config)) {
+    parameters += tensor.num_elements();
+  }
+  std::fprintf(stderr, "llmc: wrote %s (%.3f G parameters) in %.1f s\n",
+               options.output_dir.c_str(), parameters / 1e9,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,6 +257,7 @@ int main(int argc, char** argv) {
   std::string command = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "compile") return Compile(args);
+  if (command == "synth") return Synth(args);
   if (command == "-h" || command == "--help" || command == "help") {
     std::fputs(kUsage, stdout);
     return 0;

@@ -3,6 +3,8 @@
 //   llmrt run plan.bin -p "text" [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]
 //                                [--verify] [--threads N]
 //   llmrt inspect plan.bin [--verify]
+//   llmrt bench plan.bin [-p 512] [-n 128] [-t 1,2] [--reps 5] [--json]   (see bench.cc)
+//   llmrt bench --bandwidth [-t 1,2]
 //
 // Exit status: 0 success, 1 an error (message on stderr), 2 a usage error.
 #include <chrono>
@@ -20,6 +22,7 @@
 #include "runtime/plan/plan_reader.h"
 #include "runtime/sampling/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tools/llmrt/bench.h"
 
 namespace llmrt {
 namespace {
@@ -29,7 +32,9 @@ constexpr int kError = 1;
 constexpr char kUsage[] =
     "usage: llmrt run PLAN -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
     "                 [--verify] [--threads N]\n"
-    "       llmrt inspect PLAN [--verify]\n";
+    "       llmrt inspect PLAN [--verify]\n"
+    "       llmrt bench PLAN [-p 512] [-n 128] [-t 1,2] [--reps 5] [--ubatch 512] [--json]\n"
+    "       llmrt bench --bandwidth [-t 1,2] [--reps 5] [--bandwidth-mib 1024] [--json]\n";
 
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "llmrt: %s\n%s", message.c_str(), kUsage);
@@ -324,6 +329,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "run") return llmrt::Run(argc, argv);
   if (command == "inspect") return llmrt::Inspect(argc, argv);
+  if (command == "bench") return llmrt::Bench(argc, argv);
   if (command == "-h" || command == "--help" || command == "help") {
     std::fputs(llmrt::kUsage, stdout);
     return 0;

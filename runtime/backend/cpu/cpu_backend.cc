@@ -12,8 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/kernels.h"
-#include "runtime/backend/cpu/thread_pool.h"
+#include "runtime/threading/thread_pool.h"
 #include "runtime/kv/kv_storage.h"
 
 namespace llmrt::cpu {
@@ -43,7 +44,7 @@ bool CpuSupports(plan::OpKind kind, plan::DType weight_dtype) {
 
 namespace {
 
-// 64 bytes: a cache line, and the widest SIMD register (AVX-512) the kernels may use later.
+// 64 bytes: a cache line, and the widest SIMD register (AVX-512) the kernels use.
 constexpr size_t kArenaAlignment = 64;
 
 struct AlignedFree {
@@ -109,11 +110,11 @@ class CpuBackend final : public Backend {
   int64_t arena_bytes_ = 0;
   AlignedFloats arena_;
   std::vector<CompiledOp> ops_;
-  std::unique_ptr<ThreadPool> pool_;
-  AlignedFloats scratch_;  // per thread: matmul tiles or rope cos/sin
+  std::unique_ptr<threading::ThreadPool> pool_;
+  AlignedFloats scratch_;  // per thread: rope cos/sin
   int64_t scratch_stride_ = 0;
-  AlignedFloats scores_;  // per thread: one attention row of up to num_slots scores
-  int64_t scores_stride_ = 0;
+  AlignedFloats attention_scratch_;  // per thread: AttentionScratchFloats
+  int64_t attention_scratch_stride_ = 0;
   // KV cache shape, taken from the ATTENTION ops.
   int32_t kv_layers_ = 0;
   int32_t kv_heads_ = 0;
@@ -121,6 +122,9 @@ class CpuBackend final : public Backend {
   int32_t block_size_ = 0;
   std::unique_ptr<kv::KvStorage> kv_;
   std::vector<int32_t> token_sequence_;  // batch row -> index in batch.sequences
+  // Per batch row, for attention: the sequence's block table and the token's index in it.
+  std::vector<const int32_t*> token_block_table_;
+  std::vector<int64_t> token_index_;
 };
 
 // Builds CompiledOps from a program, checking everything a kernel relies on.
@@ -506,11 +510,31 @@ class ProgramCompiler {
           "program op %d (%s): tensor %s has dtype %s, the cpu backend reads F32, F16, BF16",
           op_index_, plan::OpKind_Name(op_->kind()), t.name(), plan::DType_Name(t.dtype())));
     }
-    const size_t element_size = t.dtype() == plan::F32 ? 4 : 2;
-    if (auto status = CheckBlob(index, t, t.shape(0) * cols, element_size); !status.ok()) {
-      return status;
+    int32_t panel_rows = 0;
+    if (t.layout() == plan::Tensor::ROW_PANELS) {
+      if (op_->kind() != plan::MATMUL && op_->kind() != plan::LOGITS) {
+        return Error(absl::StrFormat("tensor %s is ROW_PANELS; this op reads ROW_MAJOR rows",
+                                     t.name()));
+      }
+      if (t.panel_rows() != kPanelRows) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "program op %d (%s): tensor %s has panel_rows %d, the cpu kernels read %d",
+            op_index_, plan::OpKind_Name(op_->kind()), t.name(), t.panel_rows(), kPanelRows));
+      }
+      panel_rows = kPanelRows;
+    } else if (t.layout() != plan::Tensor::ROW_MAJOR) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "program op %d (%s): tensor %s has layout %d, the cpu backend reads ROW_MAJOR and "
+          "ROW_PANELS",
+          op_index_, plan::OpKind_Name(op_->kind()), t.name(), static_cast<int>(t.layout())));
     }
-    return MatrixView{blobs_(index), t.dtype(), t.shape(0), cols};
+    const int64_t bytes = MatrixBytes(t.dtype(), t.shape(0), cols, panel_rows);
+    if (t.size_bytes() != static_cast<uint64_t>(bytes)) {
+      return Error(absl::StrFormat("tensor %s: %d bytes, its shape, dtype and layout need %d",
+                                   t.name(), t.size_bytes(), bytes));
+    }
+    if (blobs_(index) == nullptr) return Error(absl::StrFormat("tensor %s: no data", t.name()));
+    return MatrixView{blobs_(index), t.dtype(), t.shape(0), cols, panel_rows};
   }
 
   absl::StatusOr<const float*> Vector(int32_t index, int64_t size) const {
@@ -626,22 +650,23 @@ absl::Status CpuBackend::Compile(const plan::PlanMeta& meta, const BlobLookup& b
   kv_heads_ = compiler.kv_heads();
   kv_head_dim_ = compiler.kv_head_dim();
 
-  int32_t num_threads = options.num_threads;
-  if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
-  pool_ = std::make_unique<ThreadPool>(num_threads);
-  scratch_stride_ =
-      std::max<int64_t>(kMatMulTileRows * compiler.max_cols(), compiler.max_head_dim());
+  if (absl::Status status = SelectCpuTargetFromEnvironment(); !status.ok()) return status;
+  pool_ = std::make_unique<threading::ThreadPool>(options.num_threads);
+  const int32_t num_threads = pool_->num_threads();
+  scratch_stride_ = std::max<int32_t>(compiler.max_head_dim(), 1);
   // Rounded to 16 floats so each thread's scratch starts on its own cache line.
   scratch_stride_ = (scratch_stride_ + 15) / 16 * 16;
   scratch_ = AllocateFloats(scratch_stride_ * num_threads);
   if (scratch_ == nullptr) return absl::ResourceExhaustedError("cannot allocate kernel scratch");
   token_sequence_.resize(max_tokens_);
+  token_block_table_.resize(max_tokens_);
+  token_index_.resize(max_tokens_);
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   kv_.reset();
-  scores_.reset();
+  attention_scratch_.reset();
   if (kv_layers_ == 0) {
     block_size_ = block_size;
     return absl::OkStatus();  // no ATTENTION op: nothing to cache
@@ -649,11 +674,16 @@ absl::Status CpuBackend::AllocateKvCache(int32_t num_blocks, int32_t block_size)
   auto storage =
       kv::KvStorage::Create({kv_layers_, kv_heads_, kv_head_dim_, num_blocks, block_size});
   if (!storage.ok()) return storage.status();
-  // One score per cached token a query can see: at most every slot of the pool.
-  const int64_t slots = (*storage)->num_slots();
-  scores_stride_ = (slots + 15) / 16 * 16;
-  scores_ = AllocateFloats(scores_stride_ * pool_->num_threads());
-  if (scores_ == nullptr) return absl::ResourceExhaustedError("cannot allocate attention scratch");
+  int32_t max_heads = kv_heads_;
+  for (const CompiledOp& op : ops_) {
+    if (op.kind == plan::ATTENTION) max_heads = std::max(max_heads, op.num_heads);
+  }
+  attention_scratch_stride_ =
+      AttentionScratchFloats(max_heads, kv_heads_, kv_head_dim_, std::max(block_size, 1));
+  attention_scratch_ = AllocateFloats(attention_scratch_stride_ * pool_->num_threads());
+  if (attention_scratch_ == nullptr) {
+    return absl::ResourceExhaustedError("cannot allocate attention scratch");
+  }
   kv_ = std::move(*storage);
   block_size_ = block_size;
   return absl::OkStatus();
@@ -756,51 +786,24 @@ void CpuBackend::RunAttention(const CompiledOp& op, const StepBatch& batch) {
     std::memcpy(kv_->key(op.layer, slot), op.input[1] + row * kv_width, kv_width * sizeof(float));
     std::memcpy(kv_->value(op.layer, slot), op.input[2] + row * kv_width, kv_width * sizeof(float));
   }
-  const int32_t group = op.num_heads / op.num_kv_heads;
-  const int32_t head_dim = op.head_dim;
-  const int32_t block_size = block_size_;
-  pool_->ParallelFor(num_tokens * op.num_heads, [&](int64_t begin, int64_t end, int32_t thread) {
-    float* scores = scores_.get() + thread * scores_stride_;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t row = item / op.num_heads;
-      const int32_t head = static_cast<int32_t>(item % op.num_heads);
-      const int64_t kv_offset = static_cast<int64_t>(head / group) * head_dim;
-      const StepSequence& sequence = batch.sequences[token_sequence_[row]];
-      const int64_t query_index =
-          sequence.context_length - sequence.num_tokens + (row - sequence.first_token);
-      const int64_t first_key =
-          op.sliding_window > 0 ? std::max<int64_t>(0, query_index - op.sliding_window + 1) : 0;
-      const float* query = op.input[0] + row * q_width + static_cast<int64_t>(head) * head_dim;
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t key = first_key; key <= query_index; ++key) {
-        const int64_t slot =
-            static_cast<int64_t>(sequence.block_table[key / block_size]) * block_size +
-            key % block_size;
-        const float score = Dot(query, kv_->key(op.layer, slot) + kv_offset, head_dim) * op.scale;
-        scores[key - first_key] = score;
-        max_score = std::max(max_score, score);
-      }
-      float total = 0.0f;
-      for (int64_t key = first_key; key <= query_index; ++key) {
-        const float weight = std::exp(scores[key - first_key] - max_score);
-        scores[key - first_key] = weight;
-        total += weight;
-      }
-      // The query is fully consumed above, so the output may share its buffer.
-      float* out = op.output[0] + row * q_width + static_cast<int64_t>(head) * head_dim;
-      std::fill(out, out + head_dim, 0.0f);
-      for (int64_t key = first_key; key <= query_index; ++key) {
-        const int64_t slot =
-            static_cast<int64_t>(sequence.block_table[key / block_size]) * block_size +
-            key % block_size;
-        const float* value = kv_->value(op.layer, slot) + kv_offset;
-        const float weight = scores[key - first_key];
-        for (int32_t i = 0; i < head_dim; ++i) out[i] += weight * value[i];
-      }
-      const float inverse_total = 1.0f / total;
-      for (int32_t i = 0; i < head_dim; ++i) out[i] *= inverse_total;
-    }
-  });
+  AttentionArgs args;
+  args.q = op.input[0];
+  args.out = op.output[0];
+  args.key_cache = kv_->key(op.layer, 0);
+  args.value_cache = kv_->value(op.layer, 0);
+  args.token_stride = kv_->token_stride();
+  args.num_heads = op.num_heads;
+  args.num_kv_heads = op.num_kv_heads;
+  args.head_dim = op.head_dim;
+  args.block_size = block_size_;
+  args.sliding_window = op.sliding_window;
+  args.scale = op.scale;
+  args.num_tokens = num_tokens;
+  args.token_block_table = token_block_table_.data();
+  args.token_index = token_index_.data();
+  args.scratch = attention_scratch_.get();
+  args.scratch_stride = attention_scratch_stride_;
+  Attention(*pool_, args);
 }
 
 absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
@@ -810,7 +813,10 @@ absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
   for (size_t index = 0; index < batch.sequences.size(); ++index) {
     const StepSequence& sequence = batch.sequences[index];
     for (int32_t i = 0; i < sequence.num_tokens; ++i) {
-      token_sequence_[sequence.first_token + i] = static_cast<int32_t>(index);
+      const int32_t row = sequence.first_token + i;
+      token_sequence_[row] = static_cast<int32_t>(index);
+      token_block_table_[row] = sequence.block_table;
+      token_index_[row] = sequence.context_length - sequence.num_tokens + i;
     }
   }
   for (const CompiledOp& op : ops_) {
@@ -818,53 +824,49 @@ absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
     switch (op.kind) {
       case plan::EMBED:
         for (int64_t row = 0; row < num_tokens; ++row) {
-          float* out = op.output[0] + row * op.width;
-          const float* source = MatrixRow(op.weight, batch.token_ids[row], out);
-          if (source != out) std::memcpy(out, source, op.width * sizeof(float));
+          MatrixRowToF32(op.weight, batch.token_ids[row], op.output[0] + row * op.width);
         }
         break;
       case plan::RMS_NORM:
-        RmsNorm(op.input[0], op.vector_weight, op.eps, num_tokens, op.width, op.output[0]);
+        RmsNorm(*pool_, op.input[0], op.vector_weight, op.eps, num_tokens, op.width,
+                op.output[0]);
         break;
       case plan::FUSED_ADD_RMS_NORM:
-        for (int64_t i = 0; i < elements; ++i) op.output[0][i] = op.input[0][i] + op.input[1][i];
-        RmsNorm(op.output[0], op.vector_weight, op.eps, num_tokens, op.width, op.output[1]);
+        FusedAddRmsNorm(*pool_, op.input[0], op.input[1], op.vector_weight, op.eps, num_tokens,
+                        op.width, op.output[0], op.output[1]);
         break;
       case plan::MATMUL:
         MatMul(*pool_, op.input[0], num_tokens, nullptr, op.weight, op.vector_weight,
-               op.matmul_outputs.data(), static_cast<int32_t>(op.matmul_outputs.size()),
-               scratch_.get(), scratch_stride_);
+               op.matmul_outputs.data(), static_cast<int32_t>(op.matmul_outputs.size()));
         break;
       case plan::LOGITS: {
         MatMulOutput output{logits, 0, vocab_size_};
         MatMul(*pool_, op.input[0], static_cast<int64_t>(batch.logit_rows.size()),
-               batch.logit_rows.data(), op.weight, op.vector_weight, &output, 1, scratch_.get(),
-               scratch_stride_);
+               batch.logit_rows.data(), op.weight, op.vector_weight, &output, 1);
         break;
       }
       case plan::ROPE:
         if (op.output[0] != op.input[0]) {
           std::memmove(op.output[0], op.input[0], elements * sizeof(float));
         }
-        Rope(*pool_, op.output[0], batch.positions.data(), num_tokens, op.num_heads, op.head_dim,
-             op.inv_freq.data(), scratch_.get());
+        Rope(*pool_, op.output[0], batch.positions.data(), num_tokens, op.num_heads,
+             op.head_dim, op.inv_freq.data(), scratch_.get());
         break;
       case plan::ATTENTION:
         RunAttention(op, batch);
         break;
       case plan::SILU:
-        for (int64_t i = 0; i < elements; ++i) op.output[0][i] = Silu(op.input[0][i]);
+        ElementwiseOp(*pool_, Elementwise::kSilu, op.input[0], nullptr, elements, op.output[0]);
         break;
       case plan::MUL:
-        for (int64_t i = 0; i < elements; ++i) op.output[0][i] = op.input[0][i] * op.input[1][i];
+        ElementwiseOp(*pool_, Elementwise::kMul, op.input[0], op.input[1], elements, op.output[0]);
         break;
       case plan::ADD:
-        for (int64_t i = 0; i < elements; ++i) op.output[0][i] = op.input[0][i] + op.input[1][i];
+        ElementwiseOp(*pool_, Elementwise::kAdd, op.input[0], op.input[1], elements, op.output[0]);
         break;
       case plan::SILU_MUL:
-        for (int64_t i = 0; i < elements; ++i) {
-          op.output[0][i] = Silu(op.input[0][i]) * op.input[1][i];
-        }
+        ElementwiseOp(*pool_, Elementwise::kSiluMul, op.input[0], op.input[1], elements,
+                      op.output[0]);
         break;
       default:
         break;  // Compile() admits no other kind

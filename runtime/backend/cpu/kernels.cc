@@ -1,96 +1,226 @@
+// Norm, elementwise, rope and attention kernels (matmul is in matmul.cc), compiled per SIMD
+// target by Highway; the exported entry points dispatch once per op.
 #include "runtime/backend/cpu/kernels.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "runtime/plan/dtype.h"
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "runtime/backend/cpu/kernels.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
 namespace llmrt::cpu {
+namespace HWY_NAMESPACE {
+namespace {
 
-const float* MatrixRow(const MatrixView& matrix, int64_t row, float* scratch) {
-  const int64_t cols = matrix.cols;
-  switch (matrix.dtype) {
-    case plan::F16: {
-      const uint16_t* source = reinterpret_cast<const uint16_t*>(matrix.data) + row * cols;
-      for (int64_t col = 0; col < cols; ++col) scratch[col] = plan::F16ToF32(source[col]);
-      return scratch;
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Below 64 Ki floats (256 KiB, a decode step's rows) an elementwise op takes ~10 us on one
+// core, comparable to waking the other threads; only prefill-sized ops are split.
+constexpr int64_t kParallelElements = 64 * 1024;
+constexpr int64_t kElementGrain = 1024;
+
+float SumOfSquares(const float* HWY_RESTRICT x, int64_t size) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + 2 * lanes <= size; i += 2 * lanes) {
+    const VF v0 = hn::LoadU(df, x + i);
+    const VF v1 = hn::LoadU(df, x + i + lanes);
+    a0 = hn::MulAdd(v0, v0, a0);
+    a1 = hn::MulAdd(v1, v1, a1);
+  }
+  for (; i + lanes <= size; i += lanes) {
+    const VF v = hn::LoadU(df, x + i);
+    a0 = hn::MulAdd(v, v, a0);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+  for (; i < size; ++i) sum += x[i] * x[i];
+  return sum;
+}
+
+// y = gamma * (x * inverse_rms), the order transformers' LlamaRMSNorm multiplies in.
+void ScaleRow(const float* HWY_RESTRICT x, const float* HWY_RESTRICT gamma, float inverse_rms,
+              int64_t size, float* y) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const VF scale = hn::Set(df, inverse_rms);
+  int64_t i = 0;
+  for (; i + lanes <= size; i += lanes) {
+    hn::StoreU(hn::Mul(hn::LoadU(df, gamma + i), hn::Mul(hn::LoadU(df, x + i), scale)), df, y + i);
+  }
+  for (; i < size; ++i) y[i] = gamma[i] * (x[i] * inverse_rms);
+}
+
+float InverseRms(float sum_of_squares, int64_t width, float eps) {
+  const float mean = sum_of_squares / static_cast<float>(width);
+  return 1.0f / std::sqrt(mean + eps);
+}
+
+void ElementwiseRange(Elementwise op, const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
+                      int64_t begin, int64_t end, float* out) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const VF one = hn::Set(df, 1.0f);
+  auto silu = [&](VF v) { return hn::Div(v, hn::Add(one, hn::Exp(df, hn::Neg(v)))); };
+  int64_t i = begin;
+  for (; i + lanes <= end; i += lanes) {
+    const VF va = hn::LoadU(df, a + i);
+    VF result;
+    switch (op) {
+      case Elementwise::kAdd:
+        result = hn::Add(va, hn::LoadU(df, b + i));
+        break;
+      case Elementwise::kMul:
+        result = hn::Mul(va, hn::LoadU(df, b + i));
+        break;
+      case Elementwise::kSilu:
+        result = silu(va);
+        break;
+      default:
+        result = hn::Mul(silu(va), hn::LoadU(df, b + i));
+        break;
     }
-    case plan::BF16: {
-      const uint16_t* source = reinterpret_cast<const uint16_t*>(matrix.data) + row * cols;
-      for (int64_t col = 0; col < cols; ++col) scratch[col] = plan::Bf16ToF32(source[col]);
-      return scratch;
+    hn::StoreU(result, df, out + i);
+  }
+  for (; i < end; ++i) {
+    const float silu_a = a[i] / (1.0f + std::exp(-a[i]));
+    switch (op) {
+      case Elementwise::kAdd:
+        out[i] = a[i] + b[i];
+        break;
+      case Elementwise::kMul:
+        out[i] = a[i] * b[i];
+        break;
+      case Elementwise::kSilu:
+        out[i] = silu_a;
+        break;
+      default:
+        out[i] = silu_a * b[i];
+        break;
     }
-    default:
-      return reinterpret_cast<const float*>(matrix.data) + row * cols;
   }
 }
 
-float Dot(const float* a, const float* b, int64_t size) {
-  // 8 independent partial sums: breaks the add dependency chain and maps onto one 256-bit
-  // register when the compiler vectorizes.
-  float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t index = 0;
-  for (; index + 8 <= size; index += 8) {
-    for (int lane = 0; lane < 8; ++lane) partial[lane] += a[index + lane] * b[index + lane];
+HWY_INLINE float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t size) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + 2 * lanes <= size; i += 2 * lanes) {
+    a0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), a0);
+    a1 = hn::MulAdd(hn::LoadU(df, a + i + lanes), hn::LoadU(df, b + i + lanes), a1);
   }
-  float tail = 0.0f;
-  for (; index < size; ++index) tail += a[index] * b[index];
-  return ((partial[0] + partial[4]) + (partial[1] + partial[5])) +
-         ((partial[2] + partial[6]) + (partial[3] + partial[7])) + tail;
+  for (; i + lanes <= size; i += lanes) {
+    a0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), a0);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+  for (; i < size; ++i) sum += a[i] * b[i];
+  return sum;
 }
 
-void MatMul(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
-            const MatrixView& w, const float* bias, const MatMulOutput* outputs,
-            int32_t num_outputs, float* scratch, int64_t scratch_stride) {
-  const int64_t cols = w.cols;
-  const int64_t num_tiles = (w.rows + kMatMulTileRows - 1) / kMatMulTileRows;
-  pool.ParallelFor(num_tiles, [&](int64_t tile_begin, int64_t tile_end, int32_t thread) {
-    float* thread_scratch = scratch + thread * scratch_stride;
-    for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-      const int64_t first = tile * kMatMulTileRows;
-      const int64_t count = std::min(kMatMulTileRows, w.rows - first);
-      const float* weight_rows[kMatMulTileRows];
-      float* destinations[kMatMulTileRows];
-      int64_t strides[kMatMulTileRows];
-      for (int64_t i = 0; i < count; ++i) {
-        const int64_t column = first + i;
-        weight_rows[i] = MatrixRow(w, column, thread_scratch + i * cols);
-        int32_t output = 0;
-        while (output + 1 < num_outputs && column >= outputs[output + 1].begin) ++output;
-        destinations[i] = outputs[output].data + (column - outputs[output].begin);
-        strides[i] = outputs[output].width;
-      }
-      for (int64_t row = 0; row < num_rows; ++row) {
-        const float* x_row = x + (input_rows ? input_rows[row] : row) * cols;
-        for (int64_t i = 0; i < count; ++i) {
-          float sum = Dot(x_row, weight_rows[i], cols);
-          if (bias != nullptr) sum += bias[first + i];
-          destinations[i][row * strides[i]] = sum;
+// acc = acc * scale + weight * value over `size` floats.
+HWY_INLINE void ScaleAndAccumulate(float* HWY_RESTRICT acc, float scale, float weight,
+                                   const float* HWY_RESTRICT value, int64_t size) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const VF vs = hn::Set(df, scale);
+  const VF vw = hn::Set(df, weight);
+  int64_t i = 0;
+  for (; i + lanes <= size; i += lanes) {
+    hn::StoreU(hn::MulAdd(vw, hn::LoadU(df, value + i), hn::Mul(hn::LoadU(df, acc + i), vs)), df,
+               acc + i);
+  }
+  for (; i < size; ++i) acc[i] = acc[i] * scale + weight * value[i];
+}
+
+HWY_INLINE void Accumulate(float* HWY_RESTRICT acc, float weight, const float* HWY_RESTRICT value,
+                           int64_t size) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const VF vw = hn::Set(df, weight);
+  int64_t i = 0;
+  for (; i + lanes <= size; i += lanes) {
+    hn::StoreU(hn::MulAdd(vw, hn::LoadU(df, value + i), hn::LoadU(df, acc + i)), df, acc + i);
+  }
+  for (; i < size; ++i) acc[i] += weight * value[i];
+}
+
+}  // namespace
+
+void RmsNormImpl(ThreadPool& pool, const float* x, const float* gamma, float eps,
+                 int64_t num_rows, int64_t width, float* y) {
+  const int64_t grain = std::max<int64_t>(1, kParallelElements / std::max<int64_t>(width, 1));
+  pool.ParallelFor(
+      num_rows,
+      [&](int64_t begin, int64_t end, int32_t) {
+        for (int64_t row = begin; row < end; ++row) {
+          const float* x_row = x + row * width;
+          ScaleRow(x_row, gamma, InverseRms(SumOfSquares(x_row, width), width, eps), width,
+                   y + row * width);
         }
-      }
-    }
-  });
+      },
+      grain);
 }
 
-void RmsNorm(const float* x, const float* gamma, float eps, int64_t num_rows, int64_t width,
-             float* y) {
-  for (int64_t row = 0; row < num_rows; ++row) {
-    const float* x_row = x + row * width;
-    float* y_row = y + row * width;
-    // Double accumulation: closest to the exact mean, which torch's pairwise f32 sum is also
-    // within an ulp or so of.
-    double sum_of_squares = 0.0;
-    for (int64_t i = 0; i < width; ++i) sum_of_squares += static_cast<double>(x_row[i]) * x_row[i];
-    const float mean = static_cast<float>(sum_of_squares / static_cast<double>(width));
-    const float inverse_rms = 1.0f / std::sqrt(mean + eps);
-    for (int64_t i = 0; i < width; ++i) y_row[i] = gamma[i] * (x_row[i] * inverse_rms);
+void FusedAddRmsNormImpl(ThreadPool& pool, const float* a, const float* b, const float* gamma,
+                         float eps, int64_t num_rows, int64_t width, float* sum, float* y) {
+  const int64_t grain = std::max<int64_t>(1, kParallelElements / std::max<int64_t>(width, 1));
+  pool.ParallelFor(
+      num_rows,
+      [&](int64_t begin, int64_t end, int32_t) {
+        const DF df;
+        const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+        for (int64_t row = begin; row < end; ++row) {
+          const float* a_row = a + row * width;
+          const float* b_row = b + row * width;
+          float* sum_row = sum + row * width;
+          // One pass: add, store and square while the rows are in registers.
+          VF a0 = hn::Zero(df);
+          int64_t i = 0;
+          for (; i + lanes <= width; i += lanes) {
+            const VF v = hn::Add(hn::LoadU(df, a_row + i), hn::LoadU(df, b_row + i));
+            hn::StoreU(v, df, sum_row + i);
+            a0 = hn::MulAdd(v, v, a0);
+          }
+          float squares = hn::GetLane(hn::SumOfLanes(df, a0));
+          for (; i < width; ++i) {
+            sum_row[i] = a_row[i] + b_row[i];
+            squares += sum_row[i] * sum_row[i];
+          }
+          ScaleRow(sum_row, gamma, InverseRms(squares, width, eps), width, y + row * width);
+        }
+      },
+      grain);
+}
+
+void ElementwiseImpl(ThreadPool& pool, Elementwise op, const float* a, const float* b,
+                     int64_t size, float* out) {
+  if (size < kParallelElements) {
+    ElementwiseRange(op, a, b, 0, size, out);
+    return;
   }
+  pool.ParallelFor(
+      size,
+      [&](int64_t begin, int64_t end, int32_t) { ElementwiseRange(op, a, b, begin, end, out); },
+      kElementGrain);
 }
 
-void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows, int32_t num_heads,
-          int32_t head_dim, const float* inv_freq, float* scratch) {
+void RopeImpl(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows,
+              int32_t num_heads, int32_t head_dim, const float* inv_freq, float* scratch) {
   const int32_t half = head_dim / 2;
   pool.ParallelFor(num_rows, [&](int64_t row_begin, int64_t row_end, int32_t thread) {
+    const DF df;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
     float* cosines = scratch + static_cast<int64_t>(thread) * head_dim;
     float* sines = cosines + half;
     for (int64_t row = row_begin; row < row_end; ++row) {
@@ -103,16 +233,170 @@ void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows
       }
       float* x_row = x + row * static_cast<int64_t>(num_heads) * head_dim;
       for (int32_t head = 0; head < num_heads; ++head) {
-        float* x_head = x_row + static_cast<int64_t>(head) * head_dim;
-        for (int32_t i = 0; i < half; ++i) {
-          const float first = x_head[i];
-          const float second = x_head[i + half];
-          x_head[i] = first * cosines[i] - second * sines[i];
-          x_head[i + half] = second * cosines[i] + first * sines[i];
+        float* first = x_row + static_cast<int64_t>(head) * head_dim;
+        float* second = first + half;
+        int64_t i = 0;
+        for (; i + lanes <= half; i += lanes) {
+          const VF a = hn::LoadU(df, first + i);
+          const VF b = hn::LoadU(df, second + i);
+          const VF c = hn::LoadU(df, cosines + i);
+          const VF s = hn::LoadU(df, sines + i);
+          hn::StoreU(hn::Sub(hn::Mul(a, c), hn::Mul(b, s)), df, first + i);
+          hn::StoreU(hn::Add(hn::Mul(b, c), hn::Mul(a, s)), df, second + i);
+        }
+        for (; i < half; ++i) {
+          const float a = first[i];
+          const float b = second[i];
+          first[i] = a * cosines[i] - b * sines[i];
+          second[i] = b * cosines[i] + a * sines[i];
         }
       }
     }
   });
+}
+
+void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
+  const int32_t group = args.num_heads / args.num_kv_heads;
+  const int64_t head_dim = args.head_dim;
+  const int64_t q_width = static_cast<int64_t>(args.num_heads) * head_dim;
+  const int32_t block_size = args.block_size;
+  pool.ParallelFor(args.num_tokens * args.num_kv_heads, [&](int64_t begin, int64_t end,
+                                                            int32_t thread) {
+    // Scratch: acc[group][head_dim], max[group], total[group], scores[group][block_size].
+    float* acc = args.scratch + thread * args.scratch_stride;
+    float* running_max = acc + group * head_dim;
+    float* total = running_max + group;
+    float* scores = total + group;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t row = item / args.num_kv_heads;
+      const int32_t kv_head = static_cast<int32_t>(item % args.num_kv_heads);
+      const int64_t query_index = args.token_index[row];
+      const int64_t first_key =
+          args.sliding_window > 0 ? std::max<int64_t>(0, query_index - args.sliding_window + 1)
+                                  : 0;
+      const int32_t* block_table = args.token_block_table[row];
+      const float* queries = args.q + row * q_width + kv_head * group * head_dim;
+      std::fill(acc, acc + group * head_dim, 0.0f);
+      for (int32_t g = 0; g < group; ++g) {
+        running_max[g] = -std::numeric_limits<float>::infinity();
+        total[g] = 0.0f;
+      }
+      // Online softmax one KV block at a time: one max/rescale per block, not per key.
+      for (int64_t key = first_key; key <= query_index;) {
+        const int64_t offset = key % block_size;
+        const int64_t count = std::min<int64_t>(block_size - offset, query_index - key + 1);
+        const int64_t first_slot =
+            static_cast<int64_t>(block_table[key / block_size]) * block_size + offset;
+        for (int64_t j = 0; j < count; ++j) {
+          const float* key_row =
+              args.key_cache + (first_slot + j) * args.token_stride + kv_head * head_dim;
+          for (int32_t g = 0; g < group; ++g) {
+            scores[g * block_size + j] = Dot(queries + g * head_dim, key_row, head_dim) * args.scale;
+          }
+        }
+        for (int32_t g = 0; g < group; ++g) {
+          float* group_scores = scores + g * block_size;
+          float block_max = running_max[g];
+          for (int64_t j = 0; j < count; ++j) block_max = std::max(block_max, group_scores[j]);
+          // exp(-inf - finite) = 0 on the first block: nothing accumulated yet to rescale.
+          const float correction = std::exp(running_max[g] - block_max);
+          running_max[g] = block_max;
+          float block_total = 0.0f;
+          for (int64_t j = 0; j < count; ++j) {
+            group_scores[j] = std::exp(group_scores[j] - block_max);
+            block_total += group_scores[j];
+          }
+          total[g] = total[g] * correction + block_total;
+          float* group_acc = acc + g * head_dim;
+          const float* value_row =
+              args.value_cache + first_slot * args.token_stride + kv_head * head_dim;
+          ScaleAndAccumulate(group_acc, correction, group_scores[0], value_row, head_dim);
+        }
+        for (int64_t j = 1; j < count; ++j) {
+          const float* value_row =
+              args.value_cache + (first_slot + j) * args.token_stride + kv_head * head_dim;
+          for (int32_t g = 0; g < group; ++g) {
+            Accumulate(acc + g * head_dim, scores[g * block_size + j], value_row, head_dim);
+          }
+        }
+        key += count;
+      }
+      // The group's queries are consumed above, so the output may share their buffer.
+      float* out = args.out + row * q_width + kv_head * group * head_dim;
+      for (int32_t g = 0; g < group; ++g) {
+        const float inverse_total = 1.0f / total[g];
+        for (int64_t i = 0; i < head_dim; ++i) out[g * head_dim + i] = acc[g * head_dim + i] * inverse_total;
+      }
+    }
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace llmrt::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace llmrt::cpu {
+
+HWY_EXPORT(RmsNormImpl);
+HWY_EXPORT(FusedAddRmsNormImpl);
+HWY_EXPORT(ElementwiseImpl);
+HWY_EXPORT(RopeImpl);
+HWY_EXPORT(AttentionImpl);
+
+void RmsNorm(ThreadPool& pool, const float* x, const float* gamma, float eps, int64_t num_rows,
+             int64_t width, float* y) {
+  HWY_DYNAMIC_DISPATCH(RmsNormImpl)(pool, x, gamma, eps, num_rows, width, y);
+}
+
+void FusedAddRmsNorm(ThreadPool& pool, const float* a, const float* b, const float* gamma,
+                     float eps, int64_t num_rows, int64_t width, float* sum, float* y) {
+  HWY_DYNAMIC_DISPATCH(FusedAddRmsNormImpl)(pool, a, b, gamma, eps, num_rows, width, sum, y);
+}
+
+void ElementwiseOp(ThreadPool& pool, Elementwise op, const float* a, const float* b, int64_t size,
+                   float* out) {
+  HWY_DYNAMIC_DISPATCH(ElementwiseImpl)(pool, op, a, b, size, out);
+}
+
+void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows,
+          int32_t num_heads, int32_t head_dim, const float* inv_freq, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(RopeImpl)(pool, x, positions, num_rows, num_heads, head_dim, inv_freq,
+                                 scratch);
+}
+
+int64_t AttentionScratchFloats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                               int32_t block_size) {
+  const int64_t group = num_heads / std::max(num_kv_heads, 1);
+  // acc, max, total, scores; rounded to 16 floats so threads do not share cache lines.
+  const int64_t floats = group * head_dim + 2 * group + group * block_size;
+  return (floats + 15) / 16 * 16;
+}
+
+void Attention(ThreadPool& pool, const AttentionArgs& args) {
+  if (args.num_tokens <= 0) return;
+  HWY_DYNAMIC_DISPATCH(AttentionImpl)(pool, args);
+}
+
+void MatrixRowToF32(const MatrixView& matrix, int64_t row, float* out) {
+  const int64_t cols = matrix.cols;
+  switch (matrix.dtype) {
+    case plan::F16: {
+      const uint16_t* source = reinterpret_cast<const uint16_t*>(matrix.data) + row * cols;
+      for (int64_t col = 0; col < cols; ++col) out[col] = plan::F16ToF32(source[col]);
+      break;
+    }
+    case plan::BF16: {
+      const uint16_t* source = reinterpret_cast<const uint16_t*>(matrix.data) + row * cols;
+      for (int64_t col = 0; col < cols; ++col) out[col] = plan::Bf16ToF32(source[col]);
+      break;
+    }
+    default: {
+      const float* source = reinterpret_cast<const float*>(matrix.data) + row * cols;
+      std::copy(source, source + cols, out);
+      break;
+    }
+  }
 }
 
 void RopeInverseFrequencies(const plan::RopeConfig& rope, int32_t head_dim, float* inv_freq) {
@@ -149,6 +433,5 @@ void RopeInverseFrequencies(const plan::RopeConfig& rope, int32_t head_dim, floa
   }
 }
 
-float Silu(float x) { return x / (1.0f + std::exp(-x)); }
-
 }  // namespace llmrt::cpu
+#endif  // HWY_ONCE

@@ -1,32 +1,42 @@
-// Scalar f32 kernels of the CPU backend. Plain C++ written so the compiler can vectorize the
-// inner loops; Highway dispatch replaces the hot ones later without changing these signatures.
+// Kernels of the CPU backend, compiled once per SIMD target with Google Highway and chosen at
+// run time (see dispatch.h). Each function here dispatches once per call (per op), then runs
+// target-specific code over the whole op, split across the thread pool.
 //
-// Activations are row-major [rows, width] f32. Weights are row-major [rows, cols] in F32, F16
-// or BF16 and are widened to f32 row by row; every sum accumulates in f32.
+// Activations are row-major [rows, width] f32. Matrices are F32, F16 or BF16, either ROW_MAJOR
+// or packed in ROW_PANELS of kPanelRows rows (plan.proto, Tensor.Layout); everything
+// accumulates in f32.
 //
-// Thread-safety: the functions are pure apart from their output and scratch arguments.
+// Thread-safety: the functions are pure apart from their output arguments; each uses the pool
+// it is given, so they must not run concurrently on one pool.
 #ifndef LLMRT_BACKEND_CPU_KERNELS_H_
 #define LLMRT_BACKEND_CPU_KERNELS_H_
 
 #include <cstdint>
 
-#include "runtime/backend/cpu/thread_pool.h"
 #include "runtime/plan/proto/plan.pb.h"
+#include "runtime/threading/thread_pool.h"
 
 namespace llmrt::cpu {
+
+using threading::ThreadPool;
+
+// Rows per panel of a ROW_PANELS matrix: one AVX-512 vector, two AVX2 vectors, four SSE4/NEON
+// vectors of f32, so one packed blob serves every dispatch target.
+inline constexpr int32_t kPanelRows = 16;
 
 struct MatrixView {
   const uint8_t* data = nullptr;
   plan::DType dtype = plan::F32;
   int64_t rows = 0;
   int64_t cols = 0;
+  int32_t panel_rows = 0;  // 0: ROW_MAJOR; kPanelRows: ROW_PANELS
 };
 
-// Row `row` of `matrix` as f32: a pointer into the matrix itself for F32, else `scratch`
-// (cols floats) filled with the widened row.
-const float* MatrixRow(const MatrixView& matrix, int64_t row, float* scratch);
+// Bytes a matrix occupies in `layout` (ROW_PANELS pads rows to whole panels).
+int64_t MatrixBytes(plan::DType dtype, int64_t rows, int64_t cols, int32_t panel_rows);
 
-float Dot(const float* a, const float* b, int64_t size);
+// Row `row` of a ROW_MAJOR `matrix` widened to f32 into `out` (cols floats).
+void MatrixRowToF32(const MatrixView& matrix, int64_t row, float* out);
 
 // One destination of a fused matmul: output columns [begin, begin + width) go to a
 // [rows, width] buffer.
@@ -36,33 +46,64 @@ struct MatMulOutput {
   int64_t width = 0;
 };
 
-// Rows per tile of weights: 4 weight rows are widened once and reused for every token row,
-// which cuts re-reads of the activations 4x while the 4 rows (4 * K floats, 32 KiB at K =
-// 2048) stay in L1/L2.
-inline constexpr int64_t kMatMulTileRows = 4;
-
 // out[r, n] = dot(x[input_rows[r]], w[n]) + bias[n] for every row r < num_rows (input_rows
-// nullptr: input row r), columns split across `outputs`. `scratch` holds, per thread,
-// kMatMulTileRows * w.cols floats at scratch + thread * scratch_stride.
+// nullptr: input row r; rows of x are w.cols floats), columns split across `outputs` (sorted
+// by begin, covering [0, w.rows)). bias may be nullptr.
 void MatMul(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
             const MatrixView& w, const float* bias, const MatMulOutput* outputs,
-            int32_t num_outputs, float* scratch, int64_t scratch_stride);
+            int32_t num_outputs);
 
-// y = x * rsqrt(mean(x^2) + eps) * gamma, per row.
-void RmsNorm(const float* x, const float* gamma, float eps, int64_t num_rows, int64_t width,
-             float* y);
+// y = x * rsqrt(mean(x^2) + eps) * gamma, per row. y may alias x.
+void RmsNorm(ThreadPool& pool, const float* x, const float* gamma, float eps, int64_t num_rows,
+             int64_t width, float* y);
+
+// sum = a + b; y = rms_norm(sum) in one pass over the rows. sum may alias a or b.
+void FusedAddRmsNorm(ThreadPool& pool, const float* a, const float* b, const float* gamma,
+                     float eps, int64_t num_rows, int64_t width, float* sum, float* y);
+
+enum class Elementwise { kAdd, kMul, kSilu, kSiluMul };
+// out = a + b, a * b, silu(a) or silu(a) * b over `size` floats (b unused for kSilu).
+void ElementwiseOp(ThreadPool& pool, Elementwise op, const float* a, const float* b, int64_t size,
+                   float* out);
 
 // Rotate-half rotary embedding in place over `num_heads` heads of `head_dim` per row, with
 // angle position * inv_freq[i] (inv_freq has head_dim / 2 entries). `scratch` holds head_dim
-// floats per thread.
-void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows, int32_t num_heads,
-          int32_t head_dim, const float* inv_freq, float* scratch);
+// floats per thread (thread t at scratch + t * head_dim).
+void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows,
+          int32_t num_heads, int32_t head_dim, const float* inv_freq, float* scratch);
 
 // transformers' inverse frequencies for `rope` (default, LINEAR or LLAMA3), in f32 as it
 // computes them. `inv_freq` receives head_dim / 2 entries.
 void RopeInverseFrequencies(const plan::RopeConfig& rope, int32_t head_dim, float* inv_freq);
 
-float Silu(float x);
+// Causal attention of a step's queries over a paged f32 KV cache with online softmax. One
+// work item is (token, kv head): each cached key/value row is read once for all
+// num_heads / num_kv_heads query heads of its group.
+struct AttentionArgs {
+  const float* q = nullptr;  // [num_tokens, num_heads * head_dim]
+  float* out = nullptr;      // [num_tokens, num_heads * head_dim]; may alias q
+  const float* key_cache = nullptr;    // slot s, kv head h at key_cache + s * token_stride + h * head_dim
+  const float* value_cache = nullptr;  // likewise
+  int64_t token_stride = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+  int64_t sliding_window = 0;  // 0: none
+  float scale = 0.0f;
+  int64_t num_tokens = 0;
+  // Per token: the sequence's block table, and the index of the token in its sequence (it
+  // attends to keys [max(0, index - window + 1), index]).
+  const int32_t* const* token_block_table = nullptr;
+  const int64_t* token_index = nullptr;
+  // Per thread: kAttentionScratchFloats(...) floats at scratch + thread * scratch_stride.
+  float* scratch = nullptr;
+  int64_t scratch_stride = 0;
+};
+// Floats of per-thread scratch Attention needs.
+int64_t AttentionScratchFloats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                               int32_t block_size);
+void Attention(ThreadPool& pool, const AttentionArgs& args);
 
 }  // namespace llmrt::cpu
 

@@ -19,7 +19,9 @@ Tokenizers:
                 small BPEs trained here by `tokenizers` itself to cover the components the
                 real files do not use (Metaspace, Digits, Punctuation, Strip, NFKC, Lowercase,
                 WhitespaceSplit, Split behaviours, lstrip/rstrip/single_word/normalized added
-                tokens, unk without byte fallback, subword prefix/suffix, no decoder)
+                tokens, unk without byte fallback, subword prefix/suffix, no decoder).
+                suffix_words' training still breaks ties differently between runs, so a
+                regeneration may change it; its reference always matches its tokenizer.json.
 
 Usage: python3 runtime/tokenizer/testdata/make_reference.py   (needs tokenizers, transformers,
        tiktoken)
@@ -34,9 +36,14 @@ import os
 import random
 import sys
 
-import tokenizers
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-from tokenizers import processors, trainers
+# One training thread: with several, BpeTrainer breaks count ties differently from run to run
+# and the committed files would change on every regeneration.
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import tokenizers  # noqa: E402
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # noqa: E402
+from tokenizers import processors, trainers  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
@@ -219,7 +226,7 @@ def make_metaspace_mix():
     ])
     tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first")
     trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["[UNK]", "[CLS]", "[SEP]"],
-                                  limit_alphabet=60, show_progress=False)
+                                  show_progress=False)
     train(tok, trainer)
     tok.add_special_tokens([tokenizers.AddedToken("[MASK]", lstrip=True, special=True),
                             tokenizers.AddedToken("<sep>", rstrip=True, special=True)])
@@ -255,7 +262,7 @@ def make_suffix_words():
     tok = Tokenizer(models.BPE(unk_token="<unk>", continuing_subword_prefix="##",
                                end_of_word_suffix="</w>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>"], limit_alphabet=40,
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>"],
                                   continuing_subword_prefix="##", end_of_word_suffix="</w>",
                                   show_progress=False)
     train(tok, trainer)

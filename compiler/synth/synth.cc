@@ -1,0 +1,441 @@
+#include "compiler/synth/synth.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "compiler/importer/hf_config.h"
+#include "compiler/importer/json_util.h"
+#include "compiler/synth/synth_tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "runtime/plan/dtype.h"
+
+namespace llmc {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+// Elements generated and written per chunk: 1 Mi values = 4 MiB of f32 scratch, 2 MiB of f16
+// output; large enough that fwrite's per-call cost vanishes, small enough to stay in L2/L3.
+constexpr uint64_t kChunkElements = 1 << 20;
+
+// SplitMix64's finalizer: a bijective mix with full avalanche, used as a counter-based
+// generator (value i = Mix(key + i * golden)), which makes any slice recomputable.
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return x;
+}
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+
+uint64_t TensorKey(uint64_t seed, const std::string& name) {
+  uint64_t key = Mix(seed + kGolden);
+  for (unsigned char c : name) key = Mix(key ^ c);
+  return key;
+}
+
+const char* SafetensorsDType(llmrt::plan::DType dtype) {
+  switch (dtype) {
+    case llmrt::plan::F32:
+      return "F32";
+    case llmrt::plan::F16:
+      return "F16";
+    case llmrt::plan::BF16:
+      return "BF16";
+    default:
+      return nullptr;
+  }
+}
+
+const char* TorchDType(llmrt::plan::DType dtype) {
+  switch (dtype) {
+    case llmrt::plan::F32:
+      return "float32";
+    case llmrt::plan::F16:
+      return "float16";
+    default:
+      return "bfloat16";
+  }
+}
+
+absl::Status ErrnoError(const std::string& what, const std::string& path) {
+  return absl::InternalError(absl::StrFormat("%s %s: %s", what, path, std::strerror(errno)));
+}
+
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!file) return ErrnoError("cannot create", path);
+  if (std::fwrite(text.data(), 1, text.size(), file.get()) != text.size()) {
+    return ErrnoError("cannot write", path);
+  }
+  if (std::fclose(file.release()) != 0) return ErrnoError("cannot write", path);
+  return absl::OkStatus();
+}
+
+Json ConfigJson(const SynthModelConfig& config, llmrt::plan::DType dtype) {
+  if (!config.source_config_json.empty()) {
+    Json json = Json::parse(config.source_config_json);  // parsed once already: valid
+    json.erase("dtype");  // newer transformers' name for torch_dtype
+    json["torch_dtype"] = TorchDType(dtype);
+    return json;
+  }
+  // The keys and order transformers' LlamaConfig.to_json_string() writes.
+  Json json;
+  json["architectures"] = Json::array({config.architecture});
+  json["attention_bias"] = config.attention_bias;
+  json["attention_dropout"] = 0.0;
+  json["bos_token_id"] = config.bos_token_id;
+  json["eos_token_id"] = config.eos_token_id;
+  json["head_dim"] = config.head_dim;
+  json["hidden_act"] = "silu";
+  json["hidden_size"] = config.hidden_size;
+  json["initializer_range"] = kSynthWeightStddev;
+  json["intermediate_size"] = config.intermediate_size;
+  json["max_position_embeddings"] = config.max_position_embeddings;
+  json["mlp_bias"] = false;
+  json["model_type"] = config.model_type;
+  json["num_attention_heads"] = config.num_attention_heads;
+  json["num_hidden_layers"] = config.num_layers;
+  json["num_key_value_heads"] = config.num_kv_heads;
+  json["pretraining_tp"] = 1;
+  json["rms_norm_eps"] = config.rms_norm_eps;
+  json["rope_scaling"] = nullptr;
+  json["rope_theta"] = config.rope_theta;
+  json["tie_word_embeddings"] = config.tie_word_embeddings;
+  json["torch_dtype"] = TorchDType(dtype);
+  json["transformers_version"] = "4.46.0";
+  json["use_cache"] = true;
+  json["vocab_size"] = config.vocab_size;
+  return json;
+}
+
+std::string GenerationConfigJson(const SynthModelConfig& config) {
+  Json json;
+  json["bos_token_id"] = config.bos_token_id;
+  json["eos_token_id"] = config.eos_token_id;
+  json["max_length"] = config.max_position_embeddings;
+  json["transformers_version"] = "4.46.0";
+  return json.dump(2) + "\n";
+}
+
+size_t ElementBytes(llmrt::plan::DType dtype) { return dtype == llmrt::plan::F32 ? 4 : 2; }
+
+// One safetensors file: its tensors (indices into the tensor list) and header.
+struct Shard {
+  std::vector<size_t> tensors;
+  uint64_t data_bytes = 0;
+};
+
+absl::Status WriteShard(const std::string& path, const Shard& shard,
+                        const std::vector<SynthTensor>& tensors, const SynthOptions& options) {
+  const size_t element_bytes = ElementBytes(options.dtype);
+  Json header;
+  header["__metadata__"] = {{"format", "pt"}};
+  uint64_t offset = 0;
+  for (size_t index : shard.tensors) {
+    const SynthTensor& tensor = tensors[index];
+    const uint64_t bytes = tensor.num_elements() * element_bytes;
+    header[tensor.name] = {{"dtype", SafetensorsDType(options.dtype)},
+                           {"shape", tensor.shape},
+                           {"data_offsets", Json::array({offset, offset + bytes})}};
+    offset += bytes;
+  }
+  std::string header_text = header.dump();
+  // The safetensors convention (and what the Rust writer does): pad the header with spaces so
+  // the data starts 8-byte aligned.
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');
+
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!file) return ErrnoError("cannot create", path);
+  std::vector<char> stdio_buffer(1 << 22);
+  std::setvbuf(file.get(), stdio_buffer.data(), _IOFBF, stdio_buffer.size());
+  uint8_t length[8];
+  const uint64_t header_size = header_text.size();
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(header_size >> (8 * i));
+  if (std::fwrite(length, 1, 8, file.get()) != 8 ||
+      std::fwrite(header_text.data(), 1, header_size, file.get()) != header_size) {
+    return ErrnoError("cannot write", path);
+  }
+  std::vector<float> values;
+  std::vector<uint16_t> halves;
+  for (size_t index : shard.tensors) {
+    const SynthTensor& tensor = tensors[index];
+    const uint64_t total = tensor.num_elements();
+    for (uint64_t first = 0; first < total; first += kChunkElements) {
+      values.resize(std::min(kChunkElements, total - first));
+      SynthValues(tensor, options.seed, first, values);
+      size_t written;
+      if (options.dtype == llmrt::plan::F32) {
+        written = std::fwrite(values.data(), 4, values.size(), file.get());
+      } else {
+        halves.resize(values.size());
+        if (options.dtype == llmrt::plan::F16) {
+          for (size_t i = 0; i < values.size(); ++i) halves[i] = llmrt::plan::F32ToF16(values[i]);
+        } else {
+          for (size_t i = 0; i < values.size(); ++i) halves[i] = llmrt::plan::F32ToBf16(values[i]);
+        }
+        written = std::fwrite(halves.data(), 2, halves.size(), file.get());
+      }
+      if (written != values.size()) return ErrnoError("cannot write", path);
+    }
+  }
+  if (std::fflush(file.get()) != 0) return ErrnoError("cannot write", path);
+  if (std::fclose(file.release()) != 0) return ErrnoError("cannot write", path);
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(const SynthOptions& options, const std::string& dir) {
+  const SynthModelConfig& config = options.config;
+  if (absl::Status status =
+          WriteTextFile(dir + "/config.json", ConfigJson(config, options.dtype).dump(2) + "\n");
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status =
+          WriteTextFile(dir + "/generation_config.json", GenerationConfigJson(config));
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<std::string> tokenizer = SynthTokenizerJson(config.vocab_size);
+  if (!tokenizer.ok()) return tokenizer.status();
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{"tokenizer.json", *tokenizer},
+        {"tokenizer_config.json", SynthTokenizerConfigJson(config.max_position_embeddings)},
+        {"special_tokens_map.json", SynthSpecialTokensMapJson()}}) {
+    if (absl::Status status = WriteTextFile(dir + "/" + name, text); !status.ok()) return status;
+  }
+
+  // Shards as transformers cuts them: tensors in order, a new shard when the next tensor would
+  // overflow the current one (a tensor larger than the limit gets a shard of its own).
+  const std::vector<SynthTensor> tensors = SynthTensors(config);
+  const size_t element_bytes = ElementBytes(options.dtype);
+  std::vector<Shard> shards(1);
+  uint64_t total_bytes = 0;
+  for (size_t index = 0; index < tensors.size(); ++index) {
+    const uint64_t bytes = tensors[index].num_elements() * element_bytes;
+    if (!shards.back().tensors.empty() &&
+        shards.back().data_bytes + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+    }
+    shards.back().tensors.push_back(index);
+    shards.back().data_bytes += bytes;
+    total_bytes += bytes;
+  }
+  if (shards.size() == 1) return WriteShard(dir + "/model.safetensors", shards[0], tensors, options);
+
+  Json weight_map = Json::object();
+  for (size_t shard = 0; shard < shards.size(); ++shard) {
+    const std::string name =
+        absl::StrFormat("model-%05d-of-%05d.safetensors", shard + 1, shards.size());
+    if (absl::Status status = WriteShard(dir + "/" + name, shards[shard], tensors, options);
+        !status.ok()) {
+      return status;
+    }
+    for (size_t index : shards[shard].tensors) weight_map[tensors[index].name] = name;
+  }
+  Json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+  return WriteTextFile(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+}
+
+absl::Status Validate(const SynthModelConfig& config) {
+  auto positive = [](const char* field, int64_t value) -> absl::Status {
+    if (value > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrFormat("synthetic model: %s must be positive, found %d", field, value));
+  };
+  for (const auto& [field, value] :
+       {std::pair<const char*, int64_t>{"vocab_size", config.vocab_size},
+        {"hidden_size", config.hidden_size},
+        {"intermediate_size", config.intermediate_size},
+        {"num_hidden_layers", config.num_layers},
+        {"num_attention_heads", config.num_attention_heads},
+        {"num_key_value_heads", config.num_kv_heads},
+        {"head_dim", config.head_dim}}) {
+    if (absl::Status status = positive(field, value); !status.ok()) return status;
+  }
+  if (config.num_attention_heads % config.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "synthetic model: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+        config.num_attention_heads, config.num_kv_heads));
+  }
+  if (config.vocab_size < kSynthMinVocab) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("synthetic model: vocab_size %d is below %d, the smallest vocabulary the "
+                        "byte-fallback tokenizer needs",
+                        config.vocab_size, kSynthMinVocab));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+uint64_t SynthTensor::num_elements() const {
+  uint64_t count = 1;
+  for (int64_t dim : shape) count *= static_cast<uint64_t>(dim);
+  return count;
+}
+
+std::vector<std::string> SynthPresetNames() { return {"tinyllama-1.1b", "llama-110m"}; }
+
+absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name) {
+  SynthModelConfig config;
+  config.vocab_size = 32000;
+  if (name == "tinyllama-1.1b") {
+    // TinyLlama/TinyLlama-1.1B-Chat-v1.0's config.json.
+    config.hidden_size = 2048;
+    config.intermediate_size = 5632;
+    config.num_layers = 22;
+    config.num_attention_heads = 32;
+    config.num_kv_heads = 4;
+    config.max_position_embeddings = 2048;
+  } else if (name == "llama-110m") {
+    // llama2.c's stories110M as converted to HF (multi-head attention, no GQA).
+    config.hidden_size = 768;
+    config.intermediate_size = 2048;
+    config.num_layers = 12;
+    config.num_attention_heads = 12;
+    config.num_kv_heads = 12;
+    config.max_position_embeddings = 1024;
+  } else {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "unknown preset \"%s\"; expected one of %s, or a config.json path", name,
+        absl::StrJoin(SynthPresetNames(), ", ")));
+  }
+  config.head_dim = config.hidden_size / config.num_attention_heads;
+  config.rms_norm_eps = 1e-5;
+  config.rope_theta = 10000.0;
+  return config;
+}
+
+absl::StatusOr<SynthModelConfig> SynthConfigFromFile(const std::string& config_path) {
+  absl::StatusOr<std::string> text = importer_internal::ReadSmallFile(config_path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<llmrt::plan::ModelConfig> parsed = ParseModelConfig(*text, config_path);
+  if (!parsed.ok()) return parsed.status();
+  SynthModelConfig config;
+  config.architecture = parsed->architecture();
+  config.model_type = parsed->model_type();
+  config.vocab_size = parsed->vocab_size();
+  config.hidden_size = parsed->hidden_size();
+  config.intermediate_size = parsed->intermediate_size();
+  config.num_layers = parsed->num_layers();
+  config.num_attention_heads = parsed->num_attention_heads();
+  config.num_kv_heads = parsed->num_kv_heads();
+  config.head_dim = parsed->head_dim();
+  config.max_position_embeddings = parsed->max_position_embeddings();
+  config.rms_norm_eps = parsed->rms_norm_eps();
+  config.rope_theta = parsed->rope().theta();
+  config.tie_word_embeddings = parsed->tie_word_embeddings();
+  config.attention_bias = parsed->attention_bias();
+  config.source_config_json = *text;
+  return config;
+}
+
+std::vector<SynthTensor> SynthTensors(const SynthModelConfig& config) {
+  const int64_t hidden = config.hidden_size;
+  const int64_t q_width = config.num_attention_heads * config.head_dim;
+  const int64_t kv_width = config.num_kv_heads * config.head_dim;
+  const int64_t inter = config.intermediate_size;
+  std::vector<SynthTensor> tensors;
+  auto add = [&](std::string name, std::vector<int64_t> shape,
+                 SynthTensor::Init init = SynthTensor::Init::kNormal) {
+    tensors.push_back({std::move(name), std::move(shape), init});
+  };
+  add("model.embed_tokens.weight", {config.vocab_size, hidden});
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    const std::string prefix = absl::StrCat("model.layers.", layer, ".");
+    add(prefix + "input_layernorm.weight", {hidden}, SynthTensor::Init::kOnes);
+    add(prefix + "self_attn.q_proj.weight", {q_width, hidden});
+    add(prefix + "self_attn.k_proj.weight", {kv_width, hidden});
+    add(prefix + "self_attn.v_proj.weight", {kv_width, hidden});
+    if (config.attention_bias) {
+      add(prefix + "self_attn.q_proj.bias", {q_width});
+      add(prefix + "self_attn.k_proj.bias", {kv_width});
+      add(prefix + "self_attn.v_proj.bias", {kv_width});
+    }
+    add(prefix + "self_attn.o_proj.weight", {hidden, q_width});
+    add(prefix + "post_attention_layernorm.weight", {hidden}, SynthTensor::Init::kOnes);
+    add(prefix + "mlp.gate_proj.weight", {inter, hidden});
+    add(prefix + "mlp.up_proj.weight", {inter, hidden});
+    add(prefix + "mlp.down_proj.weight", {hidden, inter});
+  }
+  add("model.norm.weight", {hidden}, SynthTensor::Init::kOnes);
+  if (!config.tie_word_embeddings) add("lm_head.weight", {config.vocab_size, hidden});
+  return tensors;
+}
+
+void SynthValues(const SynthTensor& tensor, uint64_t seed, uint64_t first_element,
+                 std::vector<float>& out) {
+  if (tensor.init == SynthTensor::Init::kOnes) {
+    std::fill(out.begin(), out.end(), 1.0f);
+    return;
+  }
+  // Four 16-bit uniforms u_k in [0, 65535] per 64-bit draw: sum has mean 2 * 65535 and variance
+  // 4 * (65536^2 - 1) / 12, so scaling by stddev * sqrt(3) / 65536 gives the target deviation
+  // (to 1 part in 10^9).
+  const float scale = kSynthWeightStddev * 1.7320508f / 65536.0f;
+  const uint64_t key = TensorKey(seed, tensor.name);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const uint64_t bits = Mix(key + (first_element + i) * kGolden);
+    const int32_t sum = static_cast<int32_t>(bits & 0xFFFF) +
+                        static_cast<int32_t>((bits >> 16) & 0xFFFF) +
+                        static_cast<int32_t>((bits >> 32) & 0xFFFF) +
+                        static_cast<int32_t>(bits >> 48) - 2 * 65535;
+    out[i] = static_cast<float>(sum) * scale;
+  }
+}
+
+absl::Status WriteSyntheticCheckpoint(const SynthOptions& options) {
+  if (absl::Status status = Validate(options.config); !status.ok()) return status;
+  if (!SafetensorsDType(options.dtype)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "synthetic model: dtype %s is not supported; expected f32, f16 or bf16",
+        llmrt::plan::DType_Name(options.dtype)));
+  }
+  if (options.output_dir.empty()) {
+    return absl::InvalidArgumentError("synthetic model: no output directory given");
+  }
+  fs::path output = fs::path(options.output_dir).lexically_normal();
+  if (output.filename().empty()) output = output.parent_path();
+  std::error_code error;
+  if (fs::exists(output, error)) {
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "%s already exists; remove it or choose another output directory", output.string()));
+  }
+  fs::path parent = output.parent_path().empty() ? fs::path(".") : output.parent_path();
+  if (!fs::is_directory(parent, error)) {
+    return absl::NotFoundError(
+        absl::StrFormat("%s: parent directory %s does not exist", output.string(),
+                        parent.string()));
+  }
+  // Same directory as the output so the final rename cannot cross file systems.
+  std::string temp_template = (parent / (output.filename().string() + ".tmp-XXXXXX")).string();
+  if (!mkdtemp(temp_template.data())) return ErrnoError("cannot create directory", temp_template);
+  absl::Status status = WriteAll(options, temp_template);
+  if (status.ok()) {
+    fs::rename(temp_template, output, error);
+    if (error) {
+      status = absl::InternalError(absl::StrFormat("cannot rename %s to %s: %s", temp_template,
+                                                   output.string(), error.message()));
+    }
+  }
+  if (!status.ok()) fs::remove_all(temp_template, error);
+  return status;
+}
+
+}  // namespace llmc

@@ -1,0 +1,305 @@
+#include "compiler/synth/synth.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "compiler/importer/checkpoint.h"
+#include "compiler/pipeline/compile.h"
+#include "compiler/synth/synth_tokenizer.h"
+#include "compiler/tokenizer/import_tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "runtime/engine/model.h"
+#include "runtime/plan/dtype.h"
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace llmc {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+// A fresh directory per test, removed afterwards.
+class SynthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string temp = (fs::temp_directory_path() / "llmc_synth_test.XXXXXX").string();
+    ASSERT_NE(mkdtemp(temp.data()), nullptr);
+    root_ = temp;
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // 2 layers, GQA 4/2 heads of 16, vocab 300: compiles and runs in well under a second.
+  static SynthModelConfig TinyConfig() {
+    SynthModelConfig config;
+    config.vocab_size = 300;
+    config.hidden_size = 64;
+    config.intermediate_size = 96;
+    config.num_layers = 2;
+    config.num_attention_heads = 4;
+    config.num_kv_heads = 2;
+    config.head_dim = 16;
+    config.max_position_embeddings = 128;
+    return config;
+  }
+
+  fs::path root_;
+};
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+TEST(SynthTokenizerTest, HasExactlyTheVocabularySizeAndImports) {
+  for (int64_t vocab : {kSynthMinVocab, int64_t{300}, int64_t{32000}}) {
+    absl::StatusOr<std::string> json = SynthTokenizerJson(vocab);
+    ASSERT_TRUE(json.ok()) << json.status();
+    absl::StatusOr<llmrt::plan::TokenizerSpec> spec = ImportTokenizerFromJson(*json, "");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->pieces_size(), vocab);
+    EXPECT_TRUE(spec->byte_fallback());
+    absl::StatusOr<std::unique_ptr<llmrt::Tokenizer>> tokenizer = llmrt::Tokenizer::Create(*spec);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    // Byte fallback: any text survives the round trip, whatever the vocabulary.
+    const std::string text = "Once upon a time, caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD!";
+    std::vector<int32_t> ids = (*tokenizer)->Encode(text, true);
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids[0], 1);  // <s>
+    EXPECT_EQ((*tokenizer)->Decode(ids, true), text);
+  }
+}
+
+TEST(SynthTokenizerTest, RefusesAVocabularyWithoutRoomForBytes) {
+  absl::StatusOr<std::string> json = SynthTokenizerJson(kSynthMinVocab - 1);
+  ASSERT_FALSE(json.ok());
+  EXPECT_THAT(json.status().message(), HasSubstr("at least 259"));
+}
+
+// testdata/tokenizer_encodings.txt holds HF tokenizers' encodings of our vocab-32000 tokenizer
+// (make_reference.py); our runtime must produce the same ids.
+TEST(SynthTokenizerTest, EncodesLikeHuggingFaceTokenizers) {
+  absl::StatusOr<std::string> json = SynthTokenizerJson(32000);
+  ASSERT_TRUE(json.ok()) << json.status();
+  absl::StatusOr<llmrt::plan::TokenizerSpec> spec =
+      ImportTokenizerFromJson(*json, SynthTokenizerConfigJson(2048));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<std::unique_ptr<llmrt::Tokenizer>> tokenizer = llmrt::Tokenizer::Create(*spec);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  std::ifstream in(fs::path(LLMC_SYNTH_TESTDATA_DIR) / "tokenizer_encodings.txt");
+  ASSERT_TRUE(in) << "missing testdata/tokenizer_encodings.txt";
+  std::string line;
+  int cases = 0;
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields = absl::StrSplit(line, '\t');
+    ASSERT_EQ(fields.size(), 2u) << line;
+    const std::string text = nlohmann::json::parse(fields[0]).get<std::string>();
+    std::vector<int32_t> expected;
+    for (absl::string_view id : absl::StrSplit(fields[1], ' ', absl::SkipEmpty())) {
+      expected.push_back(std::stoi(std::string(id)));
+    }
+    EXPECT_EQ((*tokenizer)->Encode(text, true), expected) << "text: " << fields[0];
+    ++cases;
+  }
+  EXPECT_GE(cases, 5);
+}
+
+// testdata/tinyllama_state_dict.txt is transformers' LlamaForCausalLM state_dict for TinyLlama's
+// config (make_reference.py): the preset must produce exactly those names and shapes.
+TEST(SynthTensorsTest, TinyLlamaPresetMatchesTransformersStateDict) {
+  absl::StatusOr<SynthModelConfig> config = SynthPreset("tinyllama-1.1b");
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::vector<std::string> ours;
+  uint64_t parameters = 0;
+  for (const SynthTensor& tensor : SynthTensors(*config)) {
+    std::string line = tensor.name + " ";
+    for (size_t i = 0; i < tensor.shape.size(); ++i) {
+      line += (i ? "," : "") + std::to_string(tensor.shape[i]);
+    }
+    ours.push_back(line);
+    parameters += tensor.num_elements();
+  }
+  std::vector<std::string> reference = absl::StrSplit(
+      ReadFile(fs::path(LLMC_SYNTH_TESTDATA_DIR) / "tinyllama_state_dict.txt"), '\n',
+      absl::SkipEmpty());
+  std::sort(ours.begin(), ours.end());
+  std::sort(reference.begin(), reference.end());
+  EXPECT_EQ(ours, reference);
+  EXPECT_EQ(parameters, 1'100'048'384u);  // TinyLlama-1.1B's published parameter count
+}
+
+TEST(SynthTensorsTest, UnknownPresetNamesTheAlternatives) {
+  absl::StatusOr<SynthModelConfig> config = SynthPreset("llama-7b");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("tinyllama-1.1b, llama-110m"));
+}
+
+TEST(SynthValuesTest, NormalStatisticsAndChunkIndependence) {
+  SynthTensor tensor{"w", {1024, 1024}, SynthTensor::Init::kNormal};
+  std::vector<float> all(tensor.num_elements());
+  SynthValues(tensor, 7, 0, all);
+  double sum = 0, sum_squares = 0;
+  float largest = 0;
+  for (float value : all) {
+    sum += value;
+    sum_squares += double{value} * value;
+    largest = std::max(largest, std::fabs(value));
+  }
+  const double mean = sum / all.size();
+  const double stddev = std::sqrt(sum_squares / all.size() - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 1e-4);  // stderr of the mean: 0.02 / 1024 = 2e-5
+  EXPECT_NEAR(stddev, kSynthWeightStddev, 1e-4);
+  EXPECT_LE(largest, 3.47f * kSynthWeightStddev);  // Irwin-Hall(4) bound: sqrt(12) sigma
+
+  std::vector<float> slice(1000);
+  SynthValues(tensor, 7, 12345, slice);
+  EXPECT_TRUE(std::equal(slice.begin(), slice.end(), all.begin() + 12345));
+  SynthValues(tensor, 8, 12345, slice);
+  EXPECT_FALSE(std::equal(slice.begin(), slice.end(), all.begin() + 12345)) << "seed ignored";
+}
+
+// Synthesize (sharded, to exercise the index), compile, run: the whole point of synth.
+TEST_F(SynthTest, ShardedCheckpointCompilesAndRuns) {
+  SynthOptions options;
+  options.config = TinyConfig();
+  options.dtype = llmrt::plan::F16;
+  options.output_dir = (root_ / "model").string();
+  options.seed = 3;
+  options.max_shard_bytes = 40'000;  // embed alone is 38400 bytes: several shards
+  ASSERT_TRUE(WriteSyntheticCheckpoint(options).ok());
+  for (const char* file : {"config.json", "generation_config.json", "tokenizer.json",
+                           "tokenizer_config.json", "special_tokens_map.json",
+                           "model.safetensors.index.json", "model-00001-of-00005.safetensors"}) {
+    EXPECT_TRUE(fs::exists(root_ / "model" / file)) << file;
+  }
+  // Nothing but the output directory is left in its parent (the temporary one was renamed).
+  EXPECT_EQ(std::distance(fs::directory_iterator(root_), fs::directory_iterator()), 1);
+
+  // The weights on disk are the generator's values rounded to f16.
+  absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(options.output_dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_EQ((*checkpoint)->config().num_kv_heads(), 2);
+  const std::vector<SynthTensor> tensors = SynthTensors(options.config);
+  EXPECT_EQ((*checkpoint)->tensors().size(), tensors.size());
+  for (const SynthTensor& tensor : tensors) {
+    const TensorInfo* info = (*checkpoint)->Find(tensor.name);
+    ASSERT_NE(info, nullptr) << tensor.name;
+    ASSERT_EQ(info->dtype, llmrt::plan::F16);
+    std::vector<float> expected(tensor.num_elements());
+    SynthValues(tensor, options.seed, 0, expected);
+    for (size_t i = 0; i < expected.size(); i += 97) {
+      uint16_t half;
+      std::memcpy(&half, info->data + 2 * i, 2);
+      ASSERT_EQ(half, llmrt::plan::F32ToF16(expected[i])) << tensor.name << "[" << i << "]";
+    }
+  }
+
+  CompileOptions compile;
+  compile.model_dir = options.output_dir;
+  compile.output_path = (root_ / "model.plan").string();
+  absl::Status compiled = Compile(compile, nullptr);
+  ASSERT_TRUE(compiled.ok()) << compiled;
+
+  llmrt::engine::ModelOptions model_options;
+  absl::StatusOr<std::unique_ptr<llmrt::engine::Model>> model =
+      llmrt::engine::Model::Load(compile.output_path, model_options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<std::unique_ptr<llmrt::Tokenizer>> tokenizer =
+      llmrt::Tokenizer::Create((*model)->meta().tokenizer());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  std::vector<int32_t> tokens = (*tokenizer)->Encode("Once upon a time", true);
+  std::unique_ptr<llmrt::engine::Session> session = (*model)->NewSession();
+  int64_t appended = 0;
+  for (int step = 0; step < 8; ++step) {
+    appended += tokens.size();
+    absl::StatusOr<std::vector<float>> logits = session->Append(tokens, false);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    ASSERT_EQ(logits->size(), 300u);
+    float spread = 0;
+    for (float value : *logits) {
+      ASSERT_TRUE(std::isfinite(value));
+      spread = std::max(spread, std::fabs(value - (*logits)[0]));
+    }
+    EXPECT_GT(spread, 0.0f) << "random weights must give distinct logits";
+    tokens = {static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) -
+                                   logits->begin())};
+  }
+  EXPECT_EQ(session->num_tokens(), appended);
+}
+
+TEST_F(SynthTest, UnshardedBf16AndF32) {
+  for (llmrt::plan::DType dtype : {llmrt::plan::BF16, llmrt::plan::F32}) {
+    SynthOptions options;
+    options.config = TinyConfig();
+    options.config.tie_word_embeddings = true;
+    options.dtype = dtype;
+    options.output_dir = (root_ / llmrt::plan::DType_Name(dtype)).string();
+    ASSERT_TRUE(WriteSyntheticCheckpoint(options).ok());
+    EXPECT_TRUE(fs::exists(root_ / llmrt::plan::DType_Name(dtype) / "model.safetensors"));
+    absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(options.output_dir);
+    ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+    EXPECT_EQ((*checkpoint)->Find("lm_head.weight"), nullptr);
+    EXPECT_EQ((*checkpoint)->Find("model.embed_tokens.weight")->dtype, dtype);
+    const nlohmann::json config =
+        nlohmann::json::parse(ReadFile(fs::path(options.output_dir) / "config.json"));
+    EXPECT_EQ(config["torch_dtype"], dtype == llmrt::plan::F32 ? "float32" : "bfloat16");
+  }
+}
+
+TEST_F(SynthTest, ConfigFromFileKeepsItsFields) {
+  const fs::path config_path = root_ / "in.json";
+  std::ofstream(config_path) << R"({"architectures": ["MistralForCausalLM"], "model_type":
+      "mistral", "vocab_size": 320, "hidden_size": 32, "intermediate_size": 64,
+      "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+      "sliding_window": 64, "torch_dtype": "float32"})";
+  absl::StatusOr<SynthModelConfig> config = SynthConfigFromFile(config_path.string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->head_dim, 16);
+  SynthOptions options;
+  options.config = *config;
+  options.output_dir = (root_ / "mistral").string();
+  ASSERT_TRUE(WriteSyntheticCheckpoint(options).ok());
+  const nlohmann::json written =
+      nlohmann::json::parse(ReadFile(fs::path(options.output_dir) / "config.json"));
+  EXPECT_EQ(written["sliding_window"], 64);
+  EXPECT_EQ(written["torch_dtype"], "float16");
+  absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(options.output_dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_EQ((*checkpoint)->Find("model.layers.0.self_attn.k_proj.weight")->shape,
+            (std::vector<int64_t>{16, 32}));
+}
+
+TEST_F(SynthTest, ErrorsLeaveNothingBehind) {
+  SynthOptions options;
+  options.config = TinyConfig();
+  options.config.vocab_size = 100;
+  options.output_dir = (root_ / "small").string();
+  absl::Status status = WriteSyntheticCheckpoint(options);
+  EXPECT_THAT(status.message(), HasSubstr("vocab_size 100"));
+  options.config = TinyConfig();
+  options.config.num_kv_heads = 3;
+  status = WriteSyntheticCheckpoint(options);
+  EXPECT_THAT(status.message(), HasSubstr("not a multiple"));
+  EXPECT_TRUE(fs::is_empty(root_));
+
+  fs::create_directory(root_ / "exists");
+  options.config = TinyConfig();
+  options.output_dir = (root_ / "exists").string();
+  status = WriteSyntheticCheckpoint(options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(status.message(), HasSubstr("already exists"));
+}
+
+}  // namespace
+}  // namespace llmc

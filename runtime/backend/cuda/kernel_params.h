@@ -1,0 +1,35 @@
+// LlmcKernelParams: the one argument every generated CUDA kernel takes.
+//
+// Shared verbatim by the host (the CUDA backend fills it) and the device: codegen/cuda pastes
+// this file's text into every kernel's source, so the two layouts cannot drift apart. Plain C,
+// fixed-width fields, no pointers (device addresses are 64-bit integers whatever the host's
+// pointer size), 8-byte fields first so no padding differs between compilers. 160 bytes: far
+// under CUDA's 4 KiB kernel-parameter limit, and one layout for all kernels keeps the launch
+// code free of per-kernel argument lists.
+//
+// Which fields a kernel reads depends on the op it implements (see codegen/cuda/KernelLibrary.cuh).
+#ifndef LLMRT_BACKEND_CUDA_KERNEL_PARAMS_H_
+#define LLMRT_BACKEND_CUDA_KERNEL_PARAMS_H_
+
+struct LlmcKernelParams {
+  unsigned long long input[3];   // f32 activations [num_tokens, width]
+  unsigned long long output[3];  // f32 activations (LOGITS: [num_rows, vocab])
+  unsigned long long weight;     // the op's matrix or norm gamma
+  unsigned long long bias;       // f32 [N] or 0
+  unsigned long long token_ids;     // i32 [num_tokens]
+  unsigned long long positions;     // i32 [num_tokens], rope positions
+  unsigned long long slot_mapping;  // i32 [num_tokens], KV cache slot of each token
+  unsigned long long query_index;   // i32 [num_tokens], the token's index in its sequence
+  unsigned long long block_table;   // i32 [num_tokens], offset of its sequence's row in block_tables
+  unsigned long long block_tables;  // i32, every sequence's block table, concatenated
+  unsigned long long row_index;     // i32 [num_rows], LOGITS: batch rows to compute
+  unsigned long long key_cache;     // f32 [num_slots, kv_heads * head_dim] of this layer
+  unsigned long long value_cache;   // same shape as key_cache
+  unsigned long long scratch;       // f32 attention partials
+  int num_tokens;
+  int num_rows;    // LOGITS rows
+  int block_size;  // KV tokens per block
+  int reserved;
+};
+
+#endif  // LLMRT_BACKEND_CUDA_KERNEL_PARAMS_H_

@@ -1,0 +1,520 @@
+#include "runtime/engine/engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+
+namespace llmrt::engine {
+
+// 256 sequences per step: vLLM's default max_num_seqs; each holds one logits row of the step.
+constexpr int32_t kDefaultMaxSeqs = 256;
+
+struct RequestState {
+  RequestId id = 0;
+  GenerationRequest request;
+  uint64_t base_seed = 0;
+  int32_t live_choices = 0;
+  int64_t cached_prompt_tokens = 0;
+};
+
+struct Engine::Inbox {
+  std::vector<std::pair<RequestId, GenerationRequest>> submitted;
+  std::vector<uint64_t> base_seeds;
+  std::vector<RequestId> cancelled;
+  bool empty() const { return submitted.empty() && cancelled.empty(); }
+};
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "unknown";
+}
+
+Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& options)
+    : model_(model),
+      tokenizer_(tokenizer),
+      pool_(model.mutable_block_pool()),
+      builder_(model.kv_block_size(), model.backend().max_tokens_per_step()),
+      inbox_(std::make_unique<Inbox>()),
+      seed_source_(std::random_device()()) {
+  const int32_t step_tokens = model.backend().max_tokens_per_step();
+  max_batched_tokens_ = options.max_batched_tokens > 0
+                            ? std::min(options.max_batched_tokens, step_tokens)
+                            : step_tokens;
+  max_seqs_ = options.max_seqs > 0 ? options.max_seqs : kDefaultMaxSeqs;
+  // Every running sequence gets at least one token a step, and each gets a logits row.
+  max_seqs_ = std::min(max_seqs_, max_batched_tokens_);
+  eos_token_ids_ = options.eos_token_ids;
+  if (eos_token_ids_.empty()) {
+    for (int64_t id : model.meta().generation().eos_token_ids()) {
+      eos_token_ids_.push_back(static_cast<int32_t>(id));
+    }
+  }
+  if (eos_token_ids_.empty() && tokenizer_ != nullptr && tokenizer_->eos_id() >= 0) {
+    eos_token_ids_.push_back(tokenizer_->eos_id());
+  }
+  step_logits_.resize(static_cast<size_t>(step_tokens) * model.vocab_size());
+  PublishStats();
+}
+
+Engine::~Engine() {
+  Stop();
+  TakeInbox();
+  for (const std::unique_ptr<Sequence>& sequence : sequences_) {
+    if (sequence->finished) continue;
+    RequestOutput output;
+    Finish(*sequence, FinishReason::kCancelled, output);
+    sequence->request->request.on_output(output);
+  }
+  FreeFinished();
+}
+
+absl::StatusOr<RequestId> Engine::Submit(GenerationRequest request) {
+  const int64_t vocab = model_.vocab_size();
+  if (request.prompt_ids.empty()) {
+    return absl::InvalidArgumentError("request: prompt_ids is empty; give at least one token");
+  }
+  for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
+    const int32_t token = request.prompt_ids[i];
+    if (token < 0 || token >= vocab) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "request: prompt_ids[%d] = %d is outside the vocabulary [0, %d)", i, token, vocab));
+    }
+  }
+  const int64_t prompt_size = static_cast<int64_t>(request.prompt_ids.size());
+  if (prompt_size > model_.max_context()) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "request: the prompt has %d tokens, the context holds %d", prompt_size,
+        model_.max_context()));
+  }
+  if (request.n < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("request: n must be >= 1, got %d", request.n));
+  }
+  if (request.max_tokens < -1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "request: max_tokens must be >= 0 (or -1: up to the context), got %d",
+        request.max_tokens));
+  }
+  if (request.top_logprobs < 0 || request.top_logprobs > sampling::kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "request: top_logprobs must be in [0, 20], got %d", request.top_logprobs));
+  }
+  for (int32_t token : request.stop_token_ids) {
+    if (token < 0 || token >= vocab) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "request: stop token id %d is outside the vocabulary [0, %d)", token, vocab));
+    }
+  }
+  if (!request.stop.empty() && tokenizer_ == nullptr) {
+    return absl::InvalidArgumentError(
+        "request: stop strings need text, and this engine has no tokenizer");
+  }
+  if (absl::Status status = sampling::Sampler::Validate(request.sampling, vocab); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat("request: %s", status.message()));
+  }
+  if (!request.on_output) {
+    return absl::InvalidArgumentError("request: on_output is required");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  const RequestId id = next_id_++;
+  const uint64_t base_seed = request.seed.has_value() ? *request.seed : seed_source_();
+  inbox_->submitted.emplace_back(id, std::move(request));
+  inbox_->base_seeds.push_back(base_seed);
+  ++live_requests_;
+  wake_.notify_all();
+  return id;
+}
+
+void Engine::Cancel(RequestId id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  inbox_->cancelled.push_back(id);
+  wake_.notify_all();
+}
+
+bool Engine::HasWork() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_requests_ > 0;
+}
+
+EngineStats Engine::GetStats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void Engine::Start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (thread_.joinable()) return;
+  stop_thread_ = false;
+  thread_ = std::thread([this] {
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [this] { return stop_thread_ || live_requests_ > 0; });
+        if (stop_thread_) return;
+      }
+      // Failures already reached the affected requests as kError outputs.
+      Step().IgnoreError();
+    }
+  });
+}
+
+void Engine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_thread_ = true;
+    wake_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status Engine::RunUntilIdle() {
+  while (HasWork()) {
+    absl::StatusOr<bool> stepped = Step();
+    if (!stepped.ok()) return stepped.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Engine::Step() {
+  TakeInbox();
+  FreeFinished();  // cancelled ones
+  if (running_.empty() && waiting_.empty()) {
+    PublishStats();
+    return false;
+  }
+  Schedule();
+  absl::Status status = CopyBlocks();
+  if (status.ok()) status = RunModel();
+  if (!status.ok()) {
+    FailScheduled(status);
+    FreeFinished();
+    PublishStats();
+    return status;
+  }
+  Sample();
+  FreeFinished();
+  ++steps_;
+  PublishStats();
+  return true;
+}
+
+void Engine::TakeInbox() {
+  Inbox taken;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::swap(taken, *inbox_);
+  }
+  for (size_t i = 0; i < taken.submitted.size(); ++i) {
+    auto state = std::make_unique<RequestState>();
+    state->id = taken.submitted[i].first;
+    state->request = std::move(taken.submitted[i].second);
+    state->base_seed = taken.base_seeds[i];
+    state->live_choices = state->request.n;
+    const GenerationRequest& request = state->request;
+    auto sequence = std::make_unique<Sequence>();
+    sequence->arrival = next_arrival_++;
+    sequence->index = 0;
+    sequence->tokens = request.prompt_ids;
+    sequence->prompt_size = static_cast<int64_t>(request.prompt_ids.size());
+    sequence->request = state.get();
+    sampling::SamplingParams params = request.sampling;
+    params.seed = state->base_seed;
+    sequence->sampler = std::make_unique<sampling::Sampler>(params);
+    sequence->sampler->SetPrompt(request.prompt_ids);
+    if (tokenizer_ != nullptr) {
+      sequence->decoder = std::make_unique<StreamDecoder>(*tokenizer_, request.prompt_ids);
+    }
+    sequence->stop_matcher = std::make_unique<sampling::StopStringMatcher>(request.stop);
+    sequence->pending_forks = request.n - 1;
+    prompt_tokens_ += sequence->prompt_size;
+    waiting_.push_back(sequence.get());
+    sequences_.push_back(std::move(sequence));
+    requests_[state->id] = std::move(state);
+  }
+  for (RequestId id : taken.cancelled) {
+    auto found = requests_.find(id);
+    if (found == requests_.end()) continue;
+    for (const std::unique_ptr<Sequence>& sequence : sequences_) {
+      if (sequence->request != found->second.get() || sequence->finished) continue;
+      RequestOutput output;
+      Finish(*sequence, FinishReason::kCancelled, output);
+      sequence->request->request.on_output(output);
+    }
+  }
+}
+
+void Engine::Schedule() {
+  schedule_.scheduled.clear();
+  schedule_.paused.clear();
+  schedule_.copies.clear();
+  StepBudget budget{max_batched_tokens_, max_seqs_};
+  running_policy_.Schedule(running_, pool_, budget, schedule_);
+  if (!schedule_.paused.empty()) {
+    preemptions_ += static_cast<int64_t>(schedule_.paused.size());
+    RequeuePaused(schedule_.paused, waiting_);
+    return;  // vLLM's rule: no admissions in a step that had to preempt
+  }
+  const size_t before = schedule_.scheduled.size();
+  admission_policy_.Schedule(waiting_, running_, pool_, budget, schedule_);
+  for (size_t i = before; i < schedule_.scheduled.size(); ++i) {
+    Sequence& sequence = *schedule_.scheduled[i].sequence;
+    // The first admission of the request's first choice reports the prefix-cache hit.
+    if (sequence.index == 0 && sequence.num_generated == 0 && sequence.request != nullptr) {
+      sequence.request->cached_prompt_tokens =
+          std::max(sequence.request->cached_prompt_tokens, sequence.num_computed);
+    }
+  }
+}
+
+absl::Status Engine::CopyBlocks() {
+  for (const kv::BlockCopy& copy : schedule_.copies) {
+    if (absl::Status status = model_.backend().CopyKvBlock(copy.source, copy.destination);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::RunModel() {
+  builder_.Clear();
+  logit_row_of_scheduled_.assign(schedule_.scheduled.size(), -1);
+  int32_t logit_rows = 0;
+  for (size_t i = 0; i < schedule_.scheduled.size(); ++i) {
+    const ScheduledSequence& scheduled = schedule_.scheduled[i];
+    Sequence& sequence = *scheduled.sequence;
+    const bool reaches_end = scheduled.num_tokens == sequence.remaining();
+    builder_.AddSequence(sequence.tokens.data() + sequence.num_computed, scheduled.num_tokens,
+                         sequence.num_computed, sequence.table,
+                         reaches_end ? LogitRows::kLast : LogitRows::kNone);
+    if (reaches_end) logit_row_of_scheduled_[i] = logit_rows++;
+  }
+  if (absl::Status status = model_.backend().RunStep(builder_.batch(), step_logits_.data());
+      !status.ok()) {
+    return status;
+  }
+  for (const ScheduledSequence& scheduled : schedule_.scheduled) {
+    Sequence& sequence = *scheduled.sequence;
+    sequence.num_computed += scheduled.num_tokens;
+    sequence.table.CommitFullBlocks(pool_, sequence.tokens, sequence.num_computed);
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<Sequence> Engine::Fork(Sequence& parent, int32_t index) {
+  auto child = std::make_unique<Sequence>();
+  child->arrival = parent.arrival;
+  child->index = index;
+  child->tokens = parent.tokens;
+  child->prompt_size = parent.prompt_size;
+  child->num_computed = parent.num_computed;
+  child->table = parent.table.Fork(pool_);
+  child->request = parent.request;
+  sampling::SamplingParams params = parent.request->request.sampling;
+  // Choice i draws from seed + i: reproducible per choice, different between choices.
+  params.seed = parent.request->base_seed + static_cast<uint64_t>(index);
+  child->sampler = std::make_unique<sampling::Sampler>(params);
+  child->sampler->SetPrompt(parent.request->request.prompt_ids);
+  if (tokenizer_ != nullptr) {
+    child->decoder =
+        std::make_unique<StreamDecoder>(*tokenizer_, parent.request->request.prompt_ids);
+  }
+  child->stop_matcher =
+      std::make_unique<sampling::StopStringMatcher>(parent.request->request.stop);
+  return child;
+}
+
+void Engine::Sample() {
+  const int32_t vocab = static_cast<int32_t>(model_.vocab_size());
+  std::vector<Sequence*> forked_running;
+  forked_running.reserve(running_.size());
+  bool forked = false;
+  // Logits rows follow scheduled order; forks go right after their parent in running_.
+  absl::flat_hash_map<Sequence*, std::vector<Sequence*>> children_of;
+  for (size_t i = 0; i < schedule_.scheduled.size(); ++i) {
+    const int32_t row = logit_row_of_scheduled_[i];
+    if (row < 0) continue;
+    Sequence& sequence = *schedule_.scheduled[i].sequence;
+    const float* logits = step_logits_.data() + static_cast<size_t>(row) * vocab;
+    if (sequence.pending_forks > 0) {
+      const int32_t choices = sequence.pending_forks + 1;
+      sequence.pending_forks = 0;
+      for (int32_t index = 1; index < choices; ++index) {
+        std::unique_ptr<Sequence> child = Fork(sequence, index);
+        children_of[&sequence].push_back(child.get());
+        SampleOne(*child, logits);
+        sequences_.push_back(std::move(child));
+      }
+      forked = true;
+    }
+    SampleOne(sequence, logits);
+  }
+  if (forked) {
+    for (Sequence* sequence : running_) {
+      forked_running.push_back(sequence);
+      auto found = children_of.find(sequence);
+      if (found == children_of.end()) continue;
+      for (Sequence* child : found->second) forked_running.push_back(child);
+    }
+    running_.swap(forked_running);
+  }
+}
+
+void Engine::SampleOne(Sequence& sequence, const float* logits) {
+  const int32_t vocab = static_cast<int32_t>(model_.vocab_size());
+  const GenerationRequest& request = sequence.request->request;
+  const int32_t token = sequence.sampler->Sample(logits, vocab);
+  sequence.sampler->Accept(token);
+  sequence.tokens.push_back(token);
+  ++sequence.num_generated;
+  ++generation_tokens_;
+
+  RequestOutput output;
+  const bool is_eos =
+      !request.ignore_eos &&
+      std::find(eos_token_ids_.begin(), eos_token_ids_.end(), token) != eos_token_ids_.end();
+  const bool is_stop_token = std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(),
+                                       token) != request.stop_token_ids.end();
+  FinishReason reason = FinishReason::kNone;
+  if (is_eos || is_stop_token) {
+    reason = FinishReason::kStop;
+  } else {
+    TokenOutput token_output;
+    token_output.token = token;
+    if (request.logprobs) {
+      sequence.sampler->Logprobs(logits, vocab, token, request.top_logprobs,
+                                 token_output.logprob, token_output.top);
+    }
+    output.tokens.push_back(std::move(token_output));
+    if (sequence.decoder != nullptr) {
+      output.text = sequence.stop_matcher->Push(sequence.decoder->Push(token));
+    }
+    if (sequence.stop_matcher->stopped()) {
+      reason = FinishReason::kStop;
+    } else if (request.max_tokens >= 0 && sequence.num_generated >= request.max_tokens) {
+      reason = FinishReason::kLength;
+    } else if (static_cast<int64_t>(sequence.tokens.size()) > model_.max_context()) {
+      // The new token's position has no KV slot: it is the last one this context can give.
+      reason = FinishReason::kLength;
+    }
+  }
+  if (reason != FinishReason::kNone) {
+    Finish(sequence, reason, output);
+  } else {
+    output.request_id = sequence.request->id;
+    output.index = sequence.index;
+    output.prompt_tokens = sequence.prompt_size;
+    output.completion_tokens = sequence.num_generated;
+    output.cached_prompt_tokens = sequence.request->cached_prompt_tokens;
+  }
+  request.on_output(output);
+}
+
+void Engine::Finish(Sequence& sequence, FinishReason reason, RequestOutput& output) {
+  // The decoder's held-back bytes and the matcher's held-back tail become final now; a stop
+  // string may still complete inside them.
+  const bool natural_end = reason == FinishReason::kStop || reason == FinishReason::kLength;
+  if (sequence.decoder != nullptr && natural_end && !sequence.stop_matcher->stopped()) {
+    output.text += sequence.stop_matcher->Push(sequence.decoder->Finish());
+    if (sequence.stop_matcher->stopped()) reason = FinishReason::kStop;
+    output.text += sequence.stop_matcher->Finish();
+  }
+  if (sequence.stop_matcher != nullptr && sequence.stop_matcher->stopped()) {
+    output.stop_string = sequence.stop_matcher->matched();
+  }
+  sequence.finished = true;
+  output.request_id = sequence.request->id;
+  output.index = sequence.index;
+  output.finished = true;
+  output.finish_reason = reason;
+  output.prompt_tokens = sequence.prompt_size;
+  output.completion_tokens = sequence.num_generated;
+  output.cached_prompt_tokens = sequence.request->cached_prompt_tokens;
+  --sequence.request->live_choices;
+  // A parent that has not forked yet finishes (cancel, error) for all of its choices.
+  if (sequence.pending_forks > 0) {
+    sequence.request->live_choices -= sequence.pending_forks;
+    for (int32_t index = 1; index <= sequence.pending_forks; ++index) {
+      RequestOutput sibling = output;
+      sibling.index = index;
+      sibling.completion_tokens = 0;
+      sibling.text.clear();
+      sibling.tokens.clear();
+      sequence.request->request.on_output(sibling);
+    }
+    sequence.pending_forks = 0;
+  }
+}
+
+void Engine::FailScheduled(const absl::Status& status) {
+  for (const ScheduledSequence& scheduled : schedule_.scheduled) {
+    Sequence& sequence = *scheduled.sequence;
+    if (sequence.finished) continue;
+    RequestOutput output;
+    output.status = status;
+    Finish(sequence, FinishReason::kError, output);
+    sequence.request->request.on_output(output);
+  }
+}
+
+void Engine::FreeFinished() {
+  auto finished = [](const Sequence* sequence) { return sequence->finished; };
+  running_.erase(std::remove_if(running_.begin(), running_.end(), finished), running_.end());
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), finished), waiting_.end());
+  int64_t done_requests = 0;
+  for (std::unique_ptr<Sequence>& sequence : sequences_) {
+    if (!sequence->finished) continue;
+    sequence->table.Release(pool_);
+    RequestState* request = sequence->request;
+    sequence.reset();
+    if (request->live_choices == 0) {
+      request->live_choices = -1;  // erased once, below
+      ++done_requests;
+    }
+  }
+  sequences_.erase(std::remove(sequences_.begin(), sequences_.end(), nullptr), sequences_.end());
+  if (done_requests == 0) return;
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    if (it->second->live_choices < 0) {
+      requests_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  requests_finished_ += done_requests;
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_requests_ -= done_requests;
+}
+
+void Engine::PublishStats() {
+  EngineStats stats;
+  stats.running = static_cast<int32_t>(running_.size());
+  stats.waiting = static_cast<int32_t>(waiting_.size());
+  stats.kv_blocks_total = pool_.num_blocks();
+  stats.kv_blocks_used = pool_.num_used_blocks();
+  stats.kv_usage = stats.kv_blocks_total > 0
+                       ? static_cast<double>(stats.kv_blocks_used) / stats.kv_blocks_total
+                       : 0.0;
+  stats.prefix_queried_tokens = pool_.stats().prefix_queried_tokens;
+  stats.prefix_hit_tokens = pool_.stats().prefix_hit_tokens;
+  stats.prompt_tokens_total = prompt_tokens_;
+  stats.generation_tokens_total = generation_tokens_;
+  stats.preemptions_total = preemptions_;
+  stats.steps_total = steps_;
+  stats.requests_finished_total = requests_finished_;
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_ = stats;
+}
+
+}  // namespace llmrt::engine

@@ -1,0 +1,80 @@
+// ThreadPool: a fixed set of worker threads that split a range of work items with the caller.
+//
+// ParallelFor blocks until every item is done; the calling thread takes a share, so a pool of N
+// threads starts N - 1 workers. Work is handed over through one atomic generation counter
+// and finished through one atomic pending counter: no mutex, no condition variable and no
+// allocation per ParallelFor (the body is passed as a function pointer plus context pointer,
+// not a std::function). Waiting threads spin for kSpinIterations (about 20-50 us, shorter than
+// the gap between two ops of a decode step) and then sleep on a futex, so an idle pool uses
+// no CPU and a busy one never pays a syscall between ops.
+//
+// Work splitting: static, contiguous chunks of about num_items / num_threads, optionally
+// rounded to a multiple of `grain` so that e.g. a chunk of matmul panels never straddles a
+// cache line of output. Static chunks keep each thread on the same weights in every step,
+// which is what a memory-bound GEMV wants.
+//
+// Thread-safety: ParallelFor must not be called concurrently or from inside a body (the owner
+// of the pool is single-threaded above it, like a backend's RunStep).
+#ifndef LLMRT_THREADING_THREAD_POOL_H_
+#define LLMRT_THREADING_THREAD_POOL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace llmrt::threading {
+
+class ThreadPool {
+ public:
+  // num_threads <= 0: one per hardware thread.
+  explicit ThreadPool(int32_t num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int32_t num_threads() const { return num_threads_; }
+
+  // Calls body(begin, end, thread_index) on disjoint contiguous sub-ranges covering
+  // [0, num_items), at most one per thread, with thread_index in [0, num_threads()) (it indexes
+  // per-thread scratch). Chunk boundaries are multiples of `grain` (except the end).
+  template <typename Body>
+  void ParallelFor(int64_t num_items, const Body& body, int64_t grain = 1) {
+    if (num_items <= 0) return;
+    if (num_threads_ == 1 || num_items <= grain) {
+      body(int64_t{0}, num_items, 0);
+      return;
+    }
+    Run(num_items, grain, &Trampoline<Body>, &body);
+  }
+
+  // The range thread `thread_index` of `num_threads` gets in a ParallelFor over `num_items`.
+  static void Chunk(int64_t num_items, int64_t grain, int32_t num_threads, int32_t thread_index,
+                    int64_t* begin, int64_t* end);
+
+ private:
+  using Function = void (*)(const void* context, int64_t begin, int64_t end, int32_t thread);
+  template <typename Body>
+  static void Trampoline(const void* context, int64_t begin, int64_t end, int32_t thread) {
+    (*static_cast<const Body*>(context))(begin, end, thread);
+  }
+  void Run(int64_t num_items, int64_t grain, Function function, const void* context);
+  void WorkerLoop(int32_t thread_index);
+  void RunShare(int32_t thread_index);
+
+  const int32_t num_threads_;
+  std::vector<std::thread> workers_;
+  // Written by the caller before `generation_` is bumped (release), read by workers after they
+  // see the new generation (acquire).
+  Function function_ = nullptr;
+  const void* context_ = nullptr;
+  int64_t num_items_ = 0;
+  int64_t grain_ = 1;
+  // Separate cache lines: workers poll generation_ while they decrement pending_.
+  alignas(64) std::atomic<uint32_t> generation_{0};  // futex word; 0x80000000 bit = stop
+  alignas(64) std::atomic<uint32_t> pending_{0};     // futex word: workers still running
+};
+
+}  // namespace llmrt::threading
+
+#endif  // LLMRT_THREADING_THREAD_POOL_H_

@@ -1,0 +1,72 @@
+#include "runtime/threading/thread_pool.h"
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace llmrt::threading {
+namespace {
+
+TEST(ThreadPoolTest, EveryItemRunsExactlyOnce) {
+  for (int32_t threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.num_threads(), threads);
+    for (int64_t items : {1, 2, 7, 100, 1001}) {
+      std::vector<std::atomic<int>> hits(items);
+      pool.ParallelFor(items, [&](int64_t begin, int64_t end, int32_t thread) {
+        EXPECT_GE(thread, 0);
+        EXPECT_LT(thread, threads);
+        for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+      });
+      for (int64_t i = 0; i < items; ++i) ASSERT_EQ(hits[i].load(), 1) << items << " " << i;
+    }
+  }
+}
+
+TEST(ThreadPoolTest, ChunksAreMultiplesOfTheGrain) {
+  ThreadPool pool(3);
+  std::vector<int64_t> begins(3, -1);
+  pool.ParallelFor(
+      100,
+      [&](int64_t begin, int64_t end, int32_t thread) {
+        begins[thread] = begin;
+        EXPECT_TRUE(end == 100 || end % 8 == 0) << end;
+      },
+      8);
+  for (int64_t begin : begins) EXPECT_TRUE(begin == -1 || begin % 8 == 0) << begin;
+}
+
+TEST(ThreadPoolTest, ThreadIndicesAreDistinctWithinOneCall) {
+  ThreadPool pool(4);
+  for (int repeat = 0; repeat < 200; ++repeat) {
+    std::vector<std::atomic<int>> used(4);
+    pool.ParallelFor(4, [&](int64_t, int64_t, int32_t thread) { used[thread].fetch_add(1); });
+    for (auto& count : used) ASSERT_EQ(count.load(), 1);
+  }
+}
+
+// Many back-to-back calls, as a decode step makes: each call reads what the other thread wrote
+// in the previous call, so a missing happens-before edge shows up as a wrong count.
+TEST(ThreadPoolTest, ConsecutiveCallsSeeEachOthersResults) {
+  ThreadPool pool(2);
+  std::vector<int64_t> buffers[2] = {std::vector<int64_t>(64, 0), std::vector<int64_t>(64, 0)};
+  constexpr int kRounds = 2000;
+  for (int round = 0; round < kRounds; ++round) {
+    const std::vector<int64_t>& source = buffers[round % 2];
+    std::vector<int64_t>& destination = buffers[1 - round % 2];
+    pool.ParallelFor(64, [&](int64_t begin, int64_t end, int32_t) {
+      for (int64_t i = begin; i < end; ++i) destination[i] = source[(i + 32) % 64] + 1;
+    });
+  }
+  for (int64_t value : buffers[kRounds % 2]) ASSERT_EQ(value, kRounds);
+}
+
+TEST(ThreadPoolTest, DefaultIsOneThreadPerHardwareThread) {
+  ThreadPool pool(0);
+  EXPECT_GE(pool.num_threads(), 1);
+}
+
+}  // namespace
+}  // namespace llmrt::threading
