@@ -116,7 +116,7 @@ private:
       return it->second;
     EmittedKernel kernel;
     kernel.body = absl::StrCat("\n// ---- ", name, "\n", definitions, "extern \"C\" __global__ void ",
-                               absl::StrFormat("__launch_bounds__(%d) ", info.block_x), name,
+                               absl::StrFormat("__launch_bounds__(%d) ", info.block_x()), name,
                                "(const LlmcKernelParams p) {\n  ", call, "\n}\nLLMC_REGISTER_KERNEL(",
                                name, ")\n");
     info.set_name(name);

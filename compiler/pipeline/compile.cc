@@ -6,6 +6,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/EmitProgram.h"
+#include "codegen/cuda/CudaTarget.h"
+#include "codegen/cuda/NvrtcCompiler.h"
 #include "compiler/arch/arch.h"
 #include "compiler/arch/weight_source.h"
 #include "compiler/importer/checkpoint.h"
@@ -103,6 +105,24 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
     kv->set_head_dim(static_cast<int32_t>(config.head_dim()));
     kv->set_dtype(plan::F32);
     kv->set_default_block_size(kDefaultKvBlockSize);
+    if (!options.target_cpu) {
+      // emitProgram always records the CPU kernel names; a CUDA-only plan drops them, which is
+      // what tells the runtime not to fall back to the CPU.
+      auto* tables = meta.mutable_program()->mutable_kernel_tables();
+      for (int i = tables->size() - 1; i >= 0; --i) {
+        if (tables->Get(i).target() == "cpu") tables->DeleteSubrange(i, 1);
+      }
+    }
+    if (!options.cuda_sm_versions.empty()) {
+      cuda::CudaTargetOptions cuda_options;
+      cuda_options.smVersions = options.cuda_sm_versions;
+      cuda_options.cacheDir =
+          options.cuda_cache_dir.empty() ? cuda::defaultCacheDir() : options.cuda_cache_dir;
+      if (absl::Status status = cuda::addCudaKernelTables(meta, **writer, cuda_options);
+          !status.ok()) {
+        return status;
+      }
+    }
     // On any failure above, the writer's destructor removes the temporary file.
     return (*writer)->Finish(meta);
   });

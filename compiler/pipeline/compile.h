@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "runtime/plan/proto/plan.pb.h"
@@ -23,6 +24,12 @@ struct CompileOptions {
   std::optional<llmrt::plan::DType> weight_dtype;
   // When non-empty, the IR is written there after import and after each pass.
   std::string dump_ir_dir;
+  // Targets the plan carries kernels for: the CPU (a "cpu" kernel table) and/or CUDA SM
+  // versions (80 = sm_80; a CUBIN each plus PTX for the newest, see codegen/cuda/CudaTarget.h).
+  bool target_cpu = true;
+  std::vector<int> cuda_sm_versions;
+  // Where compiled CUDA kernels are cached; empty: codegen/cuda's default (~/.cache/llmc/cuda).
+  std::string cuda_cache_dir;
 };
 
 // Receives progress; implementations decide how to show it (a live line on a terminal, one

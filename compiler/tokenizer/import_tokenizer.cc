@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "compiler/tokenizer/import_internal.h"
 #include "nlohmann/json.hpp"
 
 namespace llmc {
@@ -612,16 +613,6 @@ absl::StatusOr<int32_t> SpecialTokenId(const Reader& reader, const Json& config,
   return id->second;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  if (file.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  return contents.str();
-}
-
-bool FileExists(const std::string& path) { return std::ifstream(path).good(); }
 
 }  // namespace
 
@@ -631,12 +622,24 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerFromJson(std::string_view tokenizer
                                                       std::string_view config_json_name_std) {
   // Debian's abseil is built with its own string_view type.
   const absl::string_view tokenizer_json(tokenizer_json_std.data(), tokenizer_json_std.size());
+  const absl::string_view tokenizer_json_name(tokenizer_json_name_std.data(),
+                                              tokenizer_json_name_std.size());
+  ASSIGN_OR_RETURN(Json root, ParseJson(tokenizer_json, tokenizer_json_name));
+  return tokenizer_internal::ImportTokenizerDocument(root, config_json_std, tokenizer_json_name_std,
+                                                     config_json_name_std);
+}
+
+namespace tokenizer_internal {
+
+absl::StatusOr<TokenizerSpec> ImportTokenizerDocument(const nlohmann::json& root,
+                                                      std::string_view config_json_std,
+                                                      std::string_view tokenizer_json_name_std,
+                                                      std::string_view config_json_name_std) {
   const absl::string_view config_json(config_json_std.data(), config_json_std.size());
   const absl::string_view tokenizer_json_name(tokenizer_json_name_std.data(),
                                               tokenizer_json_name_std.size());
   const absl::string_view config_json_name(config_json_name_std.data(),
                                            config_json_name_std.size());
-  ASSIGN_OR_RETURN(Json root, ParseJson(tokenizer_json, tokenizer_json_name));
   const Reader reader(tokenizer_json_name);
   if (!root.is_object()) return reader.Error("(root)", "expected an object");
   TokenizerSpec spec;
@@ -707,35 +710,10 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerFromJson(std::string_view tokenizer
   return spec;
 }
 
+}  // namespace tokenizer_internal
+
 absl::StatusOr<TokenizerSpec> ImportTokenizer(const std::string& model_dir) {
-  const std::string tokenizer_path = model_dir + "/tokenizer.json";
-  if (!FileExists(tokenizer_path)) {
-    std::vector<std::string> others;
-    for (const char* name : {"vocab.json", "merges.txt", "tokenizer.model"}) {
-      if (FileExists(model_dir + "/" + name)) others.push_back(name);
-    }
-    if (!others.empty()) {
-      return absl::UnimplementedError(absl::StrCat(
-          tokenizer_path, ": not found; the directory has ", absl::StrJoin(others, " + "),
-          ", which llmc cannot import yet (convert it to tokenizer.json with transformers' "
-          "AutoTokenizer.from_pretrained(dir).save_pretrained(dir))"));
-    }
-    return absl::NotFoundError(absl::StrCat(tokenizer_path, ": not found"));
-  }
-  ASSIGN_OR_RETURN(std::string tokenizer_json, ReadFile(tokenizer_path));
-  const std::string config_path = model_dir + "/tokenizer_config.json";
-  std::string config_json;
-  if (FileExists(config_path)) {
-    ASSIGN_OR_RETURN(config_json, ReadFile(config_path));
-  }
-  ASSIGN_OR_RETURN(TokenizerSpec spec, ImportTokenizerFromJson(tokenizer_json, config_json,
-                                                               tokenizer_path, config_path));
-  const std::string template_path = model_dir + "/chat_template.jinja";
-  if (spec.chat_template().empty() && FileExists(template_path)) {
-    ASSIGN_OR_RETURN(std::string chat_template, ReadFile(template_path));
-    spec.set_chat_template(std::move(chat_template));
-  }
-  return spec;
+  return ImportTokenizerFiles(FindTokenizerFiles(model_dir));
 }
 
 }  // namespace llmc

@@ -16,9 +16,44 @@
 
 namespace llmc {
 
-// `model_dir` is a HuggingFace model directory. Missing tokenizer.json is an error naming the
-// file (vocab.json + merges.txt and tokenizer.model are not imported yet).
+// The tokenizer files of a model directory; an empty path means the file is absent.
+struct TokenizerFiles {
+  std::string tokenizer_json;
+  std::string vocab_json;         // byte-level BPE (GPT-2, Qwen2) with merges_txt
+  std::string merges_txt;
+  std::string added_tokens_json;  // {content: id}, read when the config has no added_tokens_decoder
+  std::string tokenizer_model;    // SentencePiece ModelProto or tiktoken ranks (Llama 3)
+  std::string tokenizer_config_json;
+  std::string config_json;  // the model's config.json (model_type picks a family)
+  std::string chat_template_jinja;
+};
+
+// The files of `model_dir` that exist. tokenizer.json wins over the others, as in transformers.
+TokenizerFiles FindTokenizerFiles(const std::string& model_dir);
+
+// Imports what `files` names, in transformers' order of preference: tokenizer.json; else
+// vocab.json + merges.txt (GPT2Tokenizer / Qwen2Tokenizer by tokenizer_config's tokenizer_class
+// or config.json's model_type); else tokenizer.model, which is a tiktoken rank file (Llama 3,
+// as TikTokenConverter converts it) or a SentencePiece BPE model (as transformers'
+// LlamaTokenizer builds it: Metaspace with prepend_scheme "first" unless `legacy`, byte
+// fallback, <s>/</s> per add_bos_token/add_eos_token). No usable file is an error naming what
+// was looked for.
+absl::StatusOr<llmrt::plan::TokenizerSpec> ImportTokenizerFiles(const TokenizerFiles& files);
+
+// ImportTokenizerFiles(FindTokenizerFiles(model_dir)).
 absl::StatusOr<llmrt::plan::TokenizerSpec> ImportTokenizer(const std::string& model_dir);
+
+// The importers of the files other than tokenizer.json, from their contents; `config_json`
+// (tokenizer_config.json) and `added_tokens_json` may be empty. `name` prefixes error messages.
+absl::StatusOr<llmrt::plan::TokenizerSpec> ImportVocabMerges(std::string_view vocab_json,
+                                                             std::string_view merges_txt,
+                                                             std::string_view added_tokens_json,
+                                                             std::string_view config_json,
+                                                             std::string_view model_type = "",
+                                                             std::string_view name = "");
+absl::StatusOr<llmrt::plan::TokenizerSpec> ImportTokenizerModel(std::string_view model_bytes,
+                                                                std::string_view config_json,
+                                                                std::string_view name = "");
 
 // The same from file contents; `config_json` may be empty (no tokenizer_config.json). The names
 // are used in error messages.

@@ -94,21 +94,21 @@ absl::StatusOr<RequestId> Engine::Submit(GenerationRequest request) {
   }
   const int64_t prompt_size = static_cast<int64_t>(request.prompt_ids.size());
   if (prompt_size > model_.max_context()) {
-    return absl::OutOfRangeError(absl::StrFormat(
-        "request: the prompt has %d tokens, the context holds %d", prompt_size,
-        model_.max_context()));
+    return absl::OutOfRangeError(
+        absl::StrFormat("request: the prompt has %d tokens, the context holds %d", prompt_size,
+                        model_.max_context()));
   }
   if (request.n < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat("request: n must be >= 1, got %d", request.n));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("request: n must be >= 1, got %d", request.n));
   }
   if (request.max_tokens < -1) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "request: max_tokens must be >= 0 (or -1: up to the context), got %d",
-        request.max_tokens));
+        "request: max_tokens must be >= 0 (or -1: up to the context), got %d", request.max_tokens));
   }
   if (request.top_logprobs < 0 || request.top_logprobs > sampling::kMaxTopLogprobs) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "request: top_logprobs must be in [0, 20], got %d", request.top_logprobs));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("request: top_logprobs must be in [0, 20], got %d", request.top_logprobs));
   }
   for (int32_t token : request.stop_token_ids) {
     if (token < 0 || token >= vocab) {
@@ -330,8 +330,7 @@ std::unique_ptr<Sequence> Engine::Fork(Sequence& parent, int32_t index) {
     child->decoder =
         std::make_unique<StreamDecoder>(*tokenizer_, parent.request->request.prompt_ids);
   }
-  child->stop_matcher =
-      std::make_unique<sampling::StopStringMatcher>(parent.request->request.stop);
+  child->stop_matcher = std::make_unique<sampling::StopStringMatcher>(parent.request->request.stop);
   return child;
 }
 
@@ -381,9 +380,8 @@ void Engine::SampleOne(Sequence& sequence, const float* logits) {
   ++generation_tokens_;
 
   RequestOutput output;
-  const bool is_eos =
-      !request.ignore_eos &&
-      std::find(eos_token_ids_.begin(), eos_token_ids_.end(), token) != eos_token_ids_.end();
+  const bool is_eos = !request.ignore_eos && std::find(eos_token_ids_.begin(), eos_token_ids_.end(),
+                                                       token) != eos_token_ids_.end();
   const bool is_stop_token = std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(),
                                        token) != request.stop_token_ids.end();
   FinishReason reason = FinishReason::kNone;
@@ -393,8 +391,8 @@ void Engine::SampleOne(Sequence& sequence, const float* logits) {
     TokenOutput token_output;
     token_output.token = token;
     if (request.logprobs) {
-      sequence.sampler->Logprobs(logits, vocab, token, request.top_logprobs,
-                                 token_output.logprob, token_output.top);
+      sequence.sampler->Logprobs(logits, vocab, token, request.top_logprobs, token_output.logprob,
+                                 token_output.top);
     }
     output.tokens.push_back(std::move(token_output));
     if (sequence.decoder != nullptr) {

@@ -71,29 +71,29 @@ const char* FinishReasonName(FinishReason reason);  // "stop", "length", "cancel
 
 struct TokenOutput {
   int32_t token = 0;
-  sampling::TokenLogprob logprob;                // when GenerationRequest.logprobs
-  std::vector<sampling::TokenLogprob> top;       // top_logprobs entries, descending
+  sampling::TokenLogprob logprob;           // when GenerationRequest.logprobs
+  std::vector<sampling::TokenLogprob> top;  // top_logprobs entries, descending
 };
 
 // One choice's news from one step.
 struct RequestOutput {
   RequestId request_id = 0;
-  int32_t index = 0;               // choice in [0, n)
+  int32_t index = 0;                // choice in [0, n)
   std::vector<TokenOutput> tokens;  // tokens kept this step (EOS and stop tokens are not)
-  std::string text;                // new text; a stop string and what follows never appear
+  std::string text;                 // new text; a stop string and what follows never appear
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
-  std::string stop_string;         // the stop string that ended it, if one did
-  absl::Status status;             // not OK only with kError
+  std::string stop_string;  // the stop string that ended it, if one did
+  absl::Status status;      // not OK only with kError
   // Usage, as OpenAI reports it (per choice; prompt tokens counted once per request).
   int64_t prompt_tokens = 0;
-  int64_t completion_tokens = 0;   // generated so far, EOS/stop tokens included
+  int64_t completion_tokens = 0;     // generated so far, EOS/stop tokens included
   int64_t cached_prompt_tokens = 0;  // prompt tokens found in the prefix cache
 };
 using OutputCallback = std::function<void(const RequestOutput&)>;
 
 struct GenerationRequest {
-  std::vector<int32_t> prompt_ids;  // non-empty, inside the vocabulary
+  std::vector<int32_t> prompt_ids;    // non-empty, inside the vocabulary
   sampling::SamplingParams sampling;  // sampling.seed is used only when `seed` is set
   std::optional<uint64_t> seed;       // unset: a random seed per request
   int64_t max_tokens = -1;            // -1: until the context is full

@@ -107,8 +107,8 @@ absl::Status Model::Init(const BlobLookup& blobs, const ModelOptions& options) {
   // Slots are int32 in StepBatch: an explicit size past 2^30 tokens is refused, a size derived
   // from a memory budget is capped there.
   if (options.kv_cache_tokens < 0 || options.kv_cache_tokens > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError(absl::StrFormat("kv_cache_tokens must be in [1, 2^30], got %d",
-                                                      options.kv_cache_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("kv_cache_tokens must be in [1, 2^30], got %d", options.kv_cache_tokens));
   }
   cache_tokens = std::min<int64_t>(cache_tokens, int64_t{1} << 30);
   const int64_t num_blocks = (cache_tokens + block_size - 1) / block_size;

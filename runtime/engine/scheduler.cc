@@ -73,8 +73,7 @@ void AdmissionPolicy::Schedule(std::deque<Sequence*>& waiting, std::vector<Seque
     const int32_t num_tokens =
         static_cast<int32_t>(std::min<int64_t>(sequence.remaining(), budget.tokens));
     if (sequence.table.BlocksNeeded(pool, sequence.num_computed,
-                                    sequence.num_computed + num_tokens) >
-        pool.num_free_blocks()) {
+                                    sequence.num_computed + num_tokens) > pool.num_free_blocks()) {
       // Not now: give the matched blocks back and do not count the lookup twice.
       sequence.table.Release(pool);
       sequence.num_computed = 0;

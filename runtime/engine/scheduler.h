@@ -42,8 +42,8 @@ struct ScheduledSequence {
 
 struct ScheduleResult {
   std::vector<ScheduledSequence> scheduled;
-  std::vector<Sequence*> paused;          // preempted (RunningPolicy) this step
-  std::vector<kv::BlockCopy> copies;      // copy-on-write to do before the step runs
+  std::vector<Sequence*> paused;      // preempted (RunningPolicy) this step
+  std::vector<kv::BlockCopy> copies;  // copy-on-write to do before the step runs
 };
 
 class RunningPolicy {

@@ -58,7 +58,8 @@ uint64_t SipHash24(const PrefixCacheKey& key, absl::Span<const uint8_t> bytes) {
   }
   // The last word: the remaining bytes, with the length's low byte on top.
   uint64_t last = static_cast<uint64_t>(bytes.size() & 0xff) << 56;
-  for (size_t i = whole; i < bytes.size(); ++i) last |= static_cast<uint64_t>(bytes[i]) << (8 * (i - whole));
+  for (size_t i = whole; i < bytes.size(); ++i)
+    last |= static_cast<uint64_t>(bytes[i]) << (8 * (i - whole));
   state.Absorb(last);
   state.v2 ^= 0xff;
   for (int i = 0; i < 4; ++i) state.Round();
@@ -195,8 +196,8 @@ int32_t BlockPool::Lookup(uint64_t hash, absl::Span<const int32_t> tokens) const
 }
 
 bool BlockPool::Register(int32_t block, uint64_t hash, absl::Span<const int32_t> tokens) {
-  if (block < 0 || block >= num_blocks() || ref_counts_[block] == 0 ||
-      cached_hash_valid_[block] || tokens.size() != static_cast<size_t>(block_size_)) {
+  if (block < 0 || block >= num_blocks() || ref_counts_[block] == 0 || cached_hash_valid_[block] ||
+      tokens.size() != static_cast<size_t>(block_size_)) {
     return false;
   }
   if (!cached_blocks_.emplace(hash, block).second) return false;
@@ -278,8 +279,7 @@ void BlockTable::CommitFullBlocks(BlockPool& pool, absl::Span<const int32_t> tok
                                   int64_t num_computed) {
   const int32_t block_size = pool.block_size();
   const int64_t computed = std::min<int64_t>(num_computed, static_cast<int64_t>(tokens.size()));
-  const size_t full_blocks =
-      std::min(static_cast<size_t>(computed / block_size), blocks_.size());
+  const size_t full_blocks = std::min(static_cast<size_t>(computed / block_size), blocks_.size());
   while (num_hashed_blocks_ < full_blocks) {
     absl::Span<const int32_t> block_tokens =
         tokens.subspan(num_hashed_blocks_ * block_size, block_size);
@@ -303,9 +303,9 @@ absl::Status BlockTable::PrepareWrite(BlockPool& pool, int64_t first_written, in
   const int32_t block_size = pool.block_size();
   if (end <= first_written) return absl::OkStatus();
   if (end > capacity(block_size)) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "KV cache: writing tokens [%d, %d) needs %d blocks, the table holds %d", first_written,
-        end, (end + block_size - 1) / block_size, blocks_.size()));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("KV cache: writing tokens [%d, %d) needs %d blocks, the table holds %d",
+                        first_written, end, (end + block_size - 1) / block_size, blocks_.size()));
   }
   for (int64_t index = first_written / block_size; index <= (end - 1) / block_size; ++index) {
     const int32_t shared = blocks_[index];

@@ -95,8 +95,8 @@ const float* Sampler::Process(const float* logits, int32_t vocab_size) {
   }
   for (const auto& [token, count] : output_counts_) {
     if (token < 0 || token >= vocab_size) continue;
-    processed_[token] -= static_cast<float>(params_.presence_penalty +
-                                            params_.frequency_penalty * count);
+    processed_[token] -=
+        static_cast<float>(params_.presence_penalty + params_.frequency_penalty * count);
   }
   return processed_.data();
 }
@@ -184,7 +184,6 @@ std::vector<float> Sampler::Probabilities(const float* raw_logits, int32_t vocab
   }
   return probabilities;
 }
-
 
 void Sampler::Logprobs(const float* logits, int32_t vocab_size, int32_t token, int32_t top_n,
                        TokenLogprob& chosen, std::vector<TokenLogprob>& top) {

@@ -43,13 +43,13 @@ inline constexpr float kMaxLogitBias = 100.0f;
 inline constexpr int32_t kMaxTopLogprobs = 20;
 
 struct SamplingParams {
-  double temperature = 1.0;  // 0: greedy
-  int32_t top_k = 0;         // 0 or -1: off
-  double top_p = 1.0;        // 1: off
-  double min_p = 0.0;        // 0: off
-  double repetition_penalty = 1.0;  // 1: off; > 0
-  double presence_penalty = 0.0;    // [-2, 2]
-  double frequency_penalty = 0.0;   // [-2, 2]
+  double temperature = 1.0;                           // 0: greedy
+  int32_t top_k = 0;                                  // 0 or -1: off
+  double top_p = 1.0;                                 // 1: off
+  double min_p = 0.0;                                 // 0: off
+  double repetition_penalty = 1.0;                    // 1: off; > 0
+  double presence_penalty = 0.0;                      // [-2, 2]
+  double frequency_penalty = 0.0;                     // [-2, 2]
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias)
   uint64_t seed = 0;
 };

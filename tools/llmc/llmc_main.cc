@@ -1,6 +1,7 @@
 // llmc: the ahead-of-time compiler's command line.
 //
-//   llmc compile MODEL_DIR -o PLAN [--dtype f32|f16|bf16] [--dump-ir=DIR] [--quiet]
+//   llmc compile MODEL_DIR -o PLAN [--dtype f32|f16|bf16] [--target LIST] [--dump-ir=DIR]
+//                [--quiet]
 //   llmc synth --preset NAME|CONFIG_JSON -o DIR [--dtype f16|bf16|f32] [--seed S]
 //              [--max-shard-size SIZE]
 //
@@ -15,6 +16,8 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "codegen/cuda/CudaTarget.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "compiler/pipeline/compile.h"
@@ -23,11 +26,14 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: llmc compile MODEL_DIR -o PLAN [--dtype f32|f16|bf16] [--dump-ir=DIR] [--quiet]\n"
+    "usage: llmc compile MODEL_DIR -o PLAN [--dtype f32|f16|bf16] [--target LIST] [--dump-ir=DIR]\n"
+    "                    [--quiet]\n"
     "\n"
     "  MODEL_DIR     a HuggingFace model directory (config.json, *.safetensors, tokenizer.json)\n"
     "  -o PLAN       the plan file to write (written to a temporary file, renamed on success)\n"
     "  --dtype T     weight dtype of the plan (default: the checkpoint's)\n"
+    "  --target LIST what the plan carries kernels for (default: cpu), e.g.\n"
+    "                cpu,cuda:sm_80,sm_86,sm_89,sm_90 (a CUBIN per SM, PTX for the newest)\n"
     "  --dump-ir=DIR write the IR after import and after each pass into DIR\n"
     "  --quiet       no progress output\n"
     "\n"
@@ -101,6 +107,33 @@ class ConsoleProgress : public llmc::ProgressSink {
   std::chrono::steady_clock::time_point last_draw_;
 };
 
+// "cpu,cuda:sm_80,sm_86": items are "cpu", "cuda:sm_XY", or "sm_XY" continuing the CUDA list.
+// Returns an error message, or "" on success.
+std::string ParseTargets(const std::string& list, llmc::CompileOptions& options) {
+  options.target_cpu = false;
+  options.cuda_sm_versions.clear();
+  bool in_cuda = false;
+  for (absl::string_view item : absl::StrSplit(list, ',')) {
+    std::string target(item);
+    if (target == "cpu") {
+      options.target_cpu = true;
+      in_cuda = false;
+      continue;
+    }
+    if (target.rfind("cuda:", 0) == 0) {
+      target = target.substr(strlen("cuda:"));
+      in_cuda = true;
+    } else if (!in_cuda) {
+      return "unknown target \"" + target + "\" (expected cpu or cuda:sm_XY)";
+    }
+    absl::StatusOr<int> version = llmc::cuda::parseSmVersion(target);
+    if (!version.ok()) return std::string(version.status().message());
+    options.cuda_sm_versions.push_back(*version);
+  }
+  if (!options.target_cpu && options.cuda_sm_versions.empty()) return "no target in \"" + list + "\"";
+  return "";
+}
+
 int Compile(const std::vector<std::string>& args) {
   llmc::CompileOptions options;
   bool quiet = false;
@@ -129,6 +162,18 @@ int Compile(const std::vector<std::string>& args) {
         options.weight_dtype = llmrt::plan::BF16;
       } else {
         return UsageError("--dtype: expected f32, f16 or bf16, found \"" + dtype + "\"");
+      }
+    } else if (arg == "--target" || arg.rfind("--target=", 0) == 0) {
+      std::string list;
+      if (arg == "--target") {
+        const std::string* next = value();
+        if (!next) return UsageError("--target needs a list such as cpu,cuda:sm_80,sm_90");
+        list = *next;
+      } else {
+        list = arg.substr(strlen("--target="));
+      }
+      if (std::string error = ParseTargets(list, options); !error.empty()) {
+        return UsageError("--target: " + error);
       }
     } else if (arg.rfind("--dump-ir=", 0) == 0) {
       options.dump_ir_dir = arg.substr(strlen("--dump-ir="));

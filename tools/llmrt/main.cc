@@ -23,6 +23,7 @@
 #include "runtime/sampling/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/llmrt/bench.h"
+#include "tools/llmrt/render.h"
 
 namespace llmrt {
 namespace {
@@ -34,7 +35,8 @@ constexpr char kUsage[] =
     "                 [--verify] [--threads N]\n"
     "       llmrt inspect PLAN [--verify]\n"
     "       llmrt bench PLAN [-p 512] [-n 128] [-t 1,2] [--reps 5] [--ubatch 512] [--json]\n"
-    "       llmrt bench --bandwidth [-t 1,2] [--reps 5] [--bandwidth-mib 1024] [--json]\n";
+    "       llmrt bench --bandwidth [-t 1,2] [--reps 5] [--bandwidth-mib 1024] [--json]\n"
+    "       llmrt render PLAN MESSAGES.json [--add-generation-prompt]\n";
 
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "llmrt: %s\n%s", message.c_str(), kUsage);
@@ -330,6 +332,7 @@ int main(int argc, char** argv) {
   if (command == "run") return llmrt::Run(argc, argv);
   if (command == "inspect") return llmrt::Inspect(argc, argv);
   if (command == "bench") return llmrt::Bench(argc, argv);
+  if (command == "render") return llmrt::Render(argc, argv);
   if (command == "-h" || command == "--help" || command == "help") {
     std::fputs(llmrt::kUsage, stdout);
     return 0;

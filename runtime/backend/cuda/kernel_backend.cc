@@ -1,0 +1,456 @@
+#include "runtime/backend/cuda/kernel_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/plan/dtype.h"
+
+namespace llmrt::cuda {
+namespace {
+
+using Kernel = plan::KernelTable::Kernel;
+
+// Device buffers are carved at 256-byte boundaries: the alignment cudaMalloc guarantees and
+// the widest access (128-bit vectors, 128-byte transactions) any kernel makes.
+constexpr uint64_t kDeviceAlignment = 256;
+
+uint64_t AlignUp(uint64_t value) { return (value + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment; }
+
+struct OpLaunch {
+  plan::OpKind kind = plan::OP_UNSPECIFIED;
+  LlmcKernelParams params = {};
+  std::vector<int32_t> kernels;
+  int32_t layer = 0;
+};
+
+class KernelBackend final : public Backend {
+ public:
+  KernelBackend(std::unique_ptr<Device> device, std::string name)
+      : device_(std::move(device)), name_(std::move(name)) {}
+  ~KernelBackend() override {
+    for (DevicePointer pointer : allocations_) device_->Free(pointer);
+    if (kv_ != 0) device_->Free(kv_);
+    if (block_tables_ != 0) device_->Free(block_tables_);
+  }
+
+  std::string name() const override { return name_; }
+  bool Supports(plan::OpKind kind, plan::DType weight_dtype) const override {
+    return cpu::CpuSupports(kind, weight_dtype);
+  }
+  absl::Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override;
+  absl::Status RunStep(const StepBatch& batch, float* logits) override;
+  absl::Status CopyKvBlock(int32_t source, int32_t destination) override;
+  int32_t max_tokens_per_step() const override { return max_tokens_; }
+  int64_t vocab_size() const override { return vocab_size_; }
+  int64_t arena_bytes() const override { return arena_bytes_; }
+  int64_t kv_cache_bytes() const override { return kv_bytes_; }
+
+  absl::Status Create(const plan::PlanMeta& meta, const plan::KernelTable& table,
+                      const BlobLookup& blobs, const BackendOptions& options);
+
+ private:
+  absl::StatusOr<DevicePointer> Allocate(uint64_t bytes) {
+    absl::StatusOr<DevicePointer> pointer = device_->Allocate(std::max<uint64_t>(bytes, 1));
+    if (pointer.ok()) allocations_.push_back(*pointer);
+    return pointer;
+  }
+  absl::Status CheckBatch(const StepBatch& batch) const;
+  absl::Status Launch(int32_t kernel, const LlmcKernelParams& params, int64_t tokens,
+                      int64_t logit_rows);
+
+  std::unique_ptr<Device> device_;
+  std::string name_;
+  std::vector<DevicePointer> allocations_;
+  std::vector<Kernel> kernels_;
+  std::vector<OpLaunch> ops_;
+  int32_t max_tokens_ = 0;
+  int64_t vocab_size_ = 0;
+  int64_t max_token_id_ = 0;  // exclusive
+  int64_t arena_bytes_ = 0;
+  DevicePointer arena_ = 0;
+  DevicePointer metadata_ = 0;  // 6 x max_tokens i32: see RunStep
+  DevicePointer logits_ = 0;
+  DevicePointer scratch_ = 0;
+  // KV cache: kv_layers_ x {K, V} x num_slots x kv_width_ floats, one allocation.
+  int32_t kv_layers_ = 0;
+  int64_t kv_width_ = 0;
+  int32_t num_blocks_ = 0;
+  int32_t block_size_ = 0;
+  DevicePointer kv_ = 0;
+  int64_t kv_bytes_ = 0;
+  DevicePointer block_tables_ = 0;
+  int64_t block_tables_capacity_ = 0;  // i32 entries
+  std::vector<int32_t> host_metadata_;
+  std::vector<int32_t> host_block_tables_;
+};
+
+absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::KernelTable& table,
+                                   const BlobLookup& blobs, const BackendOptions& options) {
+  // The CPU backend's compiler is the program validator: both backends accept the same plans,
+  // with the same messages. One token keeps its arena tiny.
+  BackendOptions check_options = options;
+  check_options.max_tokens_per_step = 1;
+  check_options.num_threads = 1;
+  absl::StatusOr<std::unique_ptr<Backend>> check = cpu::CreateCpuBackend(meta, blobs, check_options);
+  if (!check.ok()) return check.status();
+  if (options.max_tokens_per_step <= 0 || options.max_tokens_per_step > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_tokens_per_step must be in [1, 2^20], got %d", options.max_tokens_per_step));
+  }
+  max_tokens_ = options.max_tokens_per_step;
+  vocab_size_ = (*check)->vocab_size();
+  const plan::Program& program = meta.program();
+  if (table.op_kernels_size() != program.ops_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("kernel table %s: %d op bindings for %d program ops", table.target(),
+                        table.op_kernels_size(), program.ops_size()));
+  }
+  kernels_.assign(table.kernels().begin(), table.kernels().end());
+  int64_t scratch_floats_per_token = 0;
+  for (const Kernel& kernel : kernels_) {
+    if (kernel.block_x() == 0 || kernel.block_x() > 1024 || kernel.grid_scaled_axis() < -1 ||
+        kernel.grid_scaled_axis() > 2 ||
+        (kernel.grid_scaled_axis() >= 0 && kernel.grid_rows_per_block() <= 0)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "kernel table %s: kernel %s has block %d, scaled axis %d, rows per block %d",
+          table.target(), kernel.name(), kernel.block_x(), kernel.grid_scaled_axis(),
+          kernel.grid_rows_per_block()));
+    }
+    scratch_floats_per_token = std::max(scratch_floats_per_token, kernel.scratch_floats_per_token());
+  }
+
+  arena_bytes_ = program.arena_bytes_per_token() * max_tokens_;
+  auto arena = Allocate(arena_bytes_);
+  if (!arena.ok()) return arena.status();
+  arena_ = *arena;
+  auto metadata = Allocate(uint64_t{6} * max_tokens_ * sizeof(int32_t));
+  if (!metadata.ok()) return metadata.status();
+  metadata_ = *metadata;
+  auto logits = Allocate(static_cast<uint64_t>(max_tokens_) * vocab_size_ * sizeof(float));
+  if (!logits.ok()) return logits.status();
+  logits_ = *logits;
+  auto scratch = Allocate(static_cast<uint64_t>(scratch_floats_per_token) * max_tokens_ * 4);
+  if (!scratch.ok()) return scratch.status();
+  scratch_ = *scratch;
+
+  // Weights: each tensor an op references, uploaded once.
+  std::vector<DevicePointer> weights(meta.tensors_size(), 0);
+  auto weight = [&](int32_t tensor) -> absl::StatusOr<DevicePointer> {
+    if (weights[tensor] != 0) return weights[tensor];
+    const uint8_t* bytes = blobs(tensor);
+    const uint64_t size = meta.tensors(tensor).size_bytes();
+    auto pointer = Allocate(size);
+    if (!pointer.ok()) return pointer.status();
+    if (absl::Status status = device_->CopyToDevice(*pointer, bytes, size); !status.ok()) {
+      return status;
+    }
+    weights[tensor] = *pointer;
+    return *pointer;
+  };
+  auto activation = [&](int32_t id) -> unsigned long long {
+    const plan::Value& value = program.values(id);
+    if (value.kind() != plan::Value::ACTIVATION) return 0;
+    return arena_ + static_cast<uint64_t>(max_tokens_) * value.arena_offset_per_token();
+  };
+
+  max_token_id_ = std::numeric_limits<int64_t>::max();
+  for (int index = 0; index < program.ops_size(); ++index) {
+    const plan::Op& op = program.ops(index);
+    OpLaunch launch;
+    launch.kind = op.kind();
+    launch.layer = op.layer();
+    for (int32_t kernel : table.op_kernels(index).kernels()) {
+      if (kernel < 0 || kernel >= static_cast<int32_t>(kernels_.size())) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "kernel table %s: op %d uses kernel %d, outside [0, %d)", table.target(), index,
+            kernel, kernels_.size()));
+      }
+      launch.kernels.push_back(kernel);
+    }
+    const size_t expected = op.kind() == plan::ATTENTION ? 3 : op.kind() == plan::MATMUL ? 0 : 1;
+    if ((expected != 0 && launch.kernels.size() != expected) ||
+        (op.kind() == plan::MATMUL && (launch.kernels.empty() || launch.kernels.size() > 2))) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("kernel table %s: op %d (kind %d) has %d kernels", table.target(),
+                          index, static_cast<int>(op.kind()), launch.kernels.size()));
+    }
+    LlmcKernelParams& params = launch.params;
+    for (int i = 0; i < op.inputs_size() && i < 3; ++i) params.input[i] = activation(op.inputs(i));
+    for (int i = 0; i < op.outputs_size() && i < 3; ++i) {
+      params.output[i] = activation(op.outputs(i));
+    }
+    if (op.kind() == plan::LOGITS) params.output[0] = logits_;
+    if (op.weights_size() >= 1) {
+      auto pointer = weight(op.weights(0));
+      if (!pointer.ok()) return pointer.status();
+      params.weight = *pointer;
+    }
+    if (op.weights_size() >= 2) {
+      auto pointer = weight(op.weights(1));
+      if (!pointer.ok()) return pointer.status();
+      params.bias = *pointer;
+    }
+    if (op.kind() == plan::EMBED && !meta.tensors(op.weights(0)).shape().empty()) {
+      max_token_id_ = std::min(max_token_id_, meta.tensors(op.weights(0)).shape(0));
+    }
+    if (op.kind() == plan::ATTENTION) {
+      kv_layers_ = std::max(kv_layers_, op.layer() + 1);
+      kv_width_ = static_cast<int64_t>(op.num_kv_heads()) * op.head_dim();
+    }
+    params.scratch = scratch_;
+    ops_.push_back(std::move(launch));
+  }
+  host_metadata_.resize(6 * static_cast<size_t>(max_tokens_));
+  return absl::OkStatus();
+}
+
+absl::Status KernelBackend::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
+  if (kv_ != 0) device_->Free(kv_);
+  kv_ = 0;
+  kv_bytes_ = 0;
+  if (num_blocks <= 0 || block_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "AllocateKvCache: %d blocks of %d tokens, both must be positive", num_blocks, block_size));
+  }
+  num_blocks_ = num_blocks;
+  block_size_ = block_size;
+  if (kv_layers_ == 0) return absl::OkStatus();
+  const uint64_t bytes = uint64_t{2} * kv_layers_ * num_blocks * block_size * kv_width_ * 4;
+  absl::StatusOr<DevicePointer> kv = device_->Allocate(bytes);
+  if (!kv.ok()) return kv.status();
+  kv_ = *kv;
+  kv_bytes_ = static_cast<int64_t>(bytes);
+  return absl::OkStatus();
+}
+
+absl::Status KernelBackend::CopyKvBlock(int32_t source, int32_t destination) {
+  if (kv_ == 0) return absl::FailedPreconditionError("KV cache not allocated");
+  if (source < 0 || source >= num_blocks_ || destination < 0 || destination >= num_blocks_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CopyKvBlock: blocks %d -> %d outside [0, %d)", source, destination, num_blocks_));
+  }
+  const uint64_t block_bytes = static_cast<uint64_t>(block_size_) * kv_width_ * 4;
+  const uint64_t plane_bytes = block_bytes * num_blocks_;
+  for (int plane = 0; plane < 2 * kv_layers_; ++plane) {
+    const DevicePointer base = kv_ + plane * plane_bytes;
+    if (absl::Status status = device_->CopyOnDevice(base + destination * block_bytes,
+                                                    base + source * block_bytes, block_bytes);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KernelBackend::CheckBatch(const StepBatch& batch) const {
+  const int64_t num_tokens = batch.num_tokens();
+  if (num_tokens > max_tokens_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "step: %d tokens, more than max_tokens_per_step %d", num_tokens, max_tokens_));
+  }
+  if (static_cast<int64_t>(batch.positions.size()) != num_tokens ||
+      static_cast<int64_t>(batch.slot_mapping.size()) != num_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("step: %d token ids but %d positions and %d slots", num_tokens,
+                        batch.positions.size(), batch.slot_mapping.size()));
+  }
+  if (kv_layers_ > 0 && kv_ == 0) {
+    return absl::FailedPreconditionError("step: the KV cache is not allocated");
+  }
+  const int64_t num_slots = static_cast<int64_t>(num_blocks_) * block_size_;
+  for (int64_t row = 0; row < num_tokens; ++row) {
+    if (batch.token_ids[row] < 0 || batch.token_ids[row] >= max_token_id_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("step: token %d at batch row %d is outside the vocabulary [0, %d)",
+                          batch.token_ids[row], row, max_token_id_));
+    }
+    if (kv_ != 0 && (batch.slot_mapping[row] < 0 || batch.slot_mapping[row] >= num_slots)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("step: KV slot %d of batch row %d is outside the cache [0, %d)",
+                          batch.slot_mapping[row], row, num_slots));
+    }
+  }
+  int64_t next_row = 0;
+  for (size_t index = 0; index < batch.sequences.size(); ++index) {
+    const StepSequence& sequence = batch.sequences[index];
+    if (sequence.first_token != next_row || sequence.num_tokens <= 0 ||
+        sequence.context_length < sequence.num_tokens) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "step: sequence %d has rows [%d, +%d) with context %d; expected rows from %d, at least "
+          "one token, context >= tokens",
+          index, sequence.first_token, sequence.num_tokens, sequence.context_length, next_row));
+    }
+    next_row += sequence.num_tokens;
+    if (kv_ != 0) {
+      const int64_t needed = (static_cast<int64_t>(sequence.context_length) + block_size_ - 1) /
+                             block_size_;
+      if (sequence.num_blocks < needed || sequence.block_table == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("step: sequence %d has %d blocks for %d tokens of context, needs %d",
+                            index, sequence.num_blocks, sequence.context_length, needed));
+      }
+      for (int64_t block = 0; block < needed; ++block) {
+        if (sequence.block_table[block] < 0 || sequence.block_table[block] >= num_blocks_) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "step: sequence %d block table entry %d is block %d, outside [0, %d)", index,
+              block, sequence.block_table[block], num_blocks_));
+        }
+      }
+    }
+  }
+  if (next_row != num_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "step: sequences cover %d rows, the batch has %d tokens", next_row, num_tokens));
+  }
+  if (static_cast<int64_t>(batch.logit_rows.size()) > max_tokens_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("step: %d logit rows, more than max_tokens_per_step %d",
+                        batch.logit_rows.size(), max_tokens_));
+  }
+  for (int32_t row : batch.logit_rows) {
+    if (row < 0 || row >= num_tokens) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("step: logit row %d outside the batch [0, %d)", row, num_tokens));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KernelBackend::Launch(int32_t kernel_index, const LlmcKernelParams& params,
+                                   int64_t tokens, int64_t logit_rows) {
+  const Kernel& kernel = kernels_[kernel_index];
+  LaunchGeometry geometry;
+  geometry.grid[0] = std::max<uint32_t>(kernel.grid_x(), 1);
+  geometry.grid[1] = std::max<uint32_t>(kernel.grid_y(), 1);
+  geometry.grid[2] = std::max<uint32_t>(kernel.grid_z(), 1);
+  geometry.block[0] = kernel.block_x();
+  if (kernel.grid_scaled_axis() >= 0) {
+    const int64_t rows = kernel.grid_rows() == Kernel::GRID_ROWS_LOGITS ? logit_rows : tokens;
+    const int64_t units = rows * std::max<int64_t>(kernel.grid_row_multiplier(), 1);
+    const int64_t extent = (units + kernel.grid_rows_per_block() - 1) / kernel.grid_rows_per_block();
+    if (extent == 0) return absl::OkStatus();
+    geometry.grid[kernel.grid_scaled_axis()] = static_cast<uint32_t>(extent);
+  }
+  return device_->Launch(kernel_index, geometry, params);
+}
+
+absl::Status KernelBackend::RunStep(const StepBatch& batch, float* logits) {
+  if (absl::Status status = CheckBatch(batch); !status.ok()) return status;
+  const int32_t num_tokens = batch.num_tokens();
+  if (num_tokens == 0) return absl::OkStatus();
+  const int32_t num_rows = static_cast<int32_t>(batch.logit_rows.size());
+
+  // Metadata, one upload: token ids | positions | slots | query index | block table offset |
+  // logit rows, max_tokens i32 each; the block tables go to their own growable buffer.
+  int32_t* token_ids = host_metadata_.data();
+  int32_t* positions = token_ids + max_tokens_;
+  int32_t* slots = positions + max_tokens_;
+  int32_t* query_index = slots + max_tokens_;
+  int32_t* table_offset = query_index + max_tokens_;
+  int32_t* row_index = table_offset + max_tokens_;
+  std::copy(batch.token_ids.begin(), batch.token_ids.end(), token_ids);
+  std::copy(batch.positions.begin(), batch.positions.end(), positions);
+  std::copy(batch.slot_mapping.begin(), batch.slot_mapping.end(), slots);
+  std::copy(batch.logit_rows.begin(), batch.logit_rows.end(), row_index);
+  host_block_tables_.clear();
+  for (const StepSequence& sequence : batch.sequences) {
+    const int32_t offset = static_cast<int32_t>(host_block_tables_.size());
+    if (kv_ != 0) {
+      const int64_t needed = (sequence.context_length + block_size_ - 1) / block_size_;
+      host_block_tables_.insert(host_block_tables_.end(), sequence.block_table,
+                                sequence.block_table + needed);
+    }
+    for (int32_t i = 0; i < sequence.num_tokens; ++i) {
+      query_index[sequence.first_token + i] =
+          sequence.context_length - sequence.num_tokens + i;
+      table_offset[sequence.first_token + i] = offset;
+    }
+  }
+  if (absl::Status status = device_->CopyToDevice(metadata_, host_metadata_.data(),
+                                                  host_metadata_.size() * sizeof(int32_t));
+      !status.ok()) {
+    return status;
+  }
+  if (static_cast<int64_t>(host_block_tables_.size()) > block_tables_capacity_) {
+    if (block_tables_ != 0) device_->Free(block_tables_);
+    block_tables_ = 0;
+    // Doubling: a growing context reallocates O(log n) times, never per step.
+    const int64_t capacity =
+        std::max<int64_t>(host_block_tables_.size(), 2 * block_tables_capacity_);
+    absl::StatusOr<DevicePointer> tables = device_->Allocate(capacity * sizeof(int32_t));
+    if (!tables.ok()) return tables.status();
+    block_tables_ = *tables;
+    block_tables_capacity_ = capacity;
+  }
+  if (!host_block_tables_.empty()) {
+    if (absl::Status status =
+            device_->CopyToDevice(block_tables_, host_block_tables_.data(),
+                                  host_block_tables_.size() * sizeof(int32_t));
+        !status.ok()) {
+      return status;
+    }
+  }
+
+  const uint64_t stride = static_cast<uint64_t>(max_tokens_) * sizeof(int32_t);
+  const uint64_t plane_bytes = static_cast<uint64_t>(num_blocks_) * block_size_ * kv_width_ * 4;
+  for (OpLaunch& op : ops_) {
+    LlmcKernelParams params = op.params;
+    params.token_ids = metadata_;
+    params.positions = metadata_ + stride;
+    params.slot_mapping = metadata_ + 2 * stride;
+    params.query_index = metadata_ + 3 * stride;
+    params.block_table = metadata_ + 4 * stride;
+    params.row_index = metadata_ + 5 * stride;
+    params.block_tables = block_tables_;
+    params.num_tokens = num_tokens;
+    params.num_rows = num_rows;
+    params.block_size = block_size_;
+    if (op.kind == plan::ATTENTION) {
+      params.key_cache = kv_ + 2 * op.layer * plane_bytes;
+      params.value_cache = params.key_cache + plane_bytes;
+    }
+    if (op.kind == plan::MATMUL) {
+      const bool gemm = op.kernels.size() == 2 && num_tokens > kGemvMaxTokens;
+      if (absl::Status status = Launch(op.kernels[gemm ? 1 : 0], params, num_tokens, num_rows);
+          !status.ok()) {
+        return status;
+      }
+      continue;
+    }
+    if (op.kind == plan::LOGITS && num_rows == 0) continue;
+    for (int32_t kernel : op.kernels) {
+      if (absl::Status status = Launch(kernel, params, num_tokens, num_rows); !status.ok()) {
+        return status;
+      }
+    }
+  }
+  if (num_rows > 0) {
+    if (absl::Status status = device_->CopyToHost(
+            logits, logits_, static_cast<uint64_t>(num_rows) * vocab_size_ * sizeof(float));
+        !status.ok()) {
+      return status;
+    }
+  }
+  return device_->Synchronize();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateKernelBackend(const plan::PlanMeta& meta,
+                                                             const plan::KernelTable& table,
+                                                             const BlobLookup& blobs,
+                                                             const BackendOptions& options,
+                                                             std::unique_ptr<Device> device) {
+  std::string name = device->name();
+  auto backend = std::make_unique<KernelBackend>(std::move(device), std::move(name));
+  if (absl::Status status = backend->Create(meta, table, blobs, options); !status.ok()) {
+    return status;
+  }
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace llmrt::cuda

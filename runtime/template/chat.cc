@@ -1,0 +1,39 @@
+#include "runtime/template/chat.h"
+
+namespace llmrt::jinja {
+
+Value MessageValue(const ChatMessage& message) {
+  Value::Entries entries;
+  entries.emplace_back(Value::String("role"), Value::String(message.role));
+  entries.emplace_back(Value::String("content"), message.content);
+  for (const auto& [key, value] : message.fields) entries.emplace_back(Value::String(key), value);
+  return Value::Dict(std::move(entries));
+}
+
+absl::StatusOr<std::string> RenderChat(const Template& chat_template,
+                                       const std::vector<ChatMessage>& messages,
+                                       const ChatOptions& options) {
+  Value::Items message_values;
+  message_values.reserve(messages.size());
+  for (const ChatMessage& message : messages) message_values.push_back(MessageValue(message));
+  Value::Entries variables;
+  variables.emplace_back(Value::String("messages"), Value::List(std::move(message_values)));
+  variables.emplace_back(Value::String("tools"), options.tools ? *options.tools : Value::None());
+  variables.emplace_back(Value::String("documents"), Value::None());
+  variables.emplace_back(Value::String("add_generation_prompt"),
+                         Value::Bool(options.add_generation_prompt));
+  if (options.bos_token) {
+    variables.emplace_back(Value::String("bos_token"), Value::String(*options.bos_token));
+  }
+  if (options.eos_token) {
+    variables.emplace_back(Value::String("eos_token"), Value::String(*options.eos_token));
+  }
+  for (const auto& [key, value] : options.extra_variables) {
+    variables.emplace_back(Value::String(key), value);
+  }
+  // Value::Dict keeps the first position and the last value of a repeated key, so an extra
+  // variable overrides a standard one.
+  return chat_template.Render(Value::Dict(std::move(variables)), options.render);
+}
+
+}  // namespace llmrt::jinja

@@ -1,0 +1,138 @@
+#include "runtime/template/chat.h"
+
+#include <map>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "runtime/template/test_json.h"
+
+namespace llmrt::jinja {
+namespace {
+
+RenderOptions PinnedClock() {
+  // make_reference.py pins strftime_now to 2024-07-26 10:00:00.
+  RenderOptions options;
+  std::tm when = {};
+  when.tm_year = 2024 - 1900;
+  when.tm_mon = 6;
+  when.tm_mday = 26;
+  when.tm_hour = 10;
+  when.tm_wday = 5;
+  when.tm_yday = 207;
+  options.now = when;
+  return options;
+}
+
+// Every real chat template (../shared/tokenizers, extra/ included) on every reference
+// conversation, with and without add_generation_prompt, against jinja2 through transformers'
+// render_jinja_template: byte-identical output, or the same raised message.
+TEST(ChatConformanceTest, EveryTemplateMatchesTransformers) {
+  const nlohmann::ordered_json reference =
+      ReadJsonFile(std::string(LLMRT_TEMPLATE_TESTDATA) + "/chat_reference.json");
+  std::map<std::string, nlohmann::ordered_json> templates;
+  for (const auto& entry : reference["templates"]) {
+    templates[entry["name"].get<std::string>()] = entry;
+  }
+  std::map<std::string, nlohmann::ordered_json> conversations;
+  for (const auto& entry : reference["conversations"]) {
+    conversations[entry["name"].get<std::string>()] = entry;
+  }
+  ASSERT_GE(templates.size(), 20u);
+  ASSERT_GE(conversations.size(), 6u);
+  int rendered_cases = 0, raised_cases = 0;
+  std::map<std::string, Template> parsed;
+  for (const auto& [name, entry] : templates) {
+    absl::StatusOr<Template> chat_template = Template::Parse(entry["source"].get<std::string>());
+    ASSERT_TRUE(chat_template.ok()) << name << ": " << chat_template.status();
+    parsed.emplace(name, *chat_template);
+  }
+  for (const auto& test_case : reference["cases"]) {
+    const std::string template_name = test_case["template"].get<std::string>();
+    const std::string conversation_name = test_case["conversation"].get<std::string>();
+    const bool add_generation_prompt = test_case["add_generation_prompt"].get<bool>();
+    SCOPED_TRACE(template_name + " / " + conversation_name +
+                 (add_generation_prompt ? " / add_generation_prompt" : ""));
+    const nlohmann::ordered_json& entry = templates.at(template_name);
+    const nlohmann::ordered_json& conversation = conversations.at(conversation_name);
+
+    ChatOptions options;
+    options.add_generation_prompt = add_generation_prompt;
+    if (!entry["bos_token"].is_null()) options.bos_token = entry["bos_token"].get<std::string>();
+    if (!entry["eos_token"].is_null()) options.eos_token = entry["eos_token"].get<std::string>();
+    if (conversation.contains("tools")) options.tools = JsonToValue(conversation["tools"]);
+    options.render = PinnedClock();
+    std::vector<ChatMessage> messages;
+    for (const auto& message : conversation["messages"]) {
+      ChatMessage chat_message;
+      for (auto it = message.begin(); it != message.end(); ++it) {
+        if (it.key() == "role") {
+          chat_message.role = it.value().get<std::string>();
+        } else if (it.key() == "content") {
+          chat_message.content = JsonToValue(it.value());
+        } else {
+          chat_message.fields.emplace_back(it.key(), JsonToValue(it.value()));
+        }
+      }
+      messages.push_back(std::move(chat_message));
+    }
+    absl::StatusOr<std::string> rendered =
+        RenderChat(parsed.at(template_name), messages, options);
+    if (test_case.contains("output")) {
+      ASSERT_TRUE(rendered.ok()) << rendered.status();
+      EXPECT_EQ(*rendered, test_case["output"].get<std::string>());
+      ++rendered_cases;
+      continue;
+    }
+    ++raised_cases;
+    const std::string type = test_case["error_type"].get<std::string>();
+    const std::string message = test_case["error"].get<std::string>();
+    ASSERT_FALSE(rendered.ok()) << "rendered where jinja2 raised " << type << ": " << message;
+    if (type == "TemplateError") {
+      EXPECT_EQ(rendered.status().code(), kTemplateRaisedCode) << rendered.status();
+      EXPECT_EQ(rendered.status().message(), message);
+    } else {
+      EXPECT_TRUE(absl::EndsWith(rendered.status().message(), type + ": " + message))
+          << rendered.status() << " vs jinja2 " << type << ": " << message;
+    }
+  }
+  // The reference has both kinds; a reference that lost either would weaken this test.
+  EXPECT_GE(rendered_cases, 200);
+  EXPECT_GE(raised_cases, 40);
+}
+
+TEST(RenderChatTest, GemmaRefusesASystemMessageWithItsOwnMessage) {
+  absl::StatusOr<Template> gemma = Template::Parse(
+      "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role "
+      "not supported') }}{% endif %}{% for message in messages %}{{ message['content'] }}"
+      "{% endfor %}");
+  ASSERT_TRUE(gemma.ok());
+  ChatOptions options;
+  options.bos_token = "<bos>";
+  absl::StatusOr<std::string> rendered =
+      RenderChat(*gemma, {{"system", Value::String("be nice")}}, options);
+  ASSERT_FALSE(rendered.ok());
+  EXPECT_EQ(rendered.status().code(), kTemplateRaisedCode);
+  EXPECT_EQ(rendered.status().message(), "System role not supported");
+  rendered = RenderChat(*gemma, {{"user", Value::String("hi")}}, options);
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_EQ(*rendered, "<bos>hi");
+}
+
+TEST(RenderChatTest, PassesToolsExtraVariablesAndMessageFields) {
+  absl::StatusOr<Template> chat_template = Template::Parse(
+      "{{ tools is none }}|{{ date_string }}|{% for m in messages %}{{ m.role }}:"
+      "{{ m.tool_call_id | default('-') }};{% endfor %}{{ add_generation_prompt }}");
+  ASSERT_TRUE(chat_template.ok());
+  ChatOptions options;
+  options.add_generation_prompt = true;
+  options.extra_variables.emplace_back("date_string", Value::String("1 Jan 2025"));
+  ChatMessage tool{"tool", Value::String("42"), {{"tool_call_id", Value::String("call_7")}}};
+  absl::StatusOr<std::string> rendered =
+      RenderChat(*chat_template, {{"user", Value::String("q")}, tool}, options);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_EQ(*rendered, "True|1 Jan 2025|user:-;tool:call_7;True");
+}
+
+}  // namespace
+}  // namespace llmrt::jinja

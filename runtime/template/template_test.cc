@@ -1,0 +1,179 @@
+#include "runtime/template/template.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "runtime/template/test_json.h"
+
+namespace llmrt::jinja {
+namespace {
+
+RenderOptions PinnedClock() {
+  // make_reference.py pins strftime_now to 2024-07-26 10:00:00.
+  RenderOptions options;
+  std::tm when = {};
+  when.tm_year = 2024 - 1900;
+  when.tm_mon = 6;
+  when.tm_mday = 26;
+  when.tm_hour = 10;
+  when.tm_wday = 5;
+  when.tm_yday = 207;
+  options.now = when;
+  return options;
+}
+
+// Compares a render against jinja2's: the same output, or an error of the same kind and message.
+void ExpectMatchesReference(const std::string& name, const std::string& source,
+                            const Value& variables, const nlohmann::ordered_json& expected) {
+  SCOPED_TRACE(name);
+  absl::StatusOr<Template> parsed = Template::Parse(source);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<std::string> rendered = parsed->Render(variables, PinnedClock());
+  if (expected.contains("output")) {
+    ASSERT_TRUE(rendered.ok()) << rendered.status();
+    EXPECT_EQ(*rendered, expected["output"].get<std::string>());
+    return;
+  }
+  ASSERT_FALSE(rendered.ok()) << "rendered '" << *rendered << "' where jinja2 raised "
+                              << expected["error"].get<std::string>();
+  const std::string type = expected["error_type"].get<std::string>();
+  const std::string message = expected["error"].get<std::string>();
+  if (type == "TemplateError") {
+    EXPECT_EQ(rendered.status().code(), kTemplateRaisedCode);
+    EXPECT_EQ(rendered.status().message(), message);
+  } else {
+    EXPECT_TRUE(absl::EndsWith(rendered.status().message(), type + ": " + message))
+        << rendered.status() << " vs jinja2 " << type << ": " << message;
+  }
+}
+
+TEST(TemplateFeaturesTest, MatchesJinja2) {
+  const nlohmann::ordered_json reference =
+      ReadJsonFile(std::string(LLMRT_TEMPLATE_TESTDATA) + "/features_reference.json");
+  ASSERT_GE(reference["cases"].size(), 40u);
+  for (const auto& test_case : reference["cases"]) {
+    ExpectMatchesReference(test_case["name"].get<std::string>(),
+                           test_case["template"].get<std::string>(),
+                           JsonToValue(test_case["variables"]), test_case);
+  }
+}
+
+TEST(TemplateSyntaxTest, ErrorsNameLineAndColumn) {
+  struct Case {
+    const char* source;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"{% if x %}", "line 1, column 11: unexpected end of template: looking for 'elif' or 'else' or 'endif'"},
+      {"a\n{{ x y }}", "line 2, column 6: expected end of print statement, got 'y'"},
+      {"{{ 1 + }}", "line 1, column 8: unexpected 'end of print statement'"},
+      {"{% endfor %}", "line 1, column 4: unknown tag 'endfor'"},
+      {"x\n\n  {{ 'abc }}", "line 3, column 6: unterminated string literal"},
+      {"{# open", "line 1, column 1: missing end of comment tag"},
+      {"{% for %}", "line 1, column 8: expected a name"},
+      {"{{ (1 }}", "line 1, column 7: unexpected '}'"},
+      {"{% break %}", "'break' outside of a for loop"},
+      {"{{ x | }}", "expected a name, got 'end of print statement'"},
+  };
+  for (const Case& test_case : cases) {
+    absl::StatusOr<Template> parsed = Template::Parse(test_case.source);
+    ASSERT_FALSE(parsed.ok()) << test_case.source;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(parsed.status().message(), test_case.expected))
+        << test_case.source << " -> " << parsed.status();
+  }
+}
+
+TEST(TemplateSyntaxTest, DeepNestingIsAnErrorNotACrash) {
+  std::string source = "{{ ";
+  for (int index = 0; index < 5000; ++index) source += "(";
+  source += "1";
+  for (int index = 0; index < 5000; ++index) source += ")";
+  source += " }}";
+  absl::StatusOr<Template> parsed = Template::Parse(source);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_TRUE(absl::StrContains(parsed.status().message(), "nesting deeper than the limit"));
+
+  std::string blocks;
+  for (int index = 0; index < 1000; ++index) blocks += "{% if true %}";
+  EXPECT_FALSE(Template::Parse(blocks).ok());
+}
+
+TEST(TemplateLimitsTest, OutputSizeIsBounded) {
+  absl::StatusOr<Template> parsed =
+      Template::Parse("{% for i in range(100) %}{{ 'x' * 100 }}{% endfor %}");
+  ASSERT_TRUE(parsed.ok());
+  RenderOptions options;
+  options.limits.max_output_bytes = 5000;
+  absl::StatusOr<std::string> rendered = parsed->Render(Value::Object({}), options);
+  ASSERT_FALSE(rendered.ok());
+  EXPECT_EQ(rendered.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(rendered.status().message(), "max_output_bytes (5000)"));
+  options.limits.max_output_bytes = 10000;
+  EXPECT_EQ(parsed->Render(Value::Object({}), options)->size(), 10000u);
+
+  // A huge intermediate string is refused before it is built.
+  absl::StatusOr<Template> bomb = Template::Parse("{% set s = 'x' * 1000000000000 %}");
+  ASSERT_TRUE(bomb.ok());
+  rendered = bomb->Render(Value::Object({}), RenderOptions{});
+  ASSERT_FALSE(rendered.ok());
+  EXPECT_TRUE(absl::StrContains(rendered.status().message(), "max_output_bytes"));
+}
+
+TEST(TemplateLimitsTest, LoopIterationsAreBounded) {
+  absl::StatusOr<Template> parsed = Template::Parse(
+      "{% for a in range(1000) %}{% for b in range(1000) %}{% endfor %}{% endfor %}");
+  ASSERT_TRUE(parsed.ok());
+  RenderOptions options;
+  options.limits.max_loop_iterations = 10000;
+  absl::StatusOr<std::string> rendered = parsed->Render(Value::Object({}), options);
+  ASSERT_FALSE(rendered.ok());
+  EXPECT_EQ(rendered.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(rendered.status().message(), "max_loop_iterations (10000)"));
+}
+
+TEST(TemplateLimitsTest, MacroRecursionIsBounded) {
+  absl::StatusOr<Template> parsed =
+      Template::Parse("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  ASSERT_TRUE(parsed.ok());
+  absl::StatusOr<std::string> rendered = parsed->Render(Value::Object({}), RenderOptions{});
+  ASSERT_FALSE(rendered.ok());
+  EXPECT_EQ(rendered.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(rendered.status().message(), "max_call_depth (64)"));
+
+  // Bounded recursion that ends is fine.
+  parsed = Template::Parse(
+      "{% macro count(n) %}{{ n }}{% if n > 0 %}{{ count(n - 1) }}{% endif %}{% endmacro %}"
+      "{{ count(5) }}");
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(*parsed->Render(Value::Object({}), RenderOptions{}), "543210");
+}
+
+TEST(TemplateRenderTest, ParsedOnceRenderedMany) {
+  absl::StatusOr<Template> parsed = Template::Parse("{{ greeting }}, {{ name | upper }}!");
+  ASSERT_TRUE(parsed.ok());
+  for (const char* name : {"ann", "bob", "cy"}) {
+    absl::StatusOr<std::string> rendered = parsed->Render(
+        Value::Object({{"greeting", Value::String("Hi")}, {"name", Value::String(name)}}),
+        RenderOptions{});
+    ASSERT_TRUE(rendered.ok());
+    EXPECT_EQ(*rendered, "Hi, " + std::string(name == std::string("ann")   ? "ANN"
+                                              : name == std::string("bob") ? "BOB"
+                                                                           : "CY") +
+                             "!");
+  }
+  EXPECT_FALSE(parsed->Render(Value::List({}), RenderOptions{}).ok());
+}
+
+TEST(TemplateRenderTest, RuntimeErrorsNameTheLine) {
+  absl::StatusOr<Template> parsed = Template::Parse("ok\n\n{{ 'a' + 1 }}");
+  ASSERT_TRUE(parsed.ok());
+  absl::StatusOr<std::string> rendered = parsed->Render(Value::Object({}), RenderOptions{});
+  ASSERT_FALSE(rendered.ok());
+  EXPECT_EQ(rendered.status().message(),
+            "template line 3: TypeError: can only concatenate str (not \"int\") to str");
+}
+
+}  // namespace
+}  // namespace llmrt::jinja

@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""Makes the reference outputs the chat-template tests compare against, with Python jinja2.
+
+Rendering goes through transformers' own code (transformers.utils.chat_template_utils:
+render_jinja_template and _compile_jinja_template), so the environment is exactly the one
+apply_chat_template uses: ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True),
+loop controls, its tojson filter, raise_exception, strftime_now, namespace and dict. strftime_now
+is pinned to 2024-07-26 10:00:00 so the outputs are deterministic (the C++ test pins the same).
+
+Writes, next to this script:
+  chat_reference.json      every template in ../shared/tokenizers/*/chat_template.jinja and
+                           */extra/*.jinja on every conversation below, with and without
+                           add_generation_prompt: the output, or the error a template raised.
+  features_reference.json  small templates exercising each language feature, with jinja2's output.
+
+Usage: python3 runtime/template/testdata/make_reference.py [path/to/shared/tokenizers]
+Needs: pip install jinja2 transformers
+"""
+import datetime as real_datetime
+import glob
+import json
+import os
+import sys
+
+import jinja2
+import transformers
+from transformers.utils import chat_template_utils
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXED_NOW = real_datetime.datetime(2024, 7, 26, 10, 0, 0)
+
+
+class _FixedDatetime(real_datetime.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return FIXED_NOW
+
+
+# strftime_now reads the module's `datetime`; pin it before the first template compiles.
+chat_template_utils.datetime = _FixedDatetime
+
+
+def special_token(config, key):
+    value = config.get(key)
+    if isinstance(value, dict):
+        return value.get("content")
+    return value
+
+
+# Folders without a tokenizer_config.json: the tokens their models' tokenizers define
+# (Mistral's SentencePiece <s>/</s>; SmolLM2's tokenizer_config sets both to its im tokens).
+FALLBACK_TOKENS = {
+    "mistral": ("<s>", "</s>"),
+    "smollm2": ("<|im_start|>", "<|im_end|>"),
+}
+
+
+def folder_tokens(folder):
+    for name in ("tokenizer_config.json", "llama2_tokenizer_config.json"):
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                config = json.load(f)
+            return special_token(config, "bos_token"), special_token(config, "eos_token")
+    return FALLBACK_TOKENS.get(os.path.basename(folder), (None, None))
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather for a city, in \"celsius\" or 'fahrenheit'.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name, e.g. Zürich"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+
+CONVERSATIONS = [
+    {"name": "single_user", "messages": [{"role": "user", "content": "Hello!"}]},
+    {
+        "name": "system_user",
+        "messages": [
+            {"role": "system", "content": "You are a terse assistant."},
+            {"role": "user", "content": "What is 2+2?"},
+        ],
+    },
+    {
+        "name": "multi_turn",
+        "messages": [
+            {"role": "user", "content": "Hi there"},
+            {"role": "assistant", "content": "Hello! How can I help?"},
+            {"role": "user", "content": "Tell me a joke."},
+        ],
+    },
+    {
+        "name": "assistant_last",
+        "messages": [
+            {"role": "user", "content": "Name a color."},
+            {"role": "assistant", "content": "Blue."},
+        ],
+    },
+    {
+        "name": "tricky_content",
+        "messages": [
+            {"role": "system", "content": "  Answer in JSON: {\"a\": 'b'}\n\n"},
+            {"role": "user",
+             "content": "Quotes \" and ' and \\ backslash\nnew line\ttab {{ x }} {% if y %} {# c #}"},
+            {"role": "assistant", "content": "Ünïcödé 日本語 emoji 👍🏽 and </s> <|im_end|>\r\n"},
+            {"role": "user", "content": "  spaced out  \n"},
+        ],
+    },
+    {
+        "name": "long_multi_turn_with_system",
+        "messages": [
+            {"role": "system", "content": "System prompt."},
+            {"role": "user", "content": "one"},
+            {"role": "assistant", "content": "two"},
+            {"role": "user", "content": "three"},
+            {"role": "assistant", "content": "<think>hmm</think>four"},
+            {"role": "user", "content": "five"},
+        ],
+    },
+    {
+        "name": "tool_calls",
+        "tools": [WEATHER_TOOL],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather",
+                                 "arguments": {"city": "Paris", "unit": "celsius"}},
+                }],
+            },
+            {"role": "tool", "content": "{\"temperature\": 21}", "tool_call_id": "call_1"},
+        ],
+    },
+    {
+        "name": "roles_not_alternating",
+        "messages": [
+            {"role": "user", "content": "first"},
+            {"role": "user", "content": "second"},
+        ],
+    },
+]
+
+
+def error_record(error):
+    return {"error_type": type(error).__name__, "error": str(error)}
+
+
+def render_chat(source, conversation, add_generation_prompt, bos, eos):
+    kwargs = {}
+    if bos is not None:
+        kwargs["bos_token"] = bos
+    if eos is not None:
+        kwargs["eos_token"] = eos
+    try:
+        rendered, _ = chat_template_utils.render_jinja_template(
+            conversations=[conversation["messages"]],
+            tools=conversation.get("tools"),
+            chat_template=source,
+            add_generation_prompt=add_generation_prompt,
+            **kwargs,
+        )
+        return {"output": rendered[0]}
+    except jinja2.exceptions.TemplateError as error:
+        return error_record(error)
+    except (TypeError, ValueError) as error:
+        return error_record(error)
+
+
+def make_chat_reference(shared):
+    paths = sorted(glob.glob(os.path.join(shared, "*", "chat_template.jinja")) +
+                   glob.glob(os.path.join(shared, "*", "extra", "*.jinja")))
+    templates, cases = [], []
+    for path in paths:
+        rel = os.path.relpath(path, shared)
+        folder = os.path.join(shared, rel.split(os.sep)[0])
+        bos, eos = folder_tokens(folder)
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        templates.append({"name": rel, "source": source, "bos_token": bos, "eos_token": eos})
+        for conversation in CONVERSATIONS:
+            for add_generation_prompt in (False, True):
+                case = {"template": rel, "conversation": conversation["name"],
+                        "add_generation_prompt": add_generation_prompt}
+                case.update(render_chat(source, conversation, add_generation_prompt, bos, eos))
+                cases.append(case)
+    return {"jinja2_version": jinja2.__version__, "transformers_version": transformers.__version__,
+            "strftime_now": FIXED_NOW.isoformat(), "templates": templates,
+            "conversations": CONVERSATIONS, "cases": cases}
+
+
+# (name, template, variables). Each is rendered by jinja2 in transformers' environment.
+MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": " Hi "},
+            {"role": "assistant", "content": "yo"}]
+FEATURES = [
+    ("if_elif_else", "{% for x in [1, 2, 3] %}{% if x == 1 %}one{% elif x == 2 %}two{% else %}"
+     "many{% endif %};{% endfor %}", {}),
+    ("for_loop_vars", "{% for m in messages %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.length }}/"
+     "{{ loop.revindex }}/{{ loop.revindex0 }}/{{ loop.first }}/{{ loop.last }} {% endfor %}",
+     {"messages": MESSAGES}),
+    ("for_prev_next_cycle", "{% for x in 'abc' %}{{ loop.previtem }}{{ x }}{{ loop.nextitem }}"
+     "{{ loop.cycle('+', '-') }}{% endfor %}", {}),
+    ("for_else", "{% for x in [] %}x{% else %}empty{% endfor %}|{% for x in none_list %}x{% else %}"
+     "undef{% endfor %}", {}),
+    ("for_filter_and_unpack", "{% for k, v in d.items() if v > 1 %}{{ k }}={{ v }},{% endfor %}",
+     {"d": {"a": 1, "b": 2, "c": 3}}),
+    ("for_break_continue", "{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}"
+     "{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %}", {}),
+    ("loop_scoping", "{% set x = 5 %}{% for i in [1, 2] %}{{ x }}{% set x = i %}{{ x }}{% endfor %}"
+     "[{{ x }}]{% if true %}{% set y = 3 %}{% endif %}{{ y }}", {}),
+    ("namespace", "{% set ns = namespace(found=false, n=0) %}{% for m in messages %}"
+     "{% if m.role == 'user' %}{% set ns.found = true %}{% endif %}{% set ns.n = ns.n + 1 %}"
+     "{% endfor %}{{ ns.found }} {{ ns.n }}", {"messages": MESSAGES}),
+    ("macro_call", "{% macro greet(name, punct='!') %}Hello {{ name }}{{ punct }}{% endmacro %}"
+     "{{ greet('a') }} {{ greet('b', '?') }} {{ greet(name='c', punct='.') }}", {}),
+    ("macro_caller", "{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}"
+     "{% call wrap('b') %}bold {{ 1 + 1 }}{% endcall %}", {}),
+    ("filter_block", "{% filter upper %}shout {{ 'this' }}{% endfilter %}", {}),
+    ("set_block", "{% set text %}  block {{ 7 }}  {% endset %}[{{ text }}][{{ text | trim }}]", {}),
+    ("raw", "{% raw %}{{ not rendered }} {% if %}{% endraw %}", {}),
+    ("literals", "{{ [1, 'a', none, true, 2.5] }} {{ {'k': 'v', 'n': 1} }} {{ (1, 2) }} {{ (1,) }} "
+     "{{ 'adj' 'acent' }} {{ 1_000 }} {{ 1e3 }} {{ -3 }}", {}),
+    ("string_escapes", "{{ 'a\\nb\\tc\\\\d\\'e' }}|{{ \"q\\\"q\" }}|{{ '\\u00e9\\x41' }}", {}),
+    ("attribute_item_access", "{{ m.role }} {{ m['content'] }} {{ l[0] }} {{ l[-1] }} {{ l.1 }} "
+     "{{ m.missing }}|{{ l[10] }}|", {"m": MESSAGES[1], "l": [10, 20, 30]}),
+    ("slicing", "{{ l[1:] }} {{ l[:-1] }} {{ l[::2] }} {{ l[::-1] }} {{ s[1:4] }} {{ s[-3:] }} "
+     "{{ s[::-1] }}", {"l": [1, 2, 3, 4, 5], "s": "héllo wörld"}),
+    ("in_not_in", "{{ 'a' in 'cat' }} {{ 2 in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 3 not in [1] }} "
+     "{{ 'role' in m }} {{ 'tool_calls' in m }}", {"m": MESSAGES[0]}),
+    ("arithmetic", "{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} "
+     "{{ -7 % 3 }} {{ 2 ** 10 }} {{ 1.5 + 1 }} {{ 0.1 + 0.2 }} {{ 10 / 4 * 2 }} {{ 'ab' * 3 }} "
+     "{{ [1] + [2] }} {{ true + 1 }}", {}),
+    ("concat_tilde", "{{ 'a' ~ 1 ~ none ~ true ~ [1] ~ undefined_name }}", {}),
+    ("comparisons", "{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 'a' < 'b' }} {{ 1 == 1.0 }} {{ 1 != '1' }} "
+     "{{ [1, 2] < [1, 3] }} {{ none == none }} {{ 2 >= 2 }} {{ 1 <= 0 }}", {}),
+    ("logic", "{{ true and 'x' }} {{ 0 or 'fallback' }} {{ not '' }} {{ none or [] }} "
+     "{{ 1 and 0 }} {{ not undefined_name }}", {}),
+    ("conditional_expression", "{{ 'yes' if flag else 'no' }} {{ 'yes' if not flag else 'no' }} "
+     "[{{ 'only' if not flag }}]", {"flag": True}),
+    ("string_methods", "{{ '  x  '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ '  x'.lstrip() }}|"
+     "{{ 'x  '.rstrip() }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|"
+     "{{ 'a b c'.split(' ', 1) }}|{{ 'abc'.startswith('ab') }}|{{ 'abc'.endswith(('x', 'c')) }}|"
+     "{{ 'MiXed'.upper() }}|{{ 'MiXed'.lower() }}|{{ 'hello wORLD-x'.title() }}|"
+     "{{ 'hELLO'.capitalize() }}|{{ 'aaa'.replace('a', 'b', 2) }}|{{ 'a/b/c'.rsplit('/', 1) }}|"
+     "{{ 'abcabc'.find('c') }}|{{ 'abcabc'.count('bc') }}|{{ '-'.join(['x', 'y']) }}", {}),
+    ("dict_methods", "{% for k, v in d.items() %}{{ k }}:{{ v }} {% endfor %}{{ d.keys() | list }} "
+     "{{ d.values() | list }} {{ d.get('a') }} {{ d.get('z') }} {{ d.get('z', 'dflt') }}",
+     {"d": {"a": 1, "b": [2]}}),
+    ("tests_types", "{{ x is defined }} {{ nope is defined }} {{ nope is undefined }} {{ n is none }} "
+     "{{ s is string }} {{ d is mapping }} {{ l is iterable }} {{ s is iterable }} "
+     "{{ 1 is number }} {{ l is sequence }} {{ d is sequence }} {{ true is boolean }} "
+     "{{ true is true }} {{ 0 is false }} {{ 1 is integer }} {{ 1.0 is float }} "
+     "{{ 1.0 is integer }} {{ n is not none }}",
+     {"x": 1, "n": None, "s": "str", "d": {"a": 1}, "l": [1]}),
+    ("tests_comparisons", "{{ 1 is eq 1 }} {{ 'a' is equalto 'a' }} {{ 2 is in [1, 2] }} "
+     "{{ 3 is odd }} {{ 4 is even }} {{ 9 is divisibleby 3 }} {{ 1 is lt 2 }} {{ 2 is ge 3 }} "
+     "{{ none is sameas none }}", {}),
+    ("filters_text", "{{ '  t  ' | trim }}|{{ 'abc' | upper }}|{{ 'ABC' | lower }}|"
+     "{{ 'hello wORLD-x(y' | title }}|{{ 'hELLO world' | capitalize }}|"
+     "{{ 'aXbX' | replace('X', '-') }}|{{ 42 | string }}|{{ 'safe<>' | safe }}", {}),
+    ("filters_length", "{{ 'héllo' | length }} {{ [1, 2] | count }} {{ {'a': 1} | length }} "
+     "{{ nope | length }}", {}),
+    ("filters_default", "{{ nope | default('d') }} {{ '' | default('d') }} {{ '' | d('d', true) }} "
+     "{{ none | default('d') }} {{ 0 | default('d', boolean=true) }}", {}),
+    ("filters_numbers", "{{ '42' | int }} {{ '4.7' | int }} {{ 'x' | int }} {{ 'x' | int(7) }} "
+     "{{ 3.9 | int }} {{ '2.5' | float }} {{ 3 | float }} {{ -4 | abs }} {{ 2.567 | round }} "
+     "{{ 2.567 | round(2) }} {{ 2.5 | round }} {{ 3.5 | round }} {{ 2.1 | round(0, 'ceil') }} "
+     "{{ 2.9 | round(method='floor') }}", {}),
+    ("filters_sequences", "{{ l | first }} {{ l | last }} {{ 'abc' | list }} {{ l | join(', ') }} "
+     "{{ l | join }} {{ [3, 1, 3, 2] | unique | list }} {{ ['B', 'a', 'b'] | unique | list }} "
+     "{{ d | items | list }} {{ d | dictsort }} {{ [3, 1, 2] | sort }} {{ [1, 2, 3] | sum }} "
+     "{{ [4, 2, 8] | min }} {{ [4, 2, 8] | max }}", {"l": ["x", "y", "z"], "d": {"b": 2, "a": 1}}),
+    ("filters_map_select", "{{ messages | map(attribute='role') | join(',') }}|"
+     "{{ ['a', 'b'] | map('upper') | list }}|{{ [1, 2, 3, 4] | select('odd') | list }}|"
+     "{{ [1, 2, 3, 4] | reject('odd') | list }}|"
+     "{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | list }}|"
+     "{{ messages | rejectattr('role', 'eq', 'system') | list | length }}|"
+     "{{ [0, 1, '', 'x'] | select | list }}|{{ messages | selectattr('content') | list | length }}",
+     {"messages": MESSAGES}),
+    ("filters_join_attribute", "{{ messages | join(' ', attribute='role') }}", {"messages": MESSAGES}),
+    ("filter_tojson", "{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ 'é\"\\n' | tojson }}|"
+     "{{ [1, 2.0, none, true] | tojson }}|{{ {} | tojson(indent=4) }}|{{ d | tojson(sort_keys=true) }}",
+     {"d": {"z": "ü", "a": [1, {"b": None}]}}),
+    ("filter_indent", "{{ 'a\\nb\\n\\nc' | indent }}|{{ 'a\\nb' | indent(2, true) }}|"
+     "{{ 'a\\n\\nb' | indent(1, blank=true) }}|{{ 'x\\ny' | indent('> ') }}", {}),
+    ("filter_chain_precedence", "{{ ' a ' | trim + 'b' }}|{{ -3 | abs }}|{{ 'x' ~ ' y ' | trim }}|"
+     "{{ messages | length > 2 }}|{{ not messages | length }}", {"messages": MESSAGES}),
+    ("whitespace_control", "a  {%- if true -%}  b  {%- endif -%}  c\n  {{- ' d ' -}}  \n e", {}),
+    ("trim_and_lstrip_blocks", "<\n  {% if true %}\n    yes\n  {% endif %}\n  {# note #}\n>\n"
+     "  {{ 'var' }}\n  {%+ if true %}kept{% endif %}\n{% if true +%}\nno-trim\n{%- endif %}\n", {}),
+    ("trailing_newline", "line\n", {}),
+    ("comments", "a{# comment {{ x }} #}b{#- strip -#}  c", {}),
+    ("none_and_bool_output", "{{ none }} {{ true }} {{ false }} {{ n }}", {"n": None}),
+    ("nested_data", "{{ messages[1]['content'] | trim }}{{ messages[0].role | upper }}"
+     "{{ messages[-1].content ~ '!' }}", {"messages": MESSAGES}),
+    ("dict_global", "{{ dict(a=1, b='x') }} {{ dict(a=1) | tojson }}", {}),
+    ("strftime_now", "{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%Y-%m-%d %H:%M') }}", {}),
+    ("undefined_printing", "[{{ nope }}][{{ m.nope }}][{{ nope | trim }}][{{ m.nope ~ 'x' }}]"
+     "{% for x in nope %}never{% endfor %}{{ nope is none }}{{ nope == nope2 }}",
+     {"m": {"a": 1}}),
+    ("int_attribute_is_undefined", "[{{ m.a.b }}]", {"m": {"a": 1}}),
+    # Errors: jinja2 raises, and so must we (the tests compare the message).
+    ("error_raise_exception", "{{ raise_exception('Custom failure: ' ~ 42) }}", {}),
+    ("error_undefined_attribute", "{{ nope.attr }}", {}),
+    ("error_missing_key_chained", "{{ m.tool_calls[0] }}", {"m": {"role": "user"}}),
+    ("error_list_index_chained", "{{ l[5].a }}", {"l": [1]}),
+    ("error_string_plus_int", "{{ 'a' + 1 }}", {}),
+    ("error_undefined_plus", "{{ nope + 'a' }}", {}),
+    ("error_compare_types", "{{ 1 < 'a' }}", {}),
+    ("error_list_append_unsafe", "{% set l = [1] %}{{ l.append(2) }}", {}),
+    ("error_namespace_underscore", "{% set ns = namespace() %}{% set ns._x = 1 %}", {}),
+]
+
+
+def make_features_reference():
+    cases = []
+    for name, source, variables in FEATURES:
+        case = {"name": name, "template": source, "variables": variables}
+        try:
+            compiled = chat_template_utils._compile_jinja_template(source)
+            case["output"] = compiled.render(**variables)
+        except jinja2.exceptions.TemplateError as error:
+            case.update(error_record(error))
+        except (TypeError, ValueError) as error:
+            case.update(error_record(error))
+        cases.append(case)
+    return {"jinja2_version": jinja2.__version__, "strftime_now": FIXED_NOW.isoformat(),
+            "cases": cases}
+
+
+def write(name, data):
+    path = os.path.join(HERE, name)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(data, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+    print("wrote", path)
+
+
+def main():
+    shared = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        HERE, "..", "..", "..", "..", "shared", "tokenizers")
+    write("chat_reference.json", make_chat_reference(os.path.abspath(shared)))
+    write("features_reference.json", make_features_reference())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,383 @@
+// The serving engine end to end with real plans compiled by llmc: stories260K (a trained model,
+// whose documented greedy story is the reference) and transformers' tiny fixtures.
+//
+// Exactness: greedy output must be token-for-token the same whether a request runs alone or among
+// 16, after a prefix-cache hit, or after being preempted and recomputed under a tiny KV pool.
+#include "runtime/engine/engine.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/engine/model.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "tests/e2e/test_util.h"
+
+namespace llmc::testing {
+namespace {
+
+using llmrt::engine::Engine;
+using llmrt::engine::EngineOptions;
+using llmrt::engine::FinishReason;
+using llmrt::engine::GenerationRequest;
+using llmrt::engine::Model;
+using llmrt::engine::ModelOptions;
+using llmrt::engine::RequestId;
+using llmrt::engine::RequestOutput;
+
+constexpr char kStoriesDir[] = "tests/data/stories260K";
+// tests/data/stories260K/README.md: greedy f32 continuation of "Once upon a time".
+const std::vector<int32_t> kStoriesGreedy = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317,
+                                             426, 338, 401, 396, 267, 337, 410, 408, 419, 292};
+
+// Compiles `model_dir` (relative to the source tree) to an f32 plan once per test binary.
+std::string CompilePlan(const std::string& model_dir) {
+  static std::map<std::string, std::string> plans;
+  auto found = plans.find(model_dir);
+  if (found != plans.end()) return found->second;
+  std::string name = model_dir.substr(model_dir.rfind('/') + 1);
+  const std::string plan = MakeScratchDir("engine_" + name) + "/plan.bin";
+  CommandResult result = RunCommand(ToolPath("llmc") + " compile " + SourcePath(model_dir) +
+                                    " -o " + plan + " --dtype f32 -q");
+  EXPECT_EQ(result.exit_code, 0) << result.error;
+  plans[model_dir] = plan;
+  return plan;
+}
+
+struct Choice {
+  std::vector<int32_t> tokens;
+  std::string text;
+  FinishReason reason = FinishReason::kNone;
+  std::string stop_string;
+  int64_t cached_prompt_tokens = 0;
+  int32_t outputs_finished = 0;
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void Load(const std::string& model_dir, int64_t kv_cache_tokens = 0,
+            int32_t max_tokens_per_step = 64) {
+    ModelOptions options;
+    options.kv_cache_tokens = kv_cache_tokens;
+    options.max_tokens_per_step = max_tokens_per_step;
+    auto model = Model::Load(CompilePlan(model_dir), options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+    auto tokenizer = llmrt::Tokenizer::Create(model_->meta().tokenizer());
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = *std::move(tokenizer);
+    engine_ = std::make_unique<Engine>(*model_, tokenizer_.get(), EngineOptions());
+  }
+
+  GenerationRequest Greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
+    GenerationRequest request;
+    request.prompt_ids = std::move(prompt);
+    request.sampling.temperature = 0.0;
+    request.max_tokens = max_tokens;
+    request.ignore_eos = true;
+    return request;
+  }
+
+  RequestId Submit(GenerationRequest request) {
+    request.on_output = [this](const RequestOutput& output) {
+      Choice& choice = results_[{output.request_id, output.index}];
+      for (const auto& token : output.tokens) choice.tokens.push_back(token.token);
+      choice.text += output.text;
+      if (output.finished) {
+        ++choice.outputs_finished;
+        choice.reason = output.finish_reason;
+        choice.stop_string = output.stop_string;
+        choice.cached_prompt_tokens = output.cached_prompt_tokens;
+        EXPECT_TRUE(output.status.ok()) << output.status;
+      }
+    };
+    absl::StatusOr<RequestId> id = engine_->Submit(std::move(request));
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.ok() ? *id : 0;
+  }
+
+  void Run() {
+    absl::Status status = engine_->RunUntilIdle();
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_EQ(engine_->GetStats().kv_blocks_used, 0);
+  }
+
+  // Runs each request alone (one at a time) and returns their tokens.
+  std::vector<std::vector<int32_t>> RunAlone(const std::vector<GenerationRequest>& requests) {
+    std::vector<std::vector<int32_t>> tokens;
+    for (const GenerationRequest& request : requests) {
+      RequestId id = Submit(request);
+      Run();
+      tokens.push_back(results_[{id, 0}].tokens);
+    }
+    return tokens;
+  }
+
+  std::vector<int32_t> Encode(const std::string& text) { return tokenizer_->Encode(text, true); }
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<llmrt::Tokenizer> tokenizer_;
+  std::unique_ptr<Engine> engine_;
+  std::map<std::pair<RequestId, int32_t>, Choice> results_;
+};
+
+// 16 prompts of different lengths: texts for stories260K, token patterns for the fixtures.
+std::vector<std::vector<int32_t>> SixteenPrompts(const llmrt::Tokenizer& tokenizer, int64_t vocab,
+                                                 bool text) {
+  std::vector<std::vector<int32_t>> prompts;
+  const std::vector<std::string> words = {
+      "Once", "upon", "a",     "time", "there", "was",     "a",    "little", "girl", "named",
+      "Lily", "who",  "loved", "to",   "play",  "outside", "with", "her",    "dog"};
+  for (int i = 0; i < 16; ++i) {
+    if (text) {
+      std::string prompt;
+      for (int w = 0; w <= i + (i % 3) * 2 && w < static_cast<int>(words.size()); ++w) {
+        prompt += (w ? " " : "") + words[(w + i / 4) % words.size()];
+      }
+      prompts.push_back(tokenizer.Encode(i == 0 ? "Once upon a time" : prompt, true));
+    } else {
+      std::vector<int32_t> prompt;
+      for (int t = 0; t < 3 + 5 * i; ++t)
+        prompt.push_back(static_cast<int32_t>((7 * t + 13 * i + 1) % vocab));
+      prompts.push_back(prompt);
+    }
+  }
+  return prompts;
+}
+
+class EngineModelTest : public EngineTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(EngineModelTest, GreedyBatchOf16MatchesEachRequestAlone) {
+  const bool stories = GetParam() == kStoriesDir;
+  Load(GetParam());
+  std::vector<std::vector<int32_t>> prompts =
+      SixteenPrompts(*tokenizer_, model_->vocab_size(), stories);
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    requests.push_back(Greedy(prompts[i], 20 - static_cast<int64_t>(i % 4) * 3));
+  }
+  std::vector<std::vector<int32_t>> alone = RunAlone(requests);
+  if (stories) {
+    EXPECT_EQ(alone[0], kStoriesGreedy);  // the documented story
+  }
+  // Fresh prefix cache: the batch must not get its exactness from cached blocks.
+  Load(GetParam());
+  std::vector<RequestId> ids;
+  for (const GenerationRequest& request : requests) ids.push_back(Submit(request));
+  Run();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(results_[{ids[i], 0}].tokens, alone[i]) << "request " << i;
+    EXPECT_EQ(results_[{ids[i], 0}].reason, FinishReason::kLength);
+  }
+  EXPECT_GT(engine_->GetStats().steps_total, 0);
+}
+
+std::vector<std::string> Models() {
+  std::vector<std::string> models = {kStoriesDir};
+  for (const char* fixture : {"llama_gqa_tied", "llama_mha", "qwen2_bias", "mistral_sliding"}) {
+    models.push_back(std::string("tests/fixtures/") + fixture);
+  }
+  return models;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EngineModelTest, ::testing::ValuesIn(Models()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param.substr(info.param.rfind('/') + 1);
+                         });
+
+TEST_F(EngineTest, PrefixCacheHitReusesBlocksAndGivesIdenticalOutput) {
+  Load(kStoriesDir);
+  const std::vector<int32_t> prompt =
+      Encode("Once upon a time there was a little girl named Lily. She loved to play outside");
+  ASSERT_GT(prompt.size(), 32u);
+  RequestId first = Submit(Greedy(prompt, 16));
+  Run();
+  const int64_t hits_before = engine_->GetStats().prefix_hit_tokens;
+  RequestId second = Submit(Greedy(prompt, 16));
+  Run();
+  const int64_t full_blocks = (static_cast<int64_t>(prompt.size()) - 1) / 16 * 16;
+  EXPECT_EQ(results_[{first, 0}].cached_prompt_tokens, 0);
+  EXPECT_EQ(results_[{second, 0}].cached_prompt_tokens, full_blocks);
+  EXPECT_EQ(engine_->GetStats().prefix_hit_tokens - hits_before, full_blocks);
+  EXPECT_EQ(results_[{second, 0}].tokens, results_[{first, 0}].tokens);
+}
+
+TEST_F(EngineTest, PreemptionUnderATinyPoolGivesIdenticalOutput) {
+  std::vector<GenerationRequest> requests;
+  Load(kStoriesDir);
+  std::vector<std::vector<int32_t>> prompts = SixteenPrompts(*tokenizer_, 512, true);
+  for (int i = 0; i < 8; ++i) requests.push_back(Greedy(prompts[i], 40));
+  std::vector<std::vector<int32_t>> alone = RunAlone(requests);
+  // 64 slots: every request fits alone (prompt <= 20 + 40 tokens), 8 together do not.
+  Load(kStoriesDir, /*kv_cache_tokens=*/64);
+  std::vector<RequestId> ids;
+  for (const GenerationRequest& request : requests) ids.push_back(Submit(request));
+  Run();
+  EXPECT_GT(engine_->GetStats().preemptions_total, 0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(results_[{ids[i], 0}].tokens, alone[i]) << "request " << i;
+    EXPECT_EQ(results_[{ids[i], 0}].reason, FinishReason::kLength);
+  }
+}
+
+TEST_F(EngineTest, SeedGivesTheSameSampleAloneOrInABatch) {
+  Load(kStoriesDir);
+  GenerationRequest sampled = Greedy(Encode("The dog"), 24);
+  sampled.sampling.temperature = 1.0;
+  sampled.sampling.top_p = 0.95;
+  sampled.seed = 1234;
+  RequestId alone = Submit(sampled);
+  Run();
+  std::vector<RequestId> others;
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest other = Greedy(Encode("A cat named Tom " + std::to_string(i)), 10 + i);
+    other.sampling.temperature = 0.7;  // random seeds, different from run to run
+    others.push_back(Submit(other));
+  }
+  RequestId batched = Submit(sampled);
+  GenerationRequest reseeded = sampled;
+  reseeded.seed = 99;
+  RequestId other_seed = Submit(reseeded);
+  Run();
+  EXPECT_EQ(results_[{batched, 0}].tokens, results_[{alone, 0}].tokens);
+  EXPECT_EQ(results_[{batched, 0}].tokens.size(), 24u);
+  EXPECT_NE(results_[{other_seed, 0}].tokens, results_[{alone, 0}].tokens);
+}
+
+TEST_F(EngineTest, StopStringAcrossTokenBoundariesIsNeverEmitted) {
+  Load(kStoriesDir);
+  const std::vector<int32_t> prompt = Encode("Once upon a time");
+  RequestId plain = Submit(Greedy(prompt, 30));
+  Run();
+  const Choice full = results_[{plain, 0}];
+  ASSERT_EQ(full.text, tokenizer_->Decode(full.tokens, true).substr(0, full.text.size()));
+  // A stop string made of the end of one token's text and the start of the next one's.
+  std::string stop;
+  size_t boundary = 0;
+  for (size_t k = 3; k + 1 < full.tokens.size() && stop.empty(); ++k) {
+    const std::string before = tokenizer_->Decode(
+        std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + k), true);
+    const std::string through = tokenizer_->Decode(
+        std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + k + 1), true);
+    if (before.size() >= 2 && through.size() >= before.size() + 2 &&
+        static_cast<unsigned char>(through[before.size()]) < 0x80) {
+      stop = through.substr(before.size() - 2, 4);
+      boundary = before.size() - 2;
+    }
+  }
+  ASSERT_FALSE(stop.empty());
+  GenerationRequest request = Greedy(prompt, 30);
+  request.stop = {stop, "never appears \x01"};
+  RequestId stopped = Submit(request);
+  Run();
+  const Choice& choice = results_[{stopped, 0}];
+  const size_t first = full.text.find(stop);
+  ASSERT_LE(first, boundary);
+  EXPECT_EQ(choice.text, full.text.substr(0, first));
+  EXPECT_EQ(choice.text.find(stop), std::string::npos);
+  EXPECT_EQ(choice.reason, FinishReason::kStop);
+  EXPECT_EQ(choice.stop_string, stop);
+  EXPECT_LT(choice.tokens.size(), full.tokens.size());
+
+  // A stop token id ends it too, and is not emitted.
+  GenerationRequest by_token = Greedy(prompt, 30);
+  by_token.stop_token_ids = {full.tokens[5]};
+  RequestId token_stopped = Submit(by_token);
+  Run();
+  const Choice& token_choice = results_[{token_stopped, 0}];
+  EXPECT_EQ(token_choice.reason, FinishReason::kStop);
+  const size_t first_index =
+      std::find(full.tokens.begin(), full.tokens.end(), full.tokens[5]) - full.tokens.begin();
+  EXPECT_EQ(token_choice.tokens,
+            std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + first_index));
+}
+
+TEST_F(EngineTest, NChoicesShareThePromptBlocks) {
+  Load(kStoriesDir);
+  const std::vector<int32_t> prompt =
+      Encode("Once upon a time there was a little girl named Lily. She loved to play");
+  const int64_t prompt_blocks = (static_cast<int64_t>(prompt.size()) + 15) / 16;
+  ASSERT_GE(prompt_blocks, 2);
+  GenerationRequest request = Greedy(prompt, 12);
+  request.n = 4;
+  request.sampling.temperature = 1.0;
+  request.seed = 7;
+  RequestId id = Submit(request);
+  // One step runs the prompt and forks: 4 choices, still only the prompt's blocks.
+  ASSERT_TRUE(engine_->Step().ok());
+  EXPECT_EQ(engine_->GetStats().running, 4);
+  EXPECT_EQ(engine_->GetStats().kv_blocks_used, prompt_blocks);
+  // The next step writes into the shared last block: one copy per choice but the last.
+  ASSERT_TRUE(engine_->Step().ok());
+  EXPECT_LE(engine_->GetStats().kv_blocks_used, prompt_blocks + 3 + 4);
+  Run();
+  std::vector<int32_t> distinct_firsts;
+  for (int32_t index = 0; index < 4; ++index) {
+    EXPECT_EQ(results_[{id, index}].tokens.size(), 12u);
+    EXPECT_EQ(results_[{id, index}].outputs_finished, 1);
+  }
+  EXPECT_NE(results_[{id, 0}].tokens, results_[{id, 1}].tokens);
+  // Greedy n = 2: both choices equal the n = 1 answer.
+  RequestId single = Submit(Greedy(prompt, 12));
+  GenerationRequest pair = Greedy(prompt, 12);
+  pair.n = 2;
+  RequestId doubled = Submit(pair);
+  Run();
+  EXPECT_EQ(results_[{doubled, 0}].tokens, results_[{single, 0}].tokens);
+  EXPECT_EQ(results_[{doubled, 1}].tokens, results_[{single, 0}].tokens);
+}
+
+TEST_F(EngineTest, KvUsageReturnsToZeroAfterCancellation) {
+  Load(kStoriesDir);
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 6; ++i)
+    ids.push_back(Submit(Greedy(Encode("Tom and Sam " + std::to_string(i)), 50)));
+  for (int step = 0; step < 4; ++step) ASSERT_TRUE(engine_->Step().ok());
+  EXPECT_GT(engine_->GetStats().kv_blocks_used, 0);
+  for (int i = 0; i < 6; i += 2) engine_->Cancel(ids[i]);
+  engine_->Cancel(12345);  // unknown: ignored
+  Run();
+  for (int i = 0; i < 6; ++i) {
+    const Choice& choice = results_[{ids[i], 0}];
+    EXPECT_EQ(choice.outputs_finished, 1);
+    EXPECT_EQ(choice.reason, i % 2 == 0 ? FinishReason::kCancelled : FinishReason::kLength);
+  }
+  EXPECT_EQ(engine_->GetStats().running, 0);
+  EXPECT_EQ(engine_->GetStats().waiting, 0);
+}
+
+TEST_F(EngineTest, BackgroundThreadServesConcurrentSubmissions) {
+  Load(kStoriesDir);
+  engine_->Start();
+  RequestId id = Submit(Greedy(Encode("Once upon a time"), 20));
+  while (engine_->HasWork()) std::this_thread::yield();
+  engine_->Stop();
+  EXPECT_EQ(results_[{id, 0}].tokens, kStoriesGreedy);
+  EXPECT_EQ(engine_->GetStats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, RejectsBadRequestsUpFront) {
+  Load(kStoriesDir);
+  GenerationRequest too_long = Greedy(std::vector<int32_t>(600, 5), 1);
+  too_long.on_output = [](const RequestOutput&) {};
+  absl::StatusOr<RequestId> id = engine_->Submit(too_long);
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(id.status().message().find("600 tokens"), std::string::npos) << id.status();
+  EXPECT_NE(id.status().message().find("512"), std::string::npos) << id.status();
+  GenerationRequest bad = Greedy({1, 2}, 1);
+  bad.on_output = [](const RequestOutput&) {};
+  bad.sampling.top_p = 0;
+  EXPECT_EQ(engine_->Submit(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = Greedy({1, 9999}, 1);
+  bad.on_output = [](const RequestOutput&) {};
+  EXPECT_EQ(engine_->Submit(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(engine_->HasWork());
+}
+
+}  // namespace
+}  // namespace llmc::testing

@@ -1,0 +1,185 @@
+#include "tools/llmrt/render.h"
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "runtime/plan/plan_reader.h"
+#include "runtime/template/chat.h"
+#include "runtime/template/template.h"
+
+namespace llmrt {
+namespace {
+
+constexpr char kRenderUsage[] =
+    "usage: llmrt render PLAN MESSAGES.json [--add-generation-prompt]\n"
+    "  MESSAGES.json: [{\"role\": ..., \"content\": ...}, ...] or {\"messages\": [...], "
+    "\"tools\": [...], ...more template variables}\n";
+
+jinja::Value ToValue(const nlohmann::ordered_json& json) {
+  switch (json.type()) {
+    case nlohmann::ordered_json::value_t::boolean:
+      return jinja::Value::Bool(json.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return jinja::Value::Int(json.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return jinja::Value::Float(json.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return jinja::Value::String(json.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      jinja::Value::Items items;
+      for (const auto& item : json) items.push_back(ToValue(item));
+      return jinja::Value::List(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      jinja::Value::Entries entries;
+      for (auto it = json.begin(); it != json.end(); ++it) {
+        entries.emplace_back(jinja::Value::String(it.key()), ToValue(it.value()));
+      }
+      return jinja::Value::Dict(std::move(entries));
+    }
+    default:
+      return jinja::Value::None();
+  }
+}
+
+absl::StatusOr<std::vector<jinja::ChatMessage>> ToMessages(const nlohmann::ordered_json& json,
+                                                           const std::string& path) {
+  if (!json.is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: \"messages\" must be an array, found %s", path, json.type_name()));
+  }
+  std::vector<jinja::ChatMessage> messages;
+  for (size_t index = 0; index < json.size(); ++index) {
+    const auto& message = json[index];
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: message %d must be an object with a string \"role\"", path, index));
+    }
+    jinja::ChatMessage chat_message;
+    chat_message.content = jinja::Value::None();
+    bool has_content = false;
+    for (auto it = message.begin(); it != message.end(); ++it) {
+      if (it.key() == "role") {
+        chat_message.role = it.value().get<std::string>();
+      } else if (it.key() == "content") {
+        chat_message.content = ToValue(it.value());
+        has_content = true;
+      } else {
+        chat_message.fields.emplace_back(it.key(), ToValue(it.value()));
+      }
+    }
+    if (!has_content) chat_message.content = jinja::Value::Undefined("'dict object' has no attribute 'content'");
+    messages.push_back(std::move(chat_message));
+  }
+  return messages;
+}
+
+std::string TokenText(const plan::TokenizerSpec& spec, int32_t id) {
+  if (id < 0 || id >= spec.pieces_size()) return "";
+  return spec.pieces(id);
+}
+
+}  // namespace
+
+int Render(int argc, char** argv) {
+  std::string plan_path, messages_path;
+  bool add_generation_prompt = false;
+  for (int index = 2; index < argc; ++index) {
+    const std::string argument = argv[index];
+    if (argument == "--add-generation-prompt") {
+      add_generation_prompt = true;
+    } else if (!argument.empty() && argument[0] == '-') {
+      std::fprintf(stderr, "llmrt: unknown flag %s\n%s", argument.c_str(), kRenderUsage);
+      return 2;
+    } else if (plan_path.empty()) {
+      plan_path = argument;
+    } else if (messages_path.empty()) {
+      messages_path = argument;
+    } else {
+      std::fprintf(stderr, "llmrt: unexpected argument %s\n%s", argument.c_str(), kRenderUsage);
+      return 2;
+    }
+  }
+  if (messages_path.empty()) {
+    std::fprintf(stderr, "llmrt: render needs a plan and a messages file\n%s", kRenderUsage);
+    return 2;
+  }
+  auto fail = [](const absl::Status& status) {
+    std::fprintf(stderr, "llmrt: %s\n", std::string(status.message()).c_str());
+    return 1;
+  };
+
+  absl::StatusOr<std::unique_ptr<plan::Plan>> opened = plan::Plan::Open(plan_path, {});
+  if (!opened.ok()) return fail(opened.status());
+  const plan::TokenizerSpec& spec = (*opened)->meta().tokenizer();
+  if (spec.chat_template().empty()) {
+    return fail(absl::FailedPreconditionError(absl::StrFormat(
+        "%s: the plan has no chat template (TokenizerSpec.chat_template is empty); compile it "
+        "from a checkpoint whose tokenizer_config.json has one",
+        plan_path)));
+  }
+
+  std::ifstream file(messages_path, std::ios::binary);
+  if (!file) {
+    return fail(absl::NotFoundError(absl::StrFormat("%s: cannot open", messages_path)));
+  }
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  const nlohmann::ordered_json json =
+      nlohmann::ordered_json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrFormat("%s: not valid JSON", messages_path)));
+  }
+
+  jinja::ChatOptions options;
+  options.add_generation_prompt = add_generation_prompt;
+  const std::string bos = TokenText(spec, spec.bos_id());
+  const std::string eos = TokenText(spec, spec.eos_id());
+  if (!bos.empty()) options.bos_token = bos;
+  if (!eos.empty()) options.eos_token = eos;
+  absl::StatusOr<std::vector<jinja::ChatMessage>> messages;
+  if (json.is_object()) {
+    if (!json.contains("messages")) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrFormat("%s: an object needs a \"messages\" array", messages_path)));
+    }
+    messages = ToMessages(json["messages"], messages_path);
+    for (auto it = json.begin(); it != json.end(); ++it) {
+      if (it.key() == "messages") continue;
+      if (it.key() == "tools") {
+        options.tools = ToValue(it.value());
+      } else {
+        options.extra_variables.emplace_back(it.key(), ToValue(it.value()));
+      }
+    }
+  } else {
+    messages = ToMessages(json, messages_path);
+  }
+  if (!messages.ok()) return fail(messages.status());
+
+  absl::StatusOr<jinja::Template> chat_template = jinja::Template::Parse(spec.chat_template());
+  if (!chat_template.ok()) {
+    return fail(absl::InvalidArgumentError(absl::StrFormat(
+        "%s: chat template: %s", plan_path, chat_template.status().message())));
+  }
+  absl::StatusOr<std::string> prompt = jinja::RenderChat(*chat_template, *messages, options);
+  if (!prompt.ok()) {
+    return fail(absl::Status(prompt.status().code(),
+                             absl::StrFormat("%s: chat template: %s", plan_path,
+                                             prompt.status().message())));
+  }
+  std::fwrite(prompt->data(), 1, prompt->size(), stdout);
+  return 0;
+}
+
+}  // namespace llmrt
