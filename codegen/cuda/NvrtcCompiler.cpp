@@ -134,7 +134,7 @@ bool loadCached(const std::string &path, CompiledCode &code) {
 std::string nvrtcVersion() {
 #if LLMC_HAVE_NVRTC
   int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
+  if (::nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
     return "";
   return absl::StrFormat("nvrtc %d.%d", major, minor);
 #else

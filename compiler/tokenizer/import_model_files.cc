@@ -823,6 +823,7 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerModel(std::string_view model_bytes,
 
 TokenizerFiles FindTokenizerFiles(const std::string& model_dir) {
   TokenizerFiles files;
+  files.model_dir = model_dir;
   auto found = [&](const char* file_name) {
     const std::string path = model_dir + "/" + file_name;
     return FileExists(path) ? path : std::string();
@@ -870,9 +871,14 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerFiles(const TokenizerFiles& files) 
   } else if (!files.tokenizer_model.empty()) {
     ASSIGN_OR_RETURN(std::string model, ReadFile(files.tokenizer_model));
     ASSIGN_OR_RETURN(spec, ImportTokenizerModel(model, config_json, files.tokenizer_model));
+  } else if (!files.vocab_json.empty() || !files.merges_txt.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        files.model_dir, ": ", files.vocab_json.empty() ? "merges.txt" : "vocab.json",
+        " needs ", files.vocab_json.empty() ? "vocab.json" : "merges.txt", ", which is missing"));
   } else {
-    return absl::NotFoundError(
-        "no tokenizer: expected tokenizer.json, vocab.json + merges.txt, or tokenizer.model");
+    return absl::NotFoundError(absl::StrCat(files.model_dir,
+                                            ": no tokenizer: expected tokenizer.json, vocab.json "
+                                            "+ merges.txt, or tokenizer.model"));
   }
   if (spec.chat_template().empty() && !files.chat_template_jinja.empty()) {
     ASSIGN_OR_RETURN(std::string chat_template, ReadFile(files.chat_template_jinja));

@@ -18,6 +18,7 @@ namespace llmc {
 
 // The tokenizer files of a model directory; an empty path means the file is absent.
 struct TokenizerFiles {
+  std::string model_dir;  // for error messages only
   std::string tokenizer_json;
   std::string vocab_json;         // byte-level BPE (GPT-2, Qwen2) with merges_txt
   std::string merges_txt;

@@ -76,8 +76,7 @@ TEST(ChatConformanceTest, EveryTemplateMatchesTransformers) {
       }
       messages.push_back(std::move(chat_message));
     }
-    absl::StatusOr<std::string> rendered =
-        RenderChat(parsed.at(template_name), messages, options);
+    absl::StatusOr<std::string> rendered = RenderChat(parsed.at(template_name), messages, options);
     if (test_case.contains("output")) {
       ASSERT_TRUE(rendered.ok()) << rendered.status();
       EXPECT_EQ(*rendered, test_case["output"].get<std::string>());

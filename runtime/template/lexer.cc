@@ -13,9 +13,7 @@ bool IsSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-bool IsNameStart(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
+bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool IsNameChar(char c) { return IsNameStart(c) || IsDigit(c); }
 
 void AppendUtf8(uint32_t code_point, std::string& out) {
@@ -364,8 +362,8 @@ class Lexer {
           for (int digit = 0; digit < width; ++digit) {
             const int hex = index < source_.size() ? HexValue(source_[index]) : -1;
             if (hex < 0) {
-              return Error(index, absl::StrFormat("truncated \\%c escape in a string literal",
-                                                  escape));
+              return Error(index,
+                           absl::StrFormat("truncated \\%c escape in a string literal", escape));
             }
             code_point = code_point * 16 + hex;
             ++index;
@@ -420,9 +418,8 @@ class Lexer {
     if (line_starts_.empty()) ComputeLineStarts();
     Token where{Token::Kind::kEnd, "", 0, 0};
     SetPosition(where, offset);
-    return absl::InvalidArgumentError(
-        absl::StrFormat("template syntax error at line %d, column %d: %s", where.line,
-                        where.column, message));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "template syntax error at line %d, column %d: %s", where.line, where.column, message));
   }
 
   std::string source_;

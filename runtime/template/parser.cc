@@ -133,8 +133,8 @@ class Parser {
           if (!expression.ok()) return expression.status();
           statement->expression = std::move(*expression);
           if (Current().kind != Kind::kVariableEnd) {
-            return Error(absl::StrFormat("expected end of print statement, got '%s'",
-                                         Describe(Current())));
+            return Error(
+                absl::StrFormat("expected end of print statement, got '%s'", Describe(Current())));
           }
           Advance();
           body.push_back(std::move(statement));
@@ -143,8 +143,8 @@ class Parser {
         case Kind::kBlockBegin: {
           Advance();
           if (Current().kind != Kind::kName) {
-            return Error(absl::StrFormat("expected a statement name, got '%s'",
-                                         Describe(Current())));
+            return Error(
+                absl::StrFormat("expected a statement name, got '%s'", Describe(Current())));
           }
           const std::string name = Current().text;
           for (const std::string& end : end_tags) {
@@ -467,8 +467,7 @@ class Parser {
 
   absl::StatusOr<ExpressionPtr> ParseExpression(bool with_condition) {
     if (absl::Status status = EnterNesting(); !status.ok()) return status;
-    absl::StatusOr<ExpressionPtr> result =
-        with_condition ? ParseConditional() : ParseOr();
+    absl::StatusOr<ExpressionPtr> result = with_condition ? ParseConditional() : ParseOr();
     --depth_;
     return result;
   }
@@ -697,8 +696,8 @@ class Parser {
         Advance();
         int64_t number;
         if (!absl::SimpleAtoi(token.text, &number)) {
-          return ErrorAt(token, absl::StrFormat("integer literal %s does not fit in 64 bits",
-                                                token.text));
+          return ErrorAt(token,
+                         absl::StrFormat("integer literal %s does not fit in 64 bits", token.text));
         }
         return Constant(Value::Int(number), token);
       }
@@ -799,8 +798,8 @@ class Parser {
           node = std::move(attribute);
           continue;
         } else {
-          return Error(absl::StrFormat("expected an attribute name, got '%s'",
-                                       Describe(Current())));
+          return Error(
+              absl::StrFormat("expected an attribute name, got '%s'", Describe(Current())));
         }
         Advance();
         attribute->operands.push_back(std::move(node));

@@ -29,8 +29,8 @@ constexpr char kBodyPlaceholder[] = " body";
 #define TEMPLATE_CONCAT(a, b) TEMPLATE_CONCAT_INNER(a, b)
 #define ASSIGN_OR_RETURN(lhs, expression) \
   TEMPLATE_ASSIGN_OR_RETURN_IMPL(TEMPLATE_CONCAT(status_or_, __LINE__), lhs, expression)
-#define RETURN_IF_ERROR(expression)                    \
-  do {                                                 \
+#define RETURN_IF_ERROR(expression)                                         \
+  do {                                                                      \
     if (absl::Status status_ = (expression); !status_.ok()) return status_; \
   } while (false)
 
@@ -40,7 +40,11 @@ std::vector<std::string> CodePoints(const std::string& text) {
   std::vector<std::string> out;
   for (size_t index = 0; index < text.size();) {
     const unsigned char lead = text[index];
-    size_t length = lead < 0x80 ? 1 : lead >> 5 == 6 ? 2 : lead >> 4 == 14 ? 3 : lead >> 3 == 30 ? 4 : 1;
+    size_t length = lead < 0x80       ? 1
+                    : lead >> 5 == 6  ? 2
+                    : lead >> 4 == 14 ? 3
+                    : lead >> 3 == 30 ? 4
+                                      : 1;
     length = std::min(length, text.size() - index);
     out.push_back(text.substr(index, length));
     index += length;
@@ -130,17 +134,17 @@ std::string JinjaTitle(const std::string& text) {
   std::string out;
   bool word_start = true;
   for (char c : text) {
-    const bool separator =
-        c == '-' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' ||
-        c == '(' || c == '{' || c == '[' || c == '<';
+    const bool separator = c == '-' || c == ' ' || c == '\t' || c == '\n' || c == '\r' ||
+                           c == '\v' || c == '\f' || c == '(' || c == '{' || c == '[' || c == '<';
     if (separator) {
       out += c;
       word_start = true;
     } else if (word_start) {
       out += AsciiUpper(std::string(1, c));
-      word_start = static_cast<unsigned char>(c) >= 0x80 && (static_cast<unsigned char>(c) & 0xC0) != 0xC0
-                       ? word_start
-                       : false;
+      word_start =
+          static_cast<unsigned char>(c) >= 0x80 && (static_cast<unsigned char>(c) & 0xC0) != 0xC0
+              ? word_start
+              : false;
     } else {
       out += AsciiLower(std::string(1, c));
     }
@@ -219,10 +223,12 @@ std::string ObjectTypeRepr(const Value& value) {
 }
 
 Value MissingAttribute(const Value& object, const std::string& name) {
-  return Value::Undefined(absl::StrFormat("'%s' has no attribute '%s'", ObjectTypeRepr(object), name));
+  return Value::Undefined(
+      absl::StrFormat("'%s' has no attribute '%s'", ObjectTypeRepr(object), name));
 }
 Value MissingElement(const Value& object, const Value& key) {
-  return Value::Undefined(absl::StrFormat("%s has no element %s", ObjectTypeRepr(object), key.Repr()));
+  return Value::Undefined(
+      absl::StrFormat("%s has no element %s", ObjectTypeRepr(object), key.Repr()));
 }
 
 absl::Status TypeError(std::string_view message) {
@@ -273,13 +279,14 @@ class Renderer {
 
   absl::StatusOr<std::string> Run(const Body& body, const Value& variables) {
     if (!variables.is_dict()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "template variables must be a dict, got %s", variables.TypeName()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("template variables must be a dict, got %s", variables.TypeName()));
     }
     auto globals = std::make_shared<Scope>();
     InstallGlobals(*globals);
     for (const auto& [key, value] : variables.entries()) {
-      if (!key.is_string()) return absl::InvalidArgumentError("template variable names must be strings");
+      if (!key.is_string())
+        return absl::InvalidArgumentError("template variable names must be strings");
       globals->Set(key.string_value(), value);
     }
     auto scope = std::make_shared<Scope>();
@@ -392,8 +399,9 @@ class Renderer {
         std::string captured;
         ASSIGN_OR_RETURN(Flow flow, RenderBody(statement.body, scope, captured));
         (void)flow;
-        ASSIGN_OR_RETURN(Value value, ApplyPlaceholderChain(*statement.expression,
-                                                            Value::String(std::move(captured)), scope));
+        ASSIGN_OR_RETURN(Value value,
+                         ApplyPlaceholderChain(*statement.expression,
+                                               Value::String(std::move(captured)), scope));
         RETURN_IF_ERROR(Append(out, value.Str()));
         return Flow::kNormal;
       }
@@ -424,7 +432,8 @@ class Renderer {
       return absl::InvalidArgumentError(absl::StrFormat(
           "ValueError: cannot unpack %d values into %d names", items.size(), targets.size()));
     }
-    for (size_t index = 0; index < targets.size(); ++index) scope->Set(targets[index], items[index]);
+    for (size_t index = 0; index < targets.size(); ++index)
+      scope->Set(targets[index], items[index]);
     return absl::OkStatus();
   }
 
@@ -488,14 +497,15 @@ class Renderer {
       };
       if (index > 0) loop.emplace_back(Value::String("previtem"), items[index - 1]);
       if (index + 1 < length) loop.emplace_back(Value::String("nextitem"), items[index + 1]);
-      loop.emplace_back(Value::String("cycle"),
-                        Value::Callable("loop.cycle", [index](const CallArguments& arguments)
-                                                          -> absl::StatusOr<Value> {
-                          if (arguments.positional.empty()) {
-                            return TypeError("no items for cycling given");
-                          }
-                          return arguments.positional[index % arguments.positional.size()];
-                        }));
+      loop.emplace_back(
+          Value::String("cycle"),
+          Value::Callable("loop.cycle",
+                          [index](const CallArguments& arguments) -> absl::StatusOr<Value> {
+                            if (arguments.positional.empty()) {
+                              return TypeError("no items for cycling given");
+                            }
+                            return arguments.positional[index % arguments.positional.size()];
+                          }));
       inner->Set("loop", Value::Dict(std::move(loop)));
       ASSIGN_OR_RETURN(Flow flow, RenderBody(statement.body, inner, out));
       if (flow == Flow::kBreak) break;
@@ -504,19 +514,20 @@ class Renderer {
   }
 
   Value MakeMacro(const Statement& statement, const ScopePtr& defining_scope, std::string name) {
-    return Value::Callable(
-        name, [this, &statement, defining_scope, name](
-                  const CallArguments& arguments) -> absl::StatusOr<Value> {
-          if (++call_depth_ > options_.limits.max_call_depth) {
-            --call_depth_;
-            return absl::ResourceExhaustedError(absl::StrFormat(
-                "template macro calls nest deeper than max_call_depth (%d)",
-                options_.limits.max_call_depth));
-          }
-          absl::StatusOr<Value> result = InvokeMacro(statement, defining_scope, name, arguments);
-          --call_depth_;
-          return result;
-        });
+    return Value::Callable(name,
+                           [this, &statement, defining_scope,
+                            name](const CallArguments& arguments) -> absl::StatusOr<Value> {
+                             if (++call_depth_ > options_.limits.max_call_depth) {
+                               --call_depth_;
+                               return absl::ResourceExhaustedError(absl::StrFormat(
+                                   "template macro calls nest deeper than max_call_depth (%d)",
+                                   options_.limits.max_call_depth));
+                             }
+                             absl::StatusOr<Value> result =
+                                 InvokeMacro(statement, defining_scope, name, arguments);
+                             --call_depth_;
+                             return result;
+                           });
   }
 
   absl::StatusOr<Value> InvokeMacro(const Statement& statement, const ScopePtr& defining_scope,
@@ -540,8 +551,8 @@ class Renderer {
       for (size_t index = 0; index < parameters.size(); ++index) {
         if (parameters[index].name == key) {
           if (bound[index]) {
-            return TypeError(absl::StrFormat("macro '%s' got multiple values for argument '%s'",
-                                             name, key));
+            return TypeError(
+                absl::StrFormat("macro '%s' got multiple values for argument '%s'", name, key));
           }
           scope->Set(key, value);
           bound[index] = true;
@@ -563,8 +574,8 @@ class Renderer {
         scope->Set(parameters[index].name, std::move(value));
       } else {
         scope->Set(parameters[index].name,
-                   Value::Undefined(absl::StrFormat("parameter '%s' was not provided",
-                                                    parameters[index].name)));
+                   Value::Undefined(
+                       absl::StrFormat("parameter '%s' was not provided", parameters[index].name)));
       }
     }
     scope->Set("varargs", Value::Tuple(std::move(varargs)));
@@ -579,12 +590,11 @@ class Renderer {
 
   void InstallGlobals(Scope& globals) {
     globals.Set("raise_exception",
-                Value::Callable("raise_exception",
-                                [](const CallArguments& arguments) -> absl::StatusOr<Value> {
-                                  const Value* message = Argument(arguments, 0, "message");
-                                  return absl::Status(kTemplateRaisedCode,
-                                                      message ? message->Str() : "");
-                                }));
+                Value::Callable(
+                    "raise_exception", [](const CallArguments& arguments) -> absl::StatusOr<Value> {
+                      const Value* message = Argument(arguments, 0, "message");
+                      return absl::Status(kTemplateRaisedCode, message ? message->Str() : "");
+                    }));
     globals.Set("strftime_now",
                 Value::Callable("strftime_now",
                                 [this](const CallArguments& arguments) -> absl::StatusOr<Value> {
@@ -600,11 +610,13 @@ class Renderer {
                                     localtime_r(&now, &when);
                                   }
                                   char buffer[512];
-                                  const size_t written = std::strftime(
-                                      buffer, sizeof(buffer), format->string_value().c_str(), &when);
+                                  const size_t written =
+                                      std::strftime(buffer, sizeof(buffer),
+                                                    format->string_value().c_str(), &when);
                                   return Value::String(std::string(buffer, written));
                                 }));
-    auto make_dict = [](const CallArguments& arguments, bool is_namespace) -> absl::StatusOr<Value> {
+    auto make_dict = [](const CallArguments& arguments,
+                        bool is_namespace) -> absl::StatusOr<Value> {
       Value::Entries entries;
       for (const Value& positional : arguments.positional) {
         if (!positional.is_dict() && !positional.is_namespace()) {
@@ -612,7 +624,8 @@ class Renderer {
         }
         for (const auto& entry : positional.entries()) entries.push_back(entry);
       }
-      for (const auto& [key, value] : arguments.keyword) entries.emplace_back(Value::String(key), value);
+      for (const auto& [key, value] : arguments.keyword)
+        entries.emplace_back(Value::String(key), value);
       if (is_namespace) {
         for (const auto& [key, value] : entries) {
           if (key.is_string() && !key.string_value().empty() && key.string_value()[0] == '_') {
@@ -626,39 +639,42 @@ class Renderer {
       }
       return Value::Dict(std::move(entries));
     };
-    globals.Set("namespace", Value::Callable("namespace", [make_dict](const CallArguments& arguments) {
+    globals.Set("namespace",
+                Value::Callable("namespace", [make_dict](const CallArguments& arguments) {
                   return make_dict(arguments, true);
                 }));
     globals.Set("dict", Value::Callable("dict", [make_dict](const CallArguments& arguments) {
                   return make_dict(arguments, false);
                 }));
-    globals.Set("range", Value::Callable("range", [this](const CallArguments& arguments)
-                                                      -> absl::StatusOr<Value> {
-                  int64_t start = 0, stop = 0, step = 1;
-                  const auto& args = arguments.positional;
-                  for (const Value& arg : args) {
-                    if (!arg.is_int() && !arg.is_bool()) {
-                      return TypeError(absl::StrFormat(
-                          "'%s' object cannot be interpreted as an integer", arg.TypeName()));
-                    }
-                  }
-                  if (args.size() == 1) {
-                    stop = args[0].int_value();
-                  } else if (args.size() == 2 || args.size() == 3) {
-                    start = args[0].int_value();
-                    stop = args[1].int_value();
-                    if (args.size() == 3) step = args[2].int_value();
-                  } else {
-                    return TypeError("range expected 1 to 3 arguments");
-                  }
-                  if (step == 0) return absl::InvalidArgumentError("ValueError: range() arg 3 must not be zero");
-                  Value::Items items;
-                  for (int64_t value = start; step > 0 ? value < stop : value > stop; value += step) {
-                    RETURN_IF_ERROR(CountIterations(1));
-                    items.push_back(Value::Int(value));
-                  }
-                  return Value::List(std::move(items));
-                }));
+    globals.Set(
+        "range",
+        Value::Callable("range", [this](const CallArguments& arguments) -> absl::StatusOr<Value> {
+          int64_t start = 0, stop = 0, step = 1;
+          const auto& args = arguments.positional;
+          for (const Value& arg : args) {
+            if (!arg.is_int() && !arg.is_bool()) {
+              return TypeError(absl::StrFormat("'%s' object cannot be interpreted as an integer",
+                                               arg.TypeName()));
+            }
+          }
+          if (args.size() == 1) {
+            stop = args[0].int_value();
+          } else if (args.size() == 2 || args.size() == 3) {
+            start = args[0].int_value();
+            stop = args[1].int_value();
+            if (args.size() == 3) step = args[2].int_value();
+          } else {
+            return TypeError("range expected 1 to 3 arguments");
+          }
+          if (step == 0)
+            return absl::InvalidArgumentError("ValueError: range() arg 3 must not be zero");
+          Value::Items items;
+          for (int64_t value = start; step > 0 ? value < stop : value > stop; value += step) {
+            RETURN_IF_ERROR(CountIterations(1));
+            items.push_back(Value::Int(value));
+          }
+          return Value::List(std::move(items));
+        }));
   }
 
   // ---- Expressions ----
@@ -730,7 +746,8 @@ class Renderer {
           return TypeError(absl::StrFormat("bad operand type for unary %s: '%s'", expression.name,
                                            operand.TypeName()));
         }
-        if (expression.name == "+") return operand.is_float() ? operand : Value::Int(operand.int_value());
+        if (expression.name == "+")
+          return operand.is_float() ? operand : Value::Int(operand.int_value());
         if (operand.is_float()) return Value::Float(-operand.float_value());
         return Value::Int(-operand.int_value());
       }
@@ -871,16 +888,14 @@ class Renderer {
 
   Value Method(const Value& self, const std::string& name,
                std::function<absl::StatusOr<Value>(const Value&, const CallArguments&)> body) {
-    return Value::Callable(std::string(self.TypeName()) + "." + name,
-                           [self, body](const CallArguments& arguments) {
-                             return body(self, arguments);
-                           });
+    return Value::Callable(
+        std::string(self.TypeName()) + "." + name,
+        [self, body](const CallArguments& arguments) { return body(self, arguments); });
   }
 
   static Value Unsafe(const Value& self, const std::string& name) {
-    const std::string message =
-        absl::StrFormat("SecurityError: access to attribute '%s' of '%s' object is unsafe.", name,
-                        self.TypeName());
+    const std::string message = absl::StrFormat(
+        "SecurityError: access to attribute '%s' of '%s' object is unsafe.", name, self.TypeName());
     return Value::Callable(name, [message](const CallArguments&) -> absl::StatusOr<Value> {
       return absl::InvalidArgumentError(message);
     });
@@ -914,74 +929,77 @@ class Renderer {
         if (object.is_list()) return Unsafe(object, name);
       }
       if (name == "index" || name == "count") {
-        return Method(object, name, [name](const Value& self, const CallArguments& arguments)
-                                        -> absl::StatusOr<Value> {
-          const Value* needle = Argument(arguments, 0, "value");
-          if (needle == nullptr) return TypeError(name + "() takes exactly one argument");
-          int64_t count = 0;
-          for (size_t index = 0; index < self.items().size(); ++index) {
-            if (self.items()[index].Equals(*needle)) {
-              if (name == "index") return Value::Int(static_cast<int64_t>(index));
-              ++count;
-            }
-          }
-          if (name == "index") {
-            return absl::InvalidArgumentError(
-                absl::StrFormat("ValueError: %s is not in list", needle->Repr()));
-          }
-          return Value::Int(count);
-        });
+        return Method(
+            object, name,
+            [name](const Value& self, const CallArguments& arguments) -> absl::StatusOr<Value> {
+              const Value* needle = Argument(arguments, 0, "value");
+              if (needle == nullptr) return TypeError(name + "() takes exactly one argument");
+              int64_t count = 0;
+              for (size_t index = 0; index < self.items().size(); ++index) {
+                if (self.items()[index].Equals(*needle)) {
+                  if (name == "index") return Value::Int(static_cast<int64_t>(index));
+                  ++count;
+                }
+              }
+              if (name == "index") {
+                return absl::InvalidArgumentError(
+                    absl::StrFormat("ValueError: %s is not in list", needle->Repr()));
+              }
+              return Value::Int(count);
+            });
       }
     }
     return MissingAttribute(object, name);
   }
 
   Value DictMethod(const Value& object, const std::string& name) {
-    return Method(object, name, [name](const Value& self, const CallArguments& arguments)
-                                    -> absl::StatusOr<Value> {
-      if (name == "get") {
-        const Value* key = Argument(arguments, 0, "key");
-        if (key == nullptr) return TypeError("get expected at least 1 argument, got 0");
-        if (const Value* found = self.Find(*key)) return *found;
-        const Value* fallback = Argument(arguments, 1, "default");
-        return fallback ? *fallback : Value::None();
-      }
-      Value::Items items;
-      for (const auto& [key, value] : self.entries()) {
-        if (name == "items") {
-          items.push_back(Value::Tuple({key, value}));
-        } else {
-          items.push_back(name == "keys" ? key : value);
-        }
-      }
-      return Value::List(std::move(items));
-    });
+    return Method(
+        object, name,
+        [name](const Value& self, const CallArguments& arguments) -> absl::StatusOr<Value> {
+          if (name == "get") {
+            const Value* key = Argument(arguments, 0, "key");
+            if (key == nullptr) return TypeError("get expected at least 1 argument, got 0");
+            if (const Value* found = self.Find(*key)) return *found;
+            const Value* fallback = Argument(arguments, 1, "default");
+            return fallback ? *fallback : Value::None();
+          }
+          Value::Items items;
+          for (const auto& [key, value] : self.entries()) {
+            if (name == "items") {
+              items.push_back(Value::Tuple({key, value}));
+            } else {
+              items.push_back(name == "keys" ? key : value);
+            }
+          }
+          return Value::List(std::move(items));
+        });
   }
 
   absl::StatusOr<Value> StringMethod(const Value& object, const std::string& name) {
     static const char* const kMethods[] = {
-        "strip", "lstrip",   "rstrip", "split",      "rsplit", "startswith", "endswith",
-        "upper", "lower",    "title",  "capitalize", "replace", "find",      "rfind",
-        "count", "join",     "splitlines", "isdigit", "isalpha", "isspace",   "isalnum",
-        "islower", "isupper", "removeprefix", "removesuffix", "format", "index"};
+        "strip",   "lstrip",  "rstrip",       "split",        "rsplit",  "startswith", "endswith",
+        "upper",   "lower",   "title",        "capitalize",   "replace", "find",       "rfind",
+        "count",   "join",    "splitlines",   "isdigit",      "isalpha", "isspace",    "isalnum",
+        "islower", "isupper", "removeprefix", "removesuffix", "format",  "index"};
     bool known = false;
     for (const char* method : kMethods) known |= name == method;
     if (!known) return absl::NotFoundError(name);
-    return Method(object, name, [this, name](const Value& self, const CallArguments& arguments)
-                                    -> absl::StatusOr<Value> {
-      return CallStringMethod(self.string_value(), name, arguments);
-    });
+    return Method(
+        object, name,
+        [this, name](const Value& self, const CallArguments& arguments) -> absl::StatusOr<Value> {
+          return CallStringMethod(self.string_value(), name, arguments);
+        });
   }
 
   absl::StatusOr<Value> CallStringMethod(const std::string& text, const std::string& name,
                                          const CallArguments& arguments) {
-    auto string_argument = [&](size_t position, const char* keyword)
-        -> absl::StatusOr<std::optional<std::string>> {
+    auto string_argument = [&](size_t position,
+                               const char* keyword) -> absl::StatusOr<std::optional<std::string>> {
       const Value* value = Argument(arguments, position, keyword);
       if (value == nullptr || value->is_none()) return std::optional<std::string>();
       if (!value->is_string()) {
-        return TypeError(absl::StrFormat("%s arg must be None or str, not %s", name,
-                                         value->TypeName()));
+        return TypeError(
+            absl::StrFormat("%s arg must be None or str, not %s", name, value->TypeName()));
       }
       return std::optional<std::string>(value->string_value());
     };
@@ -1009,9 +1027,9 @@ class Renderer {
         }
         const std::string& needle = candidate.string_value();
         if (needle.size() > text.size()) continue;
-        if (name == "startswith" ? text.compare(0, needle.size(), needle) == 0
-                                 : text.compare(text.size() - needle.size(), needle.size(),
-                                                needle) == 0) {
+        if (name == "startswith"
+                ? text.compare(0, needle.size(), needle) == 0
+                : text.compare(text.size() - needle.size(), needle.size(), needle) == 0) {
           return Value::Bool(true);
         }
       }
@@ -1041,7 +1059,8 @@ class Renderer {
             if (end < separator->size()) break;
             const size_t found = text.rfind(*separator, end - separator->size());
             if (found == std::string::npos) break;
-            reversed.push_back(text.substr(found + separator->size(), end - found - separator->size()));
+            reversed.push_back(
+                text.substr(found + separator->size(), end - found - separator->size()));
             end = found;
           }
           reversed.push_back(text.substr(0, end));
@@ -1055,8 +1074,7 @@ class Renderer {
         bool in_word = false;
         int64_t splits = 0;
         for (size_t index = 0; index < points.size(); ++index) {
-          if (IsPythonSpace(points[index]) &&
-              (max_split < 0 || splits < max_split || !in_word)) {
+          if (IsPythonSpace(points[index]) && (max_split < 0 || splits < max_split || !in_word)) {
             if (in_word) {
               parts.push_back(Value::String(current));
               current.clear();
@@ -1155,8 +1173,8 @@ class Renderer {
       if (name == "islower" || name == "isupper") return Value::Bool(has_cased);
       return Value::Bool(true);
     }
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "SecurityError: str.%s is not available in chat templates", name));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SecurityError: str.%s is not available in chat templates", name));
   }
 
   // Python iteration: list/tuple items, dict keys, string code points; Undefined is empty.
@@ -1223,8 +1241,9 @@ class Renderer {
       if (op == "//" || op == "%") {
         if (floating) {
           if (y == 0) {
-            return absl::InvalidArgumentError(op == "//" ? "ZeroDivisionError: float floor division by zero"
-                                                         : "ZeroDivisionError: float modulo");
+            return absl::InvalidArgumentError(
+                op == "//" ? "ZeroDivisionError: float floor division by zero"
+                           : "ZeroDivisionError: float modulo");
           }
           double modulo = std::fmod(x, y);
           if (modulo != 0 && ((modulo < 0) != (y < 0))) modulo += y;
@@ -1234,9 +1253,9 @@ class Renderer {
                                   : std::floor(x / y));
         }
         if (b == 0) {
-          return absl::InvalidArgumentError(op == "//"
-                                                ? "ZeroDivisionError: integer division or modulo by zero"
-                                                : "ZeroDivisionError: integer modulo by zero");
+          return absl::InvalidArgumentError(
+              op == "//" ? "ZeroDivisionError: integer division or modulo by zero"
+                         : "ZeroDivisionError: integer modulo by zero");
         }
         return Value::Int(op == "//" ? FloorDiv(a, b) : FloorMod(a, b));
       }
@@ -1273,7 +1292,8 @@ class Renderer {
     if (op == "*") {
       const Value* sequence = nullptr;
       const Value* count = nullptr;
-      if ((left.is_string() || left.is_sequence_of_items()) && (right.is_int() || right.is_bool())) {
+      if ((left.is_string() || left.is_sequence_of_items()) &&
+          (right.is_int() || right.is_bool())) {
         sequence = &left;
         count = &right;
       } else if ((right.is_string() || right.is_sequence_of_items()) &&
@@ -1335,8 +1355,8 @@ class Renderer {
       case Value::Kind::kUndefined:
         return false;
       default:
-        return TypeError(absl::StrFormat("argument of type '%s' is not iterable",
-                                         container.TypeName()));
+        return TypeError(
+            absl::StrFormat("argument of type '%s' is not iterable", container.TypeName()));
     }
   }
 
@@ -1389,7 +1409,8 @@ class Renderer {
                                  const CallArguments& arguments) {
     const Value* argument = Argument(arguments, 0, "other");
     auto need_argument = [&]() -> absl::Status {
-      if (argument == nullptr) return TypeError(absl::StrFormat("test '%s' needs an argument", name));
+      if (argument == nullptr)
+        return TypeError(absl::StrFormat("test '%s' needs an argument", name));
       return absl::OkStatus();
     };
     if (name == "defined") return !value.is_undefined();
@@ -1438,7 +1459,8 @@ class Renderer {
     }
     if (name == "sameas") {
       RETURN_IF_ERROR(need_argument());
-      if (value.is_none() || value.is_bool()) return value.Equals(*argument) && value.kind() == argument->kind();
+      if (value.is_none() || value.is_bool())
+        return value.Equals(*argument) && value.kind() == argument->kind();
       return false;
     }
     if (name == "in") {
@@ -1447,15 +1469,16 @@ class Renderer {
       return Contains(*container, value);
     }
     static const std::pair<const char*, const char*> kOrderTests[] = {
-        {"lt", "<"}, {"lessthan", "<"}, {"<", "<"},     {"le", "<="},         {"<=", "<="},
-        {"gt", ">"}, {"greaterthan", ">"}, {">", ">"}, {"ge", ">="},         {">=", ">="}};
+        {"lt", "<"}, {"lessthan", "<"},    {"<", "<"}, {"le", "<="}, {"<=", "<="},
+        {"gt", ">"}, {"greaterthan", ">"}, {">", ">"}, {"ge", ">="}, {">=", ">="}};
     for (const auto& [test_name, op] : kOrderTests) {
       if (name == test_name) {
         RETURN_IF_ERROR(need_argument());
         return Compare(op, value, *argument);
       }
     }
-    return absl::InvalidArgumentError(absl::StrFormat("TemplateRuntimeError: No test named '%s'.", name));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("TemplateRuntimeError: No test named '%s'.", name));
   }
 
   // ---- Filters ----
@@ -1529,7 +1552,8 @@ class Renderer {
         if (indent->is_string()) {
           json.indent = indent->string_value();
         } else if (indent->is_int()) {
-          json.indent = std::string(std::max<int64_t>(0, std::min<int64_t>(indent->int_value(), 64)), ' ');
+          json.indent =
+              std::string(std::max<int64_t>(0, std::min<int64_t>(indent->int_value(), 64)), ' ');
         } else {
           return TypeError("tojson indent must be an int or a str");
         }
@@ -1828,7 +1852,8 @@ class Renderer {
         }
         return total;
       }
-      if (items.empty()) return Value::Undefined(absl::StrFormat("No aggregated item, sequence was empty."));
+      if (items.empty())
+        return Value::Undefined(absl::StrFormat("No aggregated item, sequence was empty."));
       Value best = items[0];
       for (size_t index = 1; index < items.size(); ++index) {
         ASSIGN_OR_RETURN(int order, Order("<", items[index], best));

@@ -65,7 +65,8 @@ TEST(TemplateSyntaxTest, ErrorsNameLineAndColumn) {
     const char* expected;
   };
   const Case cases[] = {
-      {"{% if x %}", "line 1, column 11: unexpected end of template: looking for 'elif' or 'else' or 'endif'"},
+      {"{% if x %}",
+       "line 1, column 11: unexpected end of template: looking for 'elif' or 'else' or 'endif'"},
       {"a\n{{ x y }}", "line 2, column 6: expected end of print statement, got 'y'"},
       {"{{ 1 + }}", "line 1, column 8: unexpected 'end of print statement'"},
       {"{% endfor %}", "line 1, column 4: unknown tag 'endfor'"},
@@ -158,9 +159,10 @@ TEST(TemplateRenderTest, ParsedOnceRenderedMany) {
         Value::Object({{"greeting", Value::String("Hi")}, {"name", Value::String(name)}}),
         RenderOptions{});
     ASSERT_TRUE(rendered.ok());
-    EXPECT_EQ(*rendered, "Hi, " + std::string(name == std::string("ann")   ? "ANN"
-                                              : name == std::string("bob") ? "BOB"
-                                                                           : "CY") +
+    EXPECT_EQ(*rendered, "Hi, " +
+                             std::string(name == std::string("ann")   ? "ANN"
+                                         : name == std::string("bob") ? "BOB"
+                                                                      : "CY") +
                              "!");
   }
   EXPECT_FALSE(parsed->Render(Value::List({}), RenderOptions{}).ok());

@@ -410,20 +410,24 @@ absl::Status AppendJson(const Value& value, const JsonOptions& options, int dept
   // 512 levels: deeper data is refused rather than risking the stack (Python would hit its own
   // recursion limit near 1000).
   if (depth > 512) return absl::InvalidArgumentError("tojson: nesting deeper than 512 levels");
-  const std::string newline_indent =
-      options.indent ? "\n" + [&] {
-        std::string indent;
-        for (int level = 0; level <= depth; ++level) indent += *options.indent;
-        return indent;
-      }()
-                     : "";
-  const std::string closing_indent =
-      options.indent ? "\n" + [&] {
-        std::string indent;
-        for (int level = 0; level < depth; ++level) indent += *options.indent;
-        return indent;
-      }()
-                     : "";
+  const std::string newline_indent = options.indent
+                                         ? "\n" +
+                                               [&] {
+                                                 std::string indent;
+                                                 for (int level = 0; level <= depth; ++level)
+                                                   indent += *options.indent;
+                                                 return indent;
+                                               }()
+                                         : "";
+  const std::string closing_indent = options.indent
+                                         ? "\n" +
+                                               [&] {
+                                                 std::string indent;
+                                                 for (int level = 0; level < depth; ++level)
+                                                   indent += *options.indent;
+                                                 return indent;
+                                               }()
+                                         : "";
   const std::string item_separator = options.indent ? "," : ", ";
   switch (value.kind()) {
     case Value::Kind::kNone:

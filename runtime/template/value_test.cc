@@ -20,9 +20,9 @@ TEST(FloatReprTest, MatchesPythonRepr) {
 }
 
 TEST(ValueTest, StrAndReprFollowPython) {
-  const Value list = Value::List({Value::Int(1), Value::Float(2.5), Value::String("x"),
-                                  Value::None(), Value::Bool(true),
-                                  Value::Object({{"a", Value::Tuple({Value::Int(1)})}})});
+  const Value list =
+      Value::List({Value::Int(1), Value::Float(2.5), Value::String("x"), Value::None(),
+                   Value::Bool(true), Value::Object({{"a", Value::Tuple({Value::Int(1)})}})});
   EXPECT_EQ(list.Str(), "[1, 2.5, 'x', None, True, {'a': (1,)}]");
   EXPECT_EQ(Value::String("it's").Repr(), "\"it's\"");
   EXPECT_EQ(Value::String("a\"b'c").Repr(), "'a\"b\\'c'");
@@ -42,11 +42,10 @@ TEST(ValueTest, EqualityAndTruthiness) {
 }
 
 TEST(ToJsonTest, MatchesJsonDumpsWithoutAsciiEscapes) {
-  const Value value =
-      Value::Object({{"a", Value::List({Value::Int(1), Value::Int(2)})},
-                     {"b", Value::String("\xC3\xA9\n\"q\"\x01")},
-                     {"c", Value::None()},
-                     {"d", Value::Float(1.0)}});
+  const Value value = Value::Object({{"a", Value::List({Value::Int(1), Value::Int(2)})},
+                                     {"b", Value::String("\xC3\xA9\n\"q\"\x01")},
+                                     {"c", Value::None()},
+                                     {"d", Value::Float(1.0)}});
   // json.dumps(v, ensure_ascii=False) and json.dumps(v, ensure_ascii=False, indent=2).
   EXPECT_EQ(*ToJson(value, {}),
             "{\"a\": [1, 2], \"b\": \"\xC3\xA9\\n\\\"q\\\"\\u0001\", \"c\": null, \"d\": 1.0}");

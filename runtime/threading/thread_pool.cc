@@ -105,7 +105,9 @@ void ThreadPool::Run(int64_t num_items, int64_t grain, Function function, const 
 }
 
 void ThreadPool::WorkerLoop(int32_t thread_index) {
-  uint32_t seen = generation_.load(std::memory_order_acquire);
+  // Generation 0 is the one before any work; loading generation_ here instead would miss a
+  // ParallelFor that started before this thread got scheduled.
+  uint32_t seen = 0;
   while (true) {
     seen = WaitWhileEqual(&generation_, seen);
     if (seen & kStopBit) return;

@@ -101,7 +101,7 @@ void ExpectStreamMatchesDecode(const Tokenizer& tokenizer, const std::vector<int
 struct ReferenceCase {
   const char* name;
   std::string model_dir;
-  bool optional;  // the tokenizer lives outside the repository
+  bool shared;  // the tokenizer lives in ../shared/tokenizers
 };
 
 void PrintTo(const ReferenceCase& reference_case, std::ostream* out) {
@@ -110,23 +110,14 @@ void PrintTo(const ReferenceCase& reference_case, std::ostream* out) {
 
 class ReferenceTest : public testing::TestWithParam<ReferenceCase> {};
 
-// The uncut qwen2/gpt2/llama3 tokenizers written by `make_reference.py --full DIR`, when
-// LLMRT_TOKENIZER_FULL_DIR names DIR (too big for the repository).
-std::string FullDir() {
-  const char* dir = std::getenv("LLMRT_TOKENIZER_FULL_DIR");
-  return dir == nullptr ? "" : dir;
-}
-
 TEST_P(ReferenceTest, MatchesHuggingFaceTokenizers) {
   const ReferenceCase& param = GetParam();
-  const bool full = param.model_dir.empty();
-  const std::string model_dir = full ? FullDir() + "/" + param.name : param.model_dir;
-  const bool present = (!full || !FullDir().empty()) && Exists(model_dir + "/tokenizer.json");
-  if (param.optional && !present) {
-    GTEST_SKIP() << model_dir << "/tokenizer.json is not on this machine";
-  }
-  const std::string reference_path =
-      (full ? FullDir() : std::string(kTestdata)) + "/" + param.name + ".reference.json";
+  const std::string& model_dir = param.model_dir;
+  // The shared tokenizers are always next to the repository in CI (the uncut qwen2, gpt2 and
+  // llama3 ones are checked by conformance_test.cc).
+  ASSERT_TRUE(Exists(model_dir + "/tokenizer.json"))
+      << model_dir << "/tokenizer.json is missing" << (param.shared ? " (../shared)" : "");
+  const std::string reference_path = std::string(kTestdata) + "/" + param.name + ".reference.json";
   const Json reference = Json::parse(ReadFileOrEmpty(reference_path), nullptr, false);
   ASSERT_FALSE(reference.is_discarded()) << reference_path;
   if (LacksUnicodeTables(model_dir)) GTEST_SKIP() << "runtime built without ICU";
@@ -166,15 +157,13 @@ INSTANTIATE_TEST_SUITE_P(
     Tokenizers, ReferenceTest,
     testing::Values(
         ReferenceCase{"stories260k", LLMRT_SOURCE_DIR "/tests/data/stories260K", false},
-        ReferenceCase{"phi3", "/work/shared/tokenizers/phi3", true},
+        ReferenceCase{"phi3", LLMRT_SHARED_TOKENIZERS_DIR "/phi3", true},
         ReferenceCase{"qwen2_mini", std::string(kTestdata) + "/qwen2_mini", false},
         ReferenceCase{"gpt2_mini", std::string(kTestdata) + "/gpt2_mini", false},
         ReferenceCase{"llama3_mini", std::string(kTestdata) + "/llama3_mini", false},
         ReferenceCase{"metaspace_mix", std::string(kTestdata) + "/metaspace_mix", false},
         ReferenceCase{"bytelevel_split", std::string(kTestdata) + "/bytelevel_split", false},
-        ReferenceCase{"suffix_words", std::string(kTestdata) + "/suffix_words", false},
-        ReferenceCase{"qwen2", "", true}, ReferenceCase{"gpt2", "", true},
-        ReferenceCase{"llama3", "", true}),
+        ReferenceCase{"suffix_words", std::string(kTestdata) + "/suffix_words", false}),
     [](const testing::TestParamInfo<ReferenceCase>& info) { return std::string(info.param.name); });
 
 class Stories260KTest : public testing::Test {

@@ -71,6 +71,8 @@ class EngineTest : public ::testing::Test {
     auto tokenizer = llmrt::Tokenizer::Create(model_->meta().tokenizer());
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
     tokenizer_ = *std::move(tokenizer);
+    // Request ids restart with a new engine.
+    results_.clear();
     engine_ = std::make_unique<Engine>(*model_, tokenizer_.get(), EngineOptions());
   }
 
@@ -85,7 +87,7 @@ class EngineTest : public ::testing::Test {
 
   RequestId Submit(GenerationRequest request) {
     request.on_output = [this](const RequestOutput& output) {
-      Choice& choice = results_[{output.request_id, output.index}];
+      Choice& choice = Get(output.request_id, output.index);
       for (const auto& token : output.tokens) choice.tokens.push_back(token.token);
       choice.text += output.text;
       if (output.finished) {
@@ -113,10 +115,12 @@ class EngineTest : public ::testing::Test {
     for (const GenerationRequest& request : requests) {
       RequestId id = Submit(request);
       Run();
-      tokens.push_back(results_[{id, 0}].tokens);
+      tokens.push_back(Get(id, 0).tokens);
     }
     return tokens;
   }
+
+  Choice& Get(RequestId id, int32_t index) { return results_[std::make_pair(id, index)]; }
 
   std::vector<int32_t> Encode(const std::string& text) { return tokenizer_->Encode(text, true); }
 
@@ -162,6 +166,7 @@ TEST_P(EngineModelTest, GreedyBatchOf16MatchesEachRequestAlone) {
     requests.push_back(Greedy(prompts[i], 20 - static_cast<int64_t>(i % 4) * 3));
   }
   std::vector<std::vector<int32_t>> alone = RunAlone(requests);
+  const int64_t steps_alone = engine_->GetStats().steps_total;
   if (stories) {
     EXPECT_EQ(alone[0], kStoriesGreedy);  // the documented story
   }
@@ -171,10 +176,11 @@ TEST_P(EngineModelTest, GreedyBatchOf16MatchesEachRequestAlone) {
   for (const GenerationRequest& request : requests) ids.push_back(Submit(request));
   Run();
   for (size_t i = 0; i < ids.size(); ++i) {
-    EXPECT_EQ(results_[{ids[i], 0}].tokens, alone[i]) << "request " << i;
-    EXPECT_EQ(results_[{ids[i], 0}].reason, FinishReason::kLength);
+    EXPECT_EQ(Get(ids[i], 0).tokens, alone[i]) << "request " << i;
+    EXPECT_EQ(Get(ids[i], 0).reason, FinishReason::kLength);
   }
-  EXPECT_GT(engine_->GetStats().steps_total, 0);
+  // They really shared steps: far fewer steps than one request at a time.
+  EXPECT_LT(engine_->GetStats().steps_total * 4, steps_alone);
 }
 
 std::vector<std::string> Models() {
@@ -192,8 +198,9 @@ INSTANTIATE_TEST_SUITE_P(Models, EngineModelTest, ::testing::ValuesIn(Models()),
 
 TEST_F(EngineTest, PrefixCacheHitReusesBlocksAndGivesIdenticalOutput) {
   Load(kStoriesDir);
-  const std::vector<int32_t> prompt =
-      Encode("Once upon a time there was a little girl named Lily. She loved to play outside");
+  const std::vector<int32_t> prompt = Encode(
+      "Once upon a time there was a little girl named Lily. She loved to play outside in "
+      "the park with her dog, and every day they ran to the big tree by the pond.");
   ASSERT_GT(prompt.size(), 32u);
   RequestId first = Submit(Greedy(prompt, 16));
   Run();
@@ -201,10 +208,10 @@ TEST_F(EngineTest, PrefixCacheHitReusesBlocksAndGivesIdenticalOutput) {
   RequestId second = Submit(Greedy(prompt, 16));
   Run();
   const int64_t full_blocks = (static_cast<int64_t>(prompt.size()) - 1) / 16 * 16;
-  EXPECT_EQ(results_[{first, 0}].cached_prompt_tokens, 0);
-  EXPECT_EQ(results_[{second, 0}].cached_prompt_tokens, full_blocks);
+  EXPECT_EQ(Get(first, 0).cached_prompt_tokens, 0);
+  EXPECT_EQ(Get(second, 0).cached_prompt_tokens, full_blocks);
   EXPECT_EQ(engine_->GetStats().prefix_hit_tokens - hits_before, full_blocks);
-  EXPECT_EQ(results_[{second, 0}].tokens, results_[{first, 0}].tokens);
+  EXPECT_EQ(Get(second, 0).tokens, Get(first, 0).tokens);
 }
 
 TEST_F(EngineTest, PreemptionUnderATinyPoolGivesIdenticalOutput) {
@@ -220,8 +227,8 @@ TEST_F(EngineTest, PreemptionUnderATinyPoolGivesIdenticalOutput) {
   Run();
   EXPECT_GT(engine_->GetStats().preemptions_total, 0);
   for (size_t i = 0; i < ids.size(); ++i) {
-    EXPECT_EQ(results_[{ids[i], 0}].tokens, alone[i]) << "request " << i;
-    EXPECT_EQ(results_[{ids[i], 0}].reason, FinishReason::kLength);
+    EXPECT_EQ(Get(ids[i], 0).tokens, alone[i]) << "request " << i;
+    EXPECT_EQ(Get(ids[i], 0).reason, FinishReason::kLength);
   }
 }
 
@@ -244,9 +251,9 @@ TEST_F(EngineTest, SeedGivesTheSameSampleAloneOrInABatch) {
   reseeded.seed = 99;
   RequestId other_seed = Submit(reseeded);
   Run();
-  EXPECT_EQ(results_[{batched, 0}].tokens, results_[{alone, 0}].tokens);
-  EXPECT_EQ(results_[{batched, 0}].tokens.size(), 24u);
-  EXPECT_NE(results_[{other_seed, 0}].tokens, results_[{alone, 0}].tokens);
+  EXPECT_EQ(Get(batched, 0).tokens, Get(alone, 0).tokens);
+  EXPECT_EQ(Get(batched, 0).tokens.size(), 24u);
+  EXPECT_NE(Get(other_seed, 0).tokens, Get(alone, 0).tokens);
 }
 
 TEST_F(EngineTest, StopStringAcrossTokenBoundariesIsNeverEmitted) {
@@ -254,7 +261,7 @@ TEST_F(EngineTest, StopStringAcrossTokenBoundariesIsNeverEmitted) {
   const std::vector<int32_t> prompt = Encode("Once upon a time");
   RequestId plain = Submit(Greedy(prompt, 30));
   Run();
-  const Choice full = results_[{plain, 0}];
+  const Choice full = Get(plain, 0);
   ASSERT_EQ(full.text, tokenizer_->Decode(full.tokens, true).substr(0, full.text.size()));
   // A stop string made of the end of one token's text and the start of the next one's.
   std::string stop;
@@ -275,7 +282,7 @@ TEST_F(EngineTest, StopStringAcrossTokenBoundariesIsNeverEmitted) {
   request.stop = {stop, "never appears \x01"};
   RequestId stopped = Submit(request);
   Run();
-  const Choice& choice = results_[{stopped, 0}];
+  const Choice& choice = Get(stopped, 0);
   const size_t first = full.text.find(stop);
   ASSERT_LE(first, boundary);
   EXPECT_EQ(choice.text, full.text.substr(0, first));
@@ -289,7 +296,7 @@ TEST_F(EngineTest, StopStringAcrossTokenBoundariesIsNeverEmitted) {
   by_token.stop_token_ids = {full.tokens[5]};
   RequestId token_stopped = Submit(by_token);
   Run();
-  const Choice& token_choice = results_[{token_stopped, 0}];
+  const Choice& token_choice = Get(token_stopped, 0);
   EXPECT_EQ(token_choice.reason, FinishReason::kStop);
   const size_t first_index =
       std::find(full.tokens.begin(), full.tokens.end(), full.tokens[5]) - full.tokens.begin();
@@ -318,18 +325,28 @@ TEST_F(EngineTest, NChoicesShareThePromptBlocks) {
   Run();
   std::vector<int32_t> distinct_firsts;
   for (int32_t index = 0; index < 4; ++index) {
-    EXPECT_EQ(results_[{id, index}].tokens.size(), 12u);
-    EXPECT_EQ(results_[{id, index}].outputs_finished, 1);
+    EXPECT_EQ(Get(id, index).tokens.size(), 12u);
+    EXPECT_EQ(Get(id, index).outputs_finished, 1);
   }
-  EXPECT_NE(results_[{id, 0}].tokens, results_[{id, 1}].tokens);
+  EXPECT_NE(Get(id, 0).tokens, Get(id, 1).tokens);
+  // Choice i draws from seed + i and must give what a lone request with that seed gives: the
+  // shared prompt blocks were not overwritten by a sibling (copy-on-write worked).
+  for (int32_t index = 0; index < 4; ++index) {
+    GenerationRequest lone = request;
+    lone.n = 1;
+    lone.seed = 7 + index;
+    RequestId lone_id = Submit(lone);
+    Run();
+    EXPECT_EQ(Get(lone_id, 0).tokens, Get(id, index).tokens) << "choice " << index;
+  }
   // Greedy n = 2: both choices equal the n = 1 answer.
   RequestId single = Submit(Greedy(prompt, 12));
   GenerationRequest pair = Greedy(prompt, 12);
   pair.n = 2;
   RequestId doubled = Submit(pair);
   Run();
-  EXPECT_EQ(results_[{doubled, 0}].tokens, results_[{single, 0}].tokens);
-  EXPECT_EQ(results_[{doubled, 1}].tokens, results_[{single, 0}].tokens);
+  EXPECT_EQ(Get(doubled, 0).tokens, Get(single, 0).tokens);
+  EXPECT_EQ(Get(doubled, 1).tokens, Get(single, 0).tokens);
 }
 
 TEST_F(EngineTest, KvUsageReturnsToZeroAfterCancellation) {
@@ -343,7 +360,7 @@ TEST_F(EngineTest, KvUsageReturnsToZeroAfterCancellation) {
   engine_->Cancel(12345);  // unknown: ignored
   Run();
   for (int i = 0; i < 6; ++i) {
-    const Choice& choice = results_[{ids[i], 0}];
+    const Choice& choice = Get(ids[i], 0);
     EXPECT_EQ(choice.outputs_finished, 1);
     EXPECT_EQ(choice.reason, i % 2 == 0 ? FinishReason::kCancelled : FinishReason::kLength);
   }
@@ -357,7 +374,7 @@ TEST_F(EngineTest, BackgroundThreadServesConcurrentSubmissions) {
   RequestId id = Submit(Greedy(Encode("Once upon a time"), 20));
   while (engine_->HasWork()) std::this_thread::yield();
   engine_->Stop();
-  EXPECT_EQ(results_[{id, 0}].tokens, kStoriesGreedy);
+  EXPECT_EQ(Get(id, 0).tokens, kStoriesGreedy);
   EXPECT_EQ(engine_->GetStats().kv_blocks_used, 0);
 }
 

@@ -61,8 +61,8 @@ absl::StatusOr<std::vector<jinja::ChatMessage>> ToMessages(const nlohmann::order
   for (size_t index = 0; index < json.size(); ++index) {
     const auto& message = json[index];
     if (!message.is_object() || !message.contains("role") || !message["role"].is_string()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: message %d must be an object with a string \"role\"", path, index));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: message %d must be an object with a string \"role\"", path, index));
     }
     jinja::ChatMessage chat_message;
     chat_message.content = jinja::Value::None();
@@ -77,7 +77,8 @@ absl::StatusOr<std::vector<jinja::ChatMessage>> ToMessages(const nlohmann::order
         chat_message.fields.emplace_back(it.key(), ToValue(it.value()));
       }
     }
-    if (!has_content) chat_message.content = jinja::Value::Undefined("'dict object' has no attribute 'content'");
+    if (!has_content)
+      chat_message.content = jinja::Value::Undefined("'dict object' has no attribute 'content'");
     messages.push_back(std::move(chat_message));
   }
   return messages;
@@ -137,8 +138,7 @@ int Render(int argc, char** argv) {
   const nlohmann::ordered_json json =
       nlohmann::ordered_json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) {
-    return fail(absl::InvalidArgumentError(
-        absl::StrFormat("%s: not valid JSON", messages_path)));
+    return fail(absl::InvalidArgumentError(absl::StrFormat("%s: not valid JSON", messages_path)));
   }
 
   jinja::ChatOptions options;
@@ -169,14 +169,14 @@ int Render(int argc, char** argv) {
 
   absl::StatusOr<jinja::Template> chat_template = jinja::Template::Parse(spec.chat_template());
   if (!chat_template.ok()) {
-    return fail(absl::InvalidArgumentError(absl::StrFormat(
-        "%s: chat template: %s", plan_path, chat_template.status().message())));
+    return fail(absl::InvalidArgumentError(
+        absl::StrFormat("%s: chat template: %s", plan_path, chat_template.status().message())));
   }
   absl::StatusOr<std::string> prompt = jinja::RenderChat(*chat_template, *messages, options);
   if (!prompt.ok()) {
-    return fail(absl::Status(prompt.status().code(),
-                             absl::StrFormat("%s: chat template: %s", plan_path,
-                                             prompt.status().message())));
+    return fail(absl::Status(
+        prompt.status().code(),
+        absl::StrFormat("%s: chat template: %s", plan_path, prompt.status().message())));
   }
   std::fwrite(prompt->data(), 1, prompt->size(), stdout);
   return 0;

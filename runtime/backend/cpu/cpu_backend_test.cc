@@ -5,10 +5,13 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <set>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/backend/cpu/kernels.h"
 #include "runtime/backend/testing/tiny_llama.h"
 
 namespace llmrt::cpu {
@@ -163,6 +166,77 @@ TEST(CpuBackendTest, ChunkedPrefillAndDecodeMatchWholeSequence) {
   }
 }
 
+// Packs a row-major [rows, cols] blob into ROW_PANELS of `panel_rows`, written from the layout
+// formula in plan.proto (element (r, c) at (r / P) * P * cols + c * P + r % P, rows padded with
+// zeros), independently of codegen's packer.
+std::vector<uint8_t> PackPanels(const std::vector<uint8_t>& row_major, int64_t rows, int64_t cols,
+                                size_t element_bytes, int32_t panel_rows) {
+  const int64_t padded_rows = (rows + panel_rows - 1) / panel_rows * panel_rows;
+  std::vector<uint8_t> packed(padded_rows * cols * element_bytes, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t index = (r / panel_rows) * panel_rows * cols + c * panel_rows + r % panel_rows;
+      std::memcpy(&packed[index * element_bytes], &row_major[(r * cols + c) * element_bytes],
+                  element_bytes);
+    }
+  }
+  return packed;
+}
+
+// Re-lays every matmul and lm_head weight of `model` as ROW_PANELS of 16, as codegen does for
+// the CPU target; an embedding table (also when tied to lm_head) stays ROW_MAJOR.
+void PackMatmulWeights(TinyLlama& model) {
+  std::set<int32_t> embedding_tables;
+  std::set<int32_t> matrices;
+  for (const plan::Op& op : model.meta.program().ops()) {
+    if (op.kind() == plan::EMBED) embedding_tables.insert(op.weights(0));
+    if (op.kind() == plan::MATMUL || op.kind() == plan::LOGITS) matrices.insert(op.weights(0));
+  }
+  for (int32_t index : matrices) {
+    if (embedding_tables.count(index) != 0) continue;
+    plan::Tensor* tensor = model.meta.mutable_tensors(index);
+    const size_t element_bytes = tensor->dtype() == plan::F32 ? 4 : 2;
+    model.blobs[index] = PackPanels(model.blobs[index], tensor->shape(0), tensor->shape(1),
+                                    element_bytes, kPanelRows);
+    tensor->set_layout(plan::Tensor::ROW_PANELS);
+    tensor->set_panel_rows(kPanelRows);
+    tensor->set_size_bytes(model.blobs[index].size());
+  }
+}
+
+// The packed layout through the same whole-sequence and chunked checks, on 1-3 threads.
+TEST(CpuBackendTest, PackedWeightsMatchReferenceOnAnyThreadCount) {
+  for (const ModelCase& model_case : ModelCases()) {
+    TinyLlama model = BuildTinyLlama(model_case.options);
+    PackMatmulWeights(model);
+    const std::vector<int32_t> tokens = Tokens(19, model_case.options.vocab_size, 1);
+    const std::vector<int32_t> blocks = {6, 1, 4, 0, 7};
+    for (int32_t threads : {1, 2, 3}) {
+      std::unique_ptr<Backend> backend = MakeBackend(model, 8, 4, 64, threads);
+      ASSERT_NE(backend, nullptr) << model_case.name;
+      std::vector<float> logits = RunStep(*backend, 4, {{&tokens, &blocks, 0, 12}});
+      for (int32_t start = 12; start < 19; ++start) {
+        std::vector<float> part = RunStep(*backend, 4, {{&tokens, &blocks, start, 1}});
+        logits.insert(logits.end(), part.begin(), part.end());
+      }
+      ExpectNear(logits, model.ReferenceLogits(tokens), kTolerance,
+                 model_case.name + " threads " + std::to_string(threads));
+    }
+  }
+}
+
+TEST(CpuBackendTest, RejectsPanelsOfAnotherHeight) {
+  TinyLlama model = BuildTinyLlama({});
+  PackMatmulWeights(model);
+  for (plan::Tensor& tensor : *model.meta.mutable_tensors()) {
+    if (tensor.layout() == plan::Tensor::ROW_PANELS) tensor.set_panel_rows(8);
+  }
+  auto backend = CreateCpuBackend(model.meta, model.Lookup(), {16, 1});
+  ASSERT_FALSE(backend.ok());
+  EXPECT_NE(backend.status().message().find("panel_rows 8"), std::string::npos)
+      << backend.status();
+}
+
 TEST(CpuBackendTest, SeveralSequencesInOneStepMatchEachAlone) {
   for (const ModelCase& model_case : ModelCases()) {
     const int32_t vocab = model_case.options.vocab_size;
@@ -258,6 +332,18 @@ class OpHarness {
     return op;
   }
   int32_t positions() const { return positions_; }
+  // A [rows, cols] matrix stored as ROW_PANELS of kPanelRows.
+  int32_t PanelTensor(plan::DType dtype, int64_t rows, int64_t cols,
+                      const std::vector<float>& data) {
+    const int32_t index = Tensor(dtype, {rows, cols}, data);
+    plan::Tensor* tensor = meta_.mutable_tensors(index);
+    blobs_[index] = PackPanels(blobs_[index], rows, cols, dtype == plan::F32 ? 4 : 2, kPanelRows);
+    tensor->set_layout(plan::Tensor::ROW_PANELS);
+    tensor->set_panel_rows(kPanelRows);
+    tensor->set_size_bytes(blobs_[index].size());
+    return index;
+  }
+  void set_threads(int32_t threads) { threads_ = threads; }
 
   // Runs the program on tokens 0..num_tokens-1 with the given positions; returns `output`.
   std::vector<float> Run(int32_t output, const std::vector<int32_t>& positions) {
@@ -267,8 +353,8 @@ class OpHarness {
     meta_.mutable_program()->mutable_values(logits_)->set_width(width);
     AddOp(plan::LOGITS, {output}, {logits_}, {Tensor(plan::F32, {width, width}, identity)});
     meta_.mutable_program()->set_arena_bytes_per_token(arena_per_token_);
-    auto backend =
-        CreateCpuBackend(meta_, [this](int index) { return blobs_[index].data(); }, {64, 1});
+    auto backend = CreateCpuBackend(
+        meta_, [this](int index) { return blobs_[index].data(); }, {64, threads_});
     EXPECT_TRUE(backend.ok()) << backend.status();
     if (!backend.ok()) return {};
     StepBatch batch;
@@ -295,6 +381,7 @@ class OpHarness {
   plan::PlanMeta meta_;
   std::vector<std::vector<uint8_t>> blobs_;
   int64_t arena_per_token_ = 0;
+  int32_t threads_ = 1;
   int32_t token_ids_ = AddValue(plan::Value::TOKEN_IDS, 1);
   int32_t positions_ = AddValue(plan::Value::POSITIONS, 1);
   int32_t logits_ = AddValue(plan::Value::LOGITS, 1);
@@ -385,6 +472,55 @@ TEST(CpuBackendOpTest, FusedMatMulSplitsColumnsInOrderForEveryDtype) {
           for (int i = 0; i < k; ++i) expected += double{x[r][i]} * stored[(begin + c) * k + i];
           EXPECT_NEAR(result[r * widths[pick] + c], expected, 1e-4)
               << "dtype " << dtype << " output " << pick << " row " << r << " col " << c;
+        }
+      }
+    }
+  }
+}
+
+// Every shape class of the panel kernel: token counts below, at and above each target's
+// micro-kernel height (1, 2, 3, 6, 8 rows) and their remainders; N below one panel, one panel
+// and a short last panel; K of 1, an odd count and one that is not a multiple of the k-split;
+// fused outputs whose boundaries fall inside a panel; with and without bias; 1 and 3 threads.
+TEST(CpuBackendOpTest, PackedMatMulEveryShapeClass) {
+  for (plan::DType dtype : {plan::F32, plan::F16, plan::BF16}) {
+    for (int64_t k : {1, 7, 37, 64}) {
+      for (std::vector<int64_t> widths :
+           {std::vector<int64_t>{3}, std::vector<int64_t>{16}, std::vector<int64_t>{5, 20, 12}}) {
+        for (int rows : {1, 2, 3, 5, 6, 7, 9, 13, 17, 40}) {
+          for (int32_t threads : {1, 3}) {
+            const bool with_bias = rows % 2 == 1;
+            const int64_t n = std::accumulate(widths.begin(), widths.end(), int64_t{0});
+            OpHarness harness;
+            harness.set_threads(threads);
+            const auto x = RandomRows(rows, static_cast<int>(k), 3);
+            std::vector<float> w_data(n * k);
+            for (size_t i = 0; i < w_data.size(); ++i) w_data[i] = std::cos(0.37f * i + 0.1f);
+            std::vector<float> bias(n);
+            for (int64_t i = 0; i < n; ++i) bias[i] = 0.25f * i - 1.0f;
+            const int32_t in = harness.Input(x);
+            std::vector<int32_t> weights = {harness.PanelTensor(dtype, n, k, w_data)};
+            if (with_bias) weights.push_back(harness.Tensor(plan::F32, {n}, bias));
+            std::vector<int32_t> outs;
+            for (int64_t width : widths) outs.push_back(harness.Activation(width));
+            harness.AddOp(plan::MATMUL, {in}, outs, weights);
+            const int pick = static_cast<int>(widths.size()) - 1;
+            std::vector<int32_t> positions(rows);
+            std::iota(positions.begin(), positions.end(), 0);
+            const std::vector<float> result = harness.Run(outs[pick], positions);
+            const std::vector<float> stored =
+                ::llmrt::testing::DecodeFrom(dtype, ::llmrt::testing::EncodeAs(dtype, w_data));
+            const int64_t begin = n - widths[pick];
+            for (int r = 0; r < rows; ++r) {
+              for (int64_t c = 0; c < widths[pick]; ++c) {
+                double expected = with_bias ? bias[begin + c] : 0.0;
+                for (int i = 0; i < k; ++i) expected += double{x[r][i]} * stored[(begin + c) * k + i];
+                ASSERT_NEAR(result[r * widths[pick] + c], expected, 1e-4)
+                    << "dtype " << dtype << " k " << k << " n " << n << " rows " << rows
+                    << " threads " << threads << " row " << r << " col " << c;
+              }
+            }
+          }
         }
       }
     }

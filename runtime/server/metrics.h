@@ -1,0 +1,78 @@
+// Server metrics for /metrics, in the Prometheus text exposition format (version 0.0.4) with
+// vLLM's metric names under an `llmrt:` prefix, so dashboards written for vLLM need only the
+// prefix changed:
+//   llmrt:num_requests_running / _waiting           gauges, from the engine
+//   llmrt:kv_cache_usage_perc                        gauge in [0, 1]
+//   llmrt:prefix_cache_queries_total / _hits_total   counters (tokens), and _hit_rate gauge
+//   llmrt:prompt_tokens_total, generation_tokens_total, num_preemptions_total   counters
+//   llmrt:request_success_total{finished_reason}    counter
+//   llmrt:time_to_first_token_seconds, inter_token_latency_seconds, e2e_request_latency_seconds
+//                                                    histograms
+// vLLM's request_queue_time_seconds is missing: the engine does not report when it first
+// schedules a request (RequestOutput has no such time yet).
+//   llmrt:decode_bandwidth_bytes_per_second, llmrt:decode_mbu   gauges (see ServerMetrics)
+//
+// Thread-safety: every member may be updated and rendered from any thread.
+#ifndef LLMRT_SERVER_METRICS_H_
+#define LLMRT_SERVER_METRICS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/engine/engine.h"
+
+namespace llmrt::server {
+
+// A cumulative histogram with fixed upper bounds (the +Inf bucket is implicit).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void Observe(double value);
+  // Appends "# HELP", "# TYPE" and the _bucket/_sum/_count lines.
+  void Render(const std::string& name, const std::string& help, const std::string& labels,
+              std::string& out) const;
+  int64_t count() const;
+  double sum() const;
+
+ private:
+  std::vector<double> upper_bounds_;
+  mutable std::mutex mutex_;
+  std::vector<int64_t> counts_;  // per bucket, not cumulative; last is +Inf
+  double sum_ = 0.0;
+  int64_t count_ = 0;
+};
+
+struct ServerMetrics {
+  ServerMetrics();
+
+  // vLLM's bucket bounds, in seconds: TTFT reaches into minutes under load; ITL is milliseconds
+  // to a second.
+  Histogram time_to_first_token;
+  Histogram inter_token_latency;
+  Histogram e2e_request_latency;
+
+  std::atomic<int64_t> finished_stop{0};
+  std::atomic<int64_t> finished_length{0};
+  std::atomic<int64_t> finished_abort{0};
+  std::atomic<int64_t> finished_error{0};
+  std::atomic<int64_t> rejected_queue_full{0};
+
+  // Decode bandwidth is estimated from the inter-token latency of decode steps: each decode step
+  // reads every weight once, so bytes/s = weight_bytes / step time (the KV reads are left out,
+  // which understates it for long contexts). MBU divides that by the machine's read bandwidth,
+  // given with `--mem-bandwidth` (measure it with `llmrt bench --bandwidth`); without it the MBU
+  // gauge is not emitted.
+  int64_t weight_bytes = 0;
+  double peak_bandwidth_bytes_per_second = 0.0;
+};
+
+// The full /metrics page.
+std::string RenderMetrics(const ServerMetrics& metrics, const engine::EngineStats& stats,
+                          const std::string& model_name);
+
+}  // namespace llmrt::server
+
+#endif  // LLMRT_SERVER_METRICS_H_

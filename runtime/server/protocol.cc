@@ -1,0 +1,640 @@
+#include "runtime/server/protocol.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+
+namespace llmrt::server {
+namespace {
+
+// ---- Field readers: null counts as absent, as in the OpenAI API. ----
+
+const Json* Field(const Json& object, const char* name) {
+  auto found = object.find(name);
+  if (found == object.end() || found->is_null()) return nullptr;
+  return &*found;
+}
+
+absl::Status TypeError(const char* name, const char* expected, const Json& found) {
+  return absl::InvalidArgumentError(absl::StrFormat("'%s' must be %s, found %s %s", name, expected,
+                                                    found.type_name(), found.dump()));
+}
+
+absl::Status ReadBool(const Json& object, const char* name, bool& out) {
+  const Json* value = Field(object, name);
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_boolean()) return TypeError(name, "a boolean", *value);
+  out = value->get<bool>();
+  return absl::OkStatus();
+}
+
+// An integer in [low, high]. JSON numbers like 3.0 are refused, as OpenAI refuses them.
+absl::Status ReadInt(const Json& object, const char* name, int64_t low, int64_t high,
+                     std::optional<int64_t>& out) {
+  const Json* value = Field(object, name);
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_number_integer()) return TypeError(name, "an integer", *value);
+  if (value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(high)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("'%s' must be in [%d, %d], found %s", name, low, high, value->dump()));
+  }
+  const int64_t number = value->get<int64_t>();
+  if (number < low || number > high) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("'%s' must be in [%d, %d], found %d", name, low, high, number));
+  }
+  out = number;
+  return absl::OkStatus();
+}
+
+absl::Status ReadNumber(const Json& object, const char* name, double low, double high,
+                        std::optional<double>& out) {
+  const Json* value = Field(object, name);
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_number()) return TypeError(name, "a number", *value);
+  const double number = value->get<double>();
+  if (!(number >= low && number <= high)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("'%s' must be in [%g, %g], found %g", name, low, high, number));
+  }
+  out = number;
+  return absl::OkStatus();
+}
+
+absl::Status ReadTokenId(const Json& value, const std::string& where, int32_t& out) {
+  if (!value.is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "'%s' must be a token id (an integer), found %s %s", where, value.type_name(),
+        value.dump()));
+  }
+  const int64_t id = value.get<int64_t>();
+  if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("'%s' must be a token id >= 0, found %d", where, id));
+  }
+  out = static_cast<int32_t>(id);
+  return absl::OkStatus();
+}
+
+absl::Status ReadTokenIds(const Json& array, const std::string& where,
+                          std::vector<int32_t>& out) {
+  out.clear();
+  out.reserve(array.size());
+  for (size_t index = 0; index < array.size(); ++index) {
+    int32_t id = 0;
+    if (absl::Status status =
+            ReadTokenId(array[index], absl::StrFormat("%s[%d]", where, index), id);
+        !status.ok()) {
+      return status;
+    }
+    out.push_back(id);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadPrompts(const Json& object, const RequestLimits& limits,
+                         std::vector<Prompt>& prompts) {
+  const Json* value = Field(object, "prompt");
+  if (value == nullptr) return absl::InvalidArgumentError("'prompt' is required");
+  if (value->is_string()) {
+    prompts.push_back({false, value->get<std::string>(), {}});
+    return absl::OkStatus();
+  }
+  if (!value->is_array() || value->empty()) {
+    return TypeError("prompt",
+                     "a string, a non-empty array of strings, of token ids, or of token-id arrays",
+                     *value);
+  }
+  const Json& first = value->front();
+  if (first.is_number_integer()) {  // one prompt as token ids
+    Prompt prompt;
+    prompt.is_ids = true;
+    if (absl::Status status = ReadTokenIds(*value, "prompt", prompt.ids); !status.ok()) {
+      return status;
+    }
+    prompts.push_back(std::move(prompt));
+    return absl::OkStatus();
+  }
+  if (static_cast<int64_t>(value->size()) > limits.max_prompts) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "'prompt' holds %d prompts; at most %d are allowed", value->size(), limits.max_prompts));
+  }
+  for (size_t index = 0; index < value->size(); ++index) {
+    const Json& item = (*value)[index];
+    Prompt prompt;
+    if (item.is_string()) {
+      prompt.text = item.get<std::string>();
+    } else if (item.is_array() && !item.empty()) {
+      prompt.is_ids = true;
+      if (absl::Status status =
+              ReadTokenIds(item, absl::StrFormat("prompt[%d]", index), prompt.ids);
+          !status.ok()) {
+        return status;
+      }
+    } else {
+      return TypeError(absl::StrFormat("prompt[%d]", index).c_str(),
+                       "a string or a non-empty array of token ids", item);
+    }
+    prompts.push_back(std::move(prompt));
+  }
+  return absl::OkStatus();
+}
+
+// Chat messages: an array of objects with a string role. Content given as a list of text parts
+// is joined into one string (vLLM does the same for templates that expect strings); other
+// part types (images, audio) are refused, this server runs text-only models.
+absl::Status ReadMessages(const Json& object, Json& messages) {
+  const Json* value = Field(object, "messages");
+  if (value == nullptr) return absl::InvalidArgumentError("'messages' is required");
+  if (!value->is_array() || value->empty()) {
+    return TypeError("messages", "a non-empty array of message objects", *value);
+  }
+  messages = Json::array();
+  for (size_t index = 0; index < value->size(); ++index) {
+    Json message = (*value)[index];
+    if (!message.is_object()) {
+      return TypeError(absl::StrFormat("messages[%d]", index).c_str(), "an object", message);
+    }
+    auto role = message.find("role");
+    if (role == message.end() || !role->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("'messages[%d].role' must be a string", index));
+    }
+    auto content = message.find("content");
+    if (content != message.end() && content->is_array()) {
+      std::string text;
+      for (size_t part_index = 0; part_index < content->size(); ++part_index) {
+        const Json& part = (*content)[part_index];
+        auto type = part.find("type");
+        auto part_text = part.find("text");
+        if (!part.is_object() || type == part.end() || *type != "text" ||
+            part_text == part.end() || !part_text->is_string()) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "'messages[%d].content[%d]' must be {\"type\": \"text\", \"text\": ...}; this "
+              "server takes text only, found %s",
+              index, part_index, part.dump()));
+        }
+        if (!text.empty()) text += "\n";
+        text += part_text->get<std::string>();
+      }
+      *content = text;
+    } else if (content != message.end() && !content->is_string() && !content->is_null()) {
+      return TypeError(absl::StrFormat("messages[%d].content", index).c_str(),
+                       "a string or an array of text parts", *content);
+    }
+    messages.push_back(std::move(message));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadStop(const Json& object, const RequestLimits& limits,
+                      std::vector<std::string>& stop) {
+  const Json* value = Field(object, "stop");
+  if (value == nullptr) return absl::OkStatus();
+  std::vector<std::string> strings;
+  if (value->is_string()) {
+    strings.push_back(value->get<std::string>());
+  } else if (value->is_array()) {
+    for (const Json& item : *value) {
+      if (!item.is_string()) return TypeError("stop", "a string or an array of strings", *value);
+      strings.push_back(item.get<std::string>());
+    }
+  } else {
+    return TypeError("stop", "a string or an array of strings", *value);
+  }
+  if (static_cast<int64_t>(strings.size()) > limits.max_stop) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "'stop' holds %d strings; at most %d are allowed", strings.size(), limits.max_stop));
+  }
+  for (const std::string& string : strings) {
+    if (string.empty()) return absl::InvalidArgumentError("'stop' strings must not be empty");
+    if (static_cast<int64_t>(string.size()) > limits.max_stop_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("'stop' strings must be at most %d bytes, found one of %d",
+                          limits.max_stop_bytes, string.size()));
+    }
+  }
+  stop = std::move(strings);
+  return absl::OkStatus();
+}
+
+absl::Status ReadLogitBias(const Json& object, const RequestLimits& limits,
+                           std::vector<std::pair<int32_t, float>>& bias) {
+  const Json* value = Field(object, "logit_bias");
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_object()) {
+    return TypeError("logit_bias", "an object mapping token ids to numbers", *value);
+  }
+  if (static_cast<int64_t>(value->size()) > limits.max_logit_bias) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "'logit_bias' holds %d entries; at most %d are allowed", value->size(),
+        limits.max_logit_bias));
+  }
+  for (auto it = value->begin(); it != value->end(); ++it) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(it.key(), &id) || id < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "'logit_bias' keys must be token ids (integers >= 0 as strings), found \"%s\"",
+          it.key()));
+    }
+    if (!it.value().is_number()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "'logit_bias[\"%s\"]' must be a number, found %s", it.key(), it.value().dump()));
+    }
+    const double amount = it.value().get<double>();
+    if (!(amount >= -sampling::kMaxLogitBias && amount <= sampling::kMaxLogitBias)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "'logit_bias[\"%s\"]' must be in [-100, 100], found %g", it.key(), amount));
+    }
+    bias.emplace_back(id, static_cast<float>(amount));
+  }
+  return absl::OkStatus();
+}
+
+#define RETURN_IF_ERROR_P(expr)                  \
+  do {                                           \
+    if (absl::Status _status = (expr); !_status.ok()) return _status; \
+  } while (false)
+
+}  // namespace
+
+ApiError ErrorFromStatus(const absl::Status& status) {
+  ApiError error;
+  error.message = std::string(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+      error.http_status = 400;
+      error.type = "invalid_request_error";
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      error.http_status = 401;
+      error.type = "authentication_error";
+      error.code = "invalid_api_key";
+      break;
+    case absl::StatusCode::kNotFound:
+      error.http_status = 404;
+      error.type = "invalid_request_error";
+      error.code = "model_not_found";
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      error.http_status = 429;
+      error.type = "rate_limit_exceeded";
+      error.code = "rate_limit_exceeded";
+      break;
+    case absl::StatusCode::kUnavailable:
+      error.http_status = 503;
+      error.type = "service_unavailable";
+      break;
+    default:
+      error.http_status = 500;
+      error.type = "server_error";
+      break;
+  }
+  return error;
+}
+
+std::string ErrorBody(const ApiError& error) {
+  Json body = {{"error",
+                {{"message", error.message},
+                 {"type", error.type},
+                 {"param", nullptr},
+                 {"code", error.code.empty() ? Json(nullptr) : Json(error.code)}}}};
+  return DumpJson(body);
+}
+
+std::string SseEvent(std::string_view payload) {
+  std::string event;
+  event.reserve(payload.size() + 8);
+  event += "data: ";
+  event += payload;
+  event += "\n\n";
+  return event;
+}
+
+absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view body,
+                                           const RequestLimits& limits) {
+  const Json object = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (object.is_discarded()) {
+    return absl::InvalidArgumentError(
+        "the request body is not valid JSON; send a JSON object with Content-Type "
+        "application/json");
+  }
+  if (!object.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the request body must be a JSON object, found %s", object.type_name()));
+  }
+  ParsedRequest request;
+  request.endpoint = endpoint;
+  if (const Json* model = Field(object, "model")) {
+    if (!model->is_string()) return TypeError("model", "a string", *model);
+    request.model = model->get<std::string>();
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    RETURN_IF_ERROR_P(ReadPrompts(object, limits, request.prompts));
+  } else {
+    RETURN_IF_ERROR_P(ReadMessages(object, request.messages));
+    if (const Json* tools = Field(object, "tools")) {
+      if (!tools->is_array()) return TypeError("tools", "an array", *tools);
+      request.tools = *tools;
+    }
+    RETURN_IF_ERROR_P(ReadBool(object, "add_generation_prompt", request.add_generation_prompt));
+  }
+
+  RETURN_IF_ERROR_P(ReadBool(object, "stream", request.stream));
+  if (const Json* options = Field(object, "stream_options")) {
+    if (!request.stream) {
+      return absl::InvalidArgumentError("'stream_options' is only allowed when 'stream' is true");
+    }
+    if (!options->is_object()) return TypeError("stream_options", "an object", *options);
+    RETURN_IF_ERROR_P(ReadBool(*options, "include_usage", request.include_usage));
+  }
+
+  // max_completion_tokens is the chat API's newer name; it wins when both are given.
+  const int64_t max_tokens_cap =
+      limits.max_tokens > 0 ? limits.max_tokens : std::numeric_limits<int32_t>::max();
+  std::optional<int64_t> integer;
+  RETURN_IF_ERROR_P(ReadInt(object, "max_tokens", 1, max_tokens_cap, integer));
+  request.max_tokens = integer;
+  integer.reset();
+  RETURN_IF_ERROR_P(ReadInt(object, "max_completion_tokens", 1, max_tokens_cap, integer));
+  if (integer.has_value()) request.max_tokens = integer;
+
+  integer.reset();
+  RETURN_IF_ERROR_P(ReadInt(object, "n", 1, limits.max_n, integer));
+  request.n = static_cast<int32_t>(integer.value_or(1));
+  integer.reset();
+  RETURN_IF_ERROR_P(ReadInt(object, "best_of", 1, limits.max_n, integer));
+  if (integer.has_value() && *integer != request.n) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "'best_of' (%d) different from 'n' (%d) is not supported", *integer, request.n));
+  }
+
+  if (endpoint == Endpoint::kChatCompletions) {
+    RETURN_IF_ERROR_P(ReadBool(object, "logprobs", request.logprobs));
+    integer.reset();
+    RETURN_IF_ERROR_P(ReadInt(object, "top_logprobs", 0, limits.max_top_logprobs, integer));
+    if (integer.has_value()) {
+      if (!request.logprobs) {
+        return absl::InvalidArgumentError("'top_logprobs' needs 'logprobs' set to true");
+      }
+      request.top_logprobs = static_cast<int32_t>(*integer);
+    }
+  } else {
+    // Legacy completions: logprobs is the number of alternatives; 0 still reports the chosen
+    // token's logprob.
+    integer.reset();
+    RETURN_IF_ERROR_P(ReadInt(object, "logprobs", 0, limits.max_top_logprobs, integer));
+    if (integer.has_value()) {
+      request.logprobs = true;
+      request.top_logprobs = static_cast<int32_t>(*integer);
+    }
+    bool echo = false;
+    RETURN_IF_ERROR_P(ReadBool(object, "echo", echo));
+    if (echo) return absl::InvalidArgumentError("'echo' is not supported by this server");
+    if (const Json* suffix = Field(object, "suffix")) {
+      return absl::InvalidArgumentError("'suffix' is not supported by this server");
+    }
+  }
+
+  // Ranges: OpenAI's where it has them, the sampler's otherwise.
+  RETURN_IF_ERROR_P(ReadNumber(object, "temperature", 0.0, 2.0, request.temperature));
+  std::optional<double> top_p;
+  RETURN_IF_ERROR_P(ReadNumber(object, "top_p", 0.0, 1.0, top_p));
+  if (top_p.has_value() && *top_p <= 0.0) {
+    return absl::InvalidArgumentError("'top_p' must be in (0, 1], found 0");
+  }
+  request.top_p = top_p;
+  integer.reset();
+  RETURN_IF_ERROR_P(ReadInt(object, "top_k", -1, std::numeric_limits<int32_t>::max(), integer));
+  if (integer.has_value()) request.top_k = static_cast<int32_t>(*integer);
+  RETURN_IF_ERROR_P(ReadNumber(object, "min_p", 0.0, 1.0, request.min_p));
+  std::optional<double> number;
+  RETURN_IF_ERROR_P(ReadNumber(object, "repetition_penalty", 0.0, 1e6, number));
+  if (number.has_value() && *number <= 0.0) {
+    return absl::InvalidArgumentError("'repetition_penalty' must be > 0, found 0");
+  }
+  request.repetition_penalty = number;
+  number.reset();
+  RETURN_IF_ERROR_P(ReadNumber(object, "presence_penalty", -2.0, 2.0, number));
+  request.presence_penalty = number.value_or(0.0);
+  number.reset();
+  RETURN_IF_ERROR_P(ReadNumber(object, "frequency_penalty", -2.0, 2.0, number));
+  request.frequency_penalty = number.value_or(0.0);
+  RETURN_IF_ERROR_P(ReadLogitBias(object, limits, request.logit_bias));
+  if (const Json* seed = Field(object, "seed")) {
+    if (!seed->is_number_integer()) return TypeError("seed", "an integer", *seed);
+    request.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
+                                               : static_cast<uint64_t>(seed->get<int64_t>());
+  }
+  RETURN_IF_ERROR_P(ReadStop(object, limits, request.stop));
+  if (const Json* ids = Field(object, "stop_token_ids")) {
+    if (!ids->is_array()) return TypeError("stop_token_ids", "an array of token ids", *ids);
+    if (static_cast<int64_t>(ids->size()) > limits.max_stop) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "'stop_token_ids' holds %d ids; at most %d are allowed", ids->size(), limits.max_stop));
+    }
+    RETURN_IF_ERROR_P(ReadTokenIds(*ids, "stop_token_ids", request.stop_token_ids));
+  }
+  RETURN_IF_ERROR_P(ReadBool(object, "ignore_eos", request.ignore_eos));
+  RETURN_IF_ERROR_P(ReadBool(object, "skip_special_tokens", request.skip_special_tokens));
+  return request;
+}
+
+sampling::SamplingParams ResolveSampling(const ParsedRequest& request,
+                                         const GenerationDefaultsView& defaults) {
+  sampling::SamplingParams params;
+  // generation_config.json with do_sample false means greedy unless the client asks otherwise.
+  const double default_temperature = defaults.do_sample ? defaults.temperature : 0.0;
+  params.temperature = request.temperature.value_or(default_temperature);
+  params.top_p = request.top_p.value_or(defaults.top_p);
+  params.top_k = request.top_k.value_or(defaults.top_k);
+  params.min_p = request.min_p.value_or(0.0);
+  params.repetition_penalty = request.repetition_penalty.value_or(defaults.repetition_penalty);
+  params.presence_penalty = request.presence_penalty;
+  params.frequency_penalty = request.frequency_penalty;
+  params.logit_bias = request.logit_bias;
+  if (request.seed.has_value()) params.seed = *request.seed;
+  return params;
+}
+
+std::string NewResponseId(Endpoint endpoint) {
+  // Ids only need to be unique per server; 96 random bits from a per-thread engine.
+  thread_local std::mt19937_64 random(std::random_device{}());
+  return absl::StrFormat("%s%016x%08x", endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-",
+                         random(), static_cast<uint32_t>(random()));
+}
+
+const char* FinishReasonString(engine::FinishReason reason) {
+  switch (reason) {
+    case engine::FinishReason::kStop:
+      return "stop";
+    case engine::FinishReason::kLength:
+      return "length";
+    case engine::FinishReason::kCancelled:
+      return "abort";
+    case engine::FinishReason::kError:
+      return "error";
+    case engine::FinishReason::kNone:
+      break;
+  }
+  return nullptr;
+}
+
+Json UsageJson(const Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens},
+          {"completion_tokens", usage.completion_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_prompt_tokens}}}};
+}
+
+namespace {
+
+Json Bytes(const std::string& text) {
+  Json bytes = Json::array();
+  for (unsigned char byte : text) bytes.push_back(static_cast<int>(byte));
+  return bytes;
+}
+
+Json FinishReasonJson(engine::FinishReason reason) {
+  const char* name = FinishReasonString(reason);
+  return name == nullptr ? Json(nullptr) : Json(name);
+}
+
+const char* ObjectName(const ResponseContext& context, bool chunk) {
+  if (context.endpoint == Endpoint::kChatCompletions) {
+    return chunk ? "chat.completion.chunk" : "chat.completion";
+  }
+  return "text_completion";
+}
+
+Json Envelope(const ResponseContext& context, bool chunk) {
+  return {{"id", context.id},
+          {"object", ObjectName(context, chunk)},
+          {"created", context.created},
+          {"model", context.model}};
+}
+
+}  // namespace
+
+std::string DumpJson(const Json& json) {
+  // Invalid UTF-8 in model text (a byte-fallback token cut short) becomes U+FFFD rather than an
+  // exception in the middle of a stream.
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+Json LogprobsJson(const ResponseContext& context, const std::vector<engine::TokenOutput>& tokens,
+                  int64_t text_offset_base) {
+  auto text_of = [&](int32_t id) {
+    return context.token_text ? context.token_text(id) : std::to_string(id);
+  };
+  if (context.endpoint == Endpoint::kChatCompletions) {
+    Json content = Json::array();
+    for (const engine::TokenOutput& token : tokens) {
+      const std::string text = text_of(token.token);
+      Json top = Json::array();
+      for (const sampling::TokenLogprob& alternative : token.top) {
+        const std::string alternative_text = text_of(alternative.token);
+        top.push_back({{"token", alternative_text},
+                       {"logprob", alternative.logprob},
+                       {"bytes", Bytes(alternative_text)}});
+      }
+      content.push_back({{"token", text},
+                         {"logprob", token.logprob.logprob},
+                         {"bytes", Bytes(text)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}};
+  }
+  Json texts = Json::array(), logprobs = Json::array(), tops = Json::array(),
+       offsets = Json::array();
+  int64_t offset = text_offset_base;
+  for (const engine::TokenOutput& token : tokens) {
+    const std::string text = text_of(token.token);
+    texts.push_back(text);
+    logprobs.push_back(token.logprob.logprob);
+    Json top = Json::object();
+    for (const sampling::TokenLogprob& alternative : token.top) {
+      top[text_of(alternative.token)] = alternative.logprob;
+    }
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += static_cast<int64_t>(text.size());
+  }
+  return {{"tokens", std::move(texts)},
+          {"token_logprobs", std::move(logprobs)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
+
+Json CompletionResponse(const ResponseContext& context, const std::vector<ChoiceResult>& choices,
+                        const Usage& usage) {
+  Json response = Envelope(context, /*chunk=*/false);
+  Json array = Json::array();
+  std::vector<const ChoiceResult*> sorted;
+  for (const ChoiceResult& choice : choices) sorted.push_back(&choice);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ChoiceResult* a, const ChoiceResult* b) { return a->index < b->index; });
+  for (const ChoiceResult* choice : sorted) {
+    Json logprobs = context.logprobs ? LogprobsJson(context, choice->tokens, 0) : Json(nullptr);
+    if (context.endpoint == Endpoint::kChatCompletions) {
+      array.push_back({{"index", choice->index},
+                       {"message", {{"role", "assistant"}, {"content", choice->text}}},
+                       {"logprobs", std::move(logprobs)},
+                       {"finish_reason", FinishReasonJson(choice->finish_reason)}});
+    } else {
+      array.push_back({{"index", choice->index},
+                       {"text", choice->text},
+                       {"logprobs", std::move(logprobs)},
+                       {"finish_reason", FinishReasonJson(choice->finish_reason)}});
+    }
+  }
+  response["choices"] = std::move(array);
+  response["usage"] = UsageJson(usage);
+  return response;
+}
+
+Json StreamChunk(const ResponseContext& context, int32_t index, const std::string& text,
+                 const std::vector<engine::TokenOutput>& tokens, bool role_first,
+                 engine::FinishReason finish_reason, bool include_usage_field,
+                 int64_t text_offset_base) {
+  Json chunk = Envelope(context, /*chunk=*/true);
+  Json logprobs = context.logprobs && !tokens.empty()
+                      ? LogprobsJson(context, tokens, text_offset_base)
+                      : Json(nullptr);
+  Json choice;
+  if (context.endpoint == Endpoint::kChatCompletions) {
+    Json delta = Json::object();
+    if (role_first) delta["role"] = "assistant";
+    // OpenAI's first chunk is {"role": "assistant", "content": ""}; the closing chunk has an
+    // empty delta.
+    if (!text.empty() || role_first) delta["content"] = text;
+    choice = {{"index", index},
+              {"delta", std::move(delta)},
+              {"logprobs", std::move(logprobs)},
+              {"finish_reason", FinishReasonJson(finish_reason)}};
+  } else {
+    choice = {{"index", index},
+              {"text", text},
+              {"logprobs", std::move(logprobs)},
+              {"finish_reason", FinishReasonJson(finish_reason)}};
+  }
+  chunk["choices"] = Json::array({std::move(choice)});
+  if (include_usage_field) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+Json UsageChunk(const ResponseContext& context, const Usage& usage) {
+  Json chunk = Envelope(context, /*chunk=*/true);
+  chunk["choices"] = Json::array();
+  chunk["usage"] = UsageJson(usage);
+  return chunk;
+}
+
+}  // namespace llmrt::server
