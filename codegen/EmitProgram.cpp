@@ -89,8 +89,10 @@ public:
 
 private:
   absl::StatusOr<int> addTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
-                                plan::DType dtype);
+                                plan::DType dtype, int64_t panelRows = 0);
   absl::Status appendConverted(const WeightView &view, plan::DType dtype);
+  absl::Status appendPanels(ArrayRef<WeightView> views, int64_t rows, int64_t cols,
+                            plan::DType dtype, int64_t panelRows);
   absl::StatusOr<int> valueId(Value value);
   int kernel(StringRef opName, plan::DType dtype);
   absl::Status emitOp(Operation &op, plan::Op &planOp);
@@ -131,8 +133,35 @@ absl::Status Emitter::appendConverted(const WeightView &view, plan::DType dtype)
   return absl::OkStatus();
 }
 
+// Writes the rows of `views` (concatenated) as ROW_PANELS (plan.proto): panels of panelRows
+// rows, each stored column by column, the last one zero-padded. One panel (panelRows x cols
+// elements, 176 KiB at 16 x 5632 f16) is converted at a time.
+absl::Status Emitter::appendPanels(ArrayRef<WeightView> views, int64_t rows, int64_t cols,
+                                   plan::DType dtype, int64_t panelRows) {
+  const size_t elementBytes = dtypeBytes(dtype);
+  chunk.resize(panelRows * cols * elementBytes);
+  // Global row -> (view, row in view).
+  std::vector<std::pair<const WeightView *, int64_t>> rowSource;
+  rowSource.reserve(rows);
+  for (const WeightView &view : views)
+    for (int64_t row = 0; row < view.shape[0]; ++row)
+      rowSource.push_back({&view, row});
+  for (int64_t first = 0; first < rows; first += panelRows) {
+    std::fill(chunk.begin(), chunk.end(), 0);
+    for (int64_t r = 0; r < panelRows && first + r < rows; ++r) {
+      auto [view, row] = rowSource[first + r];
+      for (int64_t c = 0; c < cols; ++c)
+        storeElement(chunk.data(), dtype, c * panelRows + r,
+                     loadElement(view->data, view->dtype, row * cols + c));
+    }
+    if (absl::Status status = writer.Append(chunk.data(), chunk.size()); !status.ok())
+      return status;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> Emitter::addTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
-                                       plan::DType dtype) {
+                                       plan::DType dtype, int64_t panelRows) {
   std::vector<std::string> names;
   for (FlatSymbolRefAttr param : params)
     names.push_back(param.getValue().str());
@@ -142,6 +171,11 @@ absl::StatusOr<int> Emitter::addTensor(Operation *user, ArrayRef<FlatSymbolRefAt
       return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is used as ",
                                                      dtypeSuffix(dtype), " and as ",
                                                      dtypeSuffix((*tensors)[it->second].dtype())));
+    if ((*tensors)[it->second].panel_rows() != panelRows)
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", name, " is used with panel_rows ", panelRows, " and ",
+                       (*tensors)[it->second].panel_rows(),
+                       " (llm.cpu_tile differs between two ops reading it)"));
     return it->second;
   }
 
@@ -185,11 +219,21 @@ absl::StatusOr<int> Emitter::addTensor(Operation *user, ArrayRef<FlatSymbolRefAt
     views.push_back(*std::move(view));
   }
 
+  if (panelRows > 0 && shape.size() != 2)
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has shape ",
+                                                   shapeString(shape),
+                                                   "; only matrices can be packed in panels"));
   if (absl::Status status = writer.BeginBlob(); !status.ok())
     return status;
-  for (const WeightView &view : views)
-    if (absl::Status status = appendConverted(view, dtype); !status.ok())
+  if (panelRows > 0) {
+    if (absl::Status status = appendPanels(views, shape[0], shape[1], dtype, panelRows);
+        !status.ok())
       return status;
+  } else {
+    for (const WeightView &view : views)
+      if (absl::Status status = appendConverted(view, dtype); !status.ok())
+        return status;
+  }
   absl::StatusOr<plan::BlobRange> range = writer.EndBlob();
   if (!range.ok())
     return range.status();
@@ -199,7 +243,9 @@ absl::StatusOr<int> Emitter::addTensor(Operation *user, ArrayRef<FlatSymbolRefAt
   tensor.set_dtype(dtype);
   for (int64_t dim : shape)
     tensor.add_shape(dim);
-  tensor.set_layout(plan::Tensor::ROW_MAJOR);
+  tensor.set_layout(panelRows > 0 ? plan::Tensor::ROW_PANELS : plan::Tensor::ROW_MAJOR);
+  if (panelRows > 0)
+    tensor.set_panel_rows(static_cast<int32_t>(panelRows));
   tensor.set_offset(range->offset);
   tensor.set_size_bytes(range->size_bytes);
   tensor.set_checksum(range->checksum);
@@ -225,9 +271,30 @@ int Emitter::kernel(StringRef opName, plan::DType dtype) {
   return it->second;
 }
 
+// The panel height --llm-tile-cpu chose for `op`'s weights; 0: row-major (no attribute, or
+// layout "row_major").
+absl::StatusOr<int64_t> cpuPanelRows(Operation &op) {
+  auto tile = op.getAttrOfType<DictionaryAttr>("llm.cpu_tile");
+  if (!tile)
+    return 0;
+  auto layout = tile.getAs<StringAttr>("layout");
+  if (layout && layout.getValue() == "row_major")
+    return 0;
+  auto panelRows = tile.getAs<IntegerAttr>("panel_rows");
+  // 1..256 rows: a panel is a handful of SIMD vectors; anything else is a corrupt attribute.
+  if (!layout || layout.getValue() != "row_panels" || !panelRows || panelRows.getInt() < 1 ||
+      panelRows.getInt() > 256)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "codegen: ", op.getName().getStringRef().str(),
+        ": llm.cpu_tile must be {layout = \"row_major\"} or {layout = \"row_panels\", "
+        "panel_rows = 1..256}"));
+  return panelRows.getInt();
+}
+
 absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
-  auto addWeight = [&](ArrayRef<FlatSymbolRefAttr> params, plan::DType dtype) -> absl::Status {
-    absl::StatusOr<int> index = addTensor(&op, params, dtype);
+  auto addWeight = [&](ArrayRef<FlatSymbolRefAttr> params, plan::DType dtype,
+                       int64_t panelRows = 0) -> absl::Status {
+    absl::StatusOr<int> index = addTensor(&op, params, dtype, panelRows);
     if (!index.ok())
       return index.status();
     planOp.add_weights(*index);
@@ -256,7 +323,9 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
     planOp.set_kind(plan::MATMUL);
     kernelName = "matmul";
     kernelDtype = weightDtype;
-    status = addWeight(matmul.getWeightRefs(), weightDtype);
+    absl::StatusOr<int64_t> panelRows = cpuPanelRows(op);
+    status = panelRows.ok() ? addWeight(matmul.getWeightRefs(), weightDtype, *panelRows)
+                            : panelRows.status();
     if (status.ok() && !matmul.getBiasRefs().empty())
       status = addWeight(matmul.getBiasRefs(), plan::F32);
   } else if (auto rope = dyn_cast<llm::RopeOp>(op)) {
@@ -299,7 +368,9 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
     planOp.set_kind(plan::LOGITS);
     kernelName = "logits";
     kernelDtype = weightDtype;
-    status = addWeight({logits.getWeightAttr()}, weightDtype);
+    absl::StatusOr<int64_t> panelRows = cpuPanelRows(op);
+    status = panelRows.ok() ? addWeight({logits.getWeightAttr()}, weightDtype, *panelRows)
+                            : panelRows.status();
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("codegen: no plan op for ", op.getName().getStringRef().str()));

@@ -5,7 +5,9 @@
 // a PlanWriter and appending its entry to the tensor table.
 //
 // Weight layout in the plan:
-//   - embedding table, matmul weights, lm_head: `weightDtype`, row-major as in the checkpoint;
+//   - embedding table, matmul weights, lm_head: `weightDtype`, row-major as in the checkpoint,
+//     except matmul/lm_head weights whose op carries `llm.cpu_tile = {layout = "row_panels",
+//     panel_rows = P}` (--llm-tile-cpu): those are packed as ROW_PANELS of P rows (plan.proto);
 //   - rms_norm weights and matmul biases: always F32 (tiny, and their precision matters);
 //   - a fused matmul's weights are one blob, concatenated along the output dimension
 //     (`...self_attn.qkv_proj.weight` = q rows, then k rows, then v rows), biases likewise;

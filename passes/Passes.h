@@ -40,7 +40,7 @@ struct PipelineOptions {
 };
 
 // The default pipeline: llm-fuse-qkv, llm-fuse-gate-up, llm-fuse-add-rms-norm,
-// llm-plan-memory. Verifies the module before and after each pass. Diagnostics are returned
+// llm-plan-memory, llm-tile-cpu. Verifies the module before and after each pass. Diagnostics are returned
 // in the status message (InvalidArgument when a pass or the verifier fails).
 absl::Status runPipeline(mlir::ModuleOp module, const PipelineOptions &options = {});
 

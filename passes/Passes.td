@@ -54,4 +54,18 @@ def PlanMemoryPass : Pass<"llm-plan-memory", "::mlir::ModuleOp"> {
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Tiling and packing
+//===----------------------------------------------------------------------===//
+
+def TileCpuPass : Pass<"llm-tile-cpu", "::mlir::ModuleOp"> {
+  let summary = "Record the CPU kernels' weight layout on every matmul and logits op";
+  let description = [{
+    Sets `llm.cpu_tile = {layout = "row_panels", panel_rows = 16 : i64}`: codegen packs the
+    weights in panels of 16 rows stored column by column, the layout every CPU dispatch target
+    (SCALAR, SSE4, AVX2, AVX-512, NEON) streams in one pass, so the runtime never repacks.
+    Weights an llm.embed also reads (tied lm_head) keep `{layout = "row_major"}`.
+  }];
+}
+
 #endif // LLMC_PASSES_PASSES_TD

@@ -63,7 +63,8 @@ absl::Status runPipeline(ModuleOp module, const PipelineOptions &options) {
     return status;
 
   std::unique_ptr<Pass> passes[] = {createFuseQkvPass(), createFuseGateUpPass(),
-                                    createFuseAddRmsNormPass(), createPlanMemoryPass()};
+                                    createFuseAddRmsNormPass(), createPlanMemoryPass(),
+                                    createTileCpuPass()};
   for (auto [index, pass] : llvm::enumerate(passes)) {
     std::string name = pass->getArgument().str();
     // One pass manager per pass, so the module can be observed between passes.

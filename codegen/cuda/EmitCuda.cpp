@@ -95,6 +95,19 @@ private:
     return &program.values(id);
   }
 
+  // Rows per panel of a ROW_PANELS weight, 0 for row-major.
+  absl::StatusOr<int> panelRows(int index, int32_t tensor) {
+    const plan::Tensor &entry = meta.tensors(tensor);
+    if (entry.layout() == plan::Tensor::ROW_MAJOR)
+      return 0;
+    if (entry.layout() == plan::Tensor::ROW_PANELS && entry.panel_rows() > 0)
+      return entry.panel_rows();
+    return error(index, absl::StrFormat("tensor %s has layout %d (panel rows %d), which the CUDA "
+                                        "kernels cannot read",
+                                        entry.name(), static_cast<int>(entry.layout()),
+                                        entry.panel_rows()));
+  }
+
   absl::StatusOr<plan::DType> weightDtype(int index, int32_t tensor) {
     if (tensor < 0 || tensor >= meta.tensors_size())
       return error(index,
@@ -149,9 +162,13 @@ private:
       auto dtype = weightDtype(index, op.weights(0));
       if (!dtype.ok())
         return dtype.status();
+      auto panels = panelRows(index, op.weights(0));
+      if (!panels.ok())
+        return panels.status();
       const int64_t hidden = (*out)->width();
       kernels.push_back(add(absl::StrCat("embed_", hidden, "_", dtypeSuffix(*dtype)), "",
-                            absl::StrFormat("llmc::embed<%d, %s>(p);", hidden, typeName(*dtype)),
+                            absl::StrFormat("llmc::embed<%d, %s, %d>(p);", hidden,
+                                            typeName(*dtype), *panels),
                             perToken(128)));
       return absl::OkStatus();
     }
@@ -247,6 +264,9 @@ private:
       return dtype.status();
     if (*dtype != plan::F32 && *dtype != plan::F16 && *dtype != plan::BF16)
       return error(index, absl::StrFormat("weight dtype %d has no CUDA matmul", *dtype));
+    auto panels = panelRows(index, op.weights(0));
+    if (!panels.ok())
+      return panels.status();
     const bool bias = op.weights_size() == 2;
     const int64_t k = (*in)->width();
     // The store helper maps column n to (output, column within it); widths are literals.
@@ -281,8 +301,8 @@ private:
     gemv.set_grid_z(1);
     gemv.set_grid_scaled_axis(-1);
     kernels.push_back(add(base, store,
-                          absl::StrFormat("llmc::gemv<%d, %d, %s, %s, %s, %d, %d, %s>(p);", k, n,
-                                          typeName(*dtype), bias ? "true" : "false",
+                          absl::StrFormat("llmc::gemv<%d, %d, %s, %d, %s, %s, %d, %d, %s>(p);", k,
+                                          n, typeName(*dtype), *panels, bias ? "true" : "false",
                                           logits ? "true" : "false", kGemvWarps, kGemvRows,
                                           storeName),
                           gemv));
@@ -297,8 +317,8 @@ private:
       gemm.set_grid_row_multiplier(1);
       gemm.set_grid_rows_per_block(kGemmTileM);
       kernels.push_back(add(absl::StrCat("gemm_mma_", k, "x", n, "_", dtypeSuffix(*dtype)), store,
-                            absl::StrFormat("llmc::gemmMma<%d, %d, %s, %s, %s>(p);", k, n,
-                                            typeName(*dtype), bias ? "true" : "false",
+                            absl::StrFormat("llmc::gemmMma<%d, %d, %s, %d, %s, %s>(p);", k, n,
+                                            typeName(*dtype), *panels, bias ? "true" : "false",
                                             storeName),
                             gemm));
     }

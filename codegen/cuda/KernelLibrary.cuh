@@ -95,14 +95,25 @@ template <int kThreads> __device__ __forceinline__ float blockSum(float value, f
   return total;
 }
 
+// Element (row, col) of a [rows, kCols] weight matrix. kPanelRows 0: row-major. Otherwise the
+// CPU's ROW_PANELS packing (plan.proto Tensor.Layout): panels of kPanelRows rows stored column
+// by column. One blob serves both targets of a cpu+cuda plan, so the GPU reads that layout.
+template <int kCols, int kPanelRows>
+__device__ __forceinline__ long long weightIndex(long long row, int col) {
+  if (kPanelRows == 0)
+    return row * kCols + col;
+  return (row / kPanelRows) * kPanelRows * kCols + (long long)col * kPanelRows + row % kPanelRows;
+}
+
 // --- EMBED: grid (num_tokens), any block size -------------------------------------------------
-template <int kHidden, typename T> __device__ void embed(const LlmcKernelParams &p) {
+template <int kHidden, typename T, int kPanelRows>
+__device__ void embed(const LlmcKernelParams &p) {
   const int row = blockIdx.x;
   const long long token = ((const int *)p.token_ids)[row];
-  const T *table = (const T *)p.weight + token * kHidden;
+  const T *table = (const T *)p.weight;
   float *out = (float *)p.output[0] + (long long)row * kHidden;
   for (int i = threadIdx.x; i < kHidden; i += blockDim.x)
-    out[i] = toFloat(table[i]);
+    out[i] = toFloat(table[weightIndex<kHidden, kPanelRows>(token, i)]);
 }
 
 // --- RMS_NORM / FUSED_ADD_RMS_NORM: grid (num_tokens), block kThreads ------------------------
@@ -136,14 +147,14 @@ __device__ void rmsNorm(const LlmcKernelParams &p, float eps) {
 // warp reads 32 consecutive weights (coalesced), and kRows activation rows share each weight
 // load. `Store` splits column n into the fused outputs (emitted per kernel). kIndirect: LOGITS,
 // output row r reads batch row row_index[r].
-template <int kK, int kN, typename T, bool kBias, bool kIndirect, int kWarps, int kRows,
-          typename Store>
+template <int kK, int kN, typename T, int kPanelRows, bool kBias, bool kIndirect, int kWarps,
+          int kRows, typename Store>
 __device__ void gemv(const LlmcKernelParams &p) {
   const int lane = threadIdx.x % 32;
   const int n = blockIdx.x * kWarps + threadIdx.x / 32;
   if (n >= kN)
     return; // whole warps only: no barrier below
-  const T *w = (const T *)p.weight + (long long)n * kK;
+  const T *w = (const T *)p.weight;
   const float *x = (const float *)p.input[0];
   const int *rowIndex = (const int *)p.row_index;
   const int numRows = kIndirect ? p.num_rows : p.num_tokens;
@@ -157,7 +168,7 @@ __device__ void gemv(const LlmcKernelParams &p) {
       rows[r] = x + (long long)(kIndirect ? rowIndex[row] : row) * kK;
     }
     for (int k = lane; k < kK; k += 32) {
-      const float weight = toFloat(w[k]);
+      const float weight = toFloat(w[weightIndex<kK, kPanelRows>(n, k)]);
       for (int r = 0; r < kRows; ++r)
         acc[r] += rows[r][k] * weight;
     }
@@ -177,7 +188,7 @@ __device__ void gemv(const LlmcKernelParams &p) {
 // lo = T(x - hi), and both are multiplied by the (exact) 16-bit weights, so the product keeps
 // ~16 (bf16) or ~22 (f16) bits of the activation instead of 8 or 11: f32-class accuracy at twice
 // the MMA work, which prefill has to spare (it is bound by reading weights once per 64 tokens).
-template <int kK, int kN, typename T, bool kBias, typename Store>
+template <int kK, int kN, typename T, int kPanelRows, bool kBias, typename Store>
 __device__ void gemmMma(const LlmcKernelParams &p) {
   constexpr int kTileM = 64, kTileN = 32, kTileK = 16;
   // +8 elements per row: 48-byte rows spread fragment loads over more shared-memory banks.
@@ -206,8 +217,9 @@ __device__ void gemmMma(const LlmcKernelParams &p) {
     }
     for (int e = threadIdx.x; e < kTileN * kTileK; e += 128) {
       const int r = e / kTileK, c = e % kTileK;
-      b[r * kPitch + c] = (n0 + r < kN && k0 + c < kK) ? w[(long long)(n0 + r) * kK + k0 + c]
-                                                       : Convert<T>::from(0.0f);
+      b[r * kPitch + c] = (n0 + r < kN && k0 + c < kK)
+                              ? w[weightIndex<kK, kPanelRows>(n0 + r, k0 + c)]
+                              : Convert<T>::from(0.0f);
     }
     __syncthreads();
     const int rowTop = (warp * 16 + group) * kPitch, rowBottom = rowTop + 8 * kPitch;

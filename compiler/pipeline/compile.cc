@@ -1,5 +1,7 @@
 #include "compiler/pipeline/compile.h"
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,7 +13,9 @@
 #include "compiler/arch/arch.h"
 #include "compiler/arch/weight_source.h"
 #include "compiler/importer/checkpoint.h"
+#include "compiler/pipeline/chat_template_check.h"
 #include "compiler/tokenizer/import_tokenizer.h"
+#include "compiler/tokenizer/self_check.h"
 #include "mlir/IR/MLIRContext.h"
 #include "passes/Passes.h"
 #include "runtime/plan/plan_writer.h"
@@ -35,6 +39,15 @@ auto RunStage(ProgressSink* progress, const std::string& name, Fn&& stage) {
   return result;
 }
 
+absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open the file"));
+  std::stringstream contents;
+  contents << file.rdbuf();
+  if (file.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return contents.str();
+}
+
 }  // namespace
 
 absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
@@ -47,6 +60,19 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
     absl::StatusOr<plan::TokenizerSpec> spec = ImportTokenizer(options.model_dir);
     if (!spec.ok()) return spec.status();
     tokenizer = *std::move(spec);
+    // Round-trips sample strings through the runtime tokenizer built from this spec, so a
+    // tokenizer that would fail or garble text at run time stops the compile here.
+    if (absl::Status checked = SelfCheckTokenizer(tokenizer); !checked.ok()) return checked;
+    std::string template_source = "tokenizer_config.json";
+    if (!options.chat_template_path.empty()) {
+      absl::StatusOr<std::string> text = ReadTextFile(options.chat_template_path);
+      if (!text.ok()) return text.status();
+      tokenizer.set_chat_template(*std::move(text));
+      template_source = options.chat_template_path;
+    }
+    if (absl::Status checked = CheckChatTemplate(tokenizer, template_source); !checked.ok()) {
+      return checked;
+    }
     return ValidateTensors(checkpoint->config(), *checkpoint);
   });
   if (!imported.ok()) return imported;

@@ -24,6 +24,8 @@ struct CompileOptions {
   std::optional<llmrt::plan::DType> weight_dtype;
   // When non-empty, the IR is written there after import and after each pass.
   std::string dump_ir_dir;
+  // When non-empty, this Jinja file replaces tokenizer_config.json's chat template.
+  std::string chat_template_path;
   // Targets the plan carries kernels for: the CPU (a "cpu" kernel table) and/or CUDA SM
   // versions (80 = sm_80; a CUBIN each plus PTX for the newest, see codegen/cuda/CudaTarget.h).
   bool target_cpu = true;

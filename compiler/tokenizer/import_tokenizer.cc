@@ -460,9 +460,9 @@ absl::Status ImportModel(const Reader& reader, const Json& root, TokenizerSpec* 
   std::vector<std::string> pieces;
   std::vector<bool> assigned;
   auto assign = [&](int64_t id, const std::string& piece, absl::string_view where) -> absl::Status {
-    // 2^28 pieces is far above any real vocabulary (Gemma: 256000) and keeps a corrupt id from
-    // allocating gigabytes.
-    constexpr int64_t kMaxVocab = int64_t{1} << 28;
+    // 2^22 (4,194,304) pieces is 16x the largest real vocabulary (Gemma: 256,000) and keeps a
+    // corrupt id from allocating more than ~130 MB of empty pieces.
+    constexpr int64_t kMaxVocab = int64_t{1} << 22;
     if (id < 0 || id >= kMaxVocab) {
       return reader.Error(where, absl::StrCat("id ", id, " of \"", piece, "\" is out of range"));
     }

@@ -40,8 +40,11 @@ TEST(SelfCheckTest, NamesTheStringThatDoesNotRoundTrip) {
   files.merges_txt = std::string(kShared) + "/gpt2/merges.txt";
   llmrt::plan::TokenizerSpec spec = Import(files);
   ASSERT_TRUE(SelfCheckTokenizer(spec).ok());
-  // Without its ByteLevel decoder the text comes back as the byte-level pieces joined by spaces.
-  spec.clear_decoders();
+  // A decoder that garbles text: every "a" comes back as "b".
+  auto* garble = spec.add_decoders();
+  garble->set_kind(llmrt::plan::TokenizerSpec::Decoder::REPLACE);
+  garble->set_pattern("a");
+  garble->set_content("b");
   const absl::Status status = SelfCheckTokenizer(spec);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("self-check failed on \"Once upon a time"), std::string::npos)

@@ -194,6 +194,11 @@ absl::StatusOr<bool> Engine::Step() {
     return false;
   }
   Schedule();
+  if (schedule_.scheduled.empty()) {
+    // Only when every running sequence was preempted this step; the next step admits again.
+    PublishStats();
+    return true;
+  }
   absl::Status status = CopyBlocks();
   if (status.ok()) status = RunModel();
   if (!status.ok()) {

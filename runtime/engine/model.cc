@@ -120,6 +120,11 @@ absl::Status Model::Init(const BlobLookup& blobs, const ModelOptions& options) {
   builder_ = std::make_unique<StepBuilder>(block_size, backend_->max_tokens_per_step());
   max_context_ = num_blocks * block_size;
   if (max_positions > 0) max_context_ = std::min(max_context_, max_positions);
+  if (options.max_seq_len < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_seq_len must be >= 0 (0: the model's), got %d", options.max_seq_len));
+  }
+  if (options.max_seq_len > 0) max_context_ = std::min(max_context_, options.max_seq_len);
   step_logits_.resize(static_cast<size_t>(backend_->max_tokens_per_step()) *
                       backend_->vocab_size());
   return absl::OkStatus();

@@ -38,6 +38,9 @@ struct ModelOptions {
   int64_t kv_memory_bytes = 0;
   double kv_memory_fraction = 0.0;  // (0, 1]
   int32_t max_tokens_per_step = 256;
+  // The most tokens one sequence may hold (prompt + generated); 0: the plan's
+  // max_position_embeddings. Longer prompts are refused up front.
+  int64_t max_seq_len = 0;
   bool verify = false;  // check every blob's checksum when opening the plan
 };
 
@@ -65,7 +68,8 @@ class Model {
   const plan::PlanMeta& meta() const { return *meta_; }
   const plan::Plan* plan() const { return plan_.get(); }  // nullptr when created from memory
   int64_t vocab_size() const { return backend_->vocab_size(); }
-  // The most tokens one session may hold: max_position_embeddings (if set) and the KV pool.
+  // The most tokens one session may hold: the smallest of max_position_embeddings (if set),
+  // max_seq_len (if set) and the KV pool.
   int64_t max_context() const { return max_context_; }
   int32_t kv_block_size() const { return pool_->block_size(); }
   const kv::BlockPool& block_pool() const { return *pool_; }

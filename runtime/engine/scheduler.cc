@@ -85,7 +85,12 @@ void AdmissionPolicy::Schedule(std::deque<Sequence*>& waiting, std::vector<Seque
     result.scheduled.push_back({&sequence, num_tokens});
     budget.tokens -= num_tokens;
     waiting.pop_front();
-    running.push_back(&sequence);
+    // Keep `running` oldest first: a preempted sequence coming back is older than the ones
+    // that kept running, and RunningPolicy preempts from the back.
+    running.insert(
+        std::upper_bound(running.begin(), running.end(), &sequence,
+                         [](const Sequence* a, const Sequence* b) { return a->OlderThan(*b); }),
+        &sequence);
   }
 }
 

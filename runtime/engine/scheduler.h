@@ -56,8 +56,8 @@ class RunningPolicy {
 
 class AdmissionPolicy {
  public:
-  // Moves admitted sequences from the front of `waiting` (oldest first) to the end of
-  // `running` and schedules their first chunk.
+  // Moves admitted sequences from the front of `waiting` (oldest first) into `running` (kept
+  // oldest first) and schedules their first chunk.
   void Schedule(std::deque<Sequence*>& waiting, std::vector<Sequence*>& running,
                 kv::BlockPool& pool, StepBudget& budget, ScheduleResult& result) const;
 };

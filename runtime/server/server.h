@@ -119,6 +119,7 @@ class Server {
   ServerOptions options_;
   std::optional<jinja::Template> chat_template_;
   std::string bos_text_, eos_text_;
+  int32_t logprob_anchor_ = -1;  // a plain token that TokenText() decodes after (see there)
   GenerationDefaultsView generation_defaults_;
   std::shared_ptr<Shared> shared_;
   std::unique_ptr<httplib::Server> http_;

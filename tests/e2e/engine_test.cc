@@ -62,6 +62,7 @@ class EngineTest : public ::testing::Test {
  protected:
   void Load(const std::string& model_dir, int64_t kv_cache_tokens = 0,
             int32_t max_tokens_per_step = 64) {
+    engine_.reset();  // before the model whose pool it uses
     ModelOptions options;
     options.kv_cache_tokens = kv_cache_tokens;
     options.max_tokens_per_step = max_tokens_per_step;
@@ -376,6 +377,36 @@ TEST_F(EngineTest, BackgroundThreadServesConcurrentSubmissions) {
   engine_->Stop();
   EXPECT_EQ(Get(id, 0).tokens, kStoriesGreedy);
   EXPECT_EQ(engine_->GetStats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, PoolSizeFromAByteBudgetOrAFractionOfMemory) {
+  ModelOptions options;
+  auto probe = Model::Load(CompilePlan(kStoriesDir), options);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  // stories260K: 2 (K, V) x 5 layers x 4 kv heads x head_dim 8 x 16 tokens x 4 bytes.
+  const int64_t block_bytes = (*probe)->kv_block_bytes();
+  EXPECT_EQ(block_bytes, 2 * 5 * 4 * 8 * 16 * 4);
+  options.kv_memory_bytes = 10 * block_bytes + block_bytes / 2;
+  auto budgeted = Model::Load(CompilePlan(kStoriesDir), options);
+  ASSERT_TRUE(budgeted.ok()) << budgeted.status();
+  EXPECT_EQ((*budgeted)->block_pool().num_blocks(), 10);
+  EXPECT_EQ((*budgeted)->max_context(), 160);
+  options.kv_memory_bytes = block_bytes - 1;
+  auto too_small = Model::Load(CompilePlan(kStoriesDir), options);
+  EXPECT_EQ(too_small.status().code(), absl::StatusCode::kResourceExhausted);
+  options.kv_memory_bytes = 0;
+  options.max_seq_len = 100;
+  auto capped = Model::Load(CompilePlan(kStoriesDir), options);
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  EXPECT_EQ((*capped)->max_context(), 100);
+  options.max_seq_len = 0;
+  options.kv_memory_fraction = 1e-4;  // of MemAvailable: some MB, thousands of blocks
+  auto fraction = Model::Load(CompilePlan(kStoriesDir), options);
+  ASSERT_TRUE(fraction.ok()) << fraction.status();
+  EXPECT_GT((*fraction)->block_pool().num_blocks(), 0);
+  options.kv_memory_fraction = 1.5;
+  EXPECT_EQ(Model::Load(CompilePlan(kStoriesDir), options).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(EngineTest, RejectsBadRequestsUpFront) {

@@ -35,6 +35,7 @@ constexpr char kUsage[] =
     "  --target LIST what the plan carries kernels for (default: cpu), e.g.\n"
     "                cpu,cuda:sm_80,sm_86,sm_89,sm_90 (a CUBIN per SM, PTX for the newest)\n"
     "  --dump-ir=DIR write the IR after import and after each pass into DIR\n"
+    "  --chat-template FILE  use this Jinja chat template instead of tokenizer_config.json's\n"
     "  --quiet       no progress output\n"
     "\n"
     "usage: llmc synth --preset NAME|CONFIG_JSON -o DIR [--dtype f16|bf16|f32] [--seed S]\n"
@@ -175,6 +176,10 @@ int Compile(const std::vector<std::string>& args) {
       if (std::string error = ParseTargets(list, options); !error.empty()) {
         return UsageError("--target: " + error);
       }
+    } else if (arg == "--chat-template") {
+      const std::string* path = value();
+      if (!path) return UsageError("--chat-template needs a Jinja file");
+      options.chat_template_path = *path;
     } else if (arg.rfind("--dump-ir=", 0) == 0) {
       options.dump_ir_dir = arg.substr(strlen("--dump-ir="));
     } else if (arg == "--dump-ir") {

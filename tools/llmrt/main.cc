@@ -2,12 +2,17 @@
 //
 //   llmrt run plan.bin -p "text" [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]
 //                                [--verify] [--threads N]
+//   llmrt chat plan.bin [--system TEXT] [-n N] [sampling flags as for run]
 //   llmrt inspect plan.bin [--verify]
 //   llmrt bench plan.bin [-p 512] [-n 128] [-t 1,2] [--reps 5] [--json]   (see bench.cc)
 //   llmrt bench --bandwidth [-t 1,2]
 //
 // Exit status: 0 success, 1 an error (message on stderr), 2 a usage error.
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -21,9 +26,13 @@
 #include "runtime/engine/model.h"
 #include "runtime/plan/plan_reader.h"
 #include "runtime/sampling/sampler.h"
+#include "runtime/template/plan_chat_template.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/llmrt/bench.h"
+#include "tools/llmrt/generate.h"
 #include "tools/llmrt/render.h"
+#include "tools/llmrt/tokenize.h"
+#include "tools/llmrt/serve.h"
 
 namespace llmrt {
 namespace {
@@ -36,7 +45,10 @@ constexpr char kUsage[] =
     "       llmrt inspect PLAN [--verify]\n"
     "       llmrt bench PLAN [-p 512] [-n 128] [-t 1,2] [--reps 5] [--ubatch 512] [--json]\n"
     "       llmrt bench --bandwidth [-t 1,2] [--reps 5] [--bandwidth-mib 1024] [--json]\n"
-    "       llmrt render PLAN MESSAGES.json [--add-generation-prompt]\n";
+    "       llmrt render PLAN MESSAGES.json [--add-generation-prompt]\n"
+    "       llmrt tokenize PLAN TEXT [--special] [--ids-only]\n"
+    "       llmrt chat PLAN [--system TEXT] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
+    "       llmrt serve PLAN [--host H] [--port P] [--api-key K] ...   (llmrt serve --help)\n";
 
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "llmrt: %s\n%s", message.c_str(), kUsage);
@@ -100,36 +112,48 @@ bool ParseNumber(const Arguments& arguments, const std::string& flag, Number& ou
   return ok;
 }
 
-int Run(int argc, char** argv) {
+// What `run` and `chat` share: the plan loaded, its tokenizer, sampling parameters (the plan's
+// generation defaults overridden by flags) and the token limits.
+struct GenerationSetup {
   Arguments arguments;
-  const std::string parse_error =
-      Parse(argc, argv, {"-p", "-n", "--temp", "--top-k", "--top-p", "--seed", "--threads"},
-            {"--verify"}, arguments);
-  if (!parse_error.empty()) return UsageError(parse_error);
-  if (arguments.values.count("-p") == 0) return UsageError("run needs a prompt: -p TEXT");
-  const std::string prompt = arguments.values["-p"];
+  std::unique_ptr<engine::Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  sampling::SamplingParams params;
+  GenerateLimits limits;
+};
 
-  int64_t max_new_tokens = 256;
+// Returns 0 and fills `setup`, or the exit status to return (after printing why).
+int SetUpGeneration(int argc, char** argv, const std::vector<std::string>& extra_valued,
+                    const std::vector<std::string>& extra_switches, GenerationSetup& setup) {
+  std::vector<std::string> valued = {"-n", "--temp", "--top-k", "--top-p", "--seed", "--threads"};
+  valued.insert(valued.end(), extra_valued.begin(), extra_valued.end());
+  std::vector<std::string> switches = {"--verify"};
+  switches.insert(switches.end(), extra_switches.begin(), extra_switches.end());
+  Arguments& arguments = setup.arguments;
+  const std::string parse_error = Parse(argc, argv, valued, switches, arguments);
+  if (!parse_error.empty()) return UsageError(parse_error);
+
   int32_t threads = 1;
   std::string error;
   engine::ModelOptions options;
   options.verify = arguments.switches.count("--verify") > 0;
-  if (!ParseNumber(arguments, "-n", max_new_tokens, error) ||
+  if (!ParseNumber(arguments, "-n", setup.limits.max_new_tokens, error) ||
       !ParseNumber(arguments, "--threads", threads, error)) {
     return UsageError(error);
   }
-  if (max_new_tokens < 0) return UsageError("-n must be >= 0");
+  if (setup.limits.max_new_tokens < 0) return UsageError("-n must be >= 0");
   if (threads < 0) return UsageError("--threads must be >= 0 (0: all cores)");
   options.num_threads = threads;
 
   absl::StatusOr<std::unique_ptr<engine::Model>> model =
       engine::Model::Load(arguments.plan_path, options);
   if (!model.ok()) return Fail(model.status());
-  const plan::PlanMeta& meta = (*model)->meta();
+  setup.model = *std::move(model);
+  const plan::PlanMeta& meta = setup.model->meta();
 
   // Defaults from generation_config.json: greedy unless it asks for sampling.
   const plan::GenerationDefaults& generation = meta.generation();
-  sampling::SamplingParams params;
+  sampling::SamplingParams& params = setup.params;
   params.temperature = generation.do_sample()
                            ? (generation.temperature() > 0 ? generation.temperature() : 1.0)
                            : 0.0;
@@ -151,48 +175,165 @@ int Run(int argc, char** argv) {
         tokenizer.status().code(),
         absl::StrFormat("%s: tokenizer: %s", arguments.plan_path, tokenizer.status().message())));
   }
-  const std::vector<int32_t> prompt_ids = (*tokenizer)->Encode(prompt, true);
+  setup.tokenizer = *std::move(tokenizer);
+  setup.limits.eos_ids.assign(generation.eos_token_ids().begin(), generation.eos_token_ids().end());
+  if (setup.limits.eos_ids.empty() && setup.tokenizer->eos_id() >= 0) {
+    setup.limits.eos_ids.push_back(setup.tokenizer->eos_id());
+  }
+  return 0;
+}
+
+int Run(int argc, char** argv) {
+  GenerationSetup setup;
+  if (int status = SetUpGeneration(argc, argv, {"-p"}, {}, setup); status != 0) return status;
+  if (setup.arguments.values.count("-p") == 0) return UsageError("run needs a prompt: -p TEXT");
+  const std::string prompt = setup.arguments.values["-p"];
+  const std::unique_ptr<engine::Model>& model = setup.model;
+  const std::unique_ptr<Tokenizer>& tokenizer = setup.tokenizer;
+  const std::vector<int32_t> prompt_ids = tokenizer->Encode(prompt, true);
   if (prompt_ids.empty()) {
     return Fail(absl::InvalidArgumentError("the prompt encodes to no tokens; give some text"));
   }
-  std::vector<int64_t> eos_ids(generation.eos_token_ids().begin(),
-                               generation.eos_token_ids().end());
-  if (eos_ids.empty() && (*tokenizer)->eos_id() >= 0) eos_ids.push_back((*tokenizer)->eos_id());
 
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
 
-  std::unique_ptr<engine::Session> session = (*model)->NewSession();
-  sampling::Sampler sampler(params);
-  StreamDecoder decoder(**tokenizer, prompt_ids);
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::vector<float>> logits = session->Append(prompt_ids, false);
-  if (!logits.ok()) return Fail(logits.status());
-  const auto prefilled = std::chrono::steady_clock::now();
-  int64_t generated = 0;
-  while (generated < max_new_tokens) {
-    const int32_t token = sampler.Sample(logits->data(), static_cast<int32_t>(logits->size()));
-    bool is_eos = false;
-    for (int64_t eos : eos_ids) is_eos |= token == eos;
-    if (is_eos) break;
-    const std::string text = decoder.Push(token);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    ++generated;
-    if (generated == max_new_tokens || session->num_tokens() >= (*model)->max_context()) break;
-    logits = session->Append({token}, false);
-    if (!logits.ok()) return Fail(logits.status());
-  }
-  const std::string tail = decoder.Finish();
-  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::unique_ptr<engine::Session> session = model->NewSession();
+  sampling::Sampler sampler(setup.params);
+  StreamDecoder decoder(*tokenizer, prompt_ids);
+  absl::StatusOr<GenerateResult> result = Generate(
+      *model, *session, prompt_ids, sampler, decoder, setup.limits, [](const std::string& text) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+      });
   std::fputc('\n', stdout);
   std::fflush(stdout);
-  const auto end = std::chrono::steady_clock::now();
-  const double prefill_seconds = std::chrono::duration<double>(prefilled - start).count();
-  const double decode_seconds = std::chrono::duration<double>(end - prefilled).count();
-  std::fprintf(stderr, "[llmrt] prompt %zu tokens %.1f tok/s, generated %lld tokens %.1f tok/s\n",
-               prompt_ids.size(), prompt_ids.size() / std::max(prefill_seconds, 1e-9),
-               static_cast<long long>(generated), generated / std::max(decode_seconds, 1e-9));
+  if (!result.ok()) return Fail(result.status());
+  std::fprintf(stderr, "[llmrt] prompt %zu tokens %.1f tok/s, generated %zu tokens %.1f tok/s\n",
+               prompt_ids.size(), prompt_ids.size() / std::max(result->prefill_seconds, 1e-9),
+               result->tokens.size(),
+               result->tokens.size() / std::max(result->decode_seconds, 1e-9));
+  return 0;
+}
+
+// Set by SIGINT during `chat`: the first Ctrl-C stops the reply being generated.
+std::atomic<bool> chat_interrupted{false};
+
+// `llmrt chat PLAN [--system TEXT]`: a multi-turn conversation through the plan's chat template.
+// The session keeps the conversation's KV cache across turns: each turn renders the whole
+// conversation, and only the text after what the cache already holds is encoded and prefilled.
+// When the template renders earlier turns differently (some drop old reasoning), the cache no
+// longer matches and the conversation is prefilled again from the start.
+int Chat(int argc, char** argv) {
+  GenerationSetup setup;
+  if (int status = SetUpGeneration(argc, argv, {"--system"}, {}, setup); status != 0) {
+    return status;
+  }
+  engine::Model& model = *setup.model;
+  const Tokenizer& tokenizer = *setup.tokenizer;
+  absl::StatusOr<jinja::PlanChatTemplate> chat_template =
+      jinja::PlanChatTemplate::Create(model.meta().tokenizer());
+  if (!chat_template.ok()) {
+    return Fail(absl::Status(
+        chat_template.status().code(),
+        absl::StrFormat("%s: %s", setup.arguments.plan_path, chat_template.status().message())));
+  }
+  std::signal(SIGINT, [](int) { chat_interrupted.store(true); });
+  setup.limits.cancel = &chat_interrupted;
+
+  const bool interactive = isatty(STDIN_FILENO) != 0;
+  std::vector<jinja::ChatMessage> messages;
+  auto add_message = [&messages](const std::string& role, const std::string& content) {
+    jinja::ChatMessage message;
+    message.role = role;
+    message.content = jinja::Value::String(content);
+    messages.push_back(std::move(message));
+  };
+  auto start_conversation = [&]() {
+    messages.clear();
+    if (setup.arguments.values.count("--system")) {
+      add_message("system", setup.arguments.values["--system"]);
+    }
+  };
+  start_conversation();
+  std::unique_ptr<engine::Session> session = model.NewSession();
+  sampling::Sampler sampler(setup.params);
+  std::string cached_text;  // the text whose tokens the session's KV cache holds
+  std::vector<int32_t> cached_ids;
+  if (interactive) std::fputs("(/reset starts over, /exit or Ctrl-D ends)\n", stderr);
+  for (int turn = 1;; ++turn) {
+    if (interactive) std::fputs("> ", stdout), std::fflush(stdout);
+    std::string line;
+    if (!std::getline(std::cin, line) || line == "/exit") break;
+    if (line == "/reset") {
+      start_conversation();
+      session->Reset();
+      cached_text.clear();
+      cached_ids.clear();
+      std::fputs("[llmrt] conversation reset\n", stderr);
+      continue;
+    }
+    if (line.empty()) continue;
+    add_message("user", line);
+    jinja::ChatOptions options;
+    options.add_generation_prompt = true;
+    absl::StatusOr<std::string> rendered = chat_template->Render(messages, options);
+    if (!rendered.ok()) {
+      // The template refused the conversation (e.g. a system message Gemma does not take):
+      // report it and drop the turn, the conversation goes on.
+      std::fprintf(stderr, "llmrt: %s\n", std::string(rendered.status().message()).c_str());
+      messages.pop_back();
+      continue;
+    }
+    std::vector<int32_t> input;
+    int64_t reused = static_cast<int64_t>(cached_ids.size());
+    if (rendered->compare(0, cached_text.size(), cached_text) == 0) {
+      // transformers' apply_chat_template encodes without adding special tokens: the template
+      // writes them (bos_token) itself.
+      input = tokenizer.Encode(std::string_view(*rendered).substr(cached_text.size()), false);
+    } else {
+      session->Reset();
+      cached_ids.clear();
+      reused = 0;
+      input = tokenizer.Encode(*rendered, false);
+    }
+    if (input.empty()) input.push_back(tokenizer.bos_id() >= 0 ? tokenizer.bos_id() : 0);
+    if (session->num_tokens() + static_cast<int64_t>(input.size()) + setup.limits.max_new_tokens >
+        model.max_context()) {
+      std::fprintf(stderr,
+                   "llmrt: the conversation no longer fits the context (%lld tokens); "
+                   "use /reset\n",
+                   static_cast<long long>(model.max_context()));
+      messages.pop_back();
+      continue;
+    }
+    cached_ids.insert(cached_ids.end(), input.begin(), input.end());
+    chat_interrupted.store(false);
+    StreamDecoder decoder(tokenizer, cached_ids);
+    absl::StatusOr<GenerateResult> reply = Generate(
+        model, *session, input, sampler, decoder, setup.limits, [](const std::string& text) {
+          std::fwrite(text.data(), 1, text.size(), stdout);
+          std::fflush(stdout);
+        });
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    if (!reply.ok()) return Fail(reply.status());
+    // Generate leaves the last token out of the cache when it stopped at the limit; put it in so
+    // the cache holds exactly the reply's text.
+    if (!reply->stopped_at_eos && !reply->tokens.empty() &&
+        session->num_tokens() < static_cast<int64_t>(cached_ids.size() + reply->tokens.size())) {
+      absl::StatusOr<std::vector<float>> appended = session->Append({reply->tokens.back()}, false);
+      if (!appended.ok()) return Fail(appended.status());
+    }
+    cached_ids.insert(cached_ids.end(), reply->tokens.begin(), reply->tokens.end());
+    cached_text = *rendered + reply->text;
+    add_message("assistant", reply->text);
+    std::fprintf(stderr,
+                 "[llmrt] turn %d: prefilled %zu tokens (%lld reused from the cache), generated "
+                 "%zu tokens%s\n",
+                 turn, input.size(), static_cast<long long>(reused), reply->tokens.size(),
+                 chat_interrupted.load() ? " (interrupted)" : "");
+  }
   return 0;
 }
 
@@ -333,6 +474,9 @@ int main(int argc, char** argv) {
   if (command == "inspect") return llmrt::Inspect(argc, argv);
   if (command == "bench") return llmrt::Bench(argc, argv);
   if (command == "render") return llmrt::Render(argc, argv);
+  if (command == "tokenize") return llmrt::Tokenize(argc, argv);
+  if (command == "chat") return llmrt::Chat(argc, argv);
+  if (command == "serve") return llmrt::Serve(argc, argv);
   if (command == "-h" || command == "--help" || command == "help") {
     std::fputs(llmrt::kUsage, stdout);
     return 0;

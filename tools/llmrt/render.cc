@@ -13,6 +13,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/plan/plan_reader.h"
 #include "runtime/template/chat.h"
+#include "runtime/template/plan_chat_template.h"
 #include "runtime/template/template.h"
 
 namespace llmrt {
@@ -84,11 +85,6 @@ absl::StatusOr<std::vector<jinja::ChatMessage>> ToMessages(const nlohmann::order
   return messages;
 }
 
-std::string TokenText(const plan::TokenizerSpec& spec, int32_t id) {
-  if (id < 0 || id >= spec.pieces_size()) return "";
-  return spec.pieces(id);
-}
-
 }  // namespace
 
 int Render(int argc, char** argv) {
@@ -122,11 +118,11 @@ int Render(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<plan::Plan>> opened = plan::Plan::Open(plan_path, {});
   if (!opened.ok()) return fail(opened.status());
   const plan::TokenizerSpec& spec = (*opened)->meta().tokenizer();
-  if (spec.chat_template().empty()) {
-    return fail(absl::FailedPreconditionError(absl::StrFormat(
-        "%s: the plan has no chat template (TokenizerSpec.chat_template is empty); compile it "
-        "from a checkpoint whose tokenizer_config.json has one",
-        plan_path)));
+  absl::StatusOr<jinja::PlanChatTemplate> chat_template = jinja::PlanChatTemplate::Create(spec);
+  if (!chat_template.ok()) {
+    return fail(
+        absl::Status(chat_template.status().code(),
+                     absl::StrFormat("%s: %s", plan_path, chat_template.status().message())));
   }
 
   std::ifstream file(messages_path, std::ios::binary);
@@ -143,10 +139,6 @@ int Render(int argc, char** argv) {
 
   jinja::ChatOptions options;
   options.add_generation_prompt = add_generation_prompt;
-  const std::string bos = TokenText(spec, spec.bos_id());
-  const std::string eos = TokenText(spec, spec.eos_id());
-  if (!bos.empty()) options.bos_token = bos;
-  if (!eos.empty()) options.eos_token = eos;
   absl::StatusOr<std::vector<jinja::ChatMessage>> messages;
   if (json.is_object()) {
     if (!json.contains("messages")) {
@@ -167,16 +159,10 @@ int Render(int argc, char** argv) {
   }
   if (!messages.ok()) return fail(messages.status());
 
-  absl::StatusOr<jinja::Template> chat_template = jinja::Template::Parse(spec.chat_template());
-  if (!chat_template.ok()) {
-    return fail(absl::InvalidArgumentError(
-        absl::StrFormat("%s: chat template: %s", plan_path, chat_template.status().message())));
-  }
-  absl::StatusOr<std::string> prompt = jinja::RenderChat(*chat_template, *messages, options);
+  absl::StatusOr<std::string> prompt = chat_template->Render(*messages, options);
   if (!prompt.ok()) {
-    return fail(absl::Status(
-        prompt.status().code(),
-        absl::StrFormat("%s: chat template: %s", plan_path, prompt.status().message())));
+    return fail(absl::Status(prompt.status().code(),
+                             absl::StrFormat("%s: %s", plan_path, prompt.status().message())));
   }
   std::fwrite(prompt->data(), 1, prompt->size(), stdout);
   return 0;

@@ -14,8 +14,8 @@
 #include "absl/strings/str_join.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/kernels.h"
-#include "runtime/threading/thread_pool.h"
 #include "runtime/kv/kv_storage.h"
+#include "runtime/threading/thread_pool.h"
 
 namespace llmrt::cpu {
 
@@ -513,13 +513,13 @@ class ProgramCompiler {
     int32_t panel_rows = 0;
     if (t.layout() == plan::Tensor::ROW_PANELS) {
       if (op_->kind() != plan::MATMUL && op_->kind() != plan::LOGITS) {
-        return Error(absl::StrFormat("tensor %s is ROW_PANELS; this op reads ROW_MAJOR rows",
-                                     t.name()));
+        return Error(
+            absl::StrFormat("tensor %s is ROW_PANELS; this op reads ROW_MAJOR rows", t.name()));
       }
       if (t.panel_rows() != kPanelRows) {
         return absl::UnimplementedError(absl::StrFormat(
-            "program op %d (%s): tensor %s has panel_rows %d, the cpu kernels read %d",
-            op_index_, plan::OpKind_Name(op_->kind()), t.name(), t.panel_rows(), kPanelRows));
+            "program op %d (%s): tensor %s has panel_rows %d, the cpu kernels read %d", op_index_,
+            plan::OpKind_Name(op_->kind()), t.name(), t.panel_rows(), kPanelRows));
       }
       panel_rows = kPanelRows;
     } else if (t.layout() != plan::Tensor::ROW_MAJOR) {
@@ -828,8 +828,7 @@ absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
         }
         break;
       case plan::RMS_NORM:
-        RmsNorm(*pool_, op.input[0], op.vector_weight, op.eps, num_tokens, op.width,
-                op.output[0]);
+        RmsNorm(*pool_, op.input[0], op.vector_weight, op.eps, num_tokens, op.width, op.output[0]);
         break;
       case plan::FUSED_ADD_RMS_NORM:
         FusedAddRmsNorm(*pool_, op.input[0], op.input[1], op.vector_weight, op.eps, num_tokens,
@@ -849,8 +848,8 @@ absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
         if (op.output[0] != op.input[0]) {
           std::memmove(op.output[0], op.input[0], elements * sizeof(float));
         }
-        Rope(*pool_, op.output[0], batch.positions.data(), num_tokens, op.num_heads,
-             op.head_dim, op.inv_freq.data(), scratch_.get());
+        Rope(*pool_, op.output[0], batch.positions.data(), num_tokens, op.num_heads, op.head_dim,
+             op.inv_freq.data(), scratch_.get());
         break;
       case plan::ATTENTION:
         RunAttention(op, batch);

@@ -5,8 +5,15 @@
 // pointer, so RunStep only checks the batch and runs kernels. Weights are read in place from
 // the blob lookup (the mmapped plan); nothing is repacked.
 //
-// Supported: all OpKinds of plan.proto; weights F32, F16, BF16 (norm weights and biases F32);
-// activations F32; the KV cache is f32 whatever KvCacheSpec.dtype says.
+// Supported: all OpKinds of plan.proto; weights F32, F16, BF16 (norm weights and biases F32),
+// matmul and lm_head weights ROW_MAJOR or ROW_PANELS of 16 rows (what codegen packs after
+// --llm-tile-cpu), embedding tables ROW_MAJOR; activations F32; the KV cache is f32 whatever
+// KvCacheSpec.dtype says. Kernels are Highway code dispatched at run time to the best SIMD
+// target of the CPU, or to the one LLMRT_CPU_TARGET names (dispatch.h); creation fails when
+// that target cannot run here.
+//
+// Threads: BackendOptions.num_threads (0: one per hardware thread) share every op through one
+// runtime/threading pool, spinning between ops.
 //
 // Memory: the arena (max_tokens_per_step * arena_bytes_per_token), per-thread scratch, and
 // the KV cache are allocated at creation / AllocateKvCache; RunStep does not allocate.

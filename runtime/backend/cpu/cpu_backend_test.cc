@@ -3,10 +3,10 @@
 #include "runtime/backend/cpu/cpu_backend.h"
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <set>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -208,8 +208,10 @@ void PackMatmulWeights(TinyLlama& model) {
 TEST(CpuBackendTest, PackedWeightsMatchReferenceOnAnyThreadCount) {
   for (const ModelCase& model_case : ModelCases()) {
     TinyLlama model = BuildTinyLlama(model_case.options);
-    PackMatmulWeights(model);
     const std::vector<int32_t> tokens = Tokens(19, model_case.options.vocab_size, 1);
+    // The reference reads the blobs as ROW_MAJOR, so it runs before packing.
+    const std::vector<float> reference = model.ReferenceLogits(tokens);
+    PackMatmulWeights(model);
     const std::vector<int32_t> blocks = {6, 1, 4, 0, 7};
     for (int32_t threads : {1, 2, 3}) {
       std::unique_ptr<Backend> backend = MakeBackend(model, 8, 4, 64, threads);
@@ -219,7 +221,7 @@ TEST(CpuBackendTest, PackedWeightsMatchReferenceOnAnyThreadCount) {
         std::vector<float> part = RunStep(*backend, 4, {{&tokens, &blocks, start, 1}});
         logits.insert(logits.end(), part.begin(), part.end());
       }
-      ExpectNear(logits, model.ReferenceLogits(tokens), kTolerance,
+      ExpectNear(logits, reference, kTolerance,
                  model_case.name + " threads " + std::to_string(threads));
     }
   }
@@ -233,8 +235,7 @@ TEST(CpuBackendTest, RejectsPanelsOfAnotherHeight) {
   }
   auto backend = CreateCpuBackend(model.meta, model.Lookup(), {16, 1});
   ASSERT_FALSE(backend.ok());
-  EXPECT_NE(backend.status().message().find("panel_rows 8"), std::string::npos)
-      << backend.status();
+  EXPECT_NE(backend.status().message().find("panel_rows 8"), std::string::npos) << backend.status();
 }
 
 TEST(CpuBackendTest, SeveralSequencesInOneStepMatchEachAlone) {
@@ -353,8 +354,8 @@ class OpHarness {
     meta_.mutable_program()->mutable_values(logits_)->set_width(width);
     AddOp(plan::LOGITS, {output}, {logits_}, {Tensor(plan::F32, {width, width}, identity)});
     meta_.mutable_program()->set_arena_bytes_per_token(arena_per_token_);
-    auto backend = CreateCpuBackend(
-        meta_, [this](int index) { return blobs_[index].data(); }, {64, threads_});
+    auto backend =
+        CreateCpuBackend(meta_, [this](int index) { return blobs_[index].data(); }, {64, threads_});
     EXPECT_TRUE(backend.ok()) << backend.status();
     if (!backend.ok()) return {};
     StepBatch batch;
@@ -514,12 +515,90 @@ TEST(CpuBackendOpTest, PackedMatMulEveryShapeClass) {
             for (int r = 0; r < rows; ++r) {
               for (int64_t c = 0; c < widths[pick]; ++c) {
                 double expected = with_bias ? bias[begin + c] : 0.0;
-                for (int i = 0; i < k; ++i) expected += double{x[r][i]} * stored[(begin + c) * k + i];
+                for (int i = 0; i < k; ++i)
+                  expected += double{x[r][i]} * stored[(begin + c) * k + i];
                 ASSERT_NEAR(result[r * widths[pick] + c], expected, 1e-4)
                     << "dtype " << dtype << " k " << k << " n " << n << " rows " << rows
                     << " threads " << threads << " row " << r << " col " << c;
               }
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The attention kernel directly at TinyLlama's head shape (8 query heads per kv head, head_dim
+// 64, blocks of 16 in a scrambled order) over contexts that span many blocks and start or end
+// mid-block, with and without a sliding window, against a two-pass softmax in double.
+TEST(CpuKernelTest, AttentionOnlineSoftmaxMatchesTwoPassReference) {
+  constexpr int32_t kHeads = 16, kKvHeads = 2, kHeadDim = 64, kBlock = 16, kBlocks = 24;
+  const int64_t stride = kKvHeads * kHeadDim;
+  std::vector<float> keys(kBlocks * kBlock * stride), values(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    keys[i] = std::sin(0.11f * i) * 1.5f;
+    values[i] = std::cos(0.07f * i + 0.3f);
+  }
+  std::vector<int32_t> block_table(kBlocks);
+  for (int32_t i = 0; i < kBlocks; ++i) block_table[i] = (i * 5 + 3) % kBlocks;
+  for (int64_t window : {int64_t{0}, int64_t{37}}) {
+    for (int32_t threads : {1, 2}) {
+      ThreadPool pool(threads);
+      // Three query tokens of one sequence at indices 5, 200 and 380.
+      const std::vector<int64_t> index = {5, 200, 380};
+      const int64_t tokens = static_cast<int64_t>(index.size());
+      std::vector<float> q(tokens * kHeads * kHeadDim);
+      for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.05f * i + 1.0f);
+      std::vector<float> out(q.size());
+      std::vector<const int32_t*> tables(tokens, block_table.data());
+      const int64_t scratch_stride = AttentionScratchFloats(kHeads, kKvHeads, kHeadDim, kBlock);
+      std::vector<float> scratch(scratch_stride * threads);
+      AttentionArgs args;
+      args.q = q.data();
+      args.out = out.data();
+      args.key_cache = keys.data();
+      args.value_cache = values.data();
+      args.token_stride = stride;
+      args.num_heads = kHeads;
+      args.num_kv_heads = kKvHeads;
+      args.head_dim = kHeadDim;
+      args.block_size = kBlock;
+      args.sliding_window = window;
+      args.scale = 0.125f;
+      args.num_tokens = tokens;
+      args.token_block_table = tables.data();
+      args.token_index = index.data();
+      args.scratch = scratch.data();
+      args.scratch_stride = scratch_stride;
+      Attention(pool, args);
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int32_t head = 0; head < kHeads; ++head) {
+          const int32_t kv_head = head / (kHeads / kKvHeads);
+          const float* query = q.data() + (t * kHeads + head) * kHeadDim;
+          const int64_t first = window > 0 ? std::max<int64_t>(0, index[t] - window + 1) : 0;
+          std::vector<double> scores;
+          double max_score = -1e300;
+          for (int64_t key = first; key <= index[t]; ++key) {
+            const int64_t slot = block_table[key / kBlock] * kBlock + key % kBlock;
+            double dot = 0;
+            for (int i = 0; i < kHeadDim; ++i) {
+              dot += double{query[i]} * keys[slot * stride + kv_head * kHeadDim + i];
+            }
+            scores.push_back(dot * 0.125);
+            max_score = std::max(max_score, scores.back());
+          }
+          double total = 0;
+          for (double& score : scores) total += (score = std::exp(score - max_score));
+          for (int i = 0; i < kHeadDim; ++i) {
+            double expected = 0;
+            for (int64_t key = first; key <= index[t]; ++key) {
+              const int64_t slot = block_table[key / kBlock] * kBlock + key % kBlock;
+              expected += scores[key - first] * values[slot * stride + kv_head * kHeadDim + i];
+            }
+            ASSERT_NEAR(out[(t * kHeads + head) * kHeadDim + i], expected / total, 2e-5)
+                << "window " << window << " threads " << threads << " token " << t << " head "
+                << head << " i " << i;
           }
         }
       }

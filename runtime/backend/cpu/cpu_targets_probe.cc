@@ -11,14 +11,14 @@ int main() {
     const char* name;
     int64_t mask;
   } targets[] = {
-      {"scalar", HWY_SCALAR | HWY_EMU128},
+    {"scalar", HWY_SCALAR | HWY_EMU128},
 #if HWY_ARCH_X86
-      {"sse4", HWY_SSE4},
-      {"avx2", HWY_AVX2},
-      {"avx3", HWY_AVX3},
+    {"sse4", HWY_SSE4},
+    {"avx2", HWY_AVX2},
+    {"avx3", HWY_AVX3},
 #elif HWY_ARCH_ARM
-      {"neon", HWY_NEON},
-      {"sve", HWY_SVE},
+    {"neon", HWY_NEON},
+    {"sve", HWY_SVE},
 #endif
   };
   for (const auto& target : targets) {

@@ -12,7 +12,8 @@
 #define HWY_TARGET_INCLUDE "runtime/backend/cpu/kernels.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "hwy/contrib/math/math-inl.h"
+// After highway.h: per-target code, re-included for each target by foreach_target.h.
+#include "hwy/contrib/math/math-inl.h"  // NOLINT(build/include_order)
 
 HWY_BEFORE_NAMESPACE();
 namespace llmrt::cpu {
@@ -157,8 +158,8 @@ HWY_INLINE void Accumulate(float* HWY_RESTRICT acc, float weight, const float* H
 
 }  // namespace
 
-void RmsNormImpl(ThreadPool& pool, const float* x, const float* gamma, float eps,
-                 int64_t num_rows, int64_t width, float* y) {
+void RmsNormImpl(ThreadPool& pool, const float* x, const float* gamma, float eps, int64_t num_rows,
+                 int64_t width, float* y) {
   const int64_t grain = std::max<int64_t>(1, kParallelElements / std::max<int64_t>(width, 1));
   pool.ParallelFor(
       num_rows,
@@ -203,8 +204,8 @@ void FusedAddRmsNormImpl(ThreadPool& pool, const float* a, const float* b, const
       grain);
 }
 
-void ElementwiseImpl(ThreadPool& pool, Elementwise op, const float* a, const float* b,
-                     int64_t size, float* out) {
+void ElementwiseImpl(ThreadPool& pool, Elementwise op, const float* a, const float* b, int64_t size,
+                     float* out) {
   if (size < kParallelElements) {
     ElementwiseRange(op, a, b, 0, size, out);
     return;
@@ -272,8 +273,7 @@ void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
       const int32_t kv_head = static_cast<int32_t>(item % args.num_kv_heads);
       const int64_t query_index = args.token_index[row];
       const int64_t first_key =
-          args.sliding_window > 0 ? std::max<int64_t>(0, query_index - args.sliding_window + 1)
-                                  : 0;
+          args.sliding_window > 0 ? std::max<int64_t>(0, query_index - args.sliding_window + 1) : 0;
       const int32_t* block_table = args.token_block_table[row];
       const float* queries = args.q + row * q_width + kv_head * group * head_dim;
       std::fill(acc, acc + group * head_dim, 0.0f);
@@ -291,7 +291,8 @@ void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
           const float* key_row =
               args.key_cache + (first_slot + j) * args.token_stride + kv_head * head_dim;
           for (int32_t g = 0; g < group; ++g) {
-            scores[g * block_size + j] = Dot(queries + g * head_dim, key_row, head_dim) * args.scale;
+            scores[g * block_size + j] =
+                Dot(queries + g * head_dim, key_row, head_dim) * args.scale;
           }
         }
         for (int32_t g = 0; g < group; ++g) {
@@ -325,7 +326,8 @@ void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
       float* out = args.out + row * q_width + kv_head * group * head_dim;
       for (int32_t g = 0; g < group; ++g) {
         const float inverse_total = 1.0f / total[g];
-        for (int64_t i = 0; i < head_dim; ++i) out[g * head_dim + i] = acc[g * head_dim + i] * inverse_total;
+        for (int64_t i = 0; i < head_dim; ++i)
+          out[g * head_dim + i] = acc[g * head_dim + i] * inverse_total;
       }
     }
   });
@@ -359,10 +361,10 @@ void ElementwiseOp(ThreadPool& pool, Elementwise op, const float* a, const float
   HWY_DYNAMIC_DISPATCH(ElementwiseImpl)(pool, op, a, b, size, out);
 }
 
-void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows,
-          int32_t num_heads, int32_t head_dim, const float* inv_freq, float* scratch) {
-  HWY_DYNAMIC_DISPATCH(RopeImpl)(pool, x, positions, num_rows, num_heads, head_dim, inv_freq,
-                                 scratch);
+void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows, int32_t num_heads,
+          int32_t head_dim, const float* inv_freq, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(RopeImpl)
+  (pool, x, positions, num_rows, num_heads, head_dim, inv_freq, scratch);
 }
 
 int64_t AttentionScratchFloats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,

@@ -69,8 +69,8 @@ void ElementwiseOp(ThreadPool& pool, Elementwise op, const float* a, const float
 // Rotate-half rotary embedding in place over `num_heads` heads of `head_dim` per row, with
 // angle position * inv_freq[i] (inv_freq has head_dim / 2 entries). `scratch` holds head_dim
 // floats per thread (thread t at scratch + t * head_dim).
-void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows,
-          int32_t num_heads, int32_t head_dim, const float* inv_freq, float* scratch);
+void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows, int32_t num_heads,
+          int32_t head_dim, const float* inv_freq, float* scratch);
 
 // transformers' inverse frequencies for `rope` (default, LINEAR or LLAMA3), in f32 as it
 // computes them. `inv_freq` receives head_dim / 2 entries.
@@ -82,7 +82,8 @@ void RopeInverseFrequencies(const plan::RopeConfig& rope, int32_t head_dim, floa
 struct AttentionArgs {
   const float* q = nullptr;  // [num_tokens, num_heads * head_dim]
   float* out = nullptr;      // [num_tokens, num_heads * head_dim]; may alias q
-  const float* key_cache = nullptr;    // slot s, kv head h at key_cache + s * token_stride + h * head_dim
+  const float* key_cache =
+      nullptr;  // slot s, kv head h at key_cache + s * token_stride + h * head_dim
   const float* value_cache = nullptr;  // likewise
   int64_t token_stride = 0;
   int32_t num_heads = 0;

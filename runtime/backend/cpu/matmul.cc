@@ -69,8 +69,8 @@ HWY_INLINE float ToFloat(hwy::bfloat16_t value) {
 // tile[t * kPanelRows + r] = dot(x_rows[t], panel row r) over `cols` columns. With few tokens
 // the columns are split over kSplit independent accumulator sets (4 FMA latencies in flight).
 template <int kTokens, typename W>
-HWY_NOINLINE void PanelKernel(const W* HWY_RESTRICT panel, int64_t cols,
-                              const float* const* x_rows, float* HWY_RESTRICT tile) {
+HWY_NOINLINE void PanelKernel(const W* HWY_RESTRICT panel, int64_t cols, const float* const* x_rows,
+                              float* HWY_RESTRICT tile) {
   const DF df;
   constexpr int kSplit = kTokens == 1 ? 4 : kTokens == 2 ? 2 : 1;
   VF acc[kSplit][kTokens][kVectorsPerPanel];
@@ -117,8 +117,8 @@ template <typename W>
 void RunPanelKernel(int count, const W* panel, int64_t cols, const float* const* x_rows,
                     float* tile) {
   switch (count) {
-#define LLMRT_PANEL_CASE(n)                                        \
-  case n:                                                          \
+#define LLMRT_PANEL_CASE(n)                                                   \
+  case n:                                                                     \
     if constexpr (n <= kMaxTokens) PanelKernel<n>(panel, cols, x_rows, tile); \
     break;
     LLMRT_PANEL_CASE(1)
@@ -205,10 +205,8 @@ HWY_INLINE float DotRow(const float* HWY_RESTRICT x, const W* HWY_RESTRICT w, in
   for (; col + 4 * static_cast<int64_t>(kLanes) <= cols; col += 4 * kLanes) {
     a0 = hn::MulAdd(LoadWeights(df, w + col), hn::LoadU(df, x + col), a0);
     a1 = hn::MulAdd(LoadWeights(df, w + col + kLanes), hn::LoadU(df, x + col + kLanes), a1);
-    a2 = hn::MulAdd(LoadWeights(df, w + col + 2 * kLanes), hn::LoadU(df, x + col + 2 * kLanes),
-                    a2);
-    a3 = hn::MulAdd(LoadWeights(df, w + col + 3 * kLanes), hn::LoadU(df, x + col + 3 * kLanes),
-                    a3);
+    a2 = hn::MulAdd(LoadWeights(df, w + col + 2 * kLanes), hn::LoadU(df, x + col + 2 * kLanes), a2);
+    a3 = hn::MulAdd(LoadWeights(df, w + col + 3 * kLanes), hn::LoadU(df, x + col + 3 * kLanes), a3);
   }
   for (; col + static_cast<int64_t>(kLanes) <= cols; col += kLanes) {
     a0 = hn::MulAdd(LoadWeights(df, w + col), hn::LoadU(df, x + col), a0);

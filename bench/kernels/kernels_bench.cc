@@ -1,0 +1,196 @@
+// Micro-benchmarks of the CPU kernels (runtime/backend/cpu) at TinyLlama-1.1B shapes (hidden
+// 2048, intermediate 5632, 32 heads / 4 kv heads of 64, vocab 32000), per shape class:
+// decode GEMV (1 token), small batches (4), prefill GEMM (64 and 512 tokens).
+//
+// Counters: bytes_per_second counts the weight bytes a matmul streams (what decode is bound
+// by; compare with `llmrt bench --bandwidth`), GFLOPS = 2 * M * N * K / time (what prefill is
+// bound by). LLMRT_CPU_TARGET selects the SIMD target as for the runtime; threads are the
+// last argument. Never timed in CI; run e.g.
+//   build/bin/llmrt_kernels_bench --benchmark_filter='MatMul<.*F16>/2048/5632/1/'
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "runtime/backend/cpu/dispatch.h"
+#include "runtime/backend/cpu/kernels.h"
+#include "runtime/plan/dtype.h"
+
+namespace llmrt::cpu {
+namespace {
+
+std::vector<uint8_t> RandomMatrix(plan::DType dtype, int64_t rows, int64_t cols) {
+  const int64_t bytes = MatrixBytes(dtype, rows, cols, kPanelRows);
+  std::vector<uint8_t> data(bytes);
+  const int64_t elements = bytes / (dtype == plan::F32 ? 4 : 2);
+  uint32_t state = 12345;
+  for (int64_t i = 0; i < elements; ++i) {
+    state = state * 1664525u + 1013904223u;
+    const float value = (static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * 0.1f;
+    if (dtype == plan::F32) {
+      reinterpret_cast<float*>(data.data())[i] = value;
+    } else {
+      reinterpret_cast<uint16_t*>(data.data())[i] =
+          dtype == plan::F16 ? plan::F32ToF16(value) : plan::F32ToBf16(value);
+    }
+  }
+  return data;
+}
+
+std::vector<float> RandomFloats(int64_t count) {
+  std::vector<float> values(count);
+  for (int64_t i = 0; i < count; ++i) values[i] = std::sin(0.37f * static_cast<float>(i));
+  return values;
+}
+
+// Args: N (output rows), K, M (tokens), threads.
+template <plan::DType kDtype>
+void BM_MatMul(benchmark::State& state) {
+  const int64_t n = state.range(0), k = state.range(1), m = state.range(2);
+  ThreadPool pool(static_cast<int32_t>(state.range(3)));
+  const std::vector<uint8_t> weights = RandomMatrix(kDtype, n, k);
+  const std::vector<float> x = RandomFloats(m * k);
+  std::vector<float> out(m * n);
+  const MatrixView w{weights.data(), kDtype, n, k, kPanelRows};
+  const MatMulOutput output{out.data(), 0, n};
+  for (auto _ : state) {
+    MatMul(pool, x.data(), m, nullptr, w, nullptr, &output, 1);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(weights.size()));
+  state.counters["GFLOPS"] = benchmark::Counter(static_cast<double>(2 * m * n * k) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(ActiveCpuTarget());
+}
+
+void MatMulShapes(benchmark::internal::Benchmark* b) {
+  // qkv, o_proj, gate_up, down_proj, lm_head.
+  const int64_t shapes[][2] = {{2560, 2048}, {2048, 2048}, {11264, 2048}, {2048, 5632},
+                               {32000, 2048}};
+  for (const auto& shape : shapes) {
+    for (int64_t tokens : {1, 4, 64, 512}) {
+      // lm_head runs for the logit rows only: one per sequence.
+      if (shape[0] == 32000 && tokens > 4) continue;
+      for (int64_t threads : {1, 2}) b->Args({shape[0], shape[1], tokens, threads});
+    }
+  }
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK_TEMPLATE(BM_MatMul, plan::F16)->Apply(MatMulShapes);
+BENCHMARK_TEMPLATE(BM_MatMul, plan::BF16)->Apply(MatMulShapes);
+BENCHMARK_TEMPLATE(BM_MatMul, plan::F32)->Apply(MatMulShapes);
+
+// Args: tokens, width, threads.
+void BM_FusedAddRmsNorm(benchmark::State& state) {
+  const int64_t tokens = state.range(0), width = state.range(1);
+  ThreadPool pool(static_cast<int32_t>(state.range(2)));
+  const std::vector<float> a = RandomFloats(tokens * width), b = RandomFloats(tokens * width);
+  const std::vector<float> gamma(width, 1.0f);
+  std::vector<float> sum(tokens * width), y(tokens * width);
+  for (auto _ : state) {
+    FusedAddRmsNorm(pool, a.data(), b.data(), gamma.data(), 1e-5f, tokens, width, sum.data(),
+                    y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * tokens * width * 4 * 4);
+}
+BENCHMARK(BM_FusedAddRmsNorm)->Args({1, 2048, 1})->Args({512, 2048, 1})->Args({512, 2048, 2});
+
+// Args: tokens, width, threads.
+void BM_SiluMul(benchmark::State& state) {
+  const int64_t tokens = state.range(0), width = state.range(1);
+  ThreadPool pool(static_cast<int32_t>(state.range(2)));
+  const std::vector<float> gate = RandomFloats(tokens * width), up = RandomFloats(tokens * width);
+  std::vector<float> out(tokens * width);
+  for (auto _ : state) {
+    ElementwiseOp(pool, Elementwise::kSiluMul, gate.data(), up.data(), tokens * width,
+                  out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * tokens * width * 4 * 3);
+}
+BENCHMARK(BM_SiluMul)->Args({1, 5632, 1})->Args({512, 5632, 1})->Args({512, 5632, 2});
+
+// Args: tokens, threads. q (32 heads) and k (4 heads) of 64, as the fused qkv output.
+void BM_Rope(benchmark::State& state) {
+  const int64_t tokens = state.range(0);
+  ThreadPool pool(static_cast<int32_t>(state.range(1)));
+  plan::RopeConfig rope;
+  rope.set_theta(10000.0);
+  std::vector<float> inv_freq(32), scratch(64 * pool.num_threads());
+  RopeInverseFrequencies(rope, 64, inv_freq.data());
+  std::vector<float> x = RandomFloats(tokens * 36 * 64);
+  std::vector<int32_t> positions(tokens);
+  for (int64_t t = 0; t < tokens; ++t) positions[t] = static_cast<int32_t>(t + 100);
+  for (auto _ : state) {
+    Rope(pool, x.data(), positions.data(), tokens, 36, 64, inv_freq.data(), scratch.data());
+    benchmark::DoNotOptimize(x.data());
+  }
+}
+BENCHMARK(BM_Rope)->Args({1, 1})->Args({512, 1})->Args({512, 2});
+
+// Args: new tokens, context length, threads. 32 query heads, 4 kv heads, head_dim 64, blocks
+// of 16 in a shuffled order.
+void BM_Attention(benchmark::State& state) {
+  const int64_t tokens = state.range(0), context = state.range(1);
+  ThreadPool pool(static_cast<int32_t>(state.range(2)));
+  constexpr int32_t kHeads = 32, kKvHeads = 4, kHeadDim = 64, kBlock = 16;
+  const int64_t blocks = (context + kBlock - 1) / kBlock;
+  std::vector<int32_t> block_table(blocks);
+  for (int64_t i = 0; i < blocks; ++i) block_table[i] = static_cast<int32_t>((i * 7) % blocks);
+  const std::vector<float> keys = RandomFloats(blocks * kBlock * kKvHeads * kHeadDim);
+  const std::vector<float> values = RandomFloats(blocks * kBlock * kKvHeads * kHeadDim);
+  const std::vector<float> q = RandomFloats(tokens * kHeads * kHeadDim);
+  std::vector<float> out(tokens * kHeads * kHeadDim);
+  std::vector<const int32_t*> tables(tokens, block_table.data());
+  std::vector<int64_t> index(tokens);
+  for (int64_t t = 0; t < tokens; ++t) index[t] = context - tokens + t;
+  const int64_t stride = AttentionScratchFloats(kHeads, kKvHeads, kHeadDim, kBlock);
+  std::vector<float> scratch(stride * pool.num_threads());
+  AttentionArgs args;
+  args.q = q.data();
+  args.out = out.data();
+  args.key_cache = keys.data();
+  args.value_cache = values.data();
+  args.token_stride = kKvHeads * kHeadDim;
+  args.num_heads = kHeads;
+  args.num_kv_heads = kKvHeads;
+  args.head_dim = kHeadDim;
+  args.block_size = kBlock;
+  args.scale = 0.125f;
+  args.num_tokens = tokens;
+  args.token_block_table = tables.data();
+  args.token_index = index.data();
+  args.scratch = scratch.data();
+  args.scratch_stride = stride;
+  for (auto _ : state) {
+    Attention(pool, args);
+    benchmark::DoNotOptimize(out.data());
+  }
+  // K and V of the context, read once per token.
+  state.SetBytesProcessed(state.iterations() * tokens * context * kKvHeads * kHeadDim * 4 * 2);
+}
+BENCHMARK(BM_Attention)
+    ->Args({1, 512, 1})
+    ->Args({1, 2048, 1})
+    ->Args({1, 2048, 2})
+    ->Args({128, 512, 2})
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace llmrt::cpu
+
+int main(int argc, char** argv) {
+  if (absl::Status status = llmrt::cpu::SelectCpuTargetFromEnvironment(); !status.ok()) {
+    std::fprintf(stderr, "%s\n", status.ToString().c_str());
+    return 1;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,70 @@
+//===- TileCpu.cpp - choose the CPU kernel layout of every matmul ----------===//
+//
+// Records on every llm.matmul and llm.logits the weight layout the CPU kernels read, as
+// `llm.cpu_tile = {layout = "row_panels", panel_rows = 16 : i64}`; codegen packs the weights
+// into exactly that layout and records it in the plan's tensor table, so the runtime never
+// repacks.
+//
+// One layout serves every dispatch target: a panel of 16 rows stored column by column is one
+// AVX-512 vector, two AVX2 vectors, four SSE4/NEON vectors or sixteen scalars of f32 per
+// column, and each target's micro-kernel differs only in how many token rows it blocks.
+// A plan therefore still runs on any CPU.
+//
+// Weights that an llm.embed also reads (a tied lm_head) stay row-major: the embedding gathers
+// whole rows, and one tensor entry serves both ops. Such ops get
+// `llm.cpu_tile = {layout = "row_major"}`, which the runtime runs with row-wise dot products.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+
+#include "llvm/ADT/DenseSet.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+
+namespace llmc {
+#define GEN_PASS_DEF_TILECPUPASS
+#include "passes/Passes.h.inc"
+} // namespace llmc
+
+using namespace mlir;
+
+namespace llmc {
+namespace {
+
+// 16 rows: the panel height of runtime/backend/cpu (kPanelRows). Reasons in the file comment.
+constexpr int64_t kPanelRows = 16;
+
+struct TileCpuPass : impl::TileCpuPassBase<TileCpuPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    Builder builder(module.getContext());
+    llvm::DenseSet<StringRef> embeddingTables;
+    module.walk([&](llm::EmbedOp op) { embeddingTables.insert(op.getTable()); });
+
+    auto tile = [&](Operation *op, ArrayRef<FlatSymbolRefAttr> weights) {
+      bool sharedWithEmbed = llvm::any_of(weights, [&](FlatSymbolRefAttr weight) {
+        return embeddingTables.contains(weight.getValue());
+      });
+      SmallVector<NamedAttribute> fields;
+      if (sharedWithEmbed) {
+        fields.push_back(builder.getNamedAttr("layout", builder.getStringAttr("row_major")));
+      } else {
+        fields.push_back(builder.getNamedAttr("layout", builder.getStringAttr("row_panels")));
+        fields.push_back(
+            builder.getNamedAttr("panel_rows", builder.getI64IntegerAttr(kPanelRows)));
+      }
+      op->setAttr("llm.cpu_tile", builder.getDictionaryAttr(fields));
+    };
+    module.walk([&](Operation *op) {
+      if (auto matmul = dyn_cast<llm::MatmulOp>(op)) {
+        tile(op, matmul.getWeightRefs());
+      } else if (auto logits = dyn_cast<llm::LogitsOp>(op)) {
+        tile(op, {logits.getWeightAttr()});
+      }
+    });
+  }
+};
+
+} // namespace
+} // namespace llmc

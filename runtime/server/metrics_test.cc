@@ -1,0 +1,70 @@
+#include "runtime/server/metrics.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace llmrt::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Histogram, BucketsAreCumulativeWithInf) {
+  Histogram histogram({0.1, 1.0});
+  histogram.Observe(0.05);
+  histogram.Observe(0.1);  // le is inclusive
+  histogram.Observe(0.5);
+  histogram.Observe(5.0);
+  std::string out;
+  histogram.Render("x_seconds", "help", "m=\"a\"", out);
+  EXPECT_THAT(out, HasSubstr("# TYPE x_seconds histogram\n"));
+  EXPECT_THAT(out, HasSubstr("x_seconds_bucket{m=\"a\",le=\"0.1\"} 2\n"));
+  EXPECT_THAT(out, HasSubstr("x_seconds_bucket{m=\"a\",le=\"1\"} 3\n"));
+  EXPECT_THAT(out, HasSubstr("x_seconds_bucket{m=\"a\",le=\"+Inf\"} 4\n"));
+  EXPECT_THAT(out, HasSubstr("x_seconds_sum{m=\"a\"} 5.65\n"));
+  EXPECT_THAT(out, HasSubstr("x_seconds_count{m=\"a\"} 4\n"));
+}
+
+TEST(RenderMetrics, VllmNamesAndValues) {
+  ServerMetrics metrics;
+  metrics.weight_bytes = 1000;
+  metrics.peak_bandwidth_bytes_per_second = 4000;
+  metrics.inter_token_latency.Observe(0.5);
+  metrics.inter_token_latency.Observe(0.5);
+  metrics.finished_length.fetch_add(3);
+  engine::EngineStats stats;
+  stats.running = 2;
+  stats.waiting = 1;
+  stats.kv_usage = 0.25;
+  stats.prefix_queried_tokens = 10;
+  stats.prefix_hit_tokens = 4;
+  stats.prompt_tokens_total = 77;
+  stats.generation_tokens_total = 99;
+  stats.preemptions_total = 5;
+  const std::string page = RenderMetrics(metrics, stats, "stories \"q\"");
+  const std::string labels = "{model_name=\"stories \\\"q\\\"\"}";
+  EXPECT_THAT(page, HasSubstr("llmrt:num_requests_running" + labels + " 2\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:num_requests_waiting" + labels + " 1\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:kv_cache_usage_perc" + labels + " 0.25\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:prefix_cache_hit_rate" + labels + " 0.40000000000000002\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:prompt_tokens_total" + labels + " 77\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:generation_tokens_total" + labels + " 99\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:num_preemptions_total" + labels + " 5\n"));
+  EXPECT_THAT(page, HasSubstr("finished_reason=\"length\"} 3\n"));
+  EXPECT_THAT(page, HasSubstr("# TYPE llmrt:time_to_first_token_seconds histogram"));
+  EXPECT_THAT(page, HasSubstr("# TYPE llmrt:e2e_request_latency_seconds histogram"));
+  // 1000 weight bytes per 0.5 s step: 2000 B/s, half of the 4000 B/s peak.
+  EXPECT_THAT(page, HasSubstr("llmrt:decode_bandwidth_bytes_per_second" + labels + " 2000\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:decode_mbu" + labels + " 0.5\n"));
+}
+
+TEST(RenderMetrics, NoMbuWithoutPeakBandwidth) {
+  ServerMetrics metrics;
+  const std::string page = RenderMetrics(metrics, engine::EngineStats{}, "m");
+  EXPECT_THAT(page, ::testing::Not(HasSubstr("llmrt:decode_mbu")));
+  EXPECT_THAT(page, HasSubstr("llmrt:prefix_cache_hit_rate{model_name=\"m\"} 0\n"));
+}
+
+}  // namespace
+}  // namespace llmrt::server

@@ -1,0 +1,788 @@
+#include "runtime/server/server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_format.h"
+#include "httplib.h"
+#include "runtime/server/metrics.h"
+#include "runtime/server/peer_watch.h"
+#include "runtime/template/chat.h"
+
+namespace llmrt::server {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// How often a waiting handler looks for new output, a closed client or the drain deadline.
+// 10 ms is below one decode step of any model worth serving (stories260K on one core: ~1 ms per
+// step, but outputs still arrive through the condition variable at once; the interval bounds only
+// disconnect and deadline checks).
+constexpr auto kPollInterval = std::chrono::milliseconds(10);
+
+double Seconds(Clock::duration duration) {
+  return std::chrono::duration<double>(duration).count();
+}
+
+void SendError(httplib::Response& response, const absl::Status& status) {
+  const ApiError error = ErrorFromStatus(status);
+  response.status = error.http_status;
+  response.set_content(ErrorBody(error), "application/json");
+}
+
+void SendJson(httplib::Response& response, const Json& json) {
+  response.status = 200;
+  response.set_content(DumpJson(json), "application/json");
+}
+
+jinja::Value ToTemplateValue(const Json& json) {
+  switch (json.type()) {
+    case Json::value_t::boolean:
+      return jinja::Value::Bool(json.get<bool>());
+    case Json::value_t::number_integer:
+      return jinja::Value::Int(json.get<int64_t>());
+    case Json::value_t::number_unsigned:
+      return jinja::Value::Int(static_cast<int64_t>(json.get<uint64_t>()));
+    case Json::value_t::number_float:
+      return jinja::Value::Float(json.get<double>());
+    case Json::value_t::string:
+      return jinja::Value::String(json.get<std::string>());
+    case Json::value_t::array: {
+      jinja::Value::Items items;
+      for (const Json& item : json) items.push_back(ToTemplateValue(item));
+      return jinja::Value::List(std::move(items));
+    }
+    case Json::value_t::object: {
+      jinja::Value::Entries entries;
+      for (auto it = json.begin(); it != json.end(); ++it) {
+        entries.emplace_back(jinja::Value::String(it.key()), ToTemplateValue(it.value()));
+      }
+      return jinja::Value::Dict(std::move(entries));
+    }
+    default:
+      return jinja::Value::None();
+  }
+}
+
+}  // namespace
+
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  // Every byte of the longer string is visited whatever the contents; a length mismatch is
+  // folded into the same accumulator instead of returning early.
+  const size_t length = std::max(a.size(), b.size());
+  unsigned char difference = a.size() == b.size() ? 0 : 1;
+  for (size_t index = 0; index < length; ++index) {
+    const unsigned char left = index < a.size() ? static_cast<unsigned char>(a[index]) : 0;
+    const unsigned char right = index < b.size() ? static_cast<unsigned char>(b[index]) : 0;
+    difference |= left ^ right;
+  }
+  return difference == 0;
+}
+
+// State shared between the HTTP side and engine callbacks; held by shared_ptr from both so
+// either may go first.
+struct Server::Shared {
+  ServerMetrics metrics;
+  std::mutex mutex;
+  std::condition_variable idle;           // signalled when active_sequences reaches 0
+  int64_t active_sequences = 0;           // under mutex
+  absl::flat_hash_set<engine::RequestId> live_requests;  // under mutex; cancelled on drain
+};
+
+namespace {
+
+// One HTTP request's view of its engine requests: outputs queue up here on the engine thread and
+// are taken by the handler thread.
+struct Tracker {
+  struct Item {
+    int32_t choice = 0;  // prompt_index * n + output.index
+    engine::RequestOutput output;
+  };
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<Item> pending;
+  int32_t open_choices = 0;
+  std::vector<engine::RequestId> ids;
+  // Per choice, for the latency histograms (engine thread only).
+  std::vector<Clock::time_point> last_token_time;
+  std::vector<bool> has_token;
+  Clock::time_point arrival;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine,
+                                                       const Tokenizer& tokenizer,
+                                                       const plan::PlanMeta& meta,
+                                                       const ServerOptions& options) {
+  std::unique_ptr<Server> server(new Server(engine, tokenizer, meta, options));
+  const std::string& source = options.chat_template_override.empty()
+                                  ? meta.tokenizer().chat_template()
+                                  : options.chat_template_override;
+  if (!source.empty()) {
+    absl::StatusOr<jinja::Template> parsed = jinja::Template::Parse(source);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %s",
+                          options.chat_template_override.empty() ? "the plan's chat template"
+                                                                 : "--chat-template",
+                          parsed.status().message()));
+    }
+    server->chat_template_ = std::move(*parsed);
+  }
+  return server;
+}
+
+Server::Server(engine::Engine& engine, const Tokenizer& tokenizer, const plan::PlanMeta& meta,
+               const ServerOptions& options)
+    : engine_(engine),
+      tokenizer_(tokenizer),
+      meta_(meta),
+      options_(options),
+      shared_(std::make_shared<Shared>()),
+      http_(std::make_unique<httplib::Server>()) {
+  const plan::TokenizerSpec& spec = meta.tokenizer();
+  if (spec.bos_id() >= 0 && spec.bos_id() < spec.pieces_size()) bos_text_ = spec.pieces(spec.bos_id());
+  if (spec.eos_id() >= 0 && spec.eos_id() < spec.pieces_size()) eos_text_ = spec.pieces(spec.eos_id());
+  const plan::GenerationDefaults& generation = meta.generation();
+  generation_defaults_.do_sample = generation.do_sample();
+  generation_defaults_.temperature = generation.temperature() > 0 ? generation.temperature() : 1.0;
+  generation_defaults_.top_k = static_cast<int32_t>(generation.top_k());
+  generation_defaults_.top_p =
+      generation.top_p() > 0 && generation.top_p() <= 1 ? generation.top_p() : 1.0;
+  generation_defaults_.repetition_penalty =
+      generation.repetition_penalty() > 0 ? generation.repetition_penalty() : 1.0;
+  const std::vector<int32_t> anchor = tokenizer.Encode("a", /*add_special_tokens=*/false);
+  if (!anchor.empty()) logprob_anchor_ = anchor.front();
+  for (const plan::Tensor& tensor : meta.tensors()) {
+    shared_->metrics.weight_bytes += static_cast<int64_t>(tensor.size_bytes());
+  }
+  shared_->metrics.peak_bandwidth_bytes_per_second = options.mem_bandwidth_bytes_per_second;
+  created_ = std::chrono::duration_cast<std::chrono::seconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+
+  // Workers: every admitted sequence may hold a thread (streams and waits), plus headroom so a
+  // 429/503/health/metrics request is always answered. 2048 caps the stack reservations
+  // (8 MiB of virtual memory each).
+  const size_t workers = static_cast<size_t>(
+      std::min<int64_t>(2048, int64_t{options.max_seqs} + options.max_queued + 32));
+  http_->new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  http_->set_payload_max_length(options.max_body_bytes);
+  // A streamed response may pause for a long prefill of other requests; writes of a blocked
+  // client are given 60 s before the connection is dropped.
+  http_->set_write_timeout(60, 0);
+  Routes();
+}
+
+Server::~Server() { Stop(); }
+
+int64_t Server::active_sequences() const {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->active_sequences;
+}
+
+absl::Status Server::Bind() {
+  if (options_.port == 0) {
+    port_ = http_->bind_to_any_port(options_.host);
+  } else {
+    port_ = http_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
+  }
+  if (port_ < 0) {
+    return absl::UnavailableError(absl::StrFormat(
+        "cannot listen on %s:%d (address in use, or not an address of this machine)",
+        options_.host, options_.port));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Server::Serve() {
+  if (port_ < 0) return absl::FailedPreconditionError("Serve() before a successful Bind()");
+  if (!http_->listen_after_bind() && !draining_.load()) {
+    return absl::InternalError("the HTTP listener stopped unexpectedly");
+  }
+  return absl::OkStatus();
+}
+
+void Server::Stop() { http_->stop(); }
+
+void Server::Drain() {
+  draining_.store(true);
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(options_.drain_timeout_seconds));
+  {
+    std::unique_lock<std::mutex> lock(shared_->mutex);
+    shared_->idle.wait_until(lock, deadline, [&] { return shared_->active_sequences == 0; });
+    if (shared_->active_sequences > 0) {
+      for (engine::RequestId id : shared_->live_requests) engine_.Cancel(id);
+      // Cancellations take effect at the start of the next step; a step of a large model takes
+      // well under 5 s.
+      shared_->idle.wait_for(lock, std::chrono::seconds(5),
+                             [&] { return shared_->active_sequences == 0; });
+    }
+  }
+  Stop();
+}
+
+std::string Server::TokenText(int32_t id) const {
+  // Decoding a token alone drops what decoders strip at the start of a text (SentencePiece's
+  // leading space), so " upon" would read "upon". Decoding it after an anchor token and keeping
+  // the difference gives the text the token adds in the middle of a sequence.
+  if (logprob_anchor_ < 0) return tokenizer_.Decode({id}, false);
+  const std::string anchor = tokenizer_.Decode({logprob_anchor_}, false);
+  const std::string both = tokenizer_.Decode({logprob_anchor_, id}, false);
+  if (both.compare(0, anchor.size(), anchor) != 0) return tokenizer_.Decode({id}, false);
+  return both.substr(anchor.size());
+}
+
+absl::StatusOr<std::string> Server::RenderChat(const Json& messages, const Json& tools,
+                                               bool add_generation_prompt) const {
+  if (!chat_template_.has_value()) {
+    return absl::InvalidArgumentError(
+        "this model has no chat template (the plan's TokenizerSpec.chat_template is empty); use "
+        "/v1/completions, or start the server with --chat-template FILE");
+  }
+  std::vector<jinja::ChatMessage> chat_messages;
+  for (const Json& message : messages) {
+    jinja::ChatMessage chat_message;
+    chat_message.content = jinja::Value::None();
+    for (auto it = message.begin(); it != message.end(); ++it) {
+      if (it.key() == "role") {
+        chat_message.role = it.value().get<std::string>();
+      } else if (it.key() == "content") {
+        chat_message.content = ToTemplateValue(it.value());
+      } else {
+        chat_message.fields.emplace_back(it.key(), ToTemplateValue(it.value()));
+      }
+    }
+    chat_messages.push_back(std::move(chat_message));
+  }
+  jinja::ChatOptions options;
+  options.add_generation_prompt = add_generation_prompt;
+  if (!bos_text_.empty()) options.bos_token = bos_text_;
+  if (!eos_text_.empty()) options.eos_token = eos_text_;
+  if (!tools.is_null()) options.tools = ToTemplateValue(tools);
+  absl::StatusOr<std::string> prompt = jinja::RenderChat(*chat_template_, chat_messages, options);
+  if (!prompt.ok()) {
+    // The template's own raise_exception messages ("Conversation roles must alternate...") are
+    // the client's mistake: 400.
+    return absl::InvalidArgumentError(
+        absl::StrFormat("chat template: %s", prompt.status().message()));
+  }
+  return prompt;
+}
+
+void Server::Routes() {
+  http_->set_pre_routing_handler(
+      [this](const httplib::Request& request, httplib::Response& response) {
+        if (options_.api_key.empty() || request.path == "/health") {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        const std::string header = request.get_header_value("Authorization");
+        constexpr char kBearer[] = "Bearer ";
+        const bool has_bearer = header.rfind(kBearer, 0) == 0;
+        const std::string presented = has_bearer ? header.substr(sizeof(kBearer) - 1) : "";
+        if (has_bearer && ConstantTimeEquals(presented, options_.api_key)) {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        SendError(response, absl::UnauthenticatedError(
+                                has_bearer ? "Incorrect API key provided."
+                                           : "Missing API key: send 'Authorization: Bearer KEY'."));
+        return httplib::Server::HandlerResponse::Handled;
+      });
+  // Fills the body of errors httplib produces itself (404 route, 413 body too large, 400 bad
+  // request line); our own errors already have one.
+  http_->set_error_handler([](const httplib::Request& request, httplib::Response& response) {
+    if (!response.body.empty()) return;
+    std::string message;
+    switch (response.status) {
+      case 404:
+        message = absl::StrFormat("no route %s %s", request.method, request.path);
+        break;
+      case 413:
+        message = "the request body is larger than the server accepts";
+        break;
+      default:
+        message = absl::StrFormat("HTTP %d", response.status);
+    }
+    ApiError error;
+    error.http_status = response.status;
+    error.type = response.status >= 500 ? "server_error" : "invalid_request_error";
+    error.message = message;
+    response.set_content(ErrorBody(error), "application/json");
+  });
+  http_->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& response, std::exception_ptr exception) {
+        std::string what = "unknown exception";
+        try {
+          if (exception) std::rethrow_exception(exception);
+        } catch (const std::exception& caught) {
+          what = caught.what();
+        } catch (...) {
+        }
+        SendError(response, absl::InternalError(absl::StrFormat("internal error: %s", what)));
+      });
+
+  http_->Get("/health", [this](const httplib::Request&, httplib::Response& response) {
+    if (draining_.load()) {
+      SendError(response, absl::UnavailableError("the server is draining"));
+      return;
+    }
+    SendJson(response, {{"status", "ok"}});
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+    response.set_content(RenderMetrics(shared_->metrics, engine_.GetStats(), options_.model_name),
+                         "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
+    HandleModels(response);
+  });
+  http_->Post("/v1/completions",
+              [this](const httplib::Request& request, httplib::Response& response) {
+                HandleGenerate(Endpoint::kCompletions, request, response);
+              });
+  http_->Post("/v1/chat/completions",
+              [this](const httplib::Request& request, httplib::Response& response) {
+                HandleGenerate(Endpoint::kChatCompletions, request, response);
+              });
+  http_->Post("/tokenize", [this](const httplib::Request& request, httplib::Response& response) {
+    HandleTokenize(request, response);
+  });
+  http_->Post("/detokenize", [this](const httplib::Request& request, httplib::Response& response) {
+    HandleDetokenize(request, response);
+  });
+}
+
+void Server::HandleModels(httplib::Response& response) {
+  SendJson(response, {{"object", "list"},
+                      {"data", Json::array({{{"id", options_.model_name},
+                                             {"object", "model"},
+                                             {"created", created_},
+                                             {"owned_by", "llmrt"},
+                                             {"max_model_len", engine_.max_context()}}})}});
+}
+
+void Server::HandleTokenize(const httplib::Request& request, httplib::Response& response) {
+  const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    SendError(response, absl::InvalidArgumentError("the request body must be a JSON object"));
+    return;
+  }
+  std::vector<int32_t> tokens;
+  if (body.contains("messages")) {
+    absl::StatusOr<ParsedRequest> parsed =
+        ParseRequest(Endpoint::kChatCompletions, request.body, options_.limits);
+    if (!parsed.ok()) return SendError(response, parsed.status());
+    absl::StatusOr<std::string> prompt =
+        RenderChat(parsed->messages, parsed->tools, parsed->add_generation_prompt);
+    if (!prompt.ok()) return SendError(response, prompt.status());
+    tokens = tokenizer_.Encode(*prompt, /*add_special_tokens=*/false);
+  } else {
+    auto prompt = body.find("prompt");
+    if (prompt == body.end() || !prompt->is_string()) {
+      return SendError(response, absl::InvalidArgumentError(
+                                     "'prompt' (a string) or 'messages' (an array) is required"));
+    }
+    bool add_special_tokens = true;
+    auto flag = body.find("add_special_tokens");
+    if (flag != body.end()) {
+      if (!flag->is_boolean()) {
+        return SendError(response,
+                         absl::InvalidArgumentError("'add_special_tokens' must be a boolean"));
+      }
+      add_special_tokens = flag->get<bool>();
+    }
+    tokens = tokenizer_.Encode(prompt->get<std::string>(), add_special_tokens);
+  }
+  SendJson(response, {{"tokens", tokens},
+                      {"count", tokens.size()},
+                      {"max_model_len", engine_.max_context()}});
+}
+
+void Server::HandleDetokenize(const httplib::Request& request, httplib::Response& response) {
+  const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    return SendError(response, absl::InvalidArgumentError("the request body must be a JSON object"));
+  }
+  auto tokens = body.find("tokens");
+  if (tokens == body.end() || !tokens->is_array()) {
+    return SendError(response, absl::InvalidArgumentError("'tokens' (an array of ids) is required"));
+  }
+  std::vector<int32_t> ids;
+  const int64_t vocab = tokenizer_.vocab_size();
+  for (size_t index = 0; index < tokens->size(); ++index) {
+    const Json& token = (*tokens)[index];
+    if (!token.is_number_integer() || token.get<int64_t>() < 0 || token.get<int64_t>() >= vocab) {
+      return SendError(response, absl::InvalidArgumentError(absl::StrFormat(
+                                     "'tokens[%d]' must be a token id in [0, %d), found %s", index,
+                                     vocab, token.dump())));
+    }
+    ids.push_back(static_cast<int32_t>(token.get<int64_t>()));
+  }
+  SendJson(response, {{"prompt", tokenizer_.Decode(ids, /*skip_special_tokens=*/false)}});
+}
+
+void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
+                            httplib::Response& response) {
+  const Clock::time_point arrival = Clock::now();
+  if (draining_.load()) {
+    return SendError(response,
+                     absl::UnavailableError("the server is shutting down; retry on another one"));
+  }
+  absl::StatusOr<ParsedRequest> parsed = ParseRequest(endpoint, request.body, options_.limits);
+  if (!parsed.ok()) return SendError(response, parsed.status());
+  if (!parsed->model.empty() && parsed->model != options_.model_name) {
+    return SendError(response, absl::NotFoundError(absl::StrFormat(
+                                   "The model '%s' does not exist; this server runs '%s'",
+                                   parsed->model, options_.model_name)));
+  }
+
+  // Prompts to token ids.
+  std::vector<std::vector<int32_t>> prompts;
+  if (endpoint == Endpoint::kChatCompletions) {
+    absl::StatusOr<std::string> text =
+        RenderChat(parsed->messages, parsed->tools, parsed->add_generation_prompt);
+    if (!text.ok()) return SendError(response, text.status());
+    // The template writes the special tokens (BOS) itself, as in transformers and vLLM.
+    prompts.push_back(tokenizer_.Encode(*text, /*add_special_tokens=*/false));
+  } else {
+    for (const Prompt& prompt : parsed->prompts) {
+      prompts.push_back(prompt.is_ids ? prompt.ids
+                                      : tokenizer_.Encode(prompt.text, /*add_special_tokens=*/true));
+    }
+  }
+  // Completions default to 16 tokens (OpenAI's legacy default); chat runs to the context's end.
+  const int64_t max_tokens = parsed->max_tokens.value_or(
+      endpoint == Endpoint::kCompletions ? 16 : -1);
+  const int64_t context_tokens = engine_.max_context();
+  for (size_t index = 0; index < prompts.size(); ++index) {
+    const int64_t prompt_size = static_cast<int64_t>(prompts[index].size());
+    if (prompt_size == 0) {
+      return SendError(response, absl::InvalidArgumentError(absl::StrFormat(
+                                     "prompt %d encodes to no tokens; give some text", index)));
+    }
+    const int64_t requested = prompt_size + std::max<int64_t>(max_tokens, 0);
+    if (requested > context_tokens || prompt_size >= context_tokens) {
+      return SendError(response, absl::InvalidArgumentError(absl::StrFormat(
+                                     "This model's maximum context length is %d tokens. However, "
+                                     "you requested %d tokens (%d in the prompt, %d for the "
+                                     "completion). Please reduce the prompt or max_tokens.",
+                                     context_tokens, requested, prompt_size,
+                                     std::max<int64_t>(max_tokens, 0))));
+    }
+  }
+
+  // Admission.
+  const int32_t n = parsed->n;
+  const int64_t sequences = static_cast<int64_t>(prompts.size()) * n;
+  const int64_t capacity = int64_t{options_.max_seqs} + options_.max_queued;
+  if (sequences > capacity) {
+    return SendError(response, absl::InvalidArgumentError(absl::StrFormat(
+                                   "the request needs %d sequences (prompts x n); this server "
+                                   "holds at most %d",
+                                   sequences, capacity)));
+  }
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    if (shared_->active_sequences + sequences > capacity) {
+      shared_->metrics.rejected_queue_full.fetch_add(1);
+      return SendError(response, absl::ResourceExhaustedError(absl::StrFormat(
+                                     "the server is busy: %d sequences running or queued, the "
+                                     "limit is %d (--max-seqs + --max-queued); retry later",
+                                     shared_->active_sequences, capacity)));
+    }
+    shared_->active_sequences += sequences;
+  }
+
+  auto tracker = std::make_shared<Tracker>();
+  tracker->arrival = arrival;
+  tracker->open_choices = static_cast<int32_t>(sequences);
+  tracker->last_token_time.assign(sequences, arrival);
+  tracker->has_token.assign(sequences, false);
+  const sampling::SamplingParams sampling = ResolveSampling(*parsed, generation_defaults_);
+
+  std::shared_ptr<Shared> shared = shared_;
+  for (size_t prompt_index = 0; prompt_index < prompts.size(); ++prompt_index) {
+    engine::GenerationRequest generation;
+    generation.prompt_ids = prompts[prompt_index];
+    generation.sampling = sampling;
+    if (parsed->seed.has_value()) generation.seed = *parsed->seed + prompt_index;
+    generation.max_tokens = max_tokens;
+    generation.stop = parsed->stop;
+    generation.stop_token_ids = parsed->stop_token_ids;
+    generation.ignore_eos = parsed->ignore_eos;
+    generation.logprobs = parsed->logprobs;
+    generation.top_logprobs = parsed->top_logprobs;
+    generation.n = n;
+    const int32_t base = static_cast<int32_t>(prompt_index) * n;
+    generation.on_output = [tracker, shared, base](const engine::RequestOutput& output) {
+      const Clock::time_point now = Clock::now();
+      const int32_t choice = base + output.index;
+      ServerMetrics& metrics = shared->metrics;
+      if (!output.tokens.empty() && choice >= 0 &&
+          choice < static_cast<int32_t>(tracker->has_token.size())) {
+        if (!tracker->has_token[choice]) {
+          metrics.time_to_first_token.Observe(Seconds(now - tracker->arrival));
+          tracker->has_token[choice] = true;
+        } else {
+          // A step can keep several tokens (not today); spread the interval over them.
+          const double interval = Seconds(now - tracker->last_token_time[choice]) /
+                                  static_cast<double>(output.tokens.size());
+          for (size_t token = 0; token < output.tokens.size(); ++token) {
+            metrics.inter_token_latency.Observe(interval);
+          }
+        }
+        tracker->last_token_time[choice] = now;
+      }
+      if (output.finished) {
+        metrics.e2e_request_latency.Observe(Seconds(now - tracker->arrival));
+        switch (output.finish_reason) {
+          case engine::FinishReason::kStop:
+            metrics.finished_stop.fetch_add(1);
+            break;
+          case engine::FinishReason::kLength:
+            metrics.finished_length.fetch_add(1);
+            break;
+          case engine::FinishReason::kCancelled:
+            metrics.finished_abort.fetch_add(1);
+            break;
+          default:
+            metrics.finished_error.fetch_add(1);
+        }
+      }
+      bool request_done = false;
+      {
+        std::lock_guard<std::mutex> lock(tracker->mutex);
+        tracker->pending.push_back({choice, output});
+        if (output.finished) {
+          --tracker->open_choices;
+          request_done = tracker->open_choices == 0;
+        }
+      }
+      tracker->ready.notify_all();
+      if (output.finished) {
+        std::lock_guard<std::mutex> lock(shared->mutex);
+        --shared->active_sequences;
+        if (request_done) {
+          for (engine::RequestId id : tracker->ids) shared->live_requests.erase(id);
+        }
+        if (shared->active_sequences == 0) shared->idle.notify_all();
+      }
+    };
+    // The ids are recorded under the tracker lock before the engine may finish them, so the
+    // callback's erase above never runs before the insert below.
+    std::unique_lock<std::mutex> tracker_lock(tracker->mutex);
+    absl::StatusOr<engine::RequestId> id = engine_.Submit(std::move(generation));
+    if (!id.ok()) {
+      tracker_lock.unlock();
+      // Earlier prompts of this request were accepted: cancel them; their callbacks release
+      // their sequences. This prompt's and the later ones' sequences are released here.
+      for (engine::RequestId submitted : tracker->ids) engine_.Cancel(submitted);
+      {
+        std::lock_guard<std::mutex> lock(shared_->mutex);
+        shared_->active_sequences -= static_cast<int64_t>(prompts.size() - prompt_index) * n;
+        if (shared_->active_sequences == 0) shared_->idle.notify_all();
+      }
+      absl::Status status = id.status();
+      if (status.code() == absl::StatusCode::kOutOfRange) {
+        status = absl::InvalidArgumentError(status.message());
+      }
+      return SendError(response, status);
+    }
+    tracker->ids.push_back(*id);
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    shared_->live_requests.insert(*id);
+  }
+
+  ResponseContext context;
+  context.endpoint = endpoint;
+  context.id = NewResponseId(endpoint);
+  context.created = std::chrono::duration_cast<std::chrono::seconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+  context.model = options_.model_name;
+  context.logprobs = parsed->logprobs;
+  context.top_logprobs = parsed->top_logprobs;
+  context.token_text = [this](int32_t id) { return TokenText(id); };
+
+  auto peer = std::make_shared<PeerWatch>(request.local_addr, request.local_port,
+                                          request.remote_addr, request.remote_port);
+  engine::Engine& engine = engine_;
+  auto cancel_all = [tracker, &engine] {
+    std::vector<engine::RequestId> ids;
+    {
+      std::lock_guard<std::mutex> lock(tracker->mutex);
+      ids = tracker->ids;
+    }
+    for (engine::RequestId id : ids) engine.Cancel(id);
+  };
+
+  if (!parsed->stream) {
+    std::vector<ChoiceResult> choices(sequences);
+    for (int32_t index = 0; index < sequences; ++index) choices[index].index = index;
+    std::vector<Usage> prompt_usage(prompts.size());
+    absl::Status failure;
+    while (true) {
+      std::deque<Tracker::Item> items;
+      bool done;
+      {
+        std::unique_lock<std::mutex> lock(tracker->mutex);
+        tracker->ready.wait_for(lock, kPollInterval, [&] {
+          return !tracker->pending.empty() || tracker->open_choices == 0;
+        });
+        items.swap(tracker->pending);
+        done = tracker->open_choices == 0;
+      }
+      for (Tracker::Item& item : items) {
+        ChoiceResult& choice = choices[item.choice];
+        choice.text += item.output.text;
+        for (engine::TokenOutput& token : item.output.tokens) choice.tokens.push_back(std::move(token));
+        Usage& usage = prompt_usage[item.choice / n];
+        usage.prompt_tokens = item.output.prompt_tokens;
+        usage.cached_prompt_tokens = item.output.cached_prompt_tokens;
+        if (item.output.finished) {
+          choice.finish_reason = item.output.finish_reason;
+          usage.completion_tokens += item.output.completion_tokens;
+          if (item.output.finish_reason == engine::FinishReason::kError && failure.ok()) {
+            failure = item.output.status;
+          }
+        }
+      }
+      if (done) break;
+      if (peer->PeerClosed()) {
+        cancel_all();
+        return;  // nobody to answer; the callbacks release the sequences
+      }
+    }
+    if (!failure.ok()) {
+      return SendError(response, absl::InternalError(
+                                     absl::StrFormat("generation failed: %s", failure.message())));
+    }
+    Usage usage;
+    for (const Usage& part : prompt_usage) {
+      usage.prompt_tokens += part.prompt_tokens;
+      usage.completion_tokens += part.completion_tokens;
+      usage.cached_prompt_tokens += part.cached_prompt_tokens;
+    }
+    return SendJson(response, CompletionResponse(context, choices, usage));
+  }
+
+  // Streaming. State lives in the provider (httplib calls it repeatedly until done()).
+  struct StreamState {
+    bool started = false;
+    bool finished = false;
+    std::vector<int64_t> text_sent;  // bytes per choice, for completions text_offset
+    std::vector<Usage> prompt_usage;
+  };
+  auto state = std::make_shared<StreamState>();
+  state->text_sent.assign(sequences, 0);
+  state->prompt_usage.resize(prompts.size());
+  const bool include_usage = parsed->include_usage;
+  const bool logprobs = parsed->logprobs;
+  response.set_header("Cache-Control", "no-cache");
+  response.set_chunked_content_provider(
+      "text/event-stream",
+      [tracker, state, context, peer, cancel_all, include_usage, logprobs, n, sequences](
+          size_t, httplib::DataSink& sink) {
+        auto write = [&](const Json& json) {
+          const std::string event = SseEvent(DumpJson(json));
+          return sink.write(event.data(), event.size());
+        };
+        if (!state->started) {
+          state->started = true;
+          // OpenAI opens every chat choice with {"role": "assistant", "content": ""}.
+          if (context.endpoint == Endpoint::kChatCompletions) {
+            for (int32_t index = 0; index < sequences; ++index) {
+              if (!write(StreamChunk(context, index, "", {}, /*role_first=*/true,
+                                     engine::FinishReason::kNone, include_usage, 0))) {
+                cancel_all();
+                return false;
+              }
+            }
+            return true;
+          }
+        }
+        std::deque<Tracker::Item> items;
+        bool done;
+        {
+          std::unique_lock<std::mutex> lock(tracker->mutex);
+          tracker->ready.wait_for(lock, kPollInterval, [&] {
+            return !tracker->pending.empty() || tracker->open_choices == 0;
+          });
+          items.swap(tracker->pending);
+          done = tracker->open_choices == 0;
+        }
+        for (Tracker::Item& item : items) {
+          const engine::RequestOutput& output = item.output;
+          Usage& usage = state->prompt_usage[item.choice / n];
+          usage.prompt_tokens = output.prompt_tokens;
+          usage.cached_prompt_tokens = output.cached_prompt_tokens;
+          if (output.finished) usage.completion_tokens += output.completion_tokens;
+          if (output.finished && output.finish_reason == engine::FinishReason::kError) {
+            ApiError error = ErrorFromStatus(absl::InternalError(
+                absl::StrFormat("generation failed: %s", output.status.message())));
+            const std::string event =
+                SseEvent(DumpJson(Json::parse(ErrorBody(error))));
+            if (!sink.write(event.data(), event.size())) {
+              cancel_all();
+              return false;
+            }
+            continue;
+          }
+          const bool has_content = !output.text.empty() || (logprobs && !output.tokens.empty());
+          const bool chat = context.endpoint == Endpoint::kChatCompletions;
+          if (has_content || (!chat && output.finished)) {
+            const engine::FinishReason merged_finish =
+                chat ? engine::FinishReason::kNone : output.finish_reason;
+            if (!write(StreamChunk(context, item.choice, output.text, output.tokens, false,
+                                   merged_finish, include_usage, state->text_sent[item.choice]))) {
+              cancel_all();
+              return false;
+            }
+            state->text_sent[item.choice] += static_cast<int64_t>(output.text.size());
+          }
+          if (chat && output.finished) {
+            if (!write(StreamChunk(context, item.choice, "", {}, false, output.finish_reason,
+                                   include_usage, 0))) {
+              cancel_all();
+              return false;
+            }
+          }
+        }
+        if (done) {
+          if (include_usage) {
+            Usage usage;
+            for (const Usage& part : state->prompt_usage) {
+              usage.prompt_tokens += part.prompt_tokens;
+              usage.completion_tokens += part.completion_tokens;
+              usage.cached_prompt_tokens += part.cached_prompt_tokens;
+            }
+            if (!write(UsageChunk(context, usage))) return false;
+          }
+          if (!sink.write(kSseDone, sizeof(kSseDone) - 1)) return false;
+          state->finished = true;
+          sink.done();
+          return true;
+        }
+        if (items.empty() && peer->PeerClosed()) {
+          cancel_all();
+          return false;
+        }
+        return true;
+      },
+      [state, cancel_all](bool) {
+        // A failed write or a server stop ends the stream early: nobody reads the rest.
+        if (!state->finished) cancel_all();
+      });
+}
+
+}  // namespace llmrt::server
