@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwy-dev libpcre2-dev libxxhash-dev libicu-dev
   libcpp-httplib-dev nlohmann-json3-dev
+  curl
 )
 
 missing=()

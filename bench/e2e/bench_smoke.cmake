@@ -1,6 +1,6 @@
 # Smoke run of `llmrt bench --json` on stories260K: every thread count gives one JSON line with
-# the documented fields, each a positive number (mbu in (0, 1.5]: above 1 only by measurement
-# noise, far above means the byte count is wrong). Timings are not checked: this is no timed test.
+# the documented fields, each a positive number. No upper bound on mbu: stories260K's 1 MB of
+# weights stay in cache, so its decode can beat DRAM bandwidth. Timings are never checked.
 #
 #   cmake -DLLMC=... -DLLMRT=... -DMODEL_DIR=... -DWORK_DIR=... -P bench_smoke.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
@@ -46,10 +46,6 @@ foreach(index RANGE 1)
                           "'${value}' ${json_error}\n${line}")
     endif()
   endforeach()
-  string(JSON mbu GET "${line}" mbu)
-  if(mbu GREATER 1.5)
-    message(FATAL_ERROR "line ${index}: mbu ${mbu} is impossible (> 1.5)\n${line}")
-  endif()
 endforeach()
 
 if(NOT EXISTS "${WORK_DIR}/bandwidth.txt")

@@ -157,10 +157,10 @@ Result RunOne(const Options& options, const Json& body) {
   }
   if (status != 200) {
     const Json error = Json::parse(error_body, nullptr, false);
-    result.error = absl::StrFormat(
-        "HTTP %d: %s", status,
-        error.is_object() && error.contains("error") ? error["error"].value("message", "")
-                                                     : error_body.substr(0, 200));
+    result.error = absl::StrFormat("HTTP %d: %s", status,
+                                   error.is_object() && error.contains("error")
+                                       ? error["error"].value("message", "")
+                                       : error_body.substr(0, 200));
     return result;
   }
   if (!done && result.error.empty()) result.error = "the stream ended without data: [DONE]";
@@ -179,8 +179,8 @@ absl::StatusOr<std::vector<int32_t>> TokenPool(const Options& options) {
   httplib::Result response =
       client->Post("/tokenize", Headers(options), body.dump(), "application/json");
   if (!response) {
-    return absl::UnavailableError(absl::StrFormat("%s/tokenize: %s", options.url,
-                                                  httplib::to_string(response.error())));
+    return absl::UnavailableError(
+        absl::StrFormat("%s/tokenize: %s", options.url, httplib::to_string(response.error())));
   }
   const Json reply = Json::parse(response->body, nullptr, false);
   if (response->status != 200 || !reply.is_object() || !reply.contains("tokens") ||
@@ -221,7 +221,8 @@ int ServeBench(int argc, char** argv) {
       } else {
         ok = absl::SimpleAtoi(text, &out);
       }
-      if (!ok && error.empty()) error = absl::StrFormat("flag %s: '%s' is not a number", flag, text);
+      if (!ok && error.empty())
+        error = absl::StrFormat("flag %s: '%s' is not a number", flag, text);
     };
     if (flag == "--url") {
       options.url = value();
@@ -263,11 +264,12 @@ int ServeBench(int argc, char** argv) {
     if (!error.empty()) break;
   }
   if (error.empty() && options.url.empty()) error = "--url is required";
-  if (error.empty() && (options.num_requests < 1 || options.concurrency < 1 ||
-                        options.input_len < 1 || options.output_len < 1 ||
-                        options.range_ratio < 0 || options.range_ratio >= 1)) {
-    error = "--num-requests, --concurrency, --input-len, --output-len must be >= 1 and "
-            "--range-ratio in [0, 1)";
+  if (error.empty() &&
+      (options.num_requests < 1 || options.concurrency < 1 || options.input_len < 1 ||
+       options.output_len < 1 || options.range_ratio < 0 || options.range_ratio >= 1)) {
+    error =
+        "--num-requests, --concurrency, --input-len, --output-len must be >= 1 and "
+        "--range-ratio in [0, 1)";
   }
   if (!error.empty()) {
     std::fprintf(stderr, "llmrt-bench serve: %s\n%s", error.c_str(), kUsage);
@@ -279,7 +281,8 @@ int ServeBench(int argc, char** argv) {
     absl::StatusOr<std::vector<RequestShape>> loaded =
         ShapesFromFile(options.lengths_file, options.num_requests);
     if (!loaded.ok()) {
-      std::fprintf(stderr, "llmrt-bench serve: %s\n", std::string(loaded.status().message()).c_str());
+      std::fprintf(stderr, "llmrt-bench serve: %s\n",
+                   std::string(loaded.status().message()).c_str());
       return 1;
     }
     shapes = *loaded;
@@ -331,15 +334,14 @@ int ServeBench(int argc, char** argv) {
       while (true) {
         const int64_t index = next.fetch_add(1);
         if (index >= options.num_requests) return;
-        std::this_thread::sleep_until(
-            start + std::chrono::duration_cast<Clock::duration>(
-                        std::chrono::duration<double>(arrivals[index])));
+        std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
+                                                  std::chrono::duration<double>(arrivals[index])));
         results[index] = RunOne(options, bodies[index]);
         if (results[index].ok && results[index].output_tokens != shapes[index].output_tokens) {
           results[index].ok = false;
-          results[index].error = absl::StrFormat("truncated: %d of %d tokens",
-                                                 results[index].output_tokens,
-                                                 shapes[index].output_tokens);
+          results[index].error =
+              absl::StrFormat("truncated: %d of %d tokens", results[index].output_tokens,
+                              shapes[index].output_tokens);
         }
       }
     });
@@ -407,9 +409,10 @@ int ServeBench(int argc, char** argv) {
     std::printf("request throughput %.2f req/s, input %.1f tok/s, output %.1f tok/s\n",
                 completed / duration, input_tokens / duration, output_tokens / duration);
     std::printf("%-6s %10s %10s %10s   (ms)\n", "", "mean", "p50", "p99");
-    const std::pair<const char*, const Summary*> rows[] = {
-        {"TTFT", &ttft_summary}, {"TPOT", &tpot_summary}, {"ITL", &itl_summary},
-        {"E2E", &e2e_summary}};
+    const std::pair<const char*, const Summary*> rows[] = {{"TTFT", &ttft_summary},
+                                                           {"TPOT", &tpot_summary},
+                                                           {"ITL", &itl_summary},
+                                                           {"E2E", &e2e_summary}};
     for (const auto& [name, summary] : rows) {
       std::printf("%-6s %10.2f %10.2f %10.2f\n", name, summary->mean * 1e3, summary->p50 * 1e3,
                   summary->p99 * 1e3);

@@ -57,9 +57,9 @@ absl::StatusOr<std::vector<RequestShape>> ShapesFromFile(const std::string& path
     RequestShape shape;
     if (!(fields >> shape.input_tokens)) continue;  // blank line
     if (!(fields >> shape.output_tokens) || shape.input_tokens < 1 || shape.output_tokens < 1) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s:%d: expected 'INPUT_TOKENS OUTPUT_TOKENS', both >= 1, found '%s'", path,
-          line_number, line));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s:%d: expected 'INPUT_TOKENS OUTPUT_TOKENS', both >= 1, found '%s'",
+                          path, line_number, line));
     }
     listed.push_back(shape);
   }

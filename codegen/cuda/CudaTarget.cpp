@@ -44,8 +44,8 @@ absl::Status addCudaKernelTables(plan::PlanMeta &meta, plan::PlanWriter &writer,
   std::vector<CompileRequest> requests;
   for (const std::string &architecture : architectures)
     for (size_t kernel = 0; kernel < emission->kernels.size(); ++kernel)
-      requests.push_back({emission->kernelSource(kernel),
-                          emission->kernels[kernel].info.name(), architecture});
+      requests.push_back(
+          {emission->kernelSource(kernel), emission->kernels[kernel].info.name(), architecture});
   absl::StatusOr<std::vector<CompiledCode>> compiled =
       compileAll(requests, options.cacheDir, options.threads);
   if (!compiled.ok())

@@ -57,8 +57,7 @@ const char *dtypeSuffix(plan::DType dtype) {
 // `text` defined once per translation unit: the GEMV and GEMM of one matmul share a store
 // helper, q and k rope share a frequency table, and the emulation module holds every kernel.
 std::string guarded(const std::string &name, const std::string &text) {
-  return absl::StrCat("#ifndef ", name, "_DEFINED\n#define ", name, "_DEFINED\n", text,
-                      "#endif\n");
+  return absl::StrCat("#ifndef ", name, "_DEFINED\n#define ", name, "_DEFINED\n", text, "#endif\n");
 }
 
 int roundUp(int64_t value, int64_t multiple) {
@@ -110,15 +109,14 @@ private:
 
   absl::StatusOr<plan::DType> weightDtype(int index, int32_t tensor) {
     if (tensor < 0 || tensor >= meta.tensors_size())
-      return error(index,
-                   absl::StrFormat("weight %d outside the tensor table [0, %d)", tensor,
-                                   meta.tensors_size()));
+      return error(index, absl::StrFormat("weight %d outside the tensor table [0, %d)", tensor,
+                                          meta.tensors_size()));
     return meta.tensors(tensor).dtype();
   }
 
   // Adds a kernel (or finds the identical one already emitted) and returns its index.
-  int32_t add(const std::string &baseName, const std::string &definitions,
-              const std::string &call, Kernel info) {
+  int32_t add(const std::string &baseName, const std::string &definitions, const std::string &call,
+              Kernel info) {
     // The entry name carries a hash of the code, so two different specializations never
     // share a name and identical ones always do.
     const std::string key = definitions + call;
@@ -128,10 +126,10 @@ private:
     if (!inserted)
       return it->second;
     EmittedKernel kernel;
-    kernel.body = absl::StrCat("\n// ---- ", name, "\n", definitions, "extern \"C\" __global__ void ",
-                               absl::StrFormat("__launch_bounds__(%d) ", info.block_x()), name,
-                               "(const LlmcKernelParams p) {\n  ", call, "\n}\nLLMC_REGISTER_KERNEL(",
-                               name, ")\n");
+    kernel.body = absl::StrCat(
+        "\n// ---- ", name, "\n", definitions, "extern \"C\" __global__ void ",
+        absl::StrFormat("__launch_bounds__(%d) ", info.block_x()), name,
+        "(const LlmcKernelParams p) {\n  ", call, "\n}\nLLMC_REGISTER_KERNEL(", name, ")\n");
     info.set_name(name);
     kernel.info = std::move(info);
     emission.kernels.push_back(std::move(kernel));
@@ -166,10 +164,10 @@ private:
       if (!panels.ok())
         return panels.status();
       const int64_t hidden = (*out)->width();
-      kernels.push_back(add(absl::StrCat("embed_", hidden, "_", dtypeSuffix(*dtype)), "",
-                            absl::StrFormat("llmc::embed<%d, %s, %d>(p);", hidden,
-                                            typeName(*dtype), *panels),
-                            perToken(128)));
+      kernels.push_back(
+          add(absl::StrCat("embed_", hidden, "_", dtypeSuffix(*dtype)), "",
+              absl::StrFormat("llmc::embed<%d, %s, %d>(p);", hidden, typeName(*dtype), *panels),
+              perToken(128)));
       return absl::OkStatus();
     }
     case plan::RMS_NORM:
@@ -209,9 +207,8 @@ private:
       const int threads = std::min(256, std::max(32, roundUp(pairs, 32)));
       // The table's name must be unique in a module holding every kernel: derive it from the
       // contents, which is what makes two rope kernels different at all.
-      const std::string tableName =
-          absl::StrFormat("llmc_rope_table_%08x",
-                          XXH64(table.data(), table.size(), 0) & 0xffffffffu);
+      const std::string tableName = absl::StrFormat(
+          "llmc_rope_table_%08x", XXH64(table.data(), table.size(), 0) & 0xffffffffu);
       std::string definitions = guarded(tableName, table);
       definitions.replace(definitions.find("ROPE_TABLE"), 10, tableName);
       kernels.push_back(add(absl::StrCat("rope_", op.num_heads(), "x", op.head_dim()), definitions,
@@ -300,12 +297,12 @@ private:
     gemv.set_grid_y(1);
     gemv.set_grid_z(1);
     gemv.set_grid_scaled_axis(-1);
-    kernels.push_back(add(base, store,
-                          absl::StrFormat("llmc::gemv<%d, %d, %s, %d, %s, %s, %d, %d, %s>(p);", k,
-                                          n, typeName(*dtype), *panels, bias ? "true" : "false",
-                                          logits ? "true" : "false", kGemvWarps, kGemvRows,
-                                          storeName),
-                          gemv));
+    kernels.push_back(
+        add(base, store,
+            absl::StrFormat("llmc::gemv<%d, %d, %s, %d, %s, %s, %d, %d, %s>(p);", k, n,
+                            typeName(*dtype), *panels, bias ? "true" : "false",
+                            logits ? "true" : "false", kGemvWarps, kGemvRows, storeName),
+            gemv));
     if (!logits && (*dtype == plan::F16 || *dtype == plan::BF16)) {
       Kernel gemm;
       gemm.set_block_x(128);
@@ -316,11 +313,11 @@ private:
       gemm.set_grid_rows(Kernel::GRID_ROWS_TOKENS);
       gemm.set_grid_row_multiplier(1);
       gemm.set_grid_rows_per_block(kGemmTileM);
-      kernels.push_back(add(absl::StrCat("gemm_mma_", k, "x", n, "_", dtypeSuffix(*dtype)), store,
-                            absl::StrFormat("llmc::gemmMma<%d, %d, %s, %d, %s, %s>(p);", k, n,
-                                            typeName(*dtype), *panels, bias ? "true" : "false",
-                                            storeName),
-                            gemm));
+      kernels.push_back(
+          add(absl::StrCat("gemm_mma_", k, "x", n, "_", dtypeSuffix(*dtype)), store,
+              absl::StrFormat("llmc::gemmMma<%d, %d, %s, %d, %s, %s>(p);", k, n, typeName(*dtype),
+                              *panels, bias ? "true" : "false", storeName),
+              gemm));
     }
     return absl::OkStatus();
   }
@@ -330,8 +327,8 @@ private:
     if (heads <= 0 || kvHeads <= 0 || headDim <= 0 || heads % kvHeads != 0)
       return error(index, "ATTENTION needs heads a positive multiple of kv heads");
     if (op.sliding_window() < 0 || op.sliding_window() > (int64_t{1} << 30))
-      return error(index, absl::StrFormat("sliding_window %d outside [0, 2^30]",
-                                          op.sliding_window()));
+      return error(index,
+                   absl::StrFormat("sliding_window %d outside [0, 2^30]", op.sliding_window()));
     const int splits = std::clamp((kTargetBlocks + heads - 1) / heads, 1, kMaxSplits);
     const int kvWidth = kvHeads * headDim;
     kernels.push_back(add(absl::StrCat("kv_write_", kvWidth), "",
@@ -340,19 +337,18 @@ private:
     split.set_grid_y(heads);
     split.set_grid_z(splits);
     split.set_scratch_floats_per_token(static_cast<int64_t>(heads) * splits * (headDim + 2));
-    kernels.push_back(add(
-        absl::StrCat("attention_", heads, "x", kvHeads, "x", headDim), "",
-        absl::StrFormat("llmc::attentionSplit<%d, %d, %d, %d, %d, %d>(p, %s);", heads, kvHeads,
-                        headDim, splits, op.sliding_window(), kAttentionWarps,
-                        floatLiteral(op.scale())),
-        split));
+    kernels.push_back(add(absl::StrCat("attention_", heads, "x", kvHeads, "x", headDim), "",
+                          absl::StrFormat("llmc::attentionSplit<%d, %d, %d, %d, %d, %d>(p, %s);",
+                                          heads, kvHeads, headDim, splits, op.sliding_window(),
+                                          kAttentionWarps, floatLiteral(op.scale())),
+                          split));
     Kernel combine = perToken(32);
     combine.set_grid_y(heads);
     combine.set_scratch_floats_per_token(split.scratch_floats_per_token());
-    kernels.push_back(add(absl::StrCat("attention_combine_", heads, "x", headDim), "",
-                          absl::StrFormat("llmc::attentionCombine<%d, %d, %d>(p);", heads,
-                                          headDim, splits),
-                          combine));
+    kernels.push_back(
+        add(absl::StrCat("attention_combine_", heads, "x", headDim), "",
+            absl::StrFormat("llmc::attentionCombine<%d, %d, %d>(p);", heads, headDim, splits),
+            combine));
     return absl::OkStatus();
   }
 

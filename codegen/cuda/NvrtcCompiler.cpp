@@ -55,9 +55,9 @@ absl::StatusOr<CompiledCode> compileOne(const CompileRequest &request) {
     nvrtcGetProgramLog(program, log.data());
   if (result != NVRTC_SUCCESS) {
     nvrtcDestroyProgram(&program);
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "NVRTC failed to compile kernel %s for %s (%s):\n%s", request.entry, request.target,
-        nvrtcGetErrorString(result), log));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("NVRTC failed to compile kernel %s for %s (%s):\n%s", request.entry,
+                        request.target, nvrtcGetErrorString(result), log));
   }
   CompiledCode code;
   size_t size = 0;
@@ -86,9 +86,8 @@ std::string readFile(const std::string &path) {
 }
 
 bool writeFileAtomically(const std::string &path, const std::string &contents) {
-  const std::string temporary =
-      absl::StrFormat("%s.%d.%x.tmp", path, ::getpid(),
-                      std::hash<std::thread::id>()(std::this_thread::get_id()));
+  const std::string temporary = absl::StrFormat(
+      "%s.%d.%x.tmp", path, ::getpid(), std::hash<std::thread::id>()(std::this_thread::get_id()));
   {
     std::ofstream out(temporary, std::ios::binary);
     out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
@@ -208,10 +207,10 @@ absl::StatusOr<std::vector<CompiledCode>> compileAll(const std::vector<CompileRe
       if (results[index].ok() && !path.empty()) {
         const CompiledCode &code = *results[index];
         // A failed cache write only costs a recompile next time.
-        writeFileAtomically(path, absl::StrFormat("%d %d %d %d\n", code.registers,
-                                                  code.spillStoreBytes, code.spillLoadBytes,
-                                                  code.sharedBytes) +
-                                      code.code);
+        writeFileAtomically(path,
+                            absl::StrFormat("%d %d %d %d\n", code.registers, code.spillStoreBytes,
+                                            code.spillLoadBytes, code.sharedBytes) +
+                                code.code);
       }
     }
   };

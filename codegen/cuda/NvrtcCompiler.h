@@ -33,7 +33,7 @@ struct CompileRequest {
 };
 
 struct CompiledCode {
-  std::string code; // CUBIN bytes, or PTX text
+  std::string code;   // CUBIN bytes, or PTX text
   int registers = -1; // -1: unknown (PTX)
   int spillStoreBytes = 0;
   int spillLoadBytes = 0;

@@ -90,7 +90,7 @@ absl::Status WriteTextFile(const std::string& path, const std::string& text) {
 Json ConfigJson(const SynthModelConfig& config, llmrt::plan::DType dtype) {
   if (!config.source_config_json.empty()) {
     Json json = Json::parse(config.source_config_json);  // parsed once already: valid
-    json.erase("dtype");  // newer transformers' name for torch_dtype
+    json.erase("dtype");                                 // newer transformers' name for torch_dtype
     json["torch_dtype"] = TorchDType(dtype);
     return json;
   }
@@ -236,7 +236,8 @@ absl::Status WriteAll(const SynthOptions& options, const std::string& dir) {
     shards.back().data_bytes += bytes;
     total_bytes += bytes;
   }
-  if (shards.size() == 1) return WriteShard(dir + "/model.safetensors", shards[0], tensors, options);
+  if (shards.size() == 1)
+    return WriteShard(dir + "/model.safetensors", shards[0], tensors, options);
 
   Json weight_map = Json::object();
   for (size_t shard = 0; shard < shards.size(); ++shard) {
@@ -312,9 +313,9 @@ absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name) {
     config.num_kv_heads = 12;
     config.max_position_embeddings = 1024;
   } else {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "unknown preset \"%s\"; expected one of %s, or a config.json path", name,
-        absl::StrJoin(SynthPresetNames(), ", ")));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unknown preset \"%s\"; expected one of %s, or a config.json path", name,
+                        absl::StrJoin(SynthPresetNames(), ", ")));
   }
   config.head_dim = config.hidden_size / config.num_attention_heads;
   config.rms_norm_eps = 1e-5;
@@ -392,10 +393,9 @@ void SynthValues(const SynthTensor& tensor, uint64_t seed, uint64_t first_elemen
   const uint64_t key = TensorKey(seed, tensor.name);
   for (size_t i = 0; i < out.size(); ++i) {
     const uint64_t bits = Mix(key + (first_element + i) * kGolden);
-    const int32_t sum = static_cast<int32_t>(bits & 0xFFFF) +
-                        static_cast<int32_t>((bits >> 16) & 0xFFFF) +
-                        static_cast<int32_t>((bits >> 32) & 0xFFFF) +
-                        static_cast<int32_t>(bits >> 48) - 2 * 65535;
+    const int32_t sum =
+        static_cast<int32_t>(bits & 0xFFFF) + static_cast<int32_t>((bits >> 16) & 0xFFFF) +
+        static_cast<int32_t>((bits >> 32) & 0xFFFF) + static_cast<int32_t>(bits >> 48) - 2 * 65535;
     out[i] = static_cast<float>(sum) * scale;
   }
 }
@@ -403,9 +403,9 @@ void SynthValues(const SynthTensor& tensor, uint64_t seed, uint64_t first_elemen
 absl::Status WriteSyntheticCheckpoint(const SynthOptions& options) {
   if (absl::Status status = Validate(options.config); !status.ok()) return status;
   if (!SafetensorsDType(options.dtype)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "synthetic model: dtype %s is not supported; expected f32, f16 or bf16",
-        llmrt::plan::DType_Name(options.dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("synthetic model: dtype %s is not supported; expected f32, f16 or bf16",
+                        llmrt::plan::DType_Name(options.dtype)));
   }
   if (options.output_dir.empty()) {
     return absl::InvalidArgumentError("synthetic model: no output directory given");
@@ -419,9 +419,8 @@ absl::Status WriteSyntheticCheckpoint(const SynthOptions& options) {
   }
   fs::path parent = output.parent_path().empty() ? fs::path(".") : output.parent_path();
   if (!fs::is_directory(parent, error)) {
-    return absl::NotFoundError(
-        absl::StrFormat("%s: parent directory %s does not exist", output.string(),
-                        parent.string()));
+    return absl::NotFoundError(absl::StrFormat("%s: parent directory %s does not exist",
+                                               output.string(), parent.string()));
   }
   // Same directory as the output so the final rename cannot cross file systems.
   std::string temp_template = (parent / (output.filename().string() + ".tmp-XXXXXX")).string();

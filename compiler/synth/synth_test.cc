@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "compiler/importer/checkpoint.h"
 #include "compiler/pipeline/compile.h"
@@ -38,10 +39,10 @@ class SynthTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  // 2 layers, GQA 4/2 heads of 16, vocab 300: compiles and runs in well under a second.
+  // 2 layers, GQA 4/2 heads of 16, vocab 320: compiles and runs in well under a second.
   static SynthModelConfig TinyConfig() {
     SynthModelConfig config;
-    config.vocab_size = 300;
+    config.vocab_size = 320;
     config.hidden_size = 64;
     config.intermediate_size = 96;
     config.num_layers = 2;
@@ -72,7 +73,10 @@ TEST(SynthTokenizerTest, HasExactlyTheVocabularySizeAndImports) {
     EXPECT_TRUE(spec->byte_fallback());
     absl::StatusOr<std::unique_ptr<llmrt::Tokenizer>> tokenizer = llmrt::Tokenizer::Create(*spec);
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    // Byte fallback: any text survives the round trip, whatever the vocabulary.
+    // With only bytes (259) even "▁" is byte-encoded, and HF's decoder, like ours, replaces
+    // "▁" before ByteFallback restores it: no round trip there.
+    if (vocab == kSynthMinVocab) continue;
+    // Byte fallback: any text survives the round trip.
     const std::string text = "Once upon a time, caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD!";
     std::vector<int32_t> ids = (*tokenizer)->Encode(text, true);
     ASSERT_FALSE(ids.empty());
@@ -130,9 +134,9 @@ TEST(SynthTensorsTest, TinyLlamaPresetMatchesTransformersStateDict) {
     ours.push_back(line);
     parameters += tensor.num_elements();
   }
-  std::vector<std::string> reference = absl::StrSplit(
-      ReadFile(fs::path(LLMC_SYNTH_TESTDATA_DIR) / "tinyllama_state_dict.txt"), '\n',
-      absl::SkipEmpty());
+  std::vector<std::string> reference =
+      absl::StrSplit(ReadFile(fs::path(LLMC_SYNTH_TESTDATA_DIR) / "tinyllama_state_dict.txt"), '\n',
+                     absl::SkipEmpty());
   std::sort(ours.begin(), ours.end());
   std::sort(reference.begin(), reference.end());
   EXPECT_EQ(ours, reference);
@@ -176,13 +180,20 @@ TEST_F(SynthTest, ShardedCheckpointCompilesAndRuns) {
   options.dtype = llmrt::plan::F16;
   options.output_dir = (root_ / "model").string();
   options.seed = 3;
-  options.max_shard_bytes = 40'000;  // embed alone is 38400 bytes: several shards
+  options.max_shard_bytes = 45'000;  // embed alone is 40960 bytes: several shards
   ASSERT_TRUE(WriteSyntheticCheckpoint(options).ok());
-  for (const char* file : {"config.json", "generation_config.json", "tokenizer.json",
-                           "tokenizer_config.json", "special_tokens_map.json",
-                           "model.safetensors.index.json", "model-00001-of-00005.safetensors"}) {
+  for (const char* file :
+       {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+        "special_tokens_map.json", "model.safetensors.index.json"}) {
     EXPECT_TRUE(fs::exists(root_ / "model" / file)) << file;
   }
+  int shards = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(root_ / "model")) {
+    shards += entry.path().extension() == ".safetensors";
+  }
+  EXPECT_GE(shards, 3);
+  EXPECT_TRUE(
+      fs::exists(root_ / "model" / absl::StrFormat("model-00001-of-%05d.safetensors", shards)));
   // Nothing but the output directory is left in its parent (the temporary one was renamed).
   EXPECT_EQ(std::distance(fs::directory_iterator(root_), fs::directory_iterator()), 1);
 
@@ -225,15 +236,15 @@ TEST_F(SynthTest, ShardedCheckpointCompilesAndRuns) {
     appended += tokens.size();
     absl::StatusOr<std::vector<float>> logits = session->Append(tokens, false);
     ASSERT_TRUE(logits.ok()) << logits.status();
-    ASSERT_EQ(logits->size(), 300u);
+    ASSERT_EQ(logits->size(), 320u);
     float spread = 0;
     for (float value : *logits) {
       ASSERT_TRUE(std::isfinite(value));
       spread = std::max(spread, std::fabs(value - (*logits)[0]));
     }
     EXPECT_GT(spread, 0.0f) << "random weights must give distinct logits";
-    tokens = {static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) -
-                                   logits->begin())};
+    tokens = {
+        static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin())};
   }
   EXPECT_EQ(session->num_tokens(), appended);
 }

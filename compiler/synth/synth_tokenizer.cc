@@ -16,9 +16,8 @@ using Json = nlohmann::ordered_json;
 constexpr char kMetaspace[] = "\xE2\x96\x81";  // U+2581 "▁", SentencePiece's word marker
 
 Json SpecialToken(int64_t id, const std::string& content) {
-  return Json{{"id", id},          {"content", content}, {"single_word", false},
-              {"lstrip", false},   {"rstrip", false},    {"normalized", false},
-              {"special", true}};
+  return Json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+              {"rstrip", false}, {"normalized", false}, {"special", true}};
 }
 
 Json Pattern(const char* kind, const std::string& text) { return Json{{kind, text}}; }
@@ -64,11 +63,13 @@ absl::StatusOr<std::string> SynthTokenizerJson(int64_t vocab_size) {
   }
   if (static_cast<int64_t>(pieces.size()) != vocab_size) {
     // Cannot happen: pairs grow quadratically with k; kept so a logic error is not silent.
-    return absl::InternalError(absl::StrFormat(
-        "synthetic tokenizer: built %d pieces, expected %d", pieces.size(), vocab_size));
+    return absl::InternalError(absl::StrFormat("synthetic tokenizer: built %d pieces, expected %d",
+                                               pieces.size(), vocab_size));
   }
 
-  Json vocab = Json::object();
+  // A sorted-map object for the vocabulary: ordered_json looks keys up linearly, which for
+  // 32000 pieces is 5 * 10^8 string compares (seconds); key order does not matter to readers.
+  nlohmann::json vocab = nlohmann::json::object();
   for (size_t id = 0; id < pieces.size(); ++id) vocab[pieces[id]] = id;
   Json tokenizer;
   tokenizer["version"] = "1.0";
@@ -79,14 +80,14 @@ absl::StatusOr<std::string> SynthTokenizerJson(int64_t vocab_size) {
   tokenizer["normalizer"] = {
       {"type", "Sequence"},
       {"normalizers",
-       Json::array({Json{{"type", "Replace"},
-                         {"pattern", Pattern("Regex", "\\A +| +\\z")},
-                         {"content", ""}},
-                    Json{{"type", "Replace"}, {"pattern", Pattern("Regex", " {2,}")},
-                         {"content", " "}},
-                    Json{{"type", "Prepend"}, {"prepend", kMetaspace}},
-                    Json{{"type", "Replace"}, {"pattern", Pattern("String", " ")},
-                         {"content", kMetaspace}}})}};
+       Json::array(
+           {Json{
+                {"type", "Replace"}, {"pattern", Pattern("Regex", "\\A +| +\\z")}, {"content", ""}},
+            Json{{"type", "Replace"}, {"pattern", Pattern("Regex", " {2,}")}, {"content", " "}},
+            Json{{"type", "Prepend"}, {"prepend", kMetaspace}},
+            Json{{"type", "Replace"},
+                 {"pattern", Pattern("String", " ")},
+                 {"content", kMetaspace}}})}};
   tokenizer["pre_tokenizer"] = nullptr;
   Json bos_piece = {{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}};
   tokenizer["post_processor"] = {
@@ -101,10 +102,10 @@ absl::StatusOr<std::string> SynthTokenizerJson(int64_t vocab_size) {
   tokenizer["decoder"] = {
       {"type", "Sequence"},
       {"decoders",
-       Json::array({Json{{"type", "Replace"}, {"pattern", Pattern("String", kMetaspace)},
-                         {"content", " "}},
-                    Json{{"type", "ByteFallback"}}, Json{{"type", "Fuse"}},
-                    Json{{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+       Json::array(
+           {Json{{"type", "Replace"}, {"pattern", Pattern("String", kMetaspace)}, {"content", " "}},
+            Json{{"type", "ByteFallback"}}, Json{{"type", "Fuse"}},
+            Json{{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
   tokenizer["model"] = {{"type", "BPE"},
                         {"dropout", nullptr},
                         {"unk_token", "<unk>"},
@@ -143,11 +144,14 @@ std::string SynthTokenizerConfigJson(int64_t max_positions) {
 
 std::string SynthSpecialTokensMapJson() {
   auto token = [](const char* content) {
-    return Json{{"content", content}, {"lstrip", false},      {"normalized", false},
-                {"rstrip", false},    {"single_word", false}};
+    return Json{{"content", content},
+                {"lstrip", false},
+                {"normalized", false},
+                {"rstrip", false},
+                {"single_word", false}};
   };
-  Json map = {{"bos_token", token("<s>")}, {"eos_token", token("</s>")},
-              {"unk_token", token("<unk>")}};
+  Json map = {
+      {"bos_token", token("<s>")}, {"eos_token", token("</s>")}, {"unk_token", token("<unk>")}};
   return map.dump(2) + "\n";
 }
 

@@ -25,10 +25,11 @@ using llmrt::plan::TokenizerSpec;
 constexpr absl::string_view kSupportedNormalizers =
     "Sequence, Replace, Prepend, NFC, NFKC, Lowercase, Strip";
 constexpr absl::string_view kSupportedPreTokenizers =
-    "Sequence, Split, ByteLevel, Metaspace, Digits, Punctuation, WhitespaceSplit";
+    "Sequence, Split, ByteLevel, Metaspace, Digits, Punctuation, Whitespace, WhitespaceSplit";
 constexpr absl::string_view kSupportedDecoders =
     "Sequence, Replace, ByteFallback, Fuse, Strip, ByteLevel, Metaspace";
-constexpr absl::string_view kSupportedPostProcessors = "TemplateProcessing, ByteLevel, Sequence";
+constexpr absl::string_view kSupportedPostProcessors =
+    "TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel, Sequence";
 
 absl::Status Invalid(absl::string_view file, absl::string_view path, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(file, ": ", path, ": ", message));
@@ -274,6 +275,8 @@ absl::Status ImportPreTokenizer(const Reader& reader, const Json& component, abs
     ASSIGN_OR_RETURN(auto behavior, ParseBehavior(reader, component, path, "Isolated"));
     pre.set_kind(TokenizerSpec::PreTokenizer::PUNCTUATION);
     pre.set_behavior(behavior);
+  } else if (type == "Whitespace") {
+    pre.set_kind(TokenizerSpec::PreTokenizer::WHITESPACE);
   } else if (type == "WhitespaceSplit") {
     pre.set_kind(TokenizerSpec::PreTokenizer::WHITESPACE_SPLIT);
   } else {
@@ -364,6 +367,27 @@ absl::Status ImportPostProcessor(const Reader& reader, const Json& component,
   }
   // ByteLevel as a post-processor only trims offsets; token ids are unchanged.
   if (type == "ByteLevel") return absl::OkStatus();
+  if (type == "RobertaProcessing" || type == "BertProcessing") {
+    // Single sequence: cls $A sep. Roberta's trim_offsets/add_prefix_space only move offsets.
+    if (spec->post_template_size() > 0) {
+      return reader.Error(path, "a second template-making post-processor is not supported");
+    }
+    std::vector<int32_t> ids;
+    for (const char* key : {"cls", "sep"}) {
+      auto it = component.find(key);
+      if (it == component.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_string() ||
+          !(*it)[1].is_number_integer()) {
+        return reader.Error(absl::StrCat(path, ".", key),
+                            absl::StrCat("expected [\"token\", id], found ",
+                                         it == component.end() ? "nothing" : it->dump()));
+      }
+      ids.push_back((*it)[1].get<int32_t>());
+    }
+    spec->add_post_template()->add_special_ids(ids[0]);
+    spec->add_post_template()->set_is_sequence(true);
+    spec->add_post_template()->add_special_ids(ids[1]);
+    return absl::OkStatus();
+  }
   if (type != "TemplateProcessing") {
     return reader.Error(
         path, absl::StrCat("post_processor \"", type,

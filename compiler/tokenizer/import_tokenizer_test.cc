@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
@@ -183,6 +185,134 @@ TEST(ImportTokenizerTest, MissingFilesAreNamed) {
   EXPECT_NE(spec.status().message().find("vocab.json needs merges.txt"), std::string::npos)
       << spec.status();
   std::remove((dir + "/vocab.json").c_str());
+}
+
+// vocab.json + merges.txt: the family comes from tokenizer_class, the pieces from the files.
+TEST(ImportVocabMergesTest, BuildsQwen2AndGpt2Families) {
+  const std::string vocab = R"({"a": 0, "b": 1, "ab": 2, "\u0120": 3, "<|endoftext|>": 4})";
+  auto gpt2 = ImportVocabMerges(vocab, "#version: 0.2\na b\n", "", "");
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status();
+  ASSERT_EQ(gpt2->pre_tokenizers_size(), 1);
+  EXPECT_EQ(gpt2->pre_tokenizers(0).kind(), TokenizerSpec::PreTokenizer::BYTE_LEVEL);
+  EXPECT_TRUE(gpt2->pre_tokenizers(0).use_regex());
+  ASSERT_EQ(gpt2->merges_size(), 1);
+  EXPECT_EQ(gpt2->merges(0).result(), 2);
+  ASSERT_EQ(gpt2->added_tokens_size(), 1);  // <|endoftext|>: unk, bos and eos of GPT2Tokenizer
+  EXPECT_EQ(gpt2->added_tokens(0).id(), 4);
+  EXPECT_TRUE(gpt2->added_tokens(0).special());
+
+  auto qwen2 = ImportVocabMerges(vocab, "a b\r\n", R"({"<|im_end|>": 5})",
+                                 R"({"tokenizer_class": "Qwen2TokenizerFast",
+                                     "eos_token": "<|im_end|>"})");
+  ASSERT_TRUE(qwen2.ok()) << qwen2.status();
+  ASSERT_EQ(qwen2->normalizers_size(), 1);
+  EXPECT_EQ(qwen2->normalizers(0).kind(), TokenizerSpec::Normalizer::NFC);
+  ASSERT_EQ(qwen2->pre_tokenizers_size(), 2);
+  EXPECT_EQ(qwen2->pre_tokenizers(0).kind(), TokenizerSpec::PreTokenizer::SPLIT_REGEX);
+  EXPECT_EQ(qwen2->pieces_size(), 6);
+  EXPECT_EQ(qwen2->eos_id(), 5);
+}
+
+TEST(ImportVocabMergesTest, ErrorsNameTheProblem) {
+  const std::string vocab = R"({"a": 0, "b": 1, "ab": 2})";
+  auto bad_line = ImportVocabMerges(vocab, "#version: 0.2\na b c\n", "", "", "", "gpt");
+  EXPECT_FALSE(bad_line.ok());
+  EXPECT_NE(bad_line.status().message().find("line 2"), std::string::npos) << bad_line.status();
+  auto unknown = ImportVocabMerges(vocab, "a b\n", "", R"({"tokenizer_class": "BertTokenizer"})");
+  EXPECT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("\"BertTokenizer\""), std::string::npos)
+      << unknown.status();
+  auto missing = ImportVocabMerges(vocab, "a x\n", "", "");
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("\"x\" is not in the vocabulary"), std::string::npos)
+      << missing.status();
+}
+
+std::string Varint(uint64_t value) {
+  std::string out;
+  while (value >= 0x80) {
+    out.push_back(static_cast<char>((value & 0x7F) | 0x80));
+    value >>= 7;
+  }
+  out.push_back(static_cast<char>(value));
+  return out;
+}
+
+std::string Bytes(int field, const std::string& payload) {
+  return Varint(field << 3 | 2) + Varint(payload.size()) + payload;
+}
+
+std::string VarintField(int field, uint64_t value) { return Varint(field << 3) + Varint(value); }
+
+// A SentencePiece ModelProto with `pieces` (piece, type) and trainer_spec.model_type.
+std::string SentencePieceModel(const std::vector<std::pair<std::string, int>>& pieces,
+                               int model_type) {
+  std::string proto;
+  for (const auto& [piece, type] : pieces) {
+    proto += Bytes(1, Bytes(1, piece) + VarintField(3, type));
+  }
+  proto += Bytes(2, VarintField(3, model_type));
+  return proto;
+}
+
+TEST(ImportTokenizerModelTest, SentencePieceBpeAsTransformersLlamaTokenizer) {
+  const std::string metaspace = "\xE2\x96\x81";
+  const std::string model =
+      SentencePieceModel({{"<unk>", 2}, {"<s>", 3}, {"</s>", 3}, {metaspace, 1}, {"a", 1},
+                          {metaspace + "a", 1}, {"<tool>", 4}},
+                         /*model_type=*/2);
+  auto spec = ImportTokenizerModel(model, R"({"add_bos_token": true, "legacy": false})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->byte_fallback());
+  EXPECT_EQ(spec->bos_id(), 1);
+  EXPECT_EQ(spec->eos_id(), 2);
+  ASSERT_EQ(spec->pre_tokenizers_size(), 1);
+  EXPECT_EQ(spec->pre_tokenizers(0).prepend_scheme(), "first");
+  ASSERT_EQ(spec->merges_size(), 1);  // "▁a" = "▁" + "a"
+  EXPECT_EQ(spec->merges(0).result(), 5);
+  ASSERT_EQ(spec->post_template_size(), 2);
+  EXPECT_EQ(spec->post_template(0).special_ids(0), 1);
+  ASSERT_EQ(spec->added_tokens_size(), 4);  // <unk>, <s>, </s> special; <tool> not special
+  EXPECT_EQ(spec->added_tokens(3).content(), "<tool>");
+  EXPECT_FALSE(spec->added_tokens(3).special());
+
+  auto legacy = ImportTokenizerModel(model, R"({"legacy": true})");
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  EXPECT_EQ(legacy->pre_tokenizers(0).prepend_scheme(), "always");
+  EXPECT_EQ(legacy->post_template_size(), 1);  // no BOS unless add_bos_token
+}
+
+TEST(ImportTokenizerModelTest, RejectsWhatItCannotImport) {
+  auto unigram = ImportTokenizerModel(SentencePieceModel({{"<unk>", 2}, {"a", 1}}, 1), "");
+  EXPECT_FALSE(unigram.ok());
+  EXPECT_NE(unigram.status().message().find("model_type 1 (Unigram) is not supported"),
+            std::string::npos)
+      << unigram.status();
+  auto truncated = ImportTokenizerModel(SentencePieceModel({{"abc", 1}}, 2).substr(0, 4), "");
+  EXPECT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.status().message().find("malformed"), std::string::npos)
+      << truncated.status();
+  auto neither = ImportTokenizerModel("hello world\n", "");
+  EXPECT_FALSE(neither.ok());
+  EXPECT_NE(neither.status().message().find("neither a SentencePiece model"), std::string::npos)
+      << neither.status();
+  auto bad_rank = ImportTokenizerModel("YQ== 0\nYg== x\n", "");
+  EXPECT_FALSE(bad_rank.ok());
+  EXPECT_NE(bad_rank.status().message().find("line 2"), std::string::npos) << bad_rank.status();
+}
+
+TEST(ImportTokenizerModelTest, TiktokenAsTransformersTikTokenConverter) {
+  // a=0 b=1 ab=2 then special tokens from added_tokens_decoder with a gap at 4.
+  auto spec = ImportTokenizerModel("YQ== 0\nYg== 1\nYWI= 2\n", R"({"added_tokens_decoder": {
+      "3": {"content": "<|bos|>", "special": true},
+      "5": {"content": "<|eot|>", "special": true}}, "bos_token": "<|bos|>"})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->ignore_merges());
+  ASSERT_EQ(spec->pieces_size(), 6);
+  EXPECT_EQ(spec->pieces(4), "<|reserved_token_4|>");
+  EXPECT_EQ(spec->bos_id(), 3);
+  ASSERT_EQ(spec->merges_size(), 1);
+  EXPECT_EQ(spec->post_template_size(), 0);  // no BOS unless add_bos_token
 }
 
 }  // namespace

@@ -14,8 +14,7 @@ Histogram::Histogram(std::vector<double> upper_bounds)
 
 void Histogram::Observe(double value) {
   const size_t bucket = static_cast<size_t>(
-      std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), value) -
-      upper_bounds_.begin());
+      std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), value) - upper_bounds_.begin());
   std::lock_guard<std::mutex> lock(mutex_);
   ++counts_[bucket];
   sum_ += value;
@@ -32,8 +31,8 @@ double Histogram::sum() const {
   return sum_;
 }
 
-void Histogram::Render(const std::string& name, const std::string& help,
-                       const std::string& labels, std::string& out) const {
+void Histogram::Render(const std::string& name, const std::string& help, const std::string& labels,
+                       std::string& out) const {
   std::vector<int64_t> counts;
   double sum;
   int64_t count;
@@ -47,29 +46,29 @@ void Histogram::Render(const std::string& name, const std::string& help,
   int64_t cumulative = 0;
   for (size_t index = 0; index < upper_bounds_.size(); ++index) {
     cumulative += counts[index];
-    absl::StrAppendFormat(&out, "%s_bucket{%s,le=\"%g\"} %d\n", name, labels,
-                          upper_bounds_[index], cumulative);
+    absl::StrAppendFormat(&out, "%s_bucket{%s,le=\"%g\"} %d\n", name, labels, upper_bounds_[index],
+                          cumulative);
   }
   cumulative += counts.back();
   absl::StrAppendFormat(&out, "%s_bucket{%s,le=\"+Inf\"} %d\n", name, labels, cumulative);
-  absl::StrAppendFormat(&out, "%s_sum{%s} %.9g\n%s_count{%s} %d\n", name, labels, sum, name,
-                        labels, count);
+  absl::StrAppendFormat(&out, "%s_sum{%s} %.9g\n%s_count{%s} %d\n", name, labels, sum, name, labels,
+                        count);
 }
 
 ServerMetrics::ServerMetrics()
-    : time_to_first_token({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-                           2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}),
-      inter_token_latency({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
-                           2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
-      e2e_request_latency({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-                           50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}) {}
+    : time_to_first_token({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+                           1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}),
+      inter_token_latency({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+                           5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
+      e2e_request_latency({0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+                           30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}) {}
 
 namespace {
 
 void Metric(std::string& out, const std::string& name, const char* type, const std::string& help,
             const std::string& labels, double value) {
-  absl::StrAppendFormat(&out, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name,
-                        type, name, labels, value);
+  absl::StrAppendFormat(&out, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name, type,
+                        name, labels, value);
 }
 
 std::string EscapeLabel(const std::string& value) {
@@ -95,8 +94,8 @@ std::string RenderMetrics(const ServerMetrics& metrics, const engine::EngineStat
          stats.running);
   Metric(out, "llmrt:num_requests_waiting", "gauge", "Sequences waiting to be scheduled.", labels,
          stats.waiting);
-  Metric(out, "llmrt:kv_cache_usage_perc", "gauge", "KV-cache usage: 1 means 100 percent.",
-         labels, stats.kv_usage);
+  Metric(out, "llmrt:kv_cache_usage_perc", "gauge", "KV-cache usage: 1 means 100 percent.", labels,
+         stats.kv_usage);
   Metric(out, "llmrt:kv_cache_blocks_total", "gauge", "KV-cache blocks in the pool.", labels,
          stats.kv_blocks_total);
   Metric(out, "llmrt:prefix_cache_queries_total", "counter",
@@ -137,8 +136,7 @@ std::string RenderMetrics(const ServerMetrics& metrics, const engine::EngineStat
          static_cast<double>(metrics.rejected_queue_full.load()));
 
   metrics.time_to_first_token.Render("llmrt:time_to_first_token_seconds",
-                                     "Time from request arrival to its first token.", labels,
-                                     out);
+                                     "Time from request arrival to its first token.", labels, out);
   metrics.inter_token_latency.Render("llmrt:inter_token_latency_seconds",
                                      "Time between successive tokens of a sequence.", labels, out);
   metrics.e2e_request_latency.Render("llmrt:e2e_request_latency_seconds",

@@ -35,8 +35,8 @@ bool Describe(const sockaddr_storage& address, std::string& host, int& port) {
 
 }  // namespace
 
-PeerWatch::PeerWatch(const std::string& local_addr, int local_port,
-                     const std::string& remote_addr, int remote_port) {
+PeerWatch::PeerWatch(const std::string& local_addr, int local_port, const std::string& remote_addr,
+                     int remote_port) {
   DIR* directory = opendir("/proc/self/fd");
   if (directory == nullptr) return;
   const int directory_fd = dirfd(directory);

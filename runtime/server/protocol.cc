@@ -68,9 +68,9 @@ absl::Status ReadNumber(const Json& object, const char* name, double low, double
 
 absl::Status ReadTokenId(const Json& value, const std::string& where, int32_t& out) {
   if (!value.is_number_integer()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "'%s' must be a token id (an integer), found %s %s", where, value.type_name(),
-        value.dump()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("'%s' must be a token id (an integer), found %s %s", where,
+                        value.type_name(), value.dump()));
   }
   const int64_t id = value.get<int64_t>();
   if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
@@ -81,8 +81,7 @@ absl::Status ReadTokenId(const Json& value, const std::string& where, int32_t& o
   return absl::OkStatus();
 }
 
-absl::Status ReadTokenIds(const Json& array, const std::string& where,
-                          std::vector<int32_t>& out) {
+absl::Status ReadTokenIds(const Json& array, const std::string& where, std::vector<int32_t>& out) {
   out.clear();
   out.reserve(array.size());
   for (size_t index = 0; index < array.size(); ++index) {
@@ -172,8 +171,8 @@ absl::Status ReadMessages(const Json& object, Json& messages) {
         const Json& part = (*content)[part_index];
         auto type = part.find("type");
         auto part_text = part.find("text");
-        if (!part.is_object() || type == part.end() || *type != "text" ||
-            part_text == part.end() || !part_text->is_string()) {
+        if (!part.is_object() || type == part.end() || *type != "text" || part_text == part.end() ||
+            !part_text->is_string()) {
           return absl::InvalidArgumentError(absl::StrFormat(
               "'messages[%d].content[%d]' must be {\"type\": \"text\", \"text\": ...}; this "
               "server takes text only, found %s",
@@ -231,9 +230,9 @@ absl::Status ReadLogitBias(const Json& object, const RequestLimits& limits,
     return TypeError("logit_bias", "an object mapping token ids to numbers", *value);
   }
   if (static_cast<int64_t>(value->size()) > limits.max_logit_bias) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "'logit_bias' holds %d entries; at most %d are allowed", value->size(),
-        limits.max_logit_bias));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("'logit_bias' holds %d entries; at most %d are allowed", value->size(),
+                        limits.max_logit_bias));
   }
   for (auto it = value->begin(); it != value->end(); ++it) {
     int32_t id = 0;
@@ -256,8 +255,8 @@ absl::Status ReadLogitBias(const Json& object, const RequestLimits& limits,
   return absl::OkStatus();
 }
 
-#define RETURN_IF_ERROR_P(expr)                  \
-  do {                                           \
+#define RETURN_IF_ERROR_P(expr)                                       \
+  do {                                                                \
     if (absl::Status _status = (expr); !_status.ok()) return _status; \
   } while (false)
 
@@ -431,7 +430,7 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
   if (const Json* seed = Field(object, "seed")) {
     if (!seed->is_number_integer()) return TypeError("seed", "an integer", *seed);
     request.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
-                                               : static_cast<uint64_t>(seed->get<int64_t>());
+                                              : static_cast<uint64_t>(seed->get<int64_t>());
   }
   RETURN_IF_ERROR_P(ReadStop(object, limits, request.stop));
   if (const Json* ids = Field(object, "stop_token_ids")) {
@@ -467,8 +466,9 @@ sampling::SamplingParams ResolveSampling(const ParsedRequest& request,
 std::string NewResponseId(Endpoint endpoint) {
   // Ids only need to be unique per server; 96 random bits from a per-thread engine.
   thread_local std::mt19937_64 random(std::random_device{}());
-  return absl::StrFormat("%s%016x%08x", endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-",
-                         random(), static_cast<uint32_t>(random()));
+  return absl::StrFormat("%s%016x%08x",
+                         endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-", random(),
+                         static_cast<uint32_t>(random()));
 }
 
 const char* FinishReasonString(engine::FinishReason reason) {

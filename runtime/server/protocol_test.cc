@@ -172,7 +172,8 @@ INSTANTIATE_TEST_SUITE_P(Fields, BadChatRequest, ::testing::ValuesIn(FieldCases(
 TEST(ParseRequest, CompletionRejections) {
   RequestLimits limits;
   limits.max_prompts = 2;
-  EXPECT_THAT(std::string(Completion(R"({})").status().message()), HasSubstr("'prompt' is required"));
+  EXPECT_THAT(std::string(Completion(R"({})").status().message()),
+              HasSubstr("'prompt' is required"));
   EXPECT_THAT(std::string(Completion(R"({"prompt": ["a", "b", "c"]})", limits).status().message()),
               HasSubstr("at most 2"));
   EXPECT_THAT(std::string(Completion(R"({"prompt": [1, "x"]})").status().message()),
@@ -260,8 +261,7 @@ ResponseContext MakeContext(Endpoint endpoint) {
 TEST(Responses, ChatChunksFollowOpenAi) {
   const ResponseContext context = MakeContext(Endpoint::kChatCompletions);
   EXPECT_EQ(context.id.rfind("chatcmpl-", 0), 0u);
-  const Json first =
-      StreamChunk(context, 0, "", {}, true, engine::FinishReason::kNone, true, 0);
+  const Json first = StreamChunk(context, 0, "", {}, true, engine::FinishReason::kNone, true, 0);
   EXPECT_EQ(first["object"], "chat.completion.chunk");
   EXPECT_EQ(first["id"], context.id);
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");

@@ -28,9 +28,7 @@ namespace {
 // disconnect and deadline checks).
 constexpr auto kPollInterval = std::chrono::milliseconds(10);
 
-double Seconds(Clock::duration duration) {
-  return std::chrono::duration<double>(duration).count();
-}
+double Seconds(Clock::duration duration) { return std::chrono::duration<double>(duration).count(); }
 
 void SendError(httplib::Response& response, const absl::Status& status) {
   const ApiError error = ErrorFromStatus(status);
@@ -92,8 +90,8 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
 struct Server::Shared {
   ServerMetrics metrics;
   std::mutex mutex;
-  std::condition_variable idle;           // signalled when active_sequences reaches 0
-  int64_t active_sequences = 0;           // under mutex
+  std::condition_variable idle;  // signalled when active_sequences reaches 0
+  int64_t active_sequences = 0;  // under mutex
   absl::flat_hash_set<engine::RequestId> live_requests;  // under mutex; cancelled on drain
 };
 
@@ -130,11 +128,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine,
   if (!source.empty()) {
     absl::StatusOr<jinja::Template> parsed = jinja::Template::Parse(source);
     if (!parsed.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: %s",
-                          options.chat_template_override.empty() ? "the plan's chat template"
-                                                                 : "--chat-template",
-                          parsed.status().message()));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %s",
+          options.chat_template_override.empty() ? "the plan's chat template" : "--chat-template",
+          parsed.status().message()));
     }
     server->chat_template_ = std::move(*parsed);
   }
@@ -150,8 +147,10 @@ Server::Server(engine::Engine& engine, const Tokenizer& tokenizer, const plan::P
       shared_(std::make_shared<Shared>()),
       http_(std::make_unique<httplib::Server>()) {
   const plan::TokenizerSpec& spec = meta.tokenizer();
-  if (spec.bos_id() >= 0 && spec.bos_id() < spec.pieces_size()) bos_text_ = spec.pieces(spec.bos_id());
-  if (spec.eos_id() >= 0 && spec.eos_id() < spec.pieces_size()) eos_text_ = spec.pieces(spec.eos_id());
+  if (spec.bos_id() >= 0 && spec.bos_id() < spec.pieces_size())
+    bos_text_ = spec.pieces(spec.bos_id());
+  if (spec.eos_id() >= 0 && spec.eos_id() < spec.pieces_size())
+    eos_text_ = spec.pieces(spec.eos_id());
   const plan::GenerationDefaults& generation = meta.generation();
   generation_defaults_.do_sample = generation.do_sample();
   generation_defaults_.temperature = generation.temperature() > 0 ? generation.temperature() : 1.0;
@@ -198,8 +197,8 @@ absl::Status Server::Bind() {
   }
   if (port_ < 0) {
     return absl::UnavailableError(absl::StrFormat(
-        "cannot listen on %s:%d (address in use, or not an address of this machine)",
-        options_.host, options_.port));
+        "cannot listen on %s:%d (address in use, or not an address of this machine)", options_.host,
+        options_.port));
   }
   return absl::OkStatus();
 }
@@ -403,19 +402,21 @@ void Server::HandleTokenize(const httplib::Request& request, httplib::Response& 
     }
     tokens = tokenizer_.Encode(prompt->get<std::string>(), add_special_tokens);
   }
-  SendJson(response, {{"tokens", tokens},
-                      {"count", tokens.size()},
-                      {"max_model_len", engine_.max_context()}});
+  SendJson(
+      response,
+      {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", engine_.max_context()}});
 }
 
 void Server::HandleDetokenize(const httplib::Request& request, httplib::Response& response) {
   const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded() || !body.is_object()) {
-    return SendError(response, absl::InvalidArgumentError("the request body must be a JSON object"));
+    return SendError(response,
+                     absl::InvalidArgumentError("the request body must be a JSON object"));
   }
   auto tokens = body.find("tokens");
   if (tokens == body.end() || !tokens->is_array()) {
-    return SendError(response, absl::InvalidArgumentError("'tokens' (an array of ids) is required"));
+    return SendError(response,
+                     absl::InvalidArgumentError("'tokens' (an array of ids) is required"));
   }
   std::vector<int32_t> ids;
   const int64_t vocab = tokenizer_.vocab_size();
@@ -456,13 +457,13 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
     prompts.push_back(tokenizer_.Encode(*text, /*add_special_tokens=*/false));
   } else {
     for (const Prompt& prompt : parsed->prompts) {
-      prompts.push_back(prompt.is_ids ? prompt.ids
-                                      : tokenizer_.Encode(prompt.text, /*add_special_tokens=*/true));
+      prompts.push_back(
+          prompt.is_ids ? prompt.ids : tokenizer_.Encode(prompt.text, /*add_special_tokens=*/true));
     }
   }
   // Completions default to 16 tokens (OpenAI's legacy default); chat runs to the context's end.
-  const int64_t max_tokens = parsed->max_tokens.value_or(
-      endpoint == Endpoint::kCompletions ? 16 : -1);
+  const int64_t max_tokens =
+      parsed->max_tokens.value_or(endpoint == Endpoint::kCompletions ? 16 : -1);
   const int64_t context_tokens = engine_.max_context();
   for (size_t index = 0; index < prompts.size(); ++index) {
     const int64_t prompt_size = static_cast<int64_t>(prompts[index].size());
@@ -472,12 +473,12 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
     }
     const int64_t requested = prompt_size + std::max<int64_t>(max_tokens, 0);
     if (requested > context_tokens || prompt_size >= context_tokens) {
-      return SendError(response, absl::InvalidArgumentError(absl::StrFormat(
-                                     "This model's maximum context length is %d tokens. However, "
-                                     "you requested %d tokens (%d in the prompt, %d for the "
-                                     "completion). Please reduce the prompt or max_tokens.",
-                                     context_tokens, requested, prompt_size,
-                                     std::max<int64_t>(max_tokens, 0))));
+      return SendError(
+          response, absl::InvalidArgumentError(absl::StrFormat(
+                        "This model's maximum context length is %d tokens. However, "
+                        "you requested %d tokens (%d in the prompt, %d for the "
+                        "completion). Please reduce the prompt or max_tokens.",
+                        context_tokens, requested, prompt_size, std::max<int64_t>(max_tokens, 0))));
     }
   }
 
@@ -645,7 +646,8 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
       for (Tracker::Item& item : items) {
         ChoiceResult& choice = choices[item.choice];
         choice.text += item.output.text;
-        for (engine::TokenOutput& token : item.output.tokens) choice.tokens.push_back(std::move(token));
+        for (engine::TokenOutput& token : item.output.tokens)
+          choice.tokens.push_back(std::move(token));
         Usage& usage = prompt_usage[item.choice / n];
         usage.prompt_tokens = item.output.prompt_tokens;
         usage.cached_prompt_tokens = item.output.cached_prompt_tokens;
@@ -730,8 +732,7 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
           if (output.finished && output.finish_reason == engine::FinishReason::kError) {
             ApiError error = ErrorFromStatus(absl::InternalError(
                 absl::StrFormat("generation failed: %s", output.status.message())));
-            const std::string event =
-                SseEvent(DumpJson(Json::parse(ErrorBody(error))));
+            const std::string event = SseEvent(DumpJson(Json::parse(ErrorBody(error))));
             if (!sink.write(event.data(), event.size())) {
               cancel_all();
               return false;

@@ -53,7 +53,7 @@ namespace llmrt::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;  // 0: any free port (see Server::port())
+  int port = 8080;      // 0: any free port (see Server::port())
   std::string api_key;  // empty: no authentication
   std::string model_name = "llmrt";
   // Sequences the engine runs at once (EngineOptions::max_seqs as resolved) and how many more

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -83,12 +84,19 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(const plan::Tokenizer
     for (std::string_view marker : {std::string_view("\xE2\x96\x81"), std::string_view(" ")}) {
       // The marker must be a piece itself, so an unknown-character run (fused unk) ends at it.
       if (model->Lookup(marker) < 0) continue;
+      // A piece may hold the marker after its start only right after another marker (Llama's
+      // and Mistral's "▁▁▁▁" runs): then no piece spans a marker that follows a non-marker
+      // character, and the word can be cut before every such marker.
       bool marker_only_at_start = true;
       for (const auto& [piece, id] : model->vocab_) {
-        if (piece.find(marker, 1) != std::string_view::npos) {
-          marker_only_at_start = false;
-          break;
+        for (size_t pos = piece.find(marker, 1); pos != std::string_view::npos;
+             pos = piece.find(marker, pos + 1)) {
+          if (pos < marker.size() || piece.substr(pos - marker.size(), marker.size()) != marker) {
+            marker_only_at_start = false;
+            break;
+          }
         }
+        if (!marker_only_at_start) break;
       }
       if (marker_only_at_start) {
         model->chunk_marker_ = std::string(marker);
@@ -118,9 +126,15 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) const 
     TokenizeChunk(word, ids);
     return;
   }
+  const size_t marker_size = chunk_marker_.size();
   size_t begin = 0;
   while (begin < word.size()) {
     size_t end = word.find(chunk_marker_, begin + 1);
+    // Cut only before a marker that follows a non-marker character (see Create).
+    while (end != std::string_view::npos && end >= begin + marker_size &&
+           word.substr(end - marker_size, marker_size) == chunk_marker_) {
+      end = word.find(chunk_marker_, end + 1);
+    }
     if (end == std::string_view::npos) end = word.size();
     TokenizeChunk(word.substr(begin, end - begin), ids);
     begin = end;
@@ -136,6 +150,29 @@ void BpeModel::TokenizeChunk(std::string_view word, std::vector<int32_t>* ids) c
       return;
     }
   }
+  if (word.size() > kMaxCachedWordBytes) {
+    MergeChunk(word, ids);
+    return;
+  }
+  const absl::string_view key(word.data(), word.size());
+  CacheShard& shard = cache_[absl::Hash<absl::string_view>{}(key) % kCacheShards];
+  {
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    auto it = shard.words.find(key);
+    if (it != shard.words.end()) {
+      ids->insert(ids->end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  const size_t first = ids->size();
+  MergeChunk(word, ids);
+  std::lock_guard<std::mutex> lock(shard.mutex);
+  if (shard.words.size() < kCacheWordsPerShard) {
+    shard.words.try_emplace(std::string(word), ids->begin() + first, ids->end());
+  }
+}
+
+void BpeModel::MergeChunk(std::string_view word, std::vector<int32_t>* ids) const {
   // Per-thread scratch: byte-level models call this once per ~5-byte word, and two allocations
   // per word were a fifth of the encode time. thread_local keeps Tokenize lock-free.
   thread_local std::vector<Symbol> symbols;

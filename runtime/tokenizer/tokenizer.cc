@@ -31,6 +31,10 @@ constexpr std::string_view kByteLevelPattern =
 // Rust's char::is_whitespace set, spelled out: PCRE2's \s under UCP is not exactly White_Space.
 constexpr std::string_view kWhitespaceClass =
     R"([\t\n\x{0B}\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}])";
+// HF's Whitespace pre-tokenizer: \w+|[^\w\s]+ with Unicode word characters and White_Space.
+constexpr std::string_view kWordRunsPattern =
+    R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]+)"
+    R"(|[^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}\p{White_Space}]+)";
 // char::is_ascii_punctuation || char::is_punctuation (general category P).
 constexpr std::string_view kPunctuationClass = R"([\p{P}!-/:-@\[-`{-~])";
 
@@ -459,6 +463,14 @@ absl::Status Tokenizer::Impl::Compile() {
       case TokenizerSpec::PreTokenizer::PUNCTUATION:
         pattern = std::string(kPunctuationClass);
         compiled.invert = false;
+        break;
+      case TokenizerSpec::PreTokenizer::WHITESPACE:
+        // HF's Whitespace: the matches of \w+|[^\w\s]+ (Oniguruma), the rest removed. \w is
+        // spelled out as Unicode's word class (Alphabetic, marks, decimal digits, connector
+        // punctuation, join controls) and \s as White_Space, which is what Oniguruma uses.
+        pattern = std::string(kWordRunsPattern);
+        compiled.behavior = TokenizerSpec::PreTokenizer::REMOVED;
+        compiled.invert = true;
         break;
       case TokenizerSpec::PreTokenizer::WHITESPACE_SPLIT:
         pattern = std::string(kWhitespaceClass);

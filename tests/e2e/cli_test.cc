@@ -34,8 +34,8 @@ std::string CompileStories(const std::string& dtype) {
 
 TEST(StoriesTest, GreedyOutputMatchesReadme) {
   std::string plan = CompileStories("f32");
-  CommandResult run = RunCommand(ToolPath("llmrt") + " run " + plan +
-                                 " --temp 0 -n 40 -p \"Once upon a time\"");
+  CommandResult run =
+      RunCommand(ToolPath("llmrt") + " run " + plan + " --temp 0 -n 40 -p \"Once upon a time\"");
   ASSERT_EQ(run.exit_code, 0) << run.error;
   // The tool may end the stream with a newline; the text itself must match exactly.
   std::string text = run.output;
@@ -46,8 +46,8 @@ TEST(StoriesTest, GreedyOutputMatchesReadme) {
 TEST(StoriesTest, ReducedPrecisionPlansGiveTheSameStory) {
   for (const char* dtype : {"f16", "bf16"}) {
     std::string plan = CompileStories(dtype);
-    CommandResult run = RunCommand(ToolPath("llmrt") + " run " + plan +
-                                   " --temp 0 -n 40 -p \"Once upon a time\"");
+    CommandResult run =
+        RunCommand(ToolPath("llmrt") + " run " + plan + " --temp 0 -n 40 -p \"Once upon a time\"");
     ASSERT_EQ(run.exit_code, 0) << dtype << ": " << run.error;
     std::string text = run.output;
     while (!text.empty() && text.back() == '\n') text.pop_back();
@@ -66,14 +66,58 @@ TEST(StoriesTest, InspectShowsConfigTensorsAndProgram) {
 
 TEST(StoriesTest, DumpIrWritesEveryStage) {
   std::string dir = MakeScratchDir("dump");
-  CommandResult result =
-      RunCommand(ToolPath("llmc") + " compile " + SourcePath(kStoriesDir) + " -o " + dir +
-                 "/p.plan --quiet --dump-ir=" + dir + "/ir");
+  CommandResult result = RunCommand(ToolPath("llmc") + " compile " + SourcePath(kStoriesDir) +
+                                    " -o " + dir + "/p.plan --quiet --dump-ir=" + dir + "/ir");
   ASSERT_EQ(result.exit_code, 0) << result.error;
   CommandResult listing = RunCommand("ls " + dir + "/ir");
   EXPECT_THAT(listing.output, HasSubstr("import"));
   EXPECT_THAT(listing.output, HasSubstr("fuse-qkv"));
   EXPECT_THAT(listing.output, HasSubstr("plan-memory"));
+}
+
+// ---- Chat: the plan's template, multi-turn, the KV cache kept across turns. ----
+
+TEST(ChatTest, SecondTurnPrefillsOnlyTheNewText) {
+  std::string dir = MakeScratchDir("chat");
+  std::string plan = dir + "/chat.plan";
+  CommandResult compiled =
+      RunCommand(ToolPath("llmc") + " compile " + SourcePath(kStoriesDir) + " -o " + plan +
+                 " --quiet --chat-template " + SourcePath("tests/data/chatml_test.jinja"));
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.error;
+  WriteFile(dir + "/input", "Once upon a time\nThe dog ran\n/exit\n");
+  CommandResult chat =
+      RunCommand(ToolPath("llmrt") + " chat " + plan + " --temp 0 -n 12 < " + dir + "/input");
+  ASSERT_EQ(chat.exit_code, 0) << chat.error;
+  EXPECT_THAT(chat.error, HasSubstr("turn 1: prefilled"));
+  EXPECT_THAT(chat.error, HasSubstr("(0 reused from the cache)"));
+  // Turn 2 reuses all of turn 1 (prompt and reply) and prefills only the new user message.
+  size_t turn2 = chat.error.find("turn 2: prefilled ");
+  ASSERT_NE(turn2, std::string::npos) << chat.error;
+  int prefilled = std::stoi(chat.error.substr(turn2 + strlen("turn 2: prefilled ")));
+  size_t reused_at = chat.error.find("(", turn2);
+  int reused = std::stoi(chat.error.substr(reused_at + 1));
+  EXPECT_GT(reused, prefilled) << chat.error;
+  EXPECT_FALSE(chat.output.empty());
+}
+
+TEST(ChatTest, TemplateThatCannotRenderStopsTheCompile) {
+  std::string dir = MakeScratchDir("badtemplate");
+  WriteFile(dir + "/bad.jinja",
+            "{% for m in messages %}{{ m.content | no_such_filter }}{% endfor %}");
+  CommandResult compiled =
+      RunCommand(ToolPath("llmc") + " compile " + SourcePath(kStoriesDir) + " -o " + dir +
+                 "/p.plan --quiet --chat-template " + dir + "/bad.jinja");
+  EXPECT_EQ(compiled.exit_code, 1);
+  EXPECT_THAT(compiled.error, HasSubstr("bad.jinja"));
+  EXPECT_THAT(compiled.error, HasSubstr("no_such_filter"));
+  EXPECT_FALSE(FileExists(dir + "/p.plan"));
+}
+
+TEST(ChatTest, PlanWithoutTemplateIsAClearError) {
+  std::string plan = CompileStories("f32");
+  CommandResult chat = RunCommand("echo hi | " + ToolPath("llmrt") + " chat " + plan);
+  EXPECT_EQ(chat.exit_code, 1);
+  EXPECT_THAT(chat.error, HasSubstr("no chat template"));
 }
 
 // ---- Bad checkpoints: llmc must fail with a precise message and leave no plan behind. ----

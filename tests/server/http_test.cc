@@ -72,25 +72,25 @@ class HttpTest : public ::testing::Test {
 std::string* HttpTest::plan_ = nullptr;
 
 TEST_F(HttpTest, GreedyCompletionEqualsLlmrtRun) {
-  const CommandResult run = RunCommand(ToolPath("llmrt") + " run " + *plan_ +
-                                       " -p 'Once upon a time' -n 48 --temp 0");
+  const CommandResult run =
+      RunCommand(ToolPath("llmrt") + " run " + *plan_ + " -p 'Once upon a time' -n 48 --temp 0");
   ASSERT_EQ(run.exit_code, 0) << run.error;
   const std::string prompt = "Once upon a time";
   ASSERT_EQ(run.output.rfind(prompt, 0), 0u);
-  const std::string expected = run.output.substr(prompt.size(), run.output.size() - prompt.size() - 1);
+  const std::string expected =
+      run.output.substr(prompt.size(), run.output.size() - prompt.size() - 1);
   ASSERT_GT(expected.size(), 40u);
 
   ServerProcess server;
   ASSERT_TRUE(server.Start(*plan_)) << server.error();
-  const HttpResult plain = Post(server, "/v1/completions",
-                                {{"prompt", prompt}, {"max_tokens", 48}, {"temperature", 0}});
+  const HttpResult plain =
+      Post(server, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 48}, {"temperature", 0}});
   ASSERT_EQ(plain.status, 200) << plain.body;
   const Json response = Json::parse(plain.body);
   EXPECT_EQ(response["choices"][0]["text"], expected);
   EXPECT_EQ(response["object"], "text_completion");
   EXPECT_EQ(response["usage"]["completion_tokens"], 48);
-  EXPECT_EQ(response["usage"]["total_tokens"],
-            response["usage"]["prompt_tokens"].get<int>() + 48);
+  EXPECT_EQ(response["usage"]["total_tokens"], response["usage"]["prompt_tokens"].get<int>() + 48);
 
   // The same through the stream, several requests at once (batched in the engine).
   std::vector<std::thread> clients;
@@ -114,16 +114,16 @@ TEST_F(HttpTest, GreedyCompletionEqualsLlmrtRun) {
 TEST_F(HttpTest, ChatStreamFollowsOpenAiFraming) {
   ServerProcess server;
   ASSERT_TRUE(server.Start(*plan_)) << server.error();
-  const HttpResult result = Post(
-      server, "/v1/chat/completions",
-      {{"model", "stories"},
-       {"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
-       {"max_tokens", 12},
-       {"n", 2},
-       {"seed", 7},
-       {"temperature", 0.8},
-       {"stream", true},
-       {"stream_options", {{"include_usage", true}}}});
+  const HttpResult result =
+      Post(server, "/v1/chat/completions",
+           {{"model", "stories"},
+            {"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
+            {"max_tokens", 12},
+            {"n", 2},
+            {"seed", 7},
+            {"temperature", 0.8},
+            {"stream", true},
+            {"stream_options", {{"include_usage", true}}}});
   ASSERT_EQ(result.status, 200) << result.body;
   EXPECT_THAT(result.headers, HasSubstr("Content-Type: text/event-stream"));
   const std::vector<std::string> events = SseEvents(result.body);
@@ -190,18 +190,18 @@ TEST_F(HttpTest, StopStringsAndSeedsAreHonoured) {
   ServerProcess server;
   ASSERT_TRUE(server.Start(*plan_)) << server.error();
   // Greedy continues "Once upon a time, there was a little girl named Lily."; stop at "girl".
-  const HttpResult stopped = Post(server, "/v1/completions",
-                                  {{"prompt", "Once upon a time"},
-                                   {"max_tokens", 40},
-                                   {"temperature", 0},
-                                   {"stop", {"girl"}}});
+  const HttpResult stopped = Post(
+      server, "/v1/completions",
+      {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}, {"stop", {"girl"}}});
   ASSERT_EQ(stopped.status, 200) << stopped.body;
   const Json response = Json::parse(stopped.body);
   EXPECT_EQ(response["choices"][0]["text"], ", there was a little ");
   EXPECT_EQ(response["choices"][0]["finish_reason"], "stop");
 
-  const Json sampled = {{"prompt", "Once upon a time"}, {"max_tokens", 24},
-                        {"temperature", 1.0},           {"top_p", 0.9},
+  const Json sampled = {{"prompt", "Once upon a time"},
+                        {"max_tokens", 24},
+                        {"temperature", 1.0},
+                        {"top_p", 0.9},
                         {"seed", 1234}};
   const HttpResult first = Post(server, "/v1/completions", sampled);
   const HttpResult second = Post(server, "/v1/completions", sampled);
@@ -281,10 +281,11 @@ TEST_F(HttpTest, TokenizeAndDetokenizeRoundTrip) {
   const HttpResult text = Post(server, "/detokenize", {{"tokens", ids}});
   ASSERT_EQ(text.status, 200);
   EXPECT_EQ(Json::parse(text.body)["prompt"], "<s> Once upon a time");
-  const HttpResult chat = Post(server, "/tokenize",
-                               {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  const HttpResult chat =
+      Post(server, "/tokenize", {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
   ASSERT_EQ(chat.status, 200) << chat.body;
-  const HttpResult rendered = Post(server, "/detokenize", {{"tokens", Json::parse(chat.body)["tokens"]}});
+  const HttpResult rendered =
+      Post(server, "/detokenize", {{"tokens", Json::parse(chat.body)["tokens"]}});
   EXPECT_EQ(Json::parse(rendered.body)["prompt"], "<s> user: Hi\nassistant:");
   EXPECT_EQ(Post(server, "/detokenize", {{"tokens", {100000}}}).status, 400);
   EXPECT_EQ(server.Terminate(), 0);
@@ -293,11 +294,11 @@ TEST_F(HttpTest, TokenizeAndDetokenizeRoundTrip) {
 // Starts a long generation in the background; the curl output goes to `body_path`.
 void LongStreamInBackground(const ServerProcess& server, const std::string& body_path,
                             const std::string& pipe_tail = "") {
-  const Json body = {{"prompt", "Once"}, {"max_tokens", 480}, {"ignore_eos", true},
-                     {"n", 12},          {"stream", true}};
+  const Json body = {
+      {"prompt", "Once"}, {"max_tokens", 480}, {"ignore_eos", true}, {"n", 12}, {"stream", true}};
   RunCommand("(curl -s -N -H 'Content-Type: application/json' --data-binary " +
-             ShellQuote(body.dump()) + " " + server.url() + "/v1/completions " + pipe_tail +
-             " > " + body_path + " 2>&1 &)");
+             ShellQuote(body.dump()) + " " + server.url() + "/v1/completions " + pipe_tail + " > " +
+             body_path + " 2>&1 &)");
 }
 
 bool WaitFor(const std::function<bool()>& condition, double seconds) {
@@ -322,8 +323,9 @@ TEST_F(HttpTest, DisconnectCancelsAndFreesTheKvCache) {
   ASSERT_TRUE(WaitFor(
       [&] {
         const std::string page = metrics();
-        return Metric(page, "llmrt:request_success_total{model_name=\"stories\",finished_reason=\"abort\"}") ==
-               12;
+        return Metric(page,
+                      "llmrt:request_success_total{model_name=\"stories\",finished_reason="
+                      "\"abort\"}") == 12;
       },
       30))
       << metrics();
@@ -333,16 +335,16 @@ TEST_F(HttpTest, DisconnectCancelsAndFreesTheKvCache) {
   EXPECT_LT(Metric(page, "llmrt:generation_tokens_total"), 12 * 480);
 
   // A non-streamed request whose client gives up is cancelled too.
-  RunCommand("curl -s --max-time 0.5 -H 'Content-Type: application/json' --data-binary " +
-             ShellQuote(Json({{"prompt", "Once"}, {"max_tokens", 480}, {"ignore_eos", true},
-                              {"n", 12}})
-                            .dump()) +
-             " " + server.url() + "/v1/completions");
+  RunCommand(
+      "curl -s --max-time 0.5 -H 'Content-Type: application/json' --data-binary " +
+      ShellQuote(
+          Json({{"prompt", "Once"}, {"max_tokens", 480}, {"ignore_eos", true}, {"n", 12}}).dump()) +
+      " " + server.url() + "/v1/completions");
   ASSERT_TRUE(WaitFor(
       [&] {
         return Metric(metrics(),
-                      "llmrt:request_success_total{model_name=\"stories\",finished_reason=\"abort\"}") ==
-               24;
+                      "llmrt:request_success_total{model_name=\"stories\",finished_reason="
+                      "\"abort\"}") == 24;
       },
       30))
       << metrics();
@@ -355,17 +357,22 @@ TEST_F(HttpTest, FullQueueAnswers429) {
   const std::string dir = MakeScratchDir("queue");
   LongStreamInBackground(server, dir + "/out");  // takes all 12 sequences
   ASSERT_TRUE(WaitFor(
-      [&] { return Metric(Curl(server.url() + "/metrics").body, "llmrt:num_requests_running") > 0; },
+      [&] {
+        return Metric(Curl(server.url() + "/metrics").body, "llmrt:num_requests_running") > 0;
+      },
       30));
   const HttpResult rejected = Post(server, "/v1/completions", {{"prompt", "Once"}});
   EXPECT_EQ(rejected.status, 429) << rejected.body;
   EXPECT_THAT(rejected.body, HasSubstr("rate_limit_exceeded"));
   EXPECT_EQ(Post(server, "/v1/completions", {{"prompt", "Once"}, {"n", 13}}).status, 400);
   // Once the long request is done, there is room again.
-  ASSERT_TRUE(WaitFor([&] { return ReadFile(dir + "/out").find("[DONE]") != std::string::npos; },
-                      120));
+  ASSERT_TRUE(
+      WaitFor([&] { return ReadFile(dir + "/out").find("[DONE]") != std::string::npos; }, 120));
   ASSERT_TRUE(WaitFor(
-      [&] { return Post(server, "/v1/completions", {{"prompt", "Once"}}).status == 200; }, 10));
+      [&] {
+        return Post(server, "/v1/completions", {{"prompt", "Once"}}).status == 200;
+      },
+      10));
   EXPECT_EQ(server.Terminate(), 0);
 }
 
@@ -375,7 +382,9 @@ TEST_F(HttpTest, SigtermDrainsInFlightRequestsThenExitsZero) {
   const std::string dir = MakeScratchDir("drain");
   LongStreamInBackground(server, dir + "/out");
   ASSERT_TRUE(WaitFor(
-      [&] { return Metric(Curl(server.url() + "/metrics").body, "llmrt:num_requests_running") > 0; },
+      [&] {
+        return Metric(Curl(server.url() + "/metrics").body, "llmrt:num_requests_running") > 0;
+      },
       30));
   server.SendSigterm();
   // While draining: new work and health checks get 503.
@@ -400,7 +409,9 @@ TEST_F(HttpTest, DrainTimeoutAbortsWhatIsLeft) {
   const std::string dir = MakeScratchDir("drain-timeout");
   LongStreamInBackground(server, dir + "/out");
   ASSERT_TRUE(WaitFor(
-      [&] { return Metric(Curl(server.url() + "/metrics").body, "llmrt:num_requests_running") > 0; },
+      [&] {
+        return Metric(Curl(server.url() + "/metrics").body, "llmrt:num_requests_running") > 0;
+      },
       30));
   server.SendSigterm();
   EXPECT_EQ(server.Wait(60), 0) << server.error();

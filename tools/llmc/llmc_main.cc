@@ -131,7 +131,9 @@ std::string ParseTargets(const std::string& list, llmc::CompileOptions& options)
     if (!version.ok()) return std::string(version.status().message());
     options.cuda_sm_versions.push_back(*version);
   }
-  if (!options.target_cpu && options.cuda_sm_versions.empty()) return "no target in \"" + list + "\"";
+  if (!options.target_cpu && options.cuda_sm_versions.empty()) {
+    return "no target in \"" + list + "\"";
+  }
   return "";
 }
 
@@ -294,8 +296,8 @@ int Synth(const std::vector<std::string>& args) {
   for (const llmc::SynthTensor& tensor : llmc::SynthTensors(options.config)) {
     parameters += tensor.num_elements();
   }
-  std::fprintf(stderr, "llmc: wrote %s (%.3f G parameters) in %.1f s\n",
-               options.output_dir.c_str(), parameters / 1e9,
+  std::fprintf(stderr, "llmc: wrote %s (%.3f G parameters) in %.1f s\n", options.output_dir.c_str(),
+               parameters / 1e9,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return 0;
 }

@@ -334,8 +334,8 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
 
     // Step s (0-based) appends the token at position s + 1 and attends over s + 2 positions.
     const plan::KvCacheSpec& kv = meta.kv_cache();
-    const double kv_bytes_per_position = 2.0 * kv.num_layers() * kv.num_kv_heads() *
-                                         kv.head_dim() * plan::DTypeSize(kv.dtype());
+    const double kv_bytes_per_position =
+        2.0 * kv.num_layers() * kv.num_kv_heads() * kv.head_dim() * plan::DTypeSize(kv.dtype());
     const double n = static_cast<double>(options.generated_tokens);
     const double positions_read = n * (n + 3) / 2;  // sum over s of (s + 2)
     const double total_bytes = n * DecodeWeightBytes(meta) + kv_bytes_per_position * positions_read;

@@ -453,9 +453,41 @@ int Inspect(int argc, char** argv) {
     out += "\n";
   }
   for (const plan::KernelTable& table : program.kernel_tables()) {
-    absl::StrAppendFormat(&out, "kernels (%s): %d\n", table.target(), table.kernels_size());
+    const bool cuda = table.target().rfind("cuda:", 0) == 0;
+    absl::StrAppendFormat(&out, "kernels (%s%s): %d\n", table.target(),
+                          table.compiler_version().empty() ? "" : ", " + table.compiler_version(),
+                          table.kernels_size());
+    if (cuda) {
+      absl::StrAppendFormat(&out, "  %4s %-44s %5s %6s %6s %5s %10s %s\n", "", "entry", "block",
+                            "smem", "regs", "spill", "code", "grid");
+    }
     for (int index = 0; index < table.kernels_size(); ++index) {
-      absl::StrAppendFormat(&out, "  %4d %s\n", index, table.kernels(index).name());
+      const plan::KernelTable::Kernel& kernel = table.kernels(index);
+      if (!cuda) {
+        absl::StrAppendFormat(&out, "  %4d %s\n", index, kernel.name());
+        continue;
+      }
+      // The grid as the runtime computes it: the scaled axis grows with the step's rows.
+      std::string grid[3] = {absl::StrCat(kernel.grid_x()), absl::StrCat(kernel.grid_y()),
+                             absl::StrCat(kernel.grid_z())};
+      if (kernel.grid_scaled_axis() >= 0 && kernel.grid_scaled_axis() < 3) {
+        std::string rows =
+            kernel.grid_rows() == plan::KernelTable::Kernel::GRID_ROWS_LOGITS ? "rows" : "tokens";
+        if (kernel.grid_row_multiplier() > 1) {
+          rows = absl::StrCat(rows, "*", kernel.grid_row_multiplier());
+        }
+        if (kernel.grid_rows_per_block() > 1) {
+          rows = absl::StrCat("ceil(", rows, "/", kernel.grid_rows_per_block(), ")");
+        }
+        grid[kernel.grid_scaled_axis()] = rows;
+      }
+      const std::string registers =
+          kernel.registers() < 0 ? "jit" : absl::StrCat(kernel.registers());
+      const int32_t spills = kernel.spill_store_bytes() + kernel.spill_load_bytes();
+      absl::StrAppendFormat(&out, "  %4d %-44s %5d %6d %6s %5d %10d (%s, %s, %s)%s\n", index,
+                            kernel.name(), kernel.block_x(), kernel.shared_bytes(), registers,
+                            spills, kernel.code_size(), grid[0], grid[1], grid[2],
+                            spills > 0 ? "  SPILLS" : "");
     }
   }
   absl::StrAppendFormat(&out, "total: %d bytes of weights in a %d-byte file\n", weight_bytes,

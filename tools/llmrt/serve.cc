@@ -57,9 +57,10 @@ std::string Stem(const std::string& path) {
 
 int Serve(int argc, char** argv) {
   const std::vector<std::string> valued = {
-      "--host",          "--port",        "--api-key",       "--max-queued",
-      "--max-seqs",      "--max-batched-tokens", "--kv-memory", "--kv-block-size",
-      "--threads",       "--drain-timeout", "--model-name",  "--chat-template",
+      "--host",           "--port",          "--api-key",
+      "--max-queued",     "--max-seqs",      "--max-batched-tokens",
+      "--kv-memory",      "--kv-block-size", "--threads",
+      "--drain-timeout",  "--model-name",    "--chat-template",
       "--max-body-bytes", "--mem-bandwidth"};
   std::map<std::string, std::string> values;
   bool verify = false;
@@ -99,8 +100,8 @@ int Serve(int argc, char** argv) {
     auto found = values.find(flag);
     if (found == values.end()) return true;
     if (!absl::SimpleAtod(found->second, &out) || !(out >= low)) {
-      error = absl::StrFormat("flag %s: expected a number >= %g, found '%s'", flag, low,
-                              found->second);
+      error =
+          absl::StrFormat("flag %s: expected a number >= %g, found '%s'", flag, low, found->second);
       return false;
     }
     return true;
@@ -140,7 +141,8 @@ int Serve(int argc, char** argv) {
     text << file.rdbuf();
     options.chat_template_override = text.str();
     if (options.chat_template_override.empty()) {
-      return ServeFail(absl::StrFormat("%s: the chat template is empty", values["--chat-template"]));
+      return ServeFail(
+          absl::StrFormat("%s: the chat template is empty", values["--chat-template"]));
     }
   }
 
@@ -159,7 +161,8 @@ int Serve(int argc, char** argv) {
   model_options.kv_block_size = static_cast<int32_t>(kv_block_size);
   model_options.kv_memory_bytes = kv_memory;
   model_options.verify = verify;
-  if (max_batched_tokens > 0) model_options.max_tokens_per_step = static_cast<int32_t>(max_batched_tokens);
+  if (max_batched_tokens > 0)
+    model_options.max_tokens_per_step = static_cast<int32_t>(max_batched_tokens);
   absl::StatusOr<std::unique_ptr<engine::Model>> model =
       engine::Model::Load(plan_path, model_options);
   if (!model.ok()) return ServeFail(std::string(model.status().message()));

@@ -99,7 +99,7 @@ inline uint16_t floatToHalf(float value) {
   }
   int exponent;
   const double fraction = std::frexp(magnitude, &exponent); // [0.5, 1)
-  double mantissa = std::nearbyint(fraction * 2048.0);     // 11 significant bits
+  double mantissa = std::nearbyint(fraction * 2048.0);      // 11 significant bits
   if (mantissa == 2048.0) {
     mantissa = 1024.0;
     ++exponent;
@@ -130,9 +130,7 @@ struct __nv_bfloat16 {
 inline float __half2float(__half value) { return llmc_emu::halfToFloat(value.bits); }
 inline __half __float2half_rn(float value) { return __half{llmc_emu::floatToHalf(value)}; }
 inline unsigned short __half_as_ushort(__half value) { return value.bits; }
-inline float __bfloat162float(__nv_bfloat16 value) {
-  return llmc_emu::bfloat16ToFloat(value.bits);
-}
+inline float __bfloat162float(__nv_bfloat16 value) { return llmc_emu::bfloat16ToFloat(value.bits); }
 inline __nv_bfloat16 __float2bfloat16_rn(float value) {
   return __nv_bfloat16{llmc_emu::floatToBfloat16(value)};
 }
@@ -436,9 +434,7 @@ inline unsigned __ballot_sync(unsigned, int predicate) {
   return result;
 }
 inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
-inline int __all_sync(unsigned mask, int predicate) {
-  return __ballot_sync(mask, !predicate) == 0;
-}
+inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, !predicate) == 0; }
 
 // Atomics: fibers switch only at barriers and shuffles, so a read-modify-write is atomic.
 template <typename T> T atomicAdd(T *address, T value) {
@@ -491,8 +487,7 @@ template <typename T> float bElement(const Warp &warp, int k, int col) {
   return element(warp.mmaB[lane][reg], k & 1, T());
 }
 
-template <typename T>
-void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+template <typename T> void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   Warp &warp = currentWarp();
   const int lane = laneId();
   for (int i = 0; i < 4; ++i) {
@@ -533,7 +528,7 @@ inline void mmaM16N8K16(float (&d)[4], const unsigned (&a)[4], const unsigned (&
 // --- kernel registry and launch ----------------------------------------------------------------
 
 #define LLMC_REGISTER_KERNEL(name)                                                                 \
-  static void llmc_invoke_##name(const void *params) {                                            \
+  static void llmc_invoke_##name(const void *params) {                                             \
     name(*static_cast<const LlmcKernelParams *>(params));                                          \
   }                                                                                                \
   static llmc_emu::Registrar llmc_registrar_##name(#name, &llmc_invoke_##name);

@@ -26,11 +26,12 @@
 namespace llmc::cuda {
 
 absl::StatusOr<std::shared_ptr<EmulatedModule>> EmulatedModule::build(const std::string &source,
-                                                                    const std::string &cacheDir) {
+                                                                      const std::string &cacheDir) {
   ::mkdir(cacheDir.c_str(), 0755);
   // The header is part of what the library depends on: hash it with the source.
   std::ifstream headerFile(LLMC_EMULATION_HEADER);
-  std::string header((std::istreambuf_iterator<char>(headerFile)), std::istreambuf_iterator<char>());
+  std::string header((std::istreambuf_iterator<char>(headerFile)),
+                     std::istreambuf_iterator<char>());
   const std::string key = header + source;
   const std::string stem =
       absl::StrFormat("%s/emulated_%016x", cacheDir, XXH64(key.data(), key.size(), 0));
@@ -84,8 +85,8 @@ absl::Status EmulatedModule::launch(const std::string &name,
                                     const llmrt::cuda::LaunchGeometry &geometry,
                                     const LlmcKernelParams &params) const {
   char error[1024] = {0};
-  if (launchFunction(name.c_str(), geometry.grid, geometry.block, &params, error,
-                     sizeof(error)) != 0)
+  if (launchFunction(name.c_str(), geometry.grid, geometry.block, &params, error, sizeof(error)) !=
+      0)
     return absl::InternalError(error);
   return absl::OkStatus();
 }

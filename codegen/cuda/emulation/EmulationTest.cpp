@@ -15,24 +15,21 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "codegen/cuda/EmitCuda.h"
 #include "codegen/cuda/emulation/EmulatedDevice.h"
+#include "codegen/cuda/emulation/StepScript.h"
 #include "compiler/pipeline/compile.h"
-#include "gtest/gtest.h"
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cuda/kernel_backend.h"
 #include "runtime/backend/testing/tiny_llama.h"
 #include "runtime/plan/plan_reader.h"
-#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 
 namespace llmc::cuda {
 namespace {
 
 namespace plan = llmrt::plan;
-
-// f16/bf16 weights with f32 activations: both backends read the same weights, so the only
-// differences are summation order, f32 transcendental ulps and the MMA's split activations.
-constexpr float kTolerance = 1e-3f;
 
 struct Backends {
   std::unique_ptr<plan::Plan> plan;
@@ -98,69 +95,6 @@ std::unique_ptr<Backends> makeBackends(const std::string &model, plan::DType dty
   return result;
 }
 
-// Drives one sequence (or two) through both backends with identical batches.
-class Sequence {
-public:
-  // Blocks are taken from `blocks` in order: deliberately not 0, 1, 2... so paging matters.
-  explicit Sequence(std::vector<int32_t> blocks) : blockTable(std::move(blocks)) {}
-
-  // Appends `tokens` to `batch` as this sequence's share of a step.
-  void append(llmrt::StepBatch &batch, const std::vector<int32_t> &tokens, int32_t blockSize,
-              bool allLogits) {
-    llmrt::StepSequence sequence;
-    sequence.first_token = batch.num_tokens();
-    sequence.num_tokens = static_cast<int32_t>(tokens.size());
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (allLogits || i + 1 == tokens.size())
-        batch.logit_rows.push_back(batch.num_tokens());
-      batch.token_ids.push_back(tokens[i]);
-      batch.positions.push_back(length);
-      batch.slot_mapping.push_back(blockTable[length / blockSize] * blockSize + length % blockSize);
-      ++length;
-    }
-    sequence.context_length = length;
-    sequence.block_table = blockTable.data();
-    sequence.num_blocks = static_cast<int32_t>(blockTable.size());
-    batch.sequences.push_back(sequence);
-  }
-
-  std::vector<int32_t> blockTable;
-  int32_t length = 0;
-};
-
-// Runs `batch` on both backends and expects the same logits; returns the CPU's.
-std::vector<float> runBoth(Backends &backends, const llmrt::StepBatch &batch,
-                           const std::string &what) {
-  const int64_t vocab = backends.cpu->vocab_size();
-  std::vector<float> expected(batch.logit_rows.size() * vocab);
-  std::vector<float> actual(expected.size(), NAN);
-  absl::Status cpuStatus = backends.cpu->RunStep(batch, expected.data());
-  EXPECT_TRUE(cpuStatus.ok()) << cpuStatus;
-  absl::Status emulatedStatus = backends.emulated->RunStep(batch, actual.data());
-  EXPECT_TRUE(emulatedStatus.ok()) << emulatedStatus;
-  float worst = 0.0f;
-  size_t worstIndex = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const float difference = std::fabs(expected[i] - actual[i]);
-    if (!(difference <= worst)) {
-      worst = std::isnan(difference) ? INFINITY : difference;
-      worstIndex = i;
-    }
-  }
-  EXPECT_LE(worst, kTolerance) << what << ": logit " << worstIndex % vocab << " of row "
-                               << worstIndex / vocab << ": cpu " << expected[worstIndex]
-                               << ", emulated cuda " << actual[worstIndex];
-  return expected;
-}
-
-std::vector<int32_t> randomTokens(std::mt19937 &random, int count, int64_t vocab) {
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> tokens(count);
-  for (int32_t &token : tokens)
-    token = pick(random);
-  return tokens;
-}
-
 struct FixtureCase {
   std::string model;
   plan::DType dtype;
@@ -168,52 +102,11 @@ struct FixtureCase {
 
 class FixtureTest : public ::testing::TestWithParam<FixtureCase> {};
 
-// Prefill (MMA GEMM), decode (GEMV, split-K attention over a paged cache whose blocks are not
-// in order), and mixed steps of two sequences, every logit compared.
-void runStepScript(Backends &backends) {
-  // 4-token blocks: a 13-token prompt spans four blocks of a table that is not in order.
-  constexpr int32_t kBlockSize = 4;
-  constexpr int32_t kBlocks = 16;
-  ASSERT_TRUE(backends.cpu->AllocateKvCache(kBlocks, kBlockSize).ok());
-  ASSERT_TRUE(backends.emulated->AllocateKvCache(kBlocks, kBlockSize).ok());
-  std::mt19937 random(7);
-  const int64_t vocab = backends.cpu->vocab_size();
-  Sequence first({9, 3, 14, 0, 6, 11});
-  Sequence second({1, 12, 5, 8, 2});
-
-  llmrt::StepBatch batch;
-  first.append(batch, randomTokens(random, 13, vocab), kBlockSize, /*allLogits=*/true);
-  runBoth(backends, batch, "prefill");
-  for (int step = 0; step < 3; ++step) {
-    batch.Clear();
-    first.append(batch, randomTokens(random, 1, vocab), kBlockSize, false);
-    runBoth(backends, batch, "decode " + std::to_string(step));
-  }
-  // A decode token of the first sequence and a 10-token prefill of a second in one step.
-  batch.Clear();
-  first.append(batch, randomTokens(random, 1, vocab), kBlockSize, false);
-  second.append(batch, randomTokens(random, 10, vocab), kBlockSize, true);
-  runBoth(backends, batch, "mixed step");
-  // A small mixed step: GEMV for both.
-  batch.Clear();
-  first.append(batch, randomTokens(random, 1, vocab), kBlockSize, false);
-  second.append(batch, randomTokens(random, 2, vocab), kBlockSize, true);
-  runBoth(backends, batch, "small mixed step");
-  // Copy-on-write of a block: the copy must hold the same K/V on both backends.
-  ASSERT_TRUE(backends.cpu->CopyKvBlock(3, 15).ok());
-  ASSERT_TRUE(backends.emulated->CopyKvBlock(3, 15).ok());
-  Sequence forked({9, 15});
-  forked.length = 5; // shares tokens 0..4 with `first` (block 9 whole, block 3 copied)
-  batch.Clear();
-  forked.append(batch, randomTokens(random, 1, vocab), kBlockSize, false);
-  runBoth(backends, batch, "forked sequence");
-}
-
 TEST_P(FixtureTest, EveryKernelMatchesTheCpuBackend) {
   const FixtureCase &param = GetParam();
   auto backends = makeBackends(param.model, param.dtype);
   ASSERT_NE(backends, nullptr);
-  runStepScript(*backends);
+  runStepScript(*backends->cpu, *backends->emulated);
 }
 
 // The unfused program (separate SILU, MUL, ADD, RMS_NORM ops) and odd shapes (head_dim 6,
@@ -236,20 +129,18 @@ TEST_P(TinyLlamaTest, EveryKernelMatchesTheCpuBackend) {
   llmrt::testing::TinyLlama model = llmrt::testing::BuildTinyLlama(options);
   Backends backends;
   ASSERT_TRUE(createBackends(backends, model.meta, model.Lookup(), 32));
-  runStepScript(backends);
+  runStepScript(*backends.cpu, *backends.emulated);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, TinyLlamaTest,
-                         ::testing::Values(TinyCase{true, false, 0, plan::F16},
-                                           TinyCase{false, false, 0, plan::BF16},
-                                           TinyCase{false, true, 5, plan::F32},
-                                           TinyCase{true, true, 3, plan::BF16}),
-                         [](const ::testing::TestParamInfo<TinyCase> &info) {
-                           return absl::StrCat(info.param.fused ? "fused" : "unfused",
-                                               info.param.qkvBias ? "_bias" : "",
-                                               "_window", info.param.slidingWindow, "_",
-                                               static_cast<int>(info.param.dtype));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Tiny, TinyLlamaTest,
+    ::testing::Values(TinyCase{true, false, 0, plan::F16}, TinyCase{false, false, 0, plan::BF16},
+                      TinyCase{false, true, 5, plan::F32}, TinyCase{true, true, 3, plan::BF16}),
+    [](const ::testing::TestParamInfo<TinyCase> &info) {
+      return absl::StrCat(info.param.fused ? "fused" : "unfused", info.param.qkvBias ? "_bias" : "",
+                          "_window", info.param.slidingWindow, "_",
+                          static_cast<int>(info.param.dtype));
+    });
 
 std::vector<FixtureCase> fixtureCases() {
   std::vector<FixtureCase> cases;
@@ -264,7 +155,8 @@ std::vector<FixtureCase> fixtureCases() {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest, ::testing::ValuesIn(fixtureCases()),
                          [](const ::testing::TestParamInfo<FixtureCase> &info) {
-                           std::string name = info.param.model.substr(info.param.model.rfind('/') + 1);
+                           std::string name =
+                               info.param.model.substr(info.param.model.rfind('/') + 1);
                            name += info.param.dtype == plan::F16    ? "_f16"
                                    : info.param.dtype == plan::BF16 ? "_bf16"
                                                                     : "_f32";
@@ -310,16 +202,15 @@ TEST_P(StoriesTest, GreedyDecodeGivesTheCpuBackendsTokens) {
   }
   EXPECT_EQ(emulatedOut, cpuOut);
   if (GetParam() == plan::F32) {
-    const std::vector<int32_t> documented = {
-        432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396,
-        267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385,
-        328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426};
+    const std::vector<int32_t> documented = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317,
+                                             426, 338, 401, 396, 267, 337, 410, 408, 419, 292,
+                                             411, 322, 265, 282, 295, 433, 426, 385, 328, 432,
+                                             358, 394, 261, 370, 432, 352, 266, 268, 388, 426};
     EXPECT_EQ(emulatedOut, documented);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stories, StoriesTest,
-                         ::testing::Values(plan::F32, plan::F16, plan::BF16),
+INSTANTIATE_TEST_SUITE_P(Stories, StoriesTest, ::testing::Values(plan::F32, plan::F16, plan::BF16),
                          [](const ::testing::TestParamInfo<plan::DType> &info) {
                            return std::string(info.param == plan::F16    ? "f16"
                                               : info.param == plan::BF16 ? "bf16"

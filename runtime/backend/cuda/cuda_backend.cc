@@ -34,8 +34,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const plan::PlanMeta&
   if (!gpu.ok()) return Unavailable(gpu.status());
   absl::StatusOr<const plan::KernelTable*> table = SelectKernelTable(meta, gpu->sm_version);
   if (!table.ok()) return Unavailable(table.status());
-  absl::StatusOr<std::unique_ptr<Device>> device =
-      CreateCudaDriverDevice(meta, **table, blobs, 0);
+  absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDriverDevice(meta, **table, blobs, 0);
   if (!device.ok()) return Unavailable(device.status());
   return CreateKernelBackend(meta, **table, blobs, options, *std::move(device));
 }

@@ -19,8 +19,8 @@ plan::PlanMeta WithTables(std::vector<std::string> targets) {
 }
 
 TEST(SelectKernelTableTest, PrefersTheExactCubin) {
-  const plan::PlanMeta meta = WithTables({"cpu", "cuda:sm_80", "cuda:sm_86", "cuda:sm_90",
-                                          "cuda:compute_90"});
+  const plan::PlanMeta meta =
+      WithTables({"cpu", "cuda:sm_80", "cuda:sm_86", "cuda:sm_90", "cuda:compute_90"});
   auto table = SelectKernelTable(meta, 86);
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_EQ((*table)->target(), "cuda:sm_86");

@@ -44,8 +44,8 @@ struct DriverApi {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
-  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, CUstream, void**, void**);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void**, void**);
   CUresult (*cuGetErrorString)(CUresult, const char**);
 };
 
@@ -59,14 +59,14 @@ const LoadedDriver& Driver() {
     auto* result = new LoadedDriver();
     void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (library == nullptr) {
-      result->status = absl::UnavailableError(
-          absl::StrCat("CUDA backend unavailable: no CUDA driver (dlopen libcuda.so.1: ",
-                       dlerror(), ")"));
+      result->status = absl::UnavailableError(absl::StrCat(
+          "CUDA backend unavailable: no CUDA driver (dlopen libcuda.so.1: ", dlerror(), ")"));
       return result;
     }
     std::vector<std::string> missing;
     auto resolve = [&](auto& function, const char* name) {
-      function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(library, name));
+      function =
+          reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(library, name));
       if (function == nullptr) missing.push_back(name);
     };
     DriverApi& api = result->api;
@@ -91,9 +91,9 @@ const LoadedDriver& Driver() {
     resolve(api.cuLaunchKernel, "cuLaunchKernel");
     resolve(api.cuGetErrorString, "cuGetErrorString");
     if (!missing.empty()) {
-      result->status = absl::UnavailableError(
-          absl::StrCat("CUDA backend unavailable: libcuda.so.1 lacks ",
-                       absl::StrJoin(missing, ", "), " (driver too old?)"));
+      result->status =
+          absl::UnavailableError(absl::StrCat("CUDA backend unavailable: libcuda.so.1 lacks ",
+                                              absl::StrJoin(missing, ", "), " (driver too old?)"));
       return result;
     }
     if (CUresult error = api.cuInit(0); error != CUDA_SUCCESS) {
@@ -224,13 +224,13 @@ absl::StatusOr<GpuInfo> ProbeGpu(int ordinal) {
   int major = 0, minor = 0;
   char name[256] = {0};
   if (auto status = LLMRT_CU(cuDeviceGet(&device, ordinal)); !status.ok()) return status;
-  if (auto status = LLMRT_CU(cuDeviceGetAttribute(
-          &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
+  if (auto status = LLMRT_CU(
+          cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
       !status.ok()) {
     return status;
   }
-  if (auto status = LLMRT_CU(cuDeviceGetAttribute(
-          &minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
+  if (auto status = LLMRT_CU(
+          cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
       !status.ok()) {
     return status;
   }

@@ -18,7 +18,9 @@ using Kernel = plan::KernelTable::Kernel;
 // the widest access (128-bit vectors, 128-byte transactions) any kernel makes.
 constexpr uint64_t kDeviceAlignment = 256;
 
-uint64_t AlignUp(uint64_t value) { return (value + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment; }
+uint64_t AlignUp(uint64_t value) {
+  return (value + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+}
 
 struct OpLaunch {
   plan::OpKind kind = plan::OP_UNSPECIFIED;
@@ -95,7 +97,8 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
   BackendOptions check_options = options;
   check_options.max_tokens_per_step = 1;
   check_options.num_threads = 1;
-  absl::StatusOr<std::unique_ptr<Backend>> check = cpu::CreateCpuBackend(meta, blobs, check_options);
+  absl::StatusOr<std::unique_ptr<Backend>> check =
+      cpu::CreateCpuBackend(meta, blobs, check_options);
   if (!check.ok()) return check.status();
   if (options.max_tokens_per_step <= 0 || options.max_tokens_per_step > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -120,7 +123,8 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
           table.target(), kernel.name(), kernel.block_x(), kernel.grid_scaled_axis(),
           kernel.grid_rows_per_block()));
     }
-    scratch_floats_per_token = std::max(scratch_floats_per_token, kernel.scratch_floats_per_token());
+    scratch_floats_per_token =
+        std::max(scratch_floats_per_token, kernel.scratch_floats_per_token());
   }
 
   arena_bytes_ = program.arena_bytes_per_token() * max_tokens_;
@@ -165,9 +169,9 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
     launch.layer = op.layer();
     for (int32_t kernel : table.op_kernels(index).kernels()) {
       if (kernel < 0 || kernel >= static_cast<int32_t>(kernels_.size())) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "kernel table %s: op %d uses kernel %d, outside [0, %d)", table.target(), index,
-            kernel, kernels_.size()));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("kernel table %s: op %d uses kernel %d, outside [0, %d)",
+                            table.target(), index, kernel, kernels_.size()));
       }
       launch.kernels.push_back(kernel);
     }
@@ -175,8 +179,8 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
     if ((expected != 0 && launch.kernels.size() != expected) ||
         (op.kind() == plan::MATMUL && (launch.kernels.empty() || launch.kernels.size() > 2))) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("kernel table %s: op %d (kind %d) has %d kernels", table.target(),
-                          index, static_cast<int>(op.kind()), launch.kernels.size()));
+          absl::StrFormat("kernel table %s: op %d (kind %d) has %d kernels", table.target(), index,
+                          static_cast<int>(op.kind()), launch.kernels.size()));
     }
     LlmcKernelParams& params = launch.params;
     for (int i = 0; i < op.inputs_size() && i < 3; ++i) params.input[i] = activation(op.inputs(i));
@@ -286,8 +290,8 @@ absl::Status KernelBackend::CheckBatch(const StepBatch& batch) const {
     }
     next_row += sequence.num_tokens;
     if (kv_ != 0) {
-      const int64_t needed = (static_cast<int64_t>(sequence.context_length) + block_size_ - 1) /
-                             block_size_;
+      const int64_t needed =
+          (static_cast<int64_t>(sequence.context_length) + block_size_ - 1) / block_size_;
       if (sequence.num_blocks < needed || sequence.block_table == nullptr) {
         return absl::InvalidArgumentError(
             absl::StrFormat("step: sequence %d has %d blocks for %d tokens of context, needs %d",
@@ -295,9 +299,9 @@ absl::Status KernelBackend::CheckBatch(const StepBatch& batch) const {
       }
       for (int64_t block = 0; block < needed; ++block) {
         if (sequence.block_table[block] < 0 || sequence.block_table[block] >= num_blocks_) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "step: sequence %d block table entry %d is block %d, outside [0, %d)", index,
-              block, sequence.block_table[block], num_blocks_));
+          return absl::InvalidArgumentError(
+              absl::StrFormat("step: sequence %d block table entry %d is block %d, outside [0, %d)",
+                              index, block, sequence.block_table[block], num_blocks_));
         }
       }
     }
@@ -331,7 +335,8 @@ absl::Status KernelBackend::Launch(int32_t kernel_index, const LlmcKernelParams&
   if (kernel.grid_scaled_axis() >= 0) {
     const int64_t rows = kernel.grid_rows() == Kernel::GRID_ROWS_LOGITS ? logit_rows : tokens;
     const int64_t units = rows * std::max<int64_t>(kernel.grid_row_multiplier(), 1);
-    const int64_t extent = (units + kernel.grid_rows_per_block() - 1) / kernel.grid_rows_per_block();
+    const int64_t extent =
+        (units + kernel.grid_rows_per_block() - 1) / kernel.grid_rows_per_block();
     if (extent == 0) return absl::OkStatus();
     geometry.grid[kernel.grid_scaled_axis()] = static_cast<uint32_t>(extent);
   }
@@ -365,8 +370,7 @@ absl::Status KernelBackend::RunStep(const StepBatch& batch, float* logits) {
                                 sequence.block_table + needed);
     }
     for (int32_t i = 0; i < sequence.num_tokens; ++i) {
-      query_index[sequence.first_token + i] =
-          sequence.context_length - sequence.num_tokens + i;
+      query_index[sequence.first_token + i] = sequence.context_length - sequence.num_tokens + i;
       table_offset[sequence.first_token + i] = offset;
     }
   }
@@ -387,9 +391,8 @@ absl::Status KernelBackend::RunStep(const StepBatch& batch, float* logits) {
     block_tables_capacity_ = capacity;
   }
   if (!host_block_tables_.empty()) {
-    if (absl::Status status =
-            device_->CopyToDevice(block_tables_, host_block_tables_.data(),
-                                  host_block_tables_.size() * sizeof(int32_t));
+    if (absl::Status status = device_->CopyToDevice(block_tables_, host_block_tables_.data(),
+                                                    host_block_tables_.size() * sizeof(int32_t));
         !status.ok()) {
       return status;
     }

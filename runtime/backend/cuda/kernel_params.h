@@ -12,15 +12,15 @@
 #define LLMRT_BACKEND_CUDA_KERNEL_PARAMS_H_
 
 struct LlmcKernelParams {
-  unsigned long long input[3];   // f32 activations [num_tokens, width]
-  unsigned long long output[3];  // f32 activations (LOGITS: [num_rows, vocab])
-  unsigned long long weight;     // the op's matrix or norm gamma
-  unsigned long long bias;       // f32 [N] or 0
+  unsigned long long input[3];      // f32 activations [num_tokens, width]
+  unsigned long long output[3];     // f32 activations (LOGITS: [num_rows, vocab])
+  unsigned long long weight;        // the op's matrix or norm gamma
+  unsigned long long bias;          // f32 [N] or 0
   unsigned long long token_ids;     // i32 [num_tokens]
   unsigned long long positions;     // i32 [num_tokens], rope positions
   unsigned long long slot_mapping;  // i32 [num_tokens], KV cache slot of each token
   unsigned long long query_index;   // i32 [num_tokens], the token's index in its sequence
-  unsigned long long block_table;   // i32 [num_tokens], offset of its sequence's row in block_tables
+  unsigned long long block_table;  // i32 [num_tokens], offset of its sequence's row in block_tables
   unsigned long long block_tables;  // i32, every sequence's block table, concatenated
   unsigned long long row_index;     // i32 [num_rows], LOGITS: batch rows to compute
   unsigned long long key_cache;     // f32 [num_slots, kv_heads * head_dim] of this layer

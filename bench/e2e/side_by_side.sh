@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Side-by-side decode/prefill benchmark: llmrt vs llama.cpp on the same synthetic checkpoint.
+#
+#   bench/e2e/side_by_side.sh [--reps 3] [--threads 1,2] [--max-load 1.5] [--dtype f16]
+#
+# Needs: llmc and llmrt built in $BUILD (default build/), a CPU build of llama.cpp in $LLAMA_CPP
+# (default /work/llamacpp, with build/bin/llama-bench) and its converter's Python packages
+# (numpy torch safetensors sentencepiece transformers). Writes everything under $WORK_DIR
+# (default /tmp/llmrt-side-by-side): the synthetic TinyLlama-1.1B checkpoint, our plan, the GGUF,
+# and results.jsonl (one line per program, rep and thread count, with the load average at the
+# start). llama.cpp and its outputs never go into the repository.
+#
+# The machine is shared and has 2 cores: each rep waits (up to 10 minutes) for the 1-minute load
+# average to fall below --max-load, then runs llama-bench and llmrt bench back to back, so both
+# see the same conditions; reps alternate which program goes first. The summary prints medians
+# and our/llama.cpp ratios, and flags reps that started above --max-load as noisy.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-$REPO/build}
+LLAMA_CPP=${LLAMA_CPP:-/work/llamacpp}
+WORK_DIR=${WORK_DIR:-/tmp/llmrt-side-by-side}
+REPS=3
+THREADS=1,2
+MAX_LOAD=1.5
+DTYPE=f16
+PROMPT=512
+GEN=128
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --reps) REPS=$2; shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
+    --max-load) MAX_LOAD=$2; shift 2 ;;
+    --dtype) DTYPE=$2; shift 2 ;;
+    -p) PROMPT=$2; shift 2 ;;
+    -n) GEN=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+mkdir -p "$WORK_DIR"
+MODEL=$WORK_DIR/tinyllama-1.1b-$DTYPE
+PLAN=$WORK_DIR/tinyllama-1.1b-$DTYPE.plan
+GGUF=$WORK_DIR/tinyllama-1.1b-$DTYPE.gguf
+RESULTS=$WORK_DIR/results.jsonl
+
+[[ -d $MODEL ]] || "$BUILD/bin/llmc" synth --preset tinyllama-1.1b --dtype "$DTYPE" -o "$MODEL"
+[[ -f $PLAN ]] || "$BUILD/bin/llmc" compile "$MODEL" -o "$PLAN" --quiet
+[[ -f $GGUF ]] || python3 "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype "$DTYPE" \
+  --outfile "$GGUF"
+
+load1() { cut -d' ' -f1 /proc/loadavg; }
+wait_for_quiet() {
+  local waited=0
+  while awk -v l="$(load1)" -v m="$MAX_LOAD" 'BEGIN { exit !(l >= m) }'; do
+    (( waited >= 600 )) && { echo "load still $(load1) after 10 min; running anyway" >&2; return; }
+    sleep 15; waited=$((waited + 15))
+  done
+}
+
+"$BUILD/bin/llmrt" bench --bandwidth -t "$THREADS"
+
+run_llama() {
+  local load=$1 rep=$2
+  "$LLAMA_CPP/build/bin/llama-bench" -m "$GGUF" -p "$PROMPT" -n "$GEN" -t "$THREADS" -r 1 \
+    -o jsonl | while read -r line; do
+      echo "{\"program\": \"llama.cpp\", \"rep\": $rep, \"load\": $load, \"result\": $line}"
+    done >> "$RESULTS"
+}
+run_ours() {
+  local load=$1 rep=$2
+  "$BUILD/bin/llmrt" bench "$PLAN" -p "$PROMPT" -n "$GEN" -t "$THREADS" --reps 1 --json |
+    while read -r line; do
+      echo "{\"program\": \"llmrt\", \"rep\": $rep, \"load\": $load, \"result\": $line}"
+    done >> "$RESULTS"
+}
+
+for rep in $(seq 1 "$REPS"); do
+  wait_for_quiet
+  load=$(load1)
+  echo "rep $rep/$REPS, load $load" >&2
+  if (( rep % 2 )); then run_llama "$load" "$rep"; run_ours "$load" "$rep"
+  else run_ours "$load" "$rep"; run_llama "$load" "$rep"; fi
+done
+
+python3 - "$RESULTS" "$MAX_LOAD" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+max_load = float(sys.argv[2])
+table = {}  # (threads, metric) -> program -> [values]
+for row in rows:
+    r, program = row["result"], row["program"]
+    if program == "llmrt":
+        t = r["threads"]
+        table.setdefault((t, "pp"), {}).setdefault(program, []).append(r["pp_tok_s"])
+        table.setdefault((t, "tg"), {}).setdefault(program, []).append(r["tg_tok_s"])
+        table.setdefault((t, "mbu"), {}).setdefault(program, []).append(r["mbu"])
+    else:
+        t = r["n_threads"]
+        metric = "pp" if r["n_prompt"] > 0 else "tg"
+        table.setdefault((t, metric), {}).setdefault(program, []).append(r["avg_ts"])
+noisy = sorted({row["rep"] for row in rows if row["load"] >= max_load})
+print(f"{len(rows)} rows; reps started at load >= {max_load} (noisy): {noisy or 'none'}")
+print(f"{'threads':>7} {'metric':>6} {'llmrt':>10} {'llama.cpp':>10} {'ratio':>7}  (medians)")
+for (t, metric) in sorted(table):
+    values = table[(t, metric)]
+    ours = statistics.median(values["llmrt"]) if "llmrt" in values else float("nan")
+    if metric == "mbu":
+        print(f"{t:>7} {metric:>6} {ours:>10.3f}")
+        continue
+    theirs = statistics.median(values["llama.cpp"]) if "llama.cpp" in values else float("nan")
+    print(f"{t:>7} {metric:>6} {ours:>10.2f} {theirs:>10.2f} {ours / theirs:>7.2f}")
+EOF

@@ -1,0 +1,133 @@
+//===- StepScript.h - The same steps on two backends, logits compared -*- C++ -*-===//
+//
+// Test support shared by the emulation tests and the GPU tests: a step script (prefill,
+// decode, mixed and forked steps over a paged KV cache whose blocks are out of order) run on
+// a reference backend (the CPU) and a candidate (emulated or real CUDA), every logit compared.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_CODEGEN_CUDA_EMULATION_STEPSCRIPT_H_
+#define LLMC_CODEGEN_CUDA_EMULATION_STEPSCRIPT_H_
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/backend/backend.h"
+#include "gtest/gtest.h"
+
+namespace llmc::cuda {
+
+// f16/bf16 weights with f32 activations: both backends read the same weights, so the only
+// differences are summation order, f32 transcendental ulps and the MMA's split activations.
+inline constexpr float kTolerance = 1e-3f;
+
+// Drives one sequence (or two) through both backends with identical batches.
+class Sequence {
+public:
+  // Blocks are taken from `blocks` in order: deliberately not 0, 1, 2... so paging matters.
+  explicit Sequence(std::vector<int32_t> blocks) : blockTable(std::move(blocks)) {}
+
+  // Appends `tokens` to `batch` as this sequence's share of a step.
+  void append(llmrt::StepBatch &batch, const std::vector<int32_t> &tokens, int32_t blockSize,
+              bool allLogits) {
+    llmrt::StepSequence sequence;
+    sequence.first_token = batch.num_tokens();
+    sequence.num_tokens = static_cast<int32_t>(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (allLogits || i + 1 == tokens.size())
+        batch.logit_rows.push_back(batch.num_tokens());
+      batch.token_ids.push_back(tokens[i]);
+      batch.positions.push_back(length);
+      batch.slot_mapping.push_back(blockTable[length / blockSize] * blockSize + length % blockSize);
+      ++length;
+    }
+    sequence.context_length = length;
+    sequence.block_table = blockTable.data();
+    sequence.num_blocks = static_cast<int32_t>(blockTable.size());
+    batch.sequences.push_back(sequence);
+  }
+
+  std::vector<int32_t> blockTable;
+  int32_t length = 0;
+};
+
+// Runs `batch` on both backends and expects the same logits; returns the CPU's.
+inline std::vector<float> runBoth(llmrt::Backend &reference, llmrt::Backend &candidate,
+                                  const llmrt::StepBatch &batch, const std::string &what) {
+  const int64_t vocab = reference.vocab_size();
+  std::vector<float> expected(batch.logit_rows.size() * vocab);
+  std::vector<float> actual(expected.size(), NAN);
+  absl::Status cpuStatus = reference.RunStep(batch, expected.data());
+  EXPECT_TRUE(cpuStatus.ok()) << cpuStatus;
+  absl::Status emulatedStatus = candidate.RunStep(batch, actual.data());
+  EXPECT_TRUE(emulatedStatus.ok()) << emulatedStatus;
+  float worst = 0.0f;
+  size_t worstIndex = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const float difference = std::fabs(expected[i] - actual[i]);
+    if (!(difference <= worst)) {
+      worst = std::isnan(difference) ? INFINITY : difference;
+      worstIndex = i;
+    }
+  }
+  EXPECT_LE(worst, kTolerance) << what << ": logit " << worstIndex % vocab << " of row "
+                               << worstIndex / vocab << ": " << reference.name() << " "
+                               << expected[worstIndex] << ", " << candidate.name() << " "
+                               << actual[worstIndex];
+  return expected;
+}
+
+inline std::vector<int32_t> randomTokens(std::mt19937 &random, int count, int64_t vocab) {
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> tokens(count);
+  for (int32_t &token : tokens)
+    token = pick(random);
+  return tokens;
+}
+
+// Prefill (MMA GEMM), decode (GEMV, split-K attention over a paged cache whose blocks are not
+// in order), and mixed steps of two sequences, every logit compared.
+inline void runStepScript(llmrt::Backend &reference, llmrt::Backend &candidate) {
+  // 4-token blocks: a 13-token prompt spans four blocks of a table that is not in order.
+  constexpr int32_t kBlockSize = 4;
+  constexpr int32_t kBlocks = 16;
+  ASSERT_TRUE(reference.AllocateKvCache(kBlocks, kBlockSize).ok());
+  ASSERT_TRUE(candidate.AllocateKvCache(kBlocks, kBlockSize).ok());
+  std::mt19937 random(7);
+  const int64_t vocab = reference.vocab_size();
+  Sequence first({9, 3, 14, 0, 6, 11});
+  Sequence second({1, 12, 5, 8, 2});
+
+  llmrt::StepBatch batch;
+  first.append(batch, randomTokens(random, 13, vocab), kBlockSize, /*allLogits=*/true);
+  runBoth(reference, candidate, batch, "prefill");
+  for (int step = 0; step < 3; ++step) {
+    batch.Clear();
+    first.append(batch, randomTokens(random, 1, vocab), kBlockSize, false);
+    runBoth(reference, candidate, batch, "decode " + std::to_string(step));
+  }
+  // A decode token of the first sequence and a 10-token prefill of a second in one step.
+  batch.Clear();
+  first.append(batch, randomTokens(random, 1, vocab), kBlockSize, false);
+  second.append(batch, randomTokens(random, 10, vocab), kBlockSize, true);
+  runBoth(reference, candidate, batch, "mixed step");
+  // A small mixed step: GEMV for both.
+  batch.Clear();
+  first.append(batch, randomTokens(random, 1, vocab), kBlockSize, false);
+  second.append(batch, randomTokens(random, 2, vocab), kBlockSize, true);
+  runBoth(reference, candidate, batch, "small mixed step");
+  // Copy-on-write of a block: the copy must hold the same K/V on both backends.
+  ASSERT_TRUE(reference.CopyKvBlock(3, 15).ok());
+  ASSERT_TRUE(candidate.CopyKvBlock(3, 15).ok());
+  Sequence forked({9, 15});
+  forked.length = 5; // shares tokens 0..4 with `first` (block 9 whole, block 3 copied)
+  batch.Clear();
+  forked.append(batch, randomTokens(random, 1, vocab), kBlockSize, false);
+  runBoth(reference, candidate, batch, "forked sequence");
+}
+
+} // namespace llmc::cuda
+
+#endif // LLMC_CODEGEN_CUDA_EMULATION_STEPSCRIPT_H_
