@@ -133,9 +133,9 @@ absl::Status Emitter::appendConverted(const WeightView &view, plan::DType dtype)
   return absl::OkStatus();
 }
 
-// Writes the rows of `views` (concatenated) as ROW_PANELS (plan.proto): panels of panelRows
-// rows, each stored column by column, the last one zero-padded. One panel (panelRows x cols
-// elements, 176 KiB at 16 x 5632 f16) is converted at a time.
+// Writes the rows of `views` (concatenated; a multiple of panelRows) as ROW_PANELS
+// (plan.proto): panels of panelRows rows, each stored column by column. One panel (panelRows x
+// cols elements, 176 KiB at 16 x 5632 f16) is converted at a time.
 absl::Status Emitter::appendPanels(ArrayRef<WeightView> views, int64_t rows, int64_t cols,
                                    plan::DType dtype, int64_t panelRows) {
   const size_t elementBytes = dtypeBytes(dtype);
@@ -147,8 +147,7 @@ absl::Status Emitter::appendPanels(ArrayRef<WeightView> views, int64_t rows, int
     for (int64_t row = 0; row < view.shape[0]; ++row)
       rowSource.push_back({&view, row});
   for (int64_t first = 0; first < rows; first += panelRows) {
-    std::fill(chunk.begin(), chunk.end(), 0);
-    for (int64_t r = 0; r < panelRows && first + r < rows; ++r) {
+    for (int64_t r = 0; r < panelRows; ++r) {
       auto [view, row] = rowSource[first + r];
       for (int64_t c = 0; c < cols; ++c)
         storeElement(chunk.data(), dtype, c * panelRows + r,
@@ -219,10 +218,11 @@ absl::StatusOr<int> Emitter::addTensor(Operation *user, ArrayRef<FlatSymbolRefAt
     views.push_back(*std::move(view));
   }
 
-  if (panelRows > 0 && shape.size() != 2)
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has shape ",
-                                                   shapeString(shape),
-                                                   "; only matrices can be packed in panels"));
+  if (panelRows > 0 && (shape.size() != 2 || shape[0] % panelRows != 0))
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", name, " has shape ", shapeString(shape),
+                     "; llm.cpu_tile packs only matrices whose rows are a multiple of panel_rows ",
+                     panelRows));
   if (absl::Status status = writer.BeginBlob(); !status.ok())
     return status;
   if (panelRows > 0) {

@@ -64,7 +64,8 @@ def TileCpuPass : Pass<"llm-tile-cpu", "::mlir::ModuleOp"> {
     Sets `llm.cpu_tile = {layout = "row_panels", panel_rows = 16 : i64}`: codegen packs the
     weights in panels of 16 rows stored column by column, the layout every CPU dispatch target
     (SCALAR, SSE4, AVX2, AVX-512, NEON) streams in one pass, so the runtime never repacks.
-    Weights an llm.embed also reads (tied lm_head) keep `{layout = "row_major"}`.
+    Weights an llm.embed also reads (tied lm_head), and weights whose row count is not a
+    multiple of 16 (panels are never padded), keep `{layout = "row_major"}`.
   }];
 }
 

@@ -11,7 +11,9 @@
 // A plan therefore still runs on any CPU.
 //
 // Weights that an llm.embed also reads (a tied lm_head) stay row-major: the embedding gathers
-// whole rows, and one tensor entry serves both ops. Such ops get
+// whole rows, and one tensor entry serves both ops. So do weights whose row count (summed over
+// a fused matmul's weights) is not a multiple of 16 (a 50257-token vocabulary): panels are
+// never padded, so a packed tensor has the same size as a row-major one. Such ops get
 // `llm.cpu_tile = {layout = "row_major"}`, which the runtime runs with row-wise dot products.
 //
 //===----------------------------------------------------------------------===//
@@ -46,8 +48,16 @@ struct TileCpuPass : impl::TileCpuPassBase<TileCpuPass> {
       bool sharedWithEmbed = llvm::any_of(weights, [&](FlatSymbolRefAttr weight) {
         return embeddingTables.contains(weight.getValue());
       });
+      int64_t rows = 0;
+      for (FlatSymbolRefAttr weight : weights) {
+        llm::ParamOp param = llm::lookupParam(op, weight);
+        // The verifier already rejects a missing or non-matrix param; be safe anyway.
+        if (!param || param.getTensorType().getRank() != 2)
+          return;
+        rows += param.getTensorType().getShape()[0];
+      }
       SmallVector<NamedAttribute> fields;
-      if (sharedWithEmbed) {
+      if (sharedWithEmbed || rows % kPanelRows != 0) {
         fields.push_back(builder.getNamedAttr("layout", builder.getStringAttr("row_major")));
       } else {
         fields.push_back(builder.getNamedAttr("layout", builder.getStringAttr("row_panels")));

@@ -10,6 +10,7 @@ packages=(
   libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwy-dev libpcre2-dev libxxhash-dev libicu-dev
+  clang-16 libclang-rt-16-dev
   libcpp-httplib-dev nlohmann-json3-dev
   curl
 )

@@ -22,7 +22,7 @@ namespace llmrt::cpu {
 namespace {
 
 std::vector<uint8_t> RandomMatrix(plan::DType dtype, int64_t rows, int64_t cols) {
-  const int64_t bytes = MatrixBytes(dtype, rows, cols, kPanelRows);
+  const int64_t bytes = MatrixBytes(dtype, rows, cols);
   std::vector<uint8_t> data(bytes);
   const int64_t elements = bytes / (dtype == plan::F32 ? 4 : 2);
   uint32_t state = 12345;
@@ -68,8 +68,8 @@ void BM_MatMul(benchmark::State& state) {
 
 void MatMulShapes(benchmark::internal::Benchmark* b) {
   // qkv, o_proj, gate_up, down_proj, lm_head.
-  const int64_t shapes[][2] = {{2560, 2048}, {2048, 2048}, {11264, 2048}, {2048, 5632},
-                               {32000, 2048}};
+  const int64_t shapes[][2] = {
+      {2560, 2048}, {2048, 2048}, {11264, 2048}, {2048, 5632}, {32000, 2048}};
   for (const auto& shape : shapes) {
     for (int64_t tokens : {1, 4, 64, 512}) {
       // lm_head runs for the logit rows only: one per sequence.
@@ -106,8 +106,7 @@ void BM_SiluMul(benchmark::State& state) {
   const std::vector<float> gate = RandomFloats(tokens * width), up = RandomFloats(tokens * width);
   std::vector<float> out(tokens * width);
   for (auto _ : state) {
-    ElementwiseOp(pool, Elementwise::kSiluMul, gate.data(), up.data(), tokens * width,
-                  out.data());
+    ElementwiseOp(pool, Elementwise::kSiluMul, gate.data(), up.data(), tokens * width, out.data());
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * tokens * width * 4 * 3);

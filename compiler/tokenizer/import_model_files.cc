@@ -105,15 +105,14 @@ absl::StatusOr<std::string> ConfigToken(const Json& config, const char* key,
   if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
     return (*it)["content"].get<std::string>();
   }
-  return Invalid(name,
-                 absl::StrCat(key, ": expected a string or {\"content\": ...}, found ", it->dump()));
+  return Invalid(
+      name, absl::StrCat(key, ": expected a string or {\"content\": ...}, found ", it->dump()));
 }
 
 // One entry of tokenizer.json's added_tokens.
 Json AddedToken(int64_t id, const std::string& content, bool special) {
-  return Json{{"id", id},          {"content", content}, {"single_word", false},
-              {"lstrip", false},   {"rstrip", false},    {"normalized", false},
-              {"special", special}};
+  return Json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+              {"rstrip", false}, {"normalized", false}, {"special", special}};
 }
 
 // tokenizer_config.json's added_tokens_decoder {"id": {"content", flags...}} as added_tokens
@@ -126,8 +125,8 @@ absl::StatusOr<std::vector<Json>> ConfigAddedTokens(const Json& config, absl::st
   for (auto entry = it->begin(); entry != it->end(); ++entry) {
     int64_t id = 0;
     if (!absl::SimpleAtoi(entry.key(), &id) || id < 0) {
-      return Invalid(name, absl::StrCat("added_tokens_decoder: key \"", entry.key(),
-                                        "\" is not a token id"));
+      return Invalid(
+          name, absl::StrCat("added_tokens_decoder: key \"", entry.key(), "\" is not a token id"));
     }
     const Json& token = entry.value();
     if (!token.is_object() || !token.contains("content") || !token["content"].is_string()) {
@@ -252,7 +251,8 @@ absl::StatusOr<Json> ParseMerges(absl::string_view merges_txt, absl::string_view
     const size_t space = line.find(' ');
     if (space == absl::string_view::npos || space == 0 || space + 1 == line.size() ||
         line.find(' ', space + 1) != absl::string_view::npos) {
-      return Invalid(name, absl::StrCat("line ", line_number, ": expected two pieces separated "
+      return Invalid(name, absl::StrCat("line ", line_number,
+                                        ": expected two pieces separated "
                                         "by one space, found \"",
                                         line.substr(0, 80), "\""));
     }
@@ -300,9 +300,8 @@ absl::StatusOr<TokenizerSpec> ImportVocabMerges(std::string_view vocab_json_std,
     if (!added_json.is_object()) return Invalid(added_name, "expected {content: id}");
     for (auto it = added_json.begin(); it != added_json.end(); ++it) {
       if (!it.value().is_number_integer()) {
-        return Invalid(added_name,
-                       absl::StrCat("\"", it.key(), "\" maps to ", it.value().dump(),
-                                    ", expected an id"));
+        return Invalid(added_name, absl::StrCat("\"", it.key(), "\" maps to ", it.value().dump(),
+                                                ", expected an id"));
       }
       // Qwen2Tokenizer re-adds every special token as special; others stay plain added tokens.
       added.push_back(AddedToken(it.value().get<int64_t>(), it.key(), named.contains(it.key())));
@@ -336,9 +335,9 @@ absl::StatusOr<TokenizerSpec> ImportVocabMerges(std::string_view vocab_json_std,
   ASSIGN_OR_RETURN(bool add_eos, ConfigBool(config, "add_eos_token", false, config_name));
 
   Json root = Json::object();
-  root["model"] = {{"type", "BPE"},           {"vocab", std::move(vocab)},
-                   {"merges", std::move(merges)}, {"byte_fallback", false},
-                   {"fuse_unk", false},       {"ignore_merges", false}};
+  root["model"] = {
+      {"type", "BPE"},          {"vocab", std::move(vocab)}, {"merges", std::move(merges)},
+      {"byte_fallback", false}, {"fuse_unk", false},         {"ignore_merges", false}};
   root["added_tokens"] = added;
   if (qwen2) {
     root["normalizer"] = {{"type", "NFC"}};
@@ -511,9 +510,8 @@ absl::StatusOr<TokenizerSpec> ImportSentencePiece(absl::string_view data,
   ASSIGN_OR_RETURN(SpmModel model, ParseSentencePiece(data, name));
   static constexpr const char* kModelTypes[] = {"", "Unigram", "BPE", "Word", "Char"};
   if (model.model_type != 2) {
-    const char* type = model.model_type >= 1 && model.model_type <= 4
-                           ? kModelTypes[model.model_type]
-                           : "unknown";
+    const char* type =
+        model.model_type >= 1 && model.model_type <= 4 ? kModelTypes[model.model_type] : "unknown";
     return Invalid(name, absl::StrCat("SentencePiece model_type ", model.model_type, " (", type,
                                       ") is not supported (supported: BPE)"));
   }
@@ -559,10 +557,10 @@ absl::StatusOr<TokenizerSpec> ImportSentencePiece(absl::string_view data,
     const int64_t id = token["id"];
     if (id >= static_cast<int64_t>(model.pieces.size()) ||
         model.pieces[id].piece != token["content"].get<std::string>()) {
-      return Invalid(config_name,
-                     absl::StrCat("added_tokens_decoder.", id, " is \"",
-                                  token["content"].get<std::string>(),
-                                  "\" but tokenizer.model has no such piece at that id"));
+      return Invalid(
+          config_name,
+          absl::StrCat("added_tokens_decoder.", id, " is \"", token["content"].get<std::string>(),
+                       "\" but tokenizer.model has no such piece at that id"));
     }
     added_set.insert(id);
     added.push_back(std::move(token));
@@ -584,14 +582,15 @@ absl::StatusOr<TokenizerSpec> ImportSentencePiece(absl::string_view data,
   };
 
   Json root = Json::object();
-  root["model"] = {{"type", "BPE"},        {"vocab", std::move(vocab)}, {"merges", std::move(merges)},
-                   {"byte_fallback", true}, {"fuse_unk", true},         {"ignore_merges", false}};
+  root["model"] = {
+      {"type", "BPE"},         {"vocab", std::move(vocab)}, {"merges", std::move(merges)},
+      {"byte_fallback", true}, {"fuse_unk", true},          {"ignore_merges", false}};
   root["added_tokens"] = added;
-  root["pre_tokenizer"] = {{"type", "Metaspace"},
-                           {"replacement", kMetaspace},
-                           {"prepend_scheme", add_prefix_space ? (legacy ? "always" : "first")
-                                                               : "never"},
-                           {"split", false}};
+  root["pre_tokenizer"] = {
+      {"type", "Metaspace"},
+      {"replacement", kMetaspace},
+      {"prepend_scheme", add_prefix_space ? (legacy ? "always" : "first") : "never"},
+      {"split", false}};
   Json decoders = {{{"type", "Replace"}, {"pattern", {{"String", kMetaspace}}}, {"content", " "}},
                    {{"type", "ByteFallback"}},
                    {{"type", "Fuse"}}};
@@ -661,8 +660,7 @@ bool LooksLikeTiktoken(absl::string_view data) {
 // token's rank; ignore_merges; Split with the Llama 3 regex then ByteLevel without its own
 // regex; the special tokens of added_tokens_decoder from the first id after the ranks, gaps
 // filled with <|reserved_token_N|>, then extra_special_tokens.
-absl::StatusOr<TokenizerSpec> ImportTiktoken(absl::string_view data,
-                                             std::string_view config_json,
+absl::StatusOr<TokenizerSpec> ImportTiktoken(absl::string_view data, std::string_view config_json,
                                              const std::string& name,
                                              const std::string& config_name) {
   std::vector<std::pair<std::string, int64_t>> tokens;  // file order
@@ -682,9 +680,9 @@ absl::StatusOr<TokenizerSpec> ImportTiktoken(absl::string_view data,
     int64_t rank = 0;
     if (space == absl::string_view::npos || !DecodeBase64(line.substr(0, space), &token) ||
         !absl::SimpleAtoi(line.substr(space + 1), &rank) || rank < 0) {
-      return Invalid(name, absl::StrCat("line ", line_number,
-                                        ": expected \"base64-token rank\", found \"",
-                                        line.substr(0, 80), "\""));
+      return Invalid(
+          name, absl::StrCat("line ", line_number, ": expected \"base64-token rank\", found \"",
+                             line.substr(0, 80), "\""));
     }
     ranks[token] = rank;
     tokens.emplace_back(std::move(token), rank);
@@ -781,9 +779,9 @@ absl::StatusOr<TokenizerSpec> ImportTiktoken(absl::string_view data,
   };
 
   Json root = Json::object();
-  root["model"] = {{"type", "BPE"},         {"vocab", std::move(vocab)},
-                   {"merges", std::move(merges_json)}, {"byte_fallback", false},
-                   {"fuse_unk", false},     {"ignore_merges", true}};
+  root["model"] = {
+      {"type", "BPE"},          {"vocab", std::move(vocab)}, {"merges", std::move(merges_json)},
+      {"byte_fallback", false}, {"fuse_unk", false},         {"ignore_merges", true}};
   root["added_tokens"] = added;
   root["pre_tokenizer"] = {
       {"type", "Sequence"},
@@ -847,9 +845,9 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerFiles(const TokenizerFiles& files) 
   TokenizerSpec spec;
   if (!files.tokenizer_json.empty()) {
     ASSIGN_OR_RETURN(std::string tokenizer_json, ReadFile(files.tokenizer_json));
-    ASSIGN_OR_RETURN(spec, ImportTokenizerFromJson(tokenizer_json, config_json,
-                                                   files.tokenizer_json,
-                                                   files.tokenizer_config_json));
+    ASSIGN_OR_RETURN(spec,
+                     ImportTokenizerFromJson(tokenizer_json, config_json, files.tokenizer_json,
+                                             files.tokenizer_config_json));
   } else if (!files.vocab_json.empty() && !files.merges_txt.empty()) {
     ASSIGN_OR_RETURN(std::string vocab, ReadFile(files.vocab_json));
     ASSIGN_OR_RETURN(std::string merges, ReadFile(files.merges_txt));
@@ -866,15 +864,15 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerFiles(const TokenizerFiles& files) 
         model_type = model_config["model_type"].get<std::string>();
       }
     }
-    ASSIGN_OR_RETURN(spec, ImportVocabMerges(vocab, merges, added_tokens, config_json,
-                                             model_type, files.vocab_json));
+    ASSIGN_OR_RETURN(spec, ImportVocabMerges(vocab, merges, added_tokens, config_json, model_type,
+                                             files.vocab_json));
   } else if (!files.tokenizer_model.empty()) {
     ASSIGN_OR_RETURN(std::string model, ReadFile(files.tokenizer_model));
     ASSIGN_OR_RETURN(spec, ImportTokenizerModel(model, config_json, files.tokenizer_model));
   } else if (!files.vocab_json.empty() || !files.merges_txt.empty()) {
     return absl::NotFoundError(absl::StrCat(
-        files.model_dir, ": ", files.vocab_json.empty() ? "merges.txt" : "vocab.json",
-        " needs ", files.vocab_json.empty() ? "vocab.json" : "merges.txt", ", which is missing"));
+        files.model_dir, ": ", files.vocab_json.empty() ? "merges.txt" : "vocab.json", " needs ",
+        files.vocab_json.empty() ? "vocab.json" : "merges.txt", ", which is missing"));
   } else {
     return absl::NotFoundError(absl::StrCat(files.model_dir,
                                             ": no tokenizer: expected tokenizer.json, vocab.json "

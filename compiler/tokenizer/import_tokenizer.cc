@@ -637,7 +637,6 @@ absl::StatusOr<int32_t> SpecialTokenId(const Reader& reader, const Json& config,
   return id->second;
 }
 
-
 }  // namespace
 
 absl::StatusOr<TokenizerSpec> ImportTokenizerFromJson(std::string_view tokenizer_json_std,

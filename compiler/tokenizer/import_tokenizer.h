@@ -20,7 +20,7 @@ namespace llmc {
 struct TokenizerFiles {
   std::string model_dir;  // for error messages only
   std::string tokenizer_json;
-  std::string vocab_json;         // byte-level BPE (GPT-2, Qwen2) with merges_txt
+  std::string vocab_json;  // byte-level BPE (GPT-2, Qwen2) with merges_txt
   std::string merges_txt;
   std::string added_tokens_json;  // {content: id}, read when the config has no added_tokens_decoder
   std::string tokenizer_model;    // SentencePiece ModelProto or tiktoken ranks (Llama 3)
@@ -46,12 +46,9 @@ absl::StatusOr<llmrt::plan::TokenizerSpec> ImportTokenizer(const std::string& mo
 
 // The importers of the files other than tokenizer.json, from their contents; `config_json`
 // (tokenizer_config.json) and `added_tokens_json` may be empty. `name` prefixes error messages.
-absl::StatusOr<llmrt::plan::TokenizerSpec> ImportVocabMerges(std::string_view vocab_json,
-                                                             std::string_view merges_txt,
-                                                             std::string_view added_tokens_json,
-                                                             std::string_view config_json,
-                                                             std::string_view model_type = "",
-                                                             std::string_view name = "");
+absl::StatusOr<llmrt::plan::TokenizerSpec> ImportVocabMerges(
+    std::string_view vocab_json, std::string_view merges_txt, std::string_view added_tokens_json,
+    std::string_view config_json, std::string_view model_type = "", std::string_view name = "");
 absl::StatusOr<llmrt::plan::TokenizerSpec> ImportTokenizerModel(std::string_view model_bytes,
                                                                 std::string_view config_json,
                                                                 std::string_view name = "");

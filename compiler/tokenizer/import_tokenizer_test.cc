@@ -257,10 +257,14 @@ std::string SentencePieceModel(const std::vector<std::pair<std::string, int>>& p
 
 TEST(ImportTokenizerModelTest, SentencePieceBpeAsTransformersLlamaTokenizer) {
   const std::string metaspace = "\xE2\x96\x81";
-  const std::string model =
-      SentencePieceModel({{"<unk>", 2}, {"<s>", 3}, {"</s>", 3}, {metaspace, 1}, {"a", 1},
-                          {metaspace + "a", 1}, {"<tool>", 4}},
-                         /*model_type=*/2);
+  const std::string model = SentencePieceModel({{"<unk>", 2},
+                                                {"<s>", 3},
+                                                {"</s>", 3},
+                                                {metaspace, 1},
+                                                {"a", 1},
+                                                {metaspace + "a", 1},
+                                                {"<tool>", 4}},
+                                               /*model_type=*/2);
   auto spec = ImportTokenizerModel(model, R"({"add_bos_token": true, "legacy": false})");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_TRUE(spec->byte_fallback());

@@ -16,19 +16,19 @@ namespace {
 
 using llmrt::plan::TokenizerSpec;
 
-constexpr char kProse[] = "Once upon a time, there was a little girl named Lily. She loved to play.";
+constexpr char kProse[] =
+    "Once upon a time, there was a little girl named Lily. She loved to play.";
 
 // Samples start with a non-space character: HF's Metaspace ("first") plus Strip decoders drop a
 // leading space by design, so a leading space would not round-trip in HF either. All are NFC.
 const char* const kSamples[] = {
-    kProse,
-    "It's 2024: 1234567890 and 3.14159, 1,000,000 items (42nd place)!",
+    kProse, "It's 2024: 1234567890 and 3.14159, 1,000,000 items (42nd place)!",
     "def f(x):\n    return x ** 2  # square\n\r\n\tif (a && b) { c[i] = \"q\"; }",
     "Tabs\t\tand   spaces  \n\n  and newlines\n",
     "\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x8C\xE4\xB8\x96\xE7\x95\x8C\xE3\x80\x82"  // 你好，世界。
     "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4",  // 日本語 한국어
-    "Emoji \xF0\x9F\x98\x80 \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD "  // 😀 👍🏽
-    "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB",             // 👩‍💻
+    "Emoji \xF0\x9F\x98\x80 \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD "                    // 😀 👍🏽
+    "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB",                               // 👩‍💻
     // é ï, and combining marks that have no precomposed form (NFC leaves them as they are).
     "Accents: caf\xC3\xA9 na\xC3\xAFve q\xCC\x81 q\xCC\x88 j\xCC\xA3",
     "\xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7 \xE0\xA4\xA8\xE0\xA4\xAE\xE0\xA4\xB8\xE0\xA5\x8D"

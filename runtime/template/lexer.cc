@@ -393,7 +393,9 @@ class Lexer {
     return index + 1;
   }
 
-  void SetPosition(Token& token, size_t offset) const {
+  void SetPosition(Token& token, size_t offset) {
+    // An empty template emits nothing before its end token, so the table may not exist yet.
+    if (line_starts_.empty()) ComputeLineStarts();
     const auto line = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     token.line = static_cast<int>(line - line_starts_.begin());
     token.column = static_cast<int>(offset - *(line - 1)) + 1;

@@ -59,6 +59,15 @@ TEST(TemplateFeaturesTest, MatchesJinja2) {
   }
 }
 
+// Found by llmrt_template_fuzzer: an empty template read before the start of its line table.
+TEST(TemplateSyntaxTest, EmptyTemplateRendersNothing) {
+  absl::StatusOr<Template> parsed = Template::Parse("");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<std::string> rendered = parsed->Render(Value::Object({}), RenderOptions{});
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_EQ(*rendered, "");
+}
+
 TEST(TemplateSyntaxTest, ErrorsNameLineAndColumn) {
   struct Case {
     const char* source;

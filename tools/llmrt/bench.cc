@@ -4,6 +4,7 @@
 //   llmrt bench --bandwidth [-t 1,2] [--reps 5] [--bandwidth-mib 1024] [--json]
 //
 // Per thread count (the model is loaded afresh for each, with that many threads):
+//   load_ms                 Model::Load alone (open, validate, mmap, backend set-up).
 //   load_to_first_token_ms  Model::Load of the plan, a session, one BOS step, argmax: what a
 //                           user waits for before the first generated token (page cache warm
 //                           after the first thread count).
@@ -231,6 +232,7 @@ struct BenchOptions {
 
 struct BenchResult {
   int threads = 0;
+  double load_ms = 0;  // Model::Load alone: open, validate, map, set up the backend
   double load_to_first_token_ms = 0;
   double pp_tok_s = 0;
   double tg_tok_s = 0;
@@ -279,6 +281,7 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
   absl::StatusOr<std::unique_ptr<engine::Model>> model =
       engine::Model::Load(options.plan_path, model_options);
   if (!model.ok()) return model.status();
+  result.load_ms = Seconds(load_start, Clock::now()) * 1e3;
   const plan::PlanMeta& meta = (*model)->meta();
   const int64_t vocab = (*model)->vocab_size();
   const int64_t needed = std::max(options.prompt_tokens, options.generated_tokens + 1);
@@ -446,6 +449,7 @@ int Bench(int argc, char** argv) {
                              {"prompt_tokens", options.prompt_tokens},
                              {"generated_tokens", options.generated_tokens},
                              {"reps", options.reps},
+                             {"load_ms", result->load_ms},
                              {"load_to_first_token_ms", result->load_to_first_token_ms},
                              {"decode_bytes_per_token", result->decode_bytes_per_token},
                              {"read_bytes_per_s", result->bandwidth_bytes_per_s}};

@@ -81,9 +81,9 @@ int Tokenize(int argc, char** argv) {
     }
   }
   if (positional.size() != 2) {
-    return UsageError(positional.empty() ? "missing the plan file"
-                                         : positional.size() == 1 ? "missing the text"
-                                                                  : "too many arguments");
+    return UsageError(positional.empty()       ? "missing the plan file"
+                      : positional.size() == 1 ? "missing the text"
+                                               : "too many arguments");
   }
   std::string text = positional[1];
   if (text == "-") {

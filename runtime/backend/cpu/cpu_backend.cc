@@ -516,10 +516,12 @@ class ProgramCompiler {
         return Error(
             absl::StrFormat("tensor %s is ROW_PANELS; this op reads ROW_MAJOR rows", t.name()));
       }
-      if (t.panel_rows() != kPanelRows) {
+      if (t.panel_rows() != kPanelRows || t.shape(0) % kPanelRows != 0) {
         return absl::UnimplementedError(absl::StrFormat(
-            "program op %d (%s): tensor %s has panel_rows %d, the cpu kernels read %d", op_index_,
-            plan::OpKind_Name(op_->kind()), t.name(), t.panel_rows(), kPanelRows));
+            "program op %d (%s): tensor %s has panel_rows %d and %d rows, the cpu kernels read "
+            "panels of %d rows",
+            op_index_, plan::OpKind_Name(op_->kind()), t.name(), t.panel_rows(), t.shape(0),
+            kPanelRows));
       }
       panel_rows = kPanelRows;
     } else if (t.layout() != plan::Tensor::ROW_MAJOR) {
@@ -528,7 +530,7 @@ class ProgramCompiler {
           "ROW_PANELS",
           op_index_, plan::OpKind_Name(op_->kind()), t.name(), static_cast<int>(t.layout())));
     }
-    const int64_t bytes = MatrixBytes(t.dtype(), t.shape(0), cols, panel_rows);
+    const int64_t bytes = MatrixBytes(t.dtype(), t.shape(0), cols);
     if (t.size_bytes() != static_cast<uint64_t>(bytes)) {
       return Error(absl::StrFormat("tensor %s: %d bytes, its shape, dtype and layout need %d",
                                    t.name(), t.size_bytes(), bytes));

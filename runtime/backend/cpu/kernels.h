@@ -29,11 +29,11 @@ struct MatrixView {
   plan::DType dtype = plan::F32;
   int64_t rows = 0;
   int64_t cols = 0;
-  int32_t panel_rows = 0;  // 0: ROW_MAJOR; kPanelRows: ROW_PANELS
+  int32_t panel_rows = 0;  // 0: ROW_MAJOR; kPanelRows: ROW_PANELS (rows a multiple of it)
 };
 
-// Bytes a matrix occupies in `layout` (ROW_PANELS pads rows to whole panels).
-int64_t MatrixBytes(plan::DType dtype, int64_t rows, int64_t cols, int32_t panel_rows);
+// Bytes of a [rows, cols] matrix of `dtype` (either layout: panels are never padded).
+int64_t MatrixBytes(plan::DType dtype, int64_t rows, int64_t cols);
 
 // Row `row` of a ROW_MAJOR `matrix` widened to f32 into `out` (cols floats).
 void MatrixRowToF32(const MatrixView& matrix, int64_t row, float* out);

@@ -285,11 +285,8 @@ void MatMul(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* i
   HWY_DYNAMIC_DISPATCH(MatMulImpl)(pool, x, num_rows, input_rows, w, bias, outputs, num_outputs);
 }
 
-int64_t MatrixBytes(plan::DType dtype, int64_t rows, int64_t cols, int32_t panel_rows) {
-  const int64_t element_bytes = dtype == plan::F32 ? 4 : 2;
-  const int64_t padded_rows =
-      panel_rows > 0 ? (rows + panel_rows - 1) / panel_rows * panel_rows : rows;
-  return padded_rows * cols * element_bytes;
+int64_t MatrixBytes(plan::DType dtype, int64_t rows, int64_t cols) {
+  return rows * cols * (dtype == plan::F32 ? 4 : 2);
 }
 
 }  // namespace llmrt::cpu

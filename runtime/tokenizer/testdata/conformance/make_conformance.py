@@ -16,7 +16,8 @@ References: tokenizers' Tokenizer for tokenizer.json inputs; transformers' token
 and tokenizer.model, built from exactly the files the C++ test imports.
 
 FORMAT of <name>.expected (tab-separated, one line per corpus string):
-  line 1: a JSON header {"name", "prefix": [...], "suffix": [...], versions}
+  line 1: a JSON header {"prefix": [...], "suffix": [...], "decode_prefix", "decode_suffix",
+          "strings": how many corpus strings follow (the first ones), versions}
   ids<TAB>ids_with_special<TAB>decoded_skip<TAB>decoded
     ids               encode(text, add_special_tokens=False), each id as 3 base64url digits
                       (A-Z a-z 0-9 - _, most significant first: ids below 2^18) with no
@@ -66,6 +67,12 @@ TOKENIZERS = {
                      "tokenizer_config": "here:mistral_v0.1_tokenizer_config.json"},
     "mistral_v0.3": {"tokenizer_model": "mistral/v0.3/tokenizer.model",
                      "tokenizer_config": "here:mistral_v0.3_tokenizer_config.json"},
+    # Trained here (train_small), for components the real tokenizers do not use: the Whitespace
+    # pre-tokenizer, RobertaProcessing, BertProcessing, unk without byte fallback, no decoder.
+    # Only the first SMALL_STRINGS corpus strings: their decodes rarely equal the text (spaces
+    # between tokens, lowercase), so every decode is stored.
+    "whitespace_roberta": {"tokenizer_json": "here:whitespace_roberta.json", "strings": 1000},
+    "whitespace_bert": {"tokenizer_json": "here:whitespace_bert.json", "strings": 1000},
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -270,7 +277,7 @@ def load(shared, name, files):
                "added_tokens_json": "added_tokens.json", "tokenizer_model": "tokenizer.model",
                "tokenizer_config": "tokenizer_config.json"}
     for key, target in targets.items():
-        if key in files:
+        if key in files and key != "strings":
             shutil.copy(path_of(shared, files[key]), os.path.join(folder, target))
     if "vocab_json" in files:
         cls = transformers.AutoTokenizer if "tokenizer_config" in files else transformers.GPT2Tokenizer
@@ -354,6 +361,7 @@ def expected(tok, corpus, rng):
     decode_prefix, decode_suffix = max(affixes, key=affixes.get) if affixes else ("", "")
     import transformers
     lines = [json.dumps({"prefix": prefix, "suffix": suffix, "decode_prefix": decode_prefix,
+                         "strings": len(corpus),
                          "decode_suffix": decode_suffix,
                          "tokenizers_version": tokenizers.__version__,
                          "transformers_version": transformers.__version__}, ensure_ascii=False)]
@@ -378,6 +386,32 @@ def expected(tok, corpus, rng):
     return "\n".join(lines) + "\n"
 
 
+def train_small(corpus):
+    """Writes whitespace_roberta.json and whitespace_bert.json unless they exist (training is not
+    bit-for-bit reproducible across tokenizers versions; the committed files are the test)."""
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    lines = [t for t in corpus[:3000] if t]
+    path = os.path.join(HERE, "whitespace_roberta.json")
+    if not os.path.exists(path):
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        tok.train_from_iterator(lines, trainers.BpeTrainer(
+            vocab_size=800, special_tokens=["<s>", "<pad>", "</s>", "<unk>"], show_progress=False))
+        tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+        tok.save(path)
+    path = os.path.join(HERE, "whitespace_bert.json")
+    if not os.path.exists(path):
+        tok = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##"))
+        tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        tok.train_from_iterator(lines, trainers.BpeTrainer(
+            vocab_size=600, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"],
+            continuing_subword_prefix="##", show_progress=False))
+        tok.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+        tok.save(path)
+
+
 def main():
     shared = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "shared", "tokenizers")
     corpus = build_corpus()
@@ -385,9 +419,10 @@ def main():
     with open(os.path.join(HERE, "corpus.txt"), "w", encoding="utf-8", newline="\n") as f:
         for text in corpus:
             f.write(js(text) + "\n")
+    train_small(corpus)
     for name, files in TOKENIZERS.items():
         tok = load(shared, name, files)
-        text = expected(tok, corpus, random.Random(7))
+        text = expected(tok, corpus[:files.get("strings", len(corpus))], random.Random(7))
         with open(os.path.join(HERE, f"{name}.expected"), "w", encoding="utf-8",
                   newline="\n") as f:
             f.write(text)
