@@ -219,10 +219,9 @@ absl::StatusOr<int> Emitter::addTensor(Operation *user, ArrayRef<FlatSymbolRefAt
   }
 
   if (panelRows > 0 && (shape.size() != 2 || shape[0] % panelRows != 0))
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor ", name, " has shape ", shapeString(shape),
-                     "; llm.cpu_tile packs only matrices whose rows are a multiple of panel_rows ",
-                     panelRows));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", name, " has shape ", shapeString(shape),
+        "; llm.cpu_tile packs only matrices whose rows are a multiple of panel_rows ", panelRows));
   if (absl::Status status = writer.BeginBlob(); !status.ok())
     return status;
   if (panelRows > 0) {
@@ -284,10 +283,10 @@ absl::StatusOr<int64_t> cpuPanelRows(Operation &op) {
   // 1..256 rows: a panel is a handful of SIMD vectors; anything else is a corrupt attribute.
   if (!layout || layout.getValue() != "row_panels" || !panelRows || panelRows.getInt() < 1 ||
       panelRows.getInt() > 256)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "codegen: ", op.getName().getStringRef().str(),
-        ": llm.cpu_tile must be {layout = \"row_major\"} or {layout = \"row_panels\", "
-        "panel_rows = 1..256}"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("codegen: ", op.getName().getStringRef().str(),
+                     ": llm.cpu_tile must be {layout = \"row_major\"} or {layout = \"row_panels\", "
+                     "panel_rows = 1..256}"));
   return panelRows.getInt();
 }
 

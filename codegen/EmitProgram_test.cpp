@@ -211,11 +211,16 @@ TEST_F(EmitProgramTest, WritesPlanThatReadsBack) {
       expectedBias.push_back(value);
   }
   ASSERT_EQ(qkvWeight.size_bytes(), expectedWeight.size() * 2);
+  // The pipeline's llm-tile-cpu packed the 16 x 8 matrix as one 16-row panel stored column by
+  // column: element (r, c) at c * 16 + r (plan.proto, ROW_PANELS).
+  EXPECT_EQ(qkvWeight.layout(), plan::Tensor::ROW_PANELS);
+  EXPECT_EQ(qkvWeight.panel_rows(), 16);
   const uint8_t *weightBlob = (*opened)->blob(weightIndex);
   for (size_t i = 0; i < expectedWeight.size(); ++i) {
+    const size_t row = i / 8, col = i % 8;
     uint16_t bits;
-    std::memcpy(&bits, weightBlob + 2 * i, 2);
-    ASSERT_EQ(bits, plan::F32ToF16(expectedWeight[i])) << "element " << i;
+    std::memcpy(&bits, weightBlob + 2 * (col * 16 + row), 2);
+    ASSERT_EQ(bits, plan::F32ToF16(expectedWeight[i])) << "row " << row << " col " << col;
   }
   EXPECT_EQ(std::memcmp((*opened)->blob(biasIndex), expectedBias.data(), qkvBias.size_bytes()), 0);
 

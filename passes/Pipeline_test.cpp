@@ -82,12 +82,12 @@ TEST_F(PipelineTest, FusesAndDumpsEveryStage) {
   };
   absl::Status status = llmc::runPipeline(*module, options);
   ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ(stages, (std::vector<std::string>{"import", "llm-fuse-qkv", "llm-fuse-gate-up",
-                                              "llm-fuse-add-rms-norm", "llm-plan-memory",
-                                              "llm-tile-cpu"}));
-  for (const char *file : {"00-import.mlir", "01-llm-fuse-qkv.mlir", "02-llm-fuse-gate-up.mlir",
-                           "03-llm-fuse-add-rms-norm.mlir", "04-llm-plan-memory.mlir",
-                           "05-llm-tile-cpu.mlir"})
+  EXPECT_EQ(stages,
+            (std::vector<std::string>{"import", "llm-fuse-qkv", "llm-fuse-gate-up",
+                                      "llm-fuse-add-rms-norm", "llm-plan-memory", "llm-tile-cpu"}));
+  for (const char *file :
+       {"00-import.mlir", "01-llm-fuse-qkv.mlir", "02-llm-fuse-gate-up.mlir",
+        "03-llm-fuse-add-rms-norm.mlir", "04-llm-plan-memory.mlir", "05-llm-tile-cpu.mlir"})
     EXPECT_TRUE(std::filesystem::exists(dumpDir / file)) << file;
   // The first dump is the unfused module: it parses back with its 7 matmuls.
   OwningOpRef<ModuleOp> imported =

@@ -20,9 +20,9 @@
 
 #include "passes/Passes.h"
 
-#include "llvm/ADT/DenseSet.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/DenseSet.h"
 
 namespace llmc {
 #define GEN_PASS_DEF_TILECPUPASS
@@ -61,8 +61,7 @@ struct TileCpuPass : impl::TileCpuPassBase<TileCpuPass> {
         fields.push_back(builder.getNamedAttr("layout", builder.getStringAttr("row_major")));
       } else {
         fields.push_back(builder.getNamedAttr("layout", builder.getStringAttr("row_panels")));
-        fields.push_back(
-            builder.getNamedAttr("panel_rows", builder.getI64IntegerAttr(kPanelRows)));
+        fields.push_back(builder.getNamedAttr("panel_rows", builder.getI64IntegerAttr(kPanelRows)));
       }
       op->setAttr("llm.cpu_tile", builder.getDictionaryAttr(fields));
     };

@@ -3,14 +3,16 @@
 // whatever imports is then loaded by the runtime and run on a little text. Nothing may crash,
 // hang or allocate without bound; errors are fine.
 //
-// Input: byte 0 picks the importer (mod 3); the rest is split at NUL bytes into that importer's
-// files in order, then the text to encode.
+// Input: a tokenizer.json as it is (it starts with '{'), optionally followed by NUL, a
+// tokenizer_config.json, NUL and text to encode. Otherwise byte 0 picks the importer (mod 3:
+// tokenizer.json, vocab.json + merges.txt, tokenizer.model) and the rest is split at NUL bytes
+// into that importer's files in order, then the text to encode.
 //
-//   CC=clang-16 CXX=clang++-16 cmake -S . -B build-fuzz -G Ninja \
-//     -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address -g -O1"
-//   ninja -C build-fuzz llmc_tokenizer_import_fuzzer
-//   build-fuzz/bin/llmc_tokenizer_import_fuzzer -max_total_time=60 -rss_limit_mb=2048 \
+//   CC=clang-16 CXX=clang++-16 cmake -S . -B build-fuzz -G Ninja -DLLMRT_BUILD_FUZZERS=ON
+//   ninja -C build-fuzz llmc_tokenizer_fuzzer
+//   build-fuzz/bin/llmc_tokenizer_fuzzer -max_total_time=60 -rss_limit_mb=2048 \
 //     compiler/tokenizer/fuzz_corpus
+// (scripts/fuzz.sh builds and runs every fuzzer this way.)
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -39,10 +41,12 @@ std::vector<std::string_view> SplitAtNul(std::string_view data, size_t parts) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const std::string_view input(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const bool whole_json = data[0] == '{';
+  const std::string_view input(reinterpret_cast<const char*>(data) + (whole_json ? 0 : 1),
+                               size - (whole_json ? 0 : 1));
   absl::StatusOr<llmrt::plan::TokenizerSpec> spec;
   std::string_view text;
-  switch (data[0] % 3) {
+  switch (whole_json ? 0 : data[0] % 3) {
     case 0: {
       const auto parts = SplitAtNul(input, 3);
       spec = llmc::ImportTokenizerFromJson(parts[0], parts[1]);

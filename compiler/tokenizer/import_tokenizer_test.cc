@@ -124,9 +124,13 @@ TEST(ImportTokenizerTest, UnsupportedComponentsAreNamed) {
   EXPECT_NE(ErrorOf(MakeJson("null", R"(["a b"])", R"({"type": "WordPiece"})"))
                 .find("decoder \"WordPiece\" is not supported"),
             std::string::npos);
+  // Every post-processor type HF has is supported; an unknown one and a malformed one are named.
+  EXPECT_NE(ErrorOf(MakeJson("null", R"(["a b"])", "null", R"({"type": "PairProcessing"})"))
+                .find("post_processor \"PairProcessing\" is not supported"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(MakeJson("null", R"(["a b"])", "null",
                              R"({"type": "RobertaProcessing", "sep": ["</s>", 2]})"))
-                .find("post_processor \"RobertaProcessing\" is not supported"),
+                .find("post_processor.cls: expected [\"token\", id], found nothing"),
             std::string::npos);
   EXPECT_NE(ErrorOf(MakeJson("null", R"(["a b"])", "null", "null", "WordPiece"))
                 .find("model \"WordPiece\" is not supported (supported: BPE)"),

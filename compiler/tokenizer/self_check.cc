@@ -56,9 +56,19 @@ std::string IdList(const std::vector<int32_t>& ids) {
   return absl::StrCat("[", absl::StrJoin(head, " "), ids.size() > 24 ? " ...]" : "]");
 }
 
-// Why decode(encode(text)) need not give `text` back for this tokenizer in HF either, or "".
-std::string LossyReason(const TokenizerSpec& spec) {
+// Why decode(encode(text)) need not give `text` back for this tokenizer in HF either.
+struct Loss {
+  // Set when characters may change or vanish (lowercasing, NFKC, removed spaces the decoder
+  // cannot restore): no round trip is checked.
+  std::string characters;
+  // Set when only whitespace may change (stories260K collapses runs of spaces, Strip trims
+  // the ends): only the single-spaced prose sample is round-tripped.
+  std::string spacing;
+};
+
+Loss FindLoss(const TokenizerSpec& spec) {
   const std::string kMetaspace = "\xE2\x96\x81";
+  Loss loss;
   for (const auto& normalizer : spec.normalizers()) {
     switch (normalizer.kind()) {
       case TokenizerSpec::Normalizer::NFC:
@@ -67,17 +77,23 @@ std::string LossyReason(const TokenizerSpec& spec) {
       case TokenizerSpec::Normalizer::REPLACE_STRING:
         // " " -> "▁" is undone by the Metaspace-style decoders.
         if (normalizer.pattern() == " " && normalizer.content() == kMetaspace) break;
-        return "a Replace normalizer";
+        loss.spacing = "a Replace normalizer";
+        break;
       case TokenizerSpec::Normalizer::REPLACE_REGEX:
-        return "a Replace normalizer";
-      case TokenizerSpec::Normalizer::NFKC:
-        return "the NFKC normalizer";
-      case TokenizerSpec::Normalizer::LOWERCASE:
-        return "the Lowercase normalizer";
+        loss.spacing = "a Replace normalizer";
+        break;
       case TokenizerSpec::Normalizer::STRIP:
-        return "the Strip normalizer";
+        loss.spacing = "the Strip normalizer";
+        break;
+      case TokenizerSpec::Normalizer::NFKC:
+        loss.characters = "the NFKC normalizer";
+        break;
+      case TokenizerSpec::Normalizer::LOWERCASE:
+        loss.characters = "the Lowercase normalizer";
+        break;
       default:
-        return "an unknown normalizer";
+        loss.characters = "an unknown normalizer";
+        break;
     }
   }
   bool byte_level = false;
@@ -88,7 +104,7 @@ std::string LossyReason(const TokenizerSpec& spec) {
         break;
       case TokenizerSpec::PreTokenizer::SPLIT_REGEX:
         if (pre.behavior() == TokenizerSpec::PreTokenizer::REMOVED) {
-          return "a Split pre-tokenizer that removes text";
+          loss.characters = "a Split pre-tokenizer that removes text";
         }
         break;
       case TokenizerSpec::PreTokenizer::METASPACE:
@@ -96,15 +112,18 @@ std::string LossyReason(const TokenizerSpec& spec) {
       case TokenizerSpec::PreTokenizer::PUNCTUATION:
         break;
       default:
-        return "a whitespace-removing pre-tokenizer";
+        loss.characters = "a whitespace-removing pre-tokenizer";
+        break;
     }
   }
-  if (!byte_level && !spec.byte_fallback()) return "unknown characters without byte fallback";
-  if (spec.decoders_size() == 0) return "no decoder";
-  if (!spec.continuing_subword_prefix().empty() || !spec.end_of_word_suffix().empty()) {
-    return "subword prefixes or suffixes";
+  if (!byte_level && !spec.byte_fallback()) {
+    loss.characters = "unknown characters without byte fallback";
   }
-  return "";
+  if (spec.decoders_size() == 0) loss.characters = "no decoder";
+  if (!spec.continuing_subword_prefix().empty() || !spec.end_of_word_suffix().empty()) {
+    loss.characters = "subword prefixes or suffixes";
+  }
+  return loss;
 }
 
 }  // namespace
@@ -133,7 +152,7 @@ absl::Status SelfCheckTokenizer(const TokenizerSpec& spec) {
     return absl::OkStatus();
   };
 
-  const std::string lossy = LossyReason(spec);
+  const Loss loss = FindLoss(spec);
   for (const char* sample_text : kSamples) {
     const std::string sample = sample_text;
     const std::vector<int32_t> ids = tokenizer.Encode(sample, /*add_special_tokens=*/false);
@@ -144,7 +163,8 @@ absl::Status SelfCheckTokenizer(const TokenizerSpec& spec) {
       return status;
     }
     if (ids.empty()) return fail(sample, "it encodes to no tokens");
-    if (!lossy.empty()) continue;
+    if (!loss.characters.empty()) continue;
+    if (!loss.spacing.empty() && sample != kProse) continue;
     const std::string decoded = tokenizer.Decode(ids, /*skip_special_tokens=*/false);
     if (decoded != sample) {
       return fail(sample, absl::StrCat("encode gives ", IdList(ids), ", which decodes to ",

@@ -13,8 +13,9 @@ namespace llmc {
 // emoji (ZWJ and skin tones), combining accents and every special token:
 //  - encoding gives ids inside the vocabulary, and non-empty ids for non-empty prose;
 //  - each special token's text, alone and inside other text, encodes to its id;
-//  - decode(encode(text)) gives the text back, where HF's tokenizer would too: the check is
-//    skipped for tokenizers that lose information by design (lowercasing, NFKC, stripping,
+//  - decode(encode(text)) gives the text back, where HF's tokenizer would too: only for
+//    single-spaced prose when normalizers may change whitespace (stories260K collapses runs of
+//    spaces), and not at all for tokenizers that lose characters by design (lowercasing, NFKC,
 //    whitespace splitting, unknown tokens without byte fallback).
 // An error names the sample string and what went wrong.
 absl::Status SelfCheckTokenizer(const llmrt::plan::TokenizerSpec& spec);

@@ -52,6 +52,20 @@ TEST(SelfCheckTest, NamesTheStringThatDoesNotRoundTrip) {
   EXPECT_NE(status.message().find("instead of the text"), std::string::npos) << status;
 }
 
+// stories260K collapses runs of spaces, so only its prose sample must round-trip, and does.
+TEST(SelfCheckTest, ChecksProseOnTokenizersThatChangeWhitespace) {
+  llmrt::plan::TokenizerSpec spec =
+      Import(FindTokenizerFiles(LLMC_SOURCE_DIR "/tests/data/stories260K"));
+  ASSERT_TRUE(SelfCheckTokenizer(spec).ok());
+  auto* garble = spec.add_decoders();
+  garble->set_kind(llmrt::plan::TokenizerSpec::Decoder::REPLACE);
+  garble->set_pattern("a");
+  garble->set_content("b");
+  const absl::Status status = SelfCheckTokenizer(spec);
+  EXPECT_NE(status.message().find("self-check failed on \"Once upon a time"), std::string::npos)
+      << status;
+}
+
 TEST(SelfCheckTest, NamesASpecialTokenThatIsNotMatched) {
   TokenizerFiles files;
   files.vocab_json = std::string(kShared) + "/gpt2/vocab.json";

@@ -397,7 +397,7 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
     bool echo = false;
     RETURN_IF_ERROR_P(ReadBool(object, "echo", echo));
     if (echo) return absl::InvalidArgumentError("'echo' is not supported by this server");
-    if (const Json* suffix = Field(object, "suffix")) {
+    if (Field(object, "suffix") != nullptr) {
       return absl::InvalidArgumentError("'suffix' is not supported by this server");
     }
   }

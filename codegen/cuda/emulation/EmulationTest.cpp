@@ -100,6 +100,11 @@ struct FixtureCase {
   plan::DType dtype;
 };
 
+// Readable parameter names in ctest's list instead of gtest's byte dump.
+void PrintTo(const FixtureCase &param, std::ostream *out) {
+  *out << param.model << " dtype " << static_cast<int>(param.dtype);
+}
+
 class FixtureTest : public ::testing::TestWithParam<FixtureCase> {};
 
 TEST_P(FixtureTest, EveryKernelMatchesTheCpuBackend) {
@@ -117,6 +122,11 @@ struct TinyCase {
   int64_t slidingWindow;
   plan::DType dtype;
 };
+
+void PrintTo(const TinyCase &param, std::ostream *out) {
+  *out << (param.fused ? "fused" : "unfused") << (param.qkvBias ? " bias" : "") << " window "
+       << param.slidingWindow << " dtype " << static_cast<int>(param.dtype);
+}
 
 class TinyLlamaTest : public ::testing::TestWithParam<TinyCase> {};
 

@@ -619,6 +619,33 @@ TEST(CpuKernelTest, AttentionOnlineSoftmaxMatchesTwoPassReference) {
   }
 }
 
+// A token's matmul result must not depend on which tokens share its step: the engine batches
+// sequences freely, and a sequence must give the same logits alone or batched, to the bit.
+TEST(CpuKernelTest, PackedMatMulIsBatchInvariant) {
+  constexpr int64_t kRows = 11, kCols = 75, kOut = 32;
+  for (plan::DType dtype : {plan::F32, plan::F16, plan::BF16}) {
+    std::vector<float> w_data(kOut * kCols);
+    for (size_t i = 0; i < w_data.size(); ++i) w_data[i] = std::cos(0.61f * i);
+    const std::vector<uint8_t> packed = PackPanels(::llmrt::testing::EncodeAs(dtype, w_data), kOut,
+                                                   kCols, dtype == plan::F32 ? 4 : 2, kPanelRows);
+    const MatrixView w{packed.data(), dtype, kOut, kCols, kPanelRows};
+    std::vector<float> x(kRows * kCols);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.3f * i) * 3.0f;
+    ThreadPool pool(2);
+    std::vector<float> batched(kRows * kOut);
+    const MatMulOutput all{batched.data(), 0, kOut};
+    MatMul(pool, x.data(), kRows, nullptr, w, nullptr, &all, 1);
+    for (int32_t row = 0; row < kRows; ++row) {
+      std::vector<float> alone(kOut);
+      const MatMulOutput one{alone.data(), 0, kOut};
+      MatMul(pool, x.data(), 1, &row, w, nullptr, &one, 1);
+      for (int64_t c = 0; c < kOut; ++c) {
+        ASSERT_EQ(alone[c], batched[row * kOut + c]) << "dtype " << dtype << " row " << row;
+      }
+    }
+  }
+}
+
 TEST(CpuBackendOpTest, ElementwiseAndNorms) {
   const int rows = 4, width = 21;
   const auto a = RandomRows(rows, width, 2);

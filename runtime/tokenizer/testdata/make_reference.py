@@ -9,8 +9,8 @@ byte. CI has no Python: the outputs are committed, and so are the small tokenize
 
 Tokenizers:
   stories260k   tests/data/stories260K (SentencePiece-style BPE with byte fallback)
-  phi3          /work/shared/tokenizers/phi3/tokenizer.json (Llama-2 vocabulary + Phi-3 added
-                tokens); too big to commit, so its test is skipped where the file is absent
+  phi3          ../shared/tokenizers/phi3/tokenizer.json (Llama-2 vocabulary + Phi-3 added
+                tokens); too big to commit, CI reads it from ../shared
   qwen2_mini, gpt2_mini, llama3_mini
                 the real tokenizers, converted to tokenizer.json by transformers, with the
                 vocabulary cut to the first merges (normalizers, regexes, added tokens and
@@ -27,8 +27,8 @@ Usage: python3 runtime/tokenizer/testdata/make_reference.py   (needs tokenizers,
        tiktoken)
        python3 runtime/tokenizer/testdata/make_reference.py --full DIR
          also writes the uncut qwen2, gpt2 and llama3 tokenizers (several MB each, not for the
-         repository) with their references to DIR; run the C++ test with
-         LLMRT_TOKENIZER_FULL_DIR=DIR to check them too.
+         repository) with their references to DIR, for manual comparison. The uncut real
+         tokenizers are checked in CI by conformance_test.cc (testdata/conformance).
 """
 
 import json
