@@ -6,8 +6,10 @@
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/cuda/cuda_backend.h"
 
 namespace llmrt::engine {
 
@@ -61,8 +63,18 @@ absl::Status Model::Init(const BlobLookup& blobs, const ModelOptions& options) {
   BackendOptions backend_options;
   backend_options.max_tokens_per_step = options.max_tokens_per_step;
   backend_options.num_threads = options.num_threads;
-  absl::StatusOr<std::unique_ptr<Backend>> backend =
-      cpu::CreateCpuBackend(*meta_, blobs, backend_options);
+  bool plan_has_cuda = false;
+  for (const plan::KernelTable& table : meta_->program().kernel_tables()) {
+    plan_has_cuda |= absl::StartsWith(table.target(), "cuda");
+  }
+  absl::StatusOr<std::unique_ptr<Backend>> backend;
+  if (options.backend == BackendChoice::kCuda) {
+    backend = cuda::CreateCudaBackend(*meta_, blobs, backend_options);
+  } else if (options.backend == BackendChoice::kAuto && plan_has_cuda) {
+    backend = cuda::CreateCudaOrCpuBackend(*meta_, blobs, backend_options, &backend_note_);
+  } else {
+    backend = cpu::CreateCpuBackend(*meta_, blobs, backend_options);
+  }
   if (!backend.ok()) return backend.status();
   backend_ = std::move(*backend);
 

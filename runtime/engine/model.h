@@ -26,7 +26,15 @@
 
 namespace llmrt::engine {
 
+// Which backend runs the plan.
+enum class BackendChoice {
+  kAuto,  // CUDA when the plan carries CUDA kernels and a GPU works, else the CPU
+  kCpu,
+  kCuda,  // CUDA or an error saying why not
+};
+
 struct ModelOptions {
+  BackendChoice backend = BackendChoice::kAuto;
   int32_t num_threads = 1;    // 0: all hardware threads
   int32_t kv_block_size = 0;  // 0: the plan's KvCacheSpec.default_block_size, else 16
   // KV pool size, first that is set: kv_cache_tokens (tokens over all sessions), kv_memory_bytes
@@ -66,6 +74,9 @@ class Model {
   ~Model();
 
   const plan::PlanMeta& meta() const { return *meta_; }
+  // Why the CUDA kernels of a plan that has them are not used ("" when they are, or when the
+  // plan has none); tools print it so a silent CPU fallback never hides a broken GPU setup.
+  const std::string& backend_note() const { return backend_note_; }
   const plan::Plan* plan() const { return plan_.get(); }  // nullptr when created from memory
   int64_t vocab_size() const { return backend_->vocab_size(); }
   // The most tokens one session may hold: the smallest of max_position_embeddings (if set),
@@ -95,6 +106,7 @@ class Model {
   std::unique_ptr<plan::PlanMeta> owned_meta_;
   const plan::PlanMeta* meta_ = nullptr;
   std::unique_ptr<Backend> backend_;
+  std::string backend_note_;
   std::unique_ptr<kv::BlockPool> pool_;
   std::unique_ptr<StepBuilder> builder_;
   std::vector<float> step_logits_;  // max_tokens_per_step rows of vocab_size

@@ -90,12 +90,34 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
 struct Server::Shared {
   ServerMetrics metrics;
   std::mutex mutex;
-  std::condition_variable idle;  // signalled when active_sequences reaches 0
+  std::condition_variable idle;  // signalled when active_sequences or open_responses reach 0
   int64_t active_sequences = 0;  // under mutex
+  // Generation responses not completely written yet (under mutex). Drain waits for these, not
+  // only for the engine: the last chunks of a stream are written after its sequences finish.
+  int64_t open_responses = 0;
   absl::flat_hash_set<engine::RequestId> live_requests;  // under mutex; cancelled on drain
 };
 
 namespace {
+
+// Counts one generation response as open from construction until destruction. Streams keep it
+// in their content provider, which httplib destroys only after the last byte is written.
+class OpenResponse {
+ public:
+  explicit OpenResponse(std::shared_ptr<Server::Shared> shared) : shared_(std::move(shared)) {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    ++shared_->open_responses;
+  }
+  ~OpenResponse() {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    if (--shared_->open_responses == 0) shared_->idle.notify_all();
+  }
+  OpenResponse(const OpenResponse&) = delete;
+  OpenResponse& operator=(const OpenResponse&) = delete;
+
+ private:
+  std::shared_ptr<Server::Shared> shared_;
+};
 
 // One HTTP request's view of its engine requests: outputs queue up here on the engine thread and
 // are taken by the handler thread.
@@ -220,13 +242,13 @@ void Server::Drain() {
                          std::chrono::duration<double>(options_.drain_timeout_seconds));
   {
     std::unique_lock<std::mutex> lock(shared_->mutex);
-    shared_->idle.wait_until(lock, deadline, [&] { return shared_->active_sequences == 0; });
-    if (shared_->active_sequences > 0) {
+    auto idle = [&] { return shared_->active_sequences == 0 && shared_->open_responses == 0; };
+    shared_->idle.wait_until(lock, deadline, idle);
+    if (!idle()) {
       for (engine::RequestId id : shared_->live_requests) engine_.Cancel(id);
-      // Cancellations take effect at the start of the next step; a step of a large model takes
-      // well under 5 s.
-      shared_->idle.wait_for(lock, std::chrono::seconds(5),
-                             [&] { return shared_->active_sequences == 0; });
+      // Cancellations take effect at the start of the next step, then the handlers write the
+      // final "abort" chunks; a step of a large model takes well under 5 s.
+      shared_->idle.wait_for(lock, std::chrono::seconds(5), idle);
     }
   }
   Stop();
@@ -504,6 +526,7 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
     shared_->active_sequences += sequences;
   }
 
+  auto open_response = std::make_shared<OpenResponse>(shared_);
   auto tracker = std::make_shared<Tracker>();
   tracker->arrival = arrival;
   tracker->open_choices = static_cast<int32_t>(sequences);
@@ -693,8 +716,8 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
   response.set_header("Cache-Control", "no-cache");
   response.set_chunked_content_provider(
       "text/event-stream",
-      [tracker, state, context, peer, cancel_all, include_usage, logprobs, n, sequences](
-          size_t, httplib::DataSink& sink) {
+      [tracker, state, context, peer, cancel_all, include_usage, logprobs, n, sequences,
+       open_response](size_t, httplib::DataSink& sink) {
         auto write = [&](const Json& json) {
           const std::string event = SseEvent(DumpJson(json));
           return sink.write(event.data(), event.size());

@@ -1,9 +1,10 @@
 // llmrt: runs and inspects plan files.
 //
 //   llmrt run plan.bin -p "text" [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]
-//                                [--verify] [--threads N]
+//                                [--verify] [--threads N] [--backend auto|cpu|cuda]
 //   llmrt chat plan.bin [--system TEXT] [-n N] [sampling flags as for run]
 //   llmrt inspect plan.bin [--verify]
+//   llmrt tokenize plan.bin TEXT [--special] [--ids-only]   (see tokenize.cc)
 //   llmrt bench plan.bin [-p 512] [-n 128] [-t 1,2] [--reps 5] [--json]   (see bench.cc)
 //   llmrt bench --bandwidth [-t 1,2]
 //
@@ -31,8 +32,8 @@
 #include "tools/llmrt/bench.h"
 #include "tools/llmrt/generate.h"
 #include "tools/llmrt/render.h"
-#include "tools/llmrt/tokenize.h"
 #include "tools/llmrt/serve.h"
+#include "tools/llmrt/tokenize.h"
 
 namespace llmrt {
 namespace {
@@ -125,7 +126,8 @@ struct GenerationSetup {
 // Returns 0 and fills `setup`, or the exit status to return (after printing why).
 int SetUpGeneration(int argc, char** argv, const std::vector<std::string>& extra_valued,
                     const std::vector<std::string>& extra_switches, GenerationSetup& setup) {
-  std::vector<std::string> valued = {"-n", "--temp", "--top-k", "--top-p", "--seed", "--threads"};
+  std::vector<std::string> valued = {"-n",     "--temp",    "--top-k",  "--top-p",
+                                     "--seed", "--threads", "--backend"};
   valued.insert(valued.end(), extra_valued.begin(), extra_valued.end());
   std::vector<std::string> switches = {"--verify"};
   switches.insert(switches.end(), extra_switches.begin(), extra_switches.end());
@@ -144,11 +146,26 @@ int SetUpGeneration(int argc, char** argv, const std::vector<std::string>& extra
   if (setup.limits.max_new_tokens < 0) return UsageError("-n must be >= 0");
   if (threads < 0) return UsageError("--threads must be >= 0 (0: all cores)");
   options.num_threads = threads;
+  if (arguments.values.count("--backend")) {
+    const std::string& backend = arguments.values["--backend"];
+    if (backend == "auto") {
+      options.backend = engine::BackendChoice::kAuto;
+    } else if (backend == "cpu") {
+      options.backend = engine::BackendChoice::kCpu;
+    } else if (backend == "cuda") {
+      options.backend = engine::BackendChoice::kCuda;
+    } else {
+      return UsageError("--backend: expected auto, cpu or cuda, found \"" + backend + "\"");
+    }
+  }
 
   absl::StatusOr<std::unique_ptr<engine::Model>> model =
       engine::Model::Load(arguments.plan_path, options);
   if (!model.ok()) return Fail(model.status());
   setup.model = *std::move(model);
+  if (!setup.model->backend_note().empty()) {
+    std::fprintf(stderr, "[llmrt] %s; running on the CPU\n", setup.model->backend_note().c_str());
+  }
   const plan::PlanMeta& meta = setup.model->meta();
 
   // Defaults from generation_config.json: greedy unless it asks for sampling.
