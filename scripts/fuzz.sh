@@ -33,7 +33,7 @@ if [ -x "$root/build/bin/llmc" ] && [ ! -f "$work/seed.plan" ]; then
 fi
 seed llmrt_plan_reader_fuzzer "$work/seed.plan"
 seed llmrt_template_fuzzer "$root"/tests/data/*.jinja "$root"/../shared/tokenizers/*/chat_template.jinja
-seed llmc_tokenizer_fuzzer "$root"/tests/data/stories260K/tokenizer.json
+seed llmc_tokenizer_fuzzer "$root"/compiler/tokenizer/fuzz_corpus/*
 
 status=0
 for fuzzer in "$build"/bin/*_fuzzer; do

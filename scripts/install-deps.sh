@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build ccache pkg-config g++ python3
+  cmake ninja-build ccache pkg-config g++ python3 python3-pip curl
   libmlir-16-dev mlir-16-tools llvm-16-dev llvm-16-tools
   libprotobuf-dev protobuf-compiler
   libabsl-dev
@@ -12,8 +12,17 @@ packages=(
   libhwy-dev libpcre2-dev libxxhash-dev libicu-dev
   clang-16 libclang-rt-16-dev
   libcpp-httplib-dev nlohmann-json3-dev
-  curl
 )
+
+# The OpenAI Python SDK, for the server's client tests (a reference client nobody here wrote),
+# into the python3 on PATH, which is the one the tests run. Debian's own python3 refuses
+# system-wide pip installs (PEP 668); there the flag below says we mean it.
+install_openai_sdk() {
+  python3 -c 'import openai' 2>/dev/null && return 0
+  echo "install-deps: pip install openai"
+  python3 -m pip install --quiet openai 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages openai
+}
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -21,10 +30,14 @@ for pkg in "${packages[@]}"; do
     missing+=("$pkg")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+  install_openai_sdk
+  exit 0
+fi
 
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+install_openai_sdk
