@@ -257,14 +257,29 @@ TEST(BuildModuleTest, CompilesToPlan) {
   ASSERT_TRUE((*writer)->Finish(meta).ok());
   auto opened = plan::Plan::Open(path, {.verify_blob_checksums = true});
   ASSERT_TRUE(opened.ok()) << opened.status();
-  // f16 -> f16 is a byte copy: the fused k part of layer 1 follows q's 16 rows of 16.
+  // f16 -> f16 is a byte copy: the fused k part of layer 1 is rows 16.. of the qkv weight (after
+  // q's 16 rows of 16 columns), wherever the tensor's layout puts each element.
   int index = -1;
   for (int i = 0; i < (*opened)->meta().tensors_size(); ++i)
     if ((*opened)->meta().tensors(i).name() == "model.layers.1.self_attn.qkv_proj.weight")
       index = i;
   ASSERT_GE(index, 0);
+  const plan::Tensor& fused = (*opened)->meta().tensors(index);
+  const int64_t cols = fused.shape(1);
+  const int64_t panel = fused.layout() == plan::Tensor::ROW_PANELS ? fused.panel_rows() : 1;
+  auto element_offset = [&](int64_t row, int64_t col) {
+    // ROW_PANELS (plan.proto): (r / P) * P * cols + c * P + r % P; row-major is P = 1.
+    return (row / panel) * panel * cols + col * panel + row % panel;
+  };
   const TensorInfo& k = checkpoint.at("model.layers.1.self_attn.k_proj.weight");
-  EXPECT_EQ(std::memcmp((*opened)->blob(index) + 16 * 16 * 2, k.data, k.size_bytes), 0);
+  const auto* packed = reinterpret_cast<const uint16_t*>((*opened)->blob(index));
+  const auto* expected = reinterpret_cast<const uint16_t*>(k.data);
+  for (int64_t row = 0; row < k.shape[0]; ++row) {
+    for (int64_t col = 0; col < cols; ++col) {
+      ASSERT_EQ(packed[element_offset(16 + row, col)], expected[row * cols + col])
+          << "k row " << row << " col " << col;
+    }
+  }
   std::filesystem::remove(path);
 }
 
