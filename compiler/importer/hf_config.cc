@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/importer/json_util.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/status_macros.h"
 
 namespace llmc {
 namespace {
@@ -122,15 +123,6 @@ class FieldReader {
   std::string path_;
 };
 
-#define LLMC_ASSIGN_OR_RETURN(target, expression) \
-  do {                                            \
-    auto assign_or_return_value = (expression);   \
-    if (!assign_or_return_value.ok()) {           \
-      return assign_or_return_value.status();     \
-    }                                             \
-    target = *std::move(assign_or_return_value);  \
-  } while (false)
-
 absl::StatusOr<Json> ParseObject(std::string_view text, const std::string& path) {
   absl::StatusOr<Json> parsed = ParseJson(text, path);
   if (!parsed.ok()) return parsed.status();
@@ -169,12 +161,12 @@ absl::Status ParseRope(const FieldReader& config, RopeConfig* rope) {
   }
   double theta = 10000.0;  // LlamaConfig, MistralConfig and Qwen2Config all default to 1e4
   if (config.HasValue("rope_theta")) {
-    LLMC_ASSIGN_OR_RETURN(theta, config.PositiveNumberOr("rope_theta", theta));
+    LLMRT_ASSIGN_OR_RETURN(theta, config.PositiveNumberOr("rope_theta", theta));
   } else if (scaling_field != nullptr && config.Get(scaling_field).is_object() &&
              config.Get(scaling_field).contains("rope_theta")) {
     FieldReader parameters(config.Get(scaling_field),
                            absl::StrFormat("%s: field \"%s\"", config.path(), scaling_field));
-    LLMC_ASSIGN_OR_RETURN(theta, parameters.PositiveNumberOr("rope_theta", theta));
+    LLMRT_ASSIGN_OR_RETURN(theta, parameters.PositiveNumberOr("rope_theta", theta));
   }
   rope->set_theta(theta);
   rope->set_scaling(RopeConfig::SCALING_NONE);
@@ -187,13 +179,13 @@ absl::Status ParseRope(const FieldReader& config, RopeConfig* rope) {
   // transformers reads "rope_type", falling back to the legacy "type".
   const char* type_field = parameters.HasValue("rope_type") ? "rope_type" : "type";
   std::string type;
-  LLMC_ASSIGN_OR_RETURN(type, parameters.StringOr(type_field, "default"));
+  LLMRT_ASSIGN_OR_RETURN(type, parameters.StringOr(type_field, "default"));
   if (type == "default") return absl::OkStatus();
   if (type == "linear") {
     rope->set_scaling(RopeConfig::LINEAR);
     double factor = 0;
     if (!parameters.HasValue("factor")) return parameters.Error("factor", "a positive number");
-    LLMC_ASSIGN_OR_RETURN(factor, parameters.PositiveNumber("factor", parameters.Get("factor")));
+    LLMRT_ASSIGN_OR_RETURN(factor, parameters.PositiveNumber("factor", parameters.Get("factor")));
     rope->set_factor(factor);
     return absl::OkStatus();
   }
@@ -202,14 +194,14 @@ absl::Status ParseRope(const FieldReader& config, RopeConfig* rope) {
     double value = 0;
     for (const char* field : {"factor", "low_freq_factor", "high_freq_factor"}) {
       if (!parameters.HasValue(field)) return parameters.Error(field, "a positive number");
-      LLMC_ASSIGN_OR_RETURN(value, parameters.PositiveNumber(field, parameters.Get(field)));
+      LLMRT_ASSIGN_OR_RETURN(value, parameters.PositiveNumber(field, parameters.Get(field)));
       if (field == std::string("factor")) rope->set_factor(value);
       if (field == std::string("low_freq_factor")) rope->set_low_freq_factor(value);
       if (field == std::string("high_freq_factor")) rope->set_high_freq_factor(value);
     }
     int64_t original_max = 0;
-    LLMC_ASSIGN_OR_RETURN(original_max,
-                          parameters.RequiredPositiveInt("original_max_position_embeddings"));
+    LLMRT_ASSIGN_OR_RETURN(original_max,
+                           parameters.RequiredPositiveInt("original_max_position_embeddings"));
     rope->set_original_max_position_embeddings(original_max);
     if (rope->high_freq_factor() <= rope->low_freq_factor()) {
       return parameters.Error("high_freq_factor", "a value greater than low_freq_factor");
@@ -273,29 +265,29 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> OptionalTokenIdList(const Fi
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
                                              const std::string& config_path) {
   Json json;
-  LLMC_ASSIGN_OR_RETURN(json, ParseObject(config_json, config_path));
+  LLMRT_ASSIGN_OR_RETURN(json, ParseObject(config_json, config_path));
   const FieldReader config(json, config_path);
   ModelConfig result;
 
   std::string architecture;
   Family family;
-  LLMC_ASSIGN_OR_RETURN(family, ParseArchitecture(config, &architecture));
+  LLMRT_ASSIGN_OR_RETURN(family, ParseArchitecture(config, &architecture));
   const FamilyDefaults defaults = DefaultsFor(family);
   result.set_architecture(architecture);
   std::string model_type;
-  LLMC_ASSIGN_OR_RETURN(model_type, config.StringOr("model_type", defaults.model_type));
+  LLMRT_ASSIGN_OR_RETURN(model_type, config.StringOr("model_type", defaults.model_type));
   result.set_model_type(model_type);
 
   int64_t value = 0;
-  LLMC_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("vocab_size"));
+  LLMRT_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("vocab_size"));
   result.set_vocab_size(value);
-  LLMC_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("hidden_size"));
+  LLMRT_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("hidden_size"));
   result.set_hidden_size(value);
-  LLMC_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("intermediate_size"));
+  LLMRT_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("intermediate_size"));
   result.set_intermediate_size(value);
-  LLMC_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("num_hidden_layers"));
+  LLMRT_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("num_hidden_layers"));
   result.set_num_layers(value);
-  LLMC_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("num_attention_heads"));
+  LLMRT_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("num_attention_heads"));
   result.set_num_attention_heads(value);
 
   // Absent: the class default; explicit null: num_attention_heads (transformers' "backward
@@ -304,7 +296,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
   if (config.Has("num_key_value_heads") && config.Get("num_key_value_heads").is_null()) {
     kv_fallback = result.num_attention_heads();
   }
-  LLMC_ASSIGN_OR_RETURN(value, config.PositiveIntOr("num_key_value_heads", kv_fallback));
+  LLMRT_ASSIGN_OR_RETURN(value, config.PositiveIntOr("num_key_value_heads", kv_fallback));
   result.set_num_kv_heads(value);
   if (result.num_attention_heads() % result.num_kv_heads() != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -314,7 +306,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
   }
 
   if (config.HasValue("head_dim")) {
-    LLMC_ASSIGN_OR_RETURN(value, config.PositiveInt("head_dim", config.Get("head_dim")));
+    LLMRT_ASSIGN_OR_RETURN(value, config.PositiveInt("head_dim", config.Get("head_dim")));
     result.set_head_dim(value);
   } else if (result.hidden_size() % result.num_attention_heads() != 0) {
     return absl::InvalidArgumentError(
@@ -325,20 +317,20 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
     result.set_head_dim(result.hidden_size() / result.num_attention_heads());
   }
 
-  LLMC_ASSIGN_OR_RETURN(
+  LLMRT_ASSIGN_OR_RETURN(
       value, config.PositiveIntOr("max_position_embeddings", defaults.max_position_embeddings));
   result.set_max_position_embeddings(value);
   double eps = 0;
-  LLMC_ASSIGN_OR_RETURN(eps, config.PositiveNumberOr("rms_norm_eps", 1e-6));
+  LLMRT_ASSIGN_OR_RETURN(eps, config.PositiveNumberOr("rms_norm_eps", 1e-6));
   result.set_rms_norm_eps(eps);
   if (absl::Status status = ParseRope(config, result.mutable_rope()); !status.ok()) return status;
 
   bool flag = false;
-  LLMC_ASSIGN_OR_RETURN(flag, config.BoolOr("tie_word_embeddings", false));
+  LLMRT_ASSIGN_OR_RETURN(flag, config.BoolOr("tie_word_embeddings", false));
   result.set_tie_word_embeddings(flag);
 
   std::string hidden_act;
-  LLMC_ASSIGN_OR_RETURN(hidden_act, config.StringOr("hidden_act", "silu"));
+  LLMRT_ASSIGN_OR_RETURN(hidden_act, config.StringOr("hidden_act", "silu"));
   if (hidden_act != "silu") {
     return config.Unsupported(
         "hidden_act",
@@ -348,9 +340,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
 
   switch (family) {
     case Family::kLlama: {
-      LLMC_ASSIGN_OR_RETURN(flag, config.BoolOr("attention_bias", false));
+      LLMRT_ASSIGN_OR_RETURN(flag, config.BoolOr("attention_bias", false));
       result.set_attention_bias(flag);
-      LLMC_ASSIGN_OR_RETURN(flag, config.BoolOr("mlp_bias", false));
+      LLMRT_ASSIGN_OR_RETURN(flag, config.BoolOr("mlp_bias", false));
       if (flag) return config.Unsupported("mlp_bias", "MLP biases (true) are not supported");
       break;
     }
@@ -359,7 +351,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
       int64_t window = 4096;
       if (config.Has("sliding_window")) {
         window = 0;
-        LLMC_ASSIGN_OR_RETURN(window, config.PositiveIntOr("sliding_window", 0));
+        LLMRT_ASSIGN_OR_RETURN(window, config.PositiveIntOr("sliding_window", 0));
       }
       result.set_sliding_window(window);
       break;
@@ -367,7 +359,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
     case Family::kQwen2: {
       // Qwen2's q/k/v projections always carry a bias.
       result.set_attention_bias(true);
-      LLMC_ASSIGN_OR_RETURN(flag, config.BoolOr("use_sliding_window", false));
+      LLMRT_ASSIGN_OR_RETURN(flag, config.BoolOr("use_sliding_window", false));
       if (flag) {
         return config.Unsupported("use_sliding_window",
                                   "Qwen2 sliding-window layers (true) are not supported");
@@ -378,7 +370,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
 
   std::string torch_dtype;
   const char* dtype_field = config.HasValue("torch_dtype") ? "torch_dtype" : "dtype";
-  LLMC_ASSIGN_OR_RETURN(torch_dtype, config.StringOr(dtype_field, ""));
+  LLMRT_ASSIGN_OR_RETURN(torch_dtype, config.StringOr(dtype_field, ""));
   result.set_checkpoint_dtype(DTypeFromTorchName(torch_dtype));
   return result;
 }
@@ -387,49 +379,51 @@ absl::StatusOr<GenerationDefaults> ParseGenerationDefaults(
     std::optional<std::string_view> generation_json, const std::string& generation_path,
     std::string_view config_json, const std::string& config_path) {
   Json config_object;
-  LLMC_ASSIGN_OR_RETURN(config_object, ParseObject(config_json, config_path));
+  LLMRT_ASSIGN_OR_RETURN(config_object, ParseObject(config_json, config_path));
   const FieldReader config(config_object, config_path);
   std::string architecture;
   Family family;
-  LLMC_ASSIGN_OR_RETURN(family, ParseArchitecture(config, &architecture));
+  LLMRT_ASSIGN_OR_RETURN(family, ParseArchitecture(config, &architecture));
   const FamilyDefaults defaults = DefaultsFor(family);
 
   Json generation_object = Json::object();
   if (generation_json.has_value()) {
-    LLMC_ASSIGN_OR_RETURN(generation_object, ParseObject(*generation_json, generation_path));
+    LLMRT_ASSIGN_OR_RETURN(generation_object, ParseObject(*generation_json, generation_path));
   }
   const FieldReader generation(generation_object, generation_path);
 
   GenerationDefaults result;
   // bos and pad: generation_config.json, else config.json, else the class default.
   std::optional<int64_t> id;
-  LLMC_ASSIGN_OR_RETURN(id, OptionalTokenId(generation, "bos_token_id"));
+  LLMRT_ASSIGN_OR_RETURN(id, OptionalTokenId(generation, "bos_token_id"));
   if (!id.has_value() && !generation.HasValue("bos_token_id")) {
-    LLMC_ASSIGN_OR_RETURN(id, OptionalTokenId(config, "bos_token_id"));
+    LLMRT_ASSIGN_OR_RETURN(id, OptionalTokenId(config, "bos_token_id"));
     if (!config.Has("bos_token_id")) id = defaults.bos_token_id;
   }
   result.set_bos_token_id(id.value_or(-1));
 
   std::optional<std::vector<int64_t>> eos;
-  LLMC_ASSIGN_OR_RETURN(eos, OptionalTokenIdList(generation, "eos_token_id"));
+  LLMRT_ASSIGN_OR_RETURN(eos, OptionalTokenIdList(generation, "eos_token_id"));
   if (!eos.has_value()) {
-    LLMC_ASSIGN_OR_RETURN(eos, OptionalTokenIdList(config, "eos_token_id"));
+    LLMRT_ASSIGN_OR_RETURN(eos, OptionalTokenIdList(config, "eos_token_id"));
     if (!config.Has("eos_token_id") && defaults.eos_token_id >= 0) {
       eos = std::vector<int64_t>{defaults.eos_token_id};
     }
   }
   for (int64_t eos_id : eos.value_or(std::vector<int64_t>())) result.add_eos_token_ids(eos_id);
 
-  LLMC_ASSIGN_OR_RETURN(id, OptionalTokenId(generation, "pad_token_id"));
-  if (!id.has_value()) LLMC_ASSIGN_OR_RETURN(id, OptionalTokenId(config, "pad_token_id"));
+  LLMRT_ASSIGN_OR_RETURN(id, OptionalTokenId(generation, "pad_token_id"));
+  if (!id.has_value()) {
+    LLMRT_ASSIGN_OR_RETURN(id, OptionalTokenId(config, "pad_token_id"));
+  }
   result.set_pad_token_id(id.value_or(-1));
 
   // transformers' GenerationConfig defaults.
   bool do_sample = false;
-  LLMC_ASSIGN_OR_RETURN(do_sample, generation.BoolOr("do_sample", false));
+  LLMRT_ASSIGN_OR_RETURN(do_sample, generation.BoolOr("do_sample", false));
   result.set_do_sample(do_sample);
   double number = 0;
-  LLMC_ASSIGN_OR_RETURN(number, generation.NumberOr("temperature", 1.0));
+  LLMRT_ASSIGN_OR_RETURN(number, generation.NumberOr("temperature", 1.0));
   if (number < 0) return generation.Error("temperature", "a non-negative number");
   result.set_temperature(number);
   int64_t top_k = 50;
@@ -441,13 +435,13 @@ absl::StatusOr<GenerationDefaults> ParseGenerationDefaults(
     top_k = value.get<int64_t>();
   }
   result.set_top_k(top_k);
-  LLMC_ASSIGN_OR_RETURN(number, generation.NumberOr("top_p", 1.0));
+  LLMRT_ASSIGN_OR_RETURN(number, generation.NumberOr("top_p", 1.0));
   if (number <= 0 || number > 1) return generation.Error("top_p", "a number in (0, 1]");
   result.set_top_p(number);
-  LLMC_ASSIGN_OR_RETURN(number, generation.PositiveNumberOr("repetition_penalty", 1.0));
+  LLMRT_ASSIGN_OR_RETURN(number, generation.PositiveNumberOr("repetition_penalty", 1.0));
   result.set_repetition_penalty(number);
   int64_t max_length = 0;
-  LLMC_ASSIGN_OR_RETURN(max_length, generation.PositiveIntOr("max_length", 20));
+  LLMRT_ASSIGN_OR_RETURN(max_length, generation.PositiveIntOr("max_length", 20));
   result.set_max_length(max_length);
   return result;
 }

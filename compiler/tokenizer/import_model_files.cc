@@ -23,26 +23,13 @@
 #include "compiler/tokenizer/import_internal.h"
 #include "compiler/tokenizer/import_tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/status_macros.h"
 
 namespace llmc {
 namespace {
 
 using Json = nlohmann::json;
 using llmrt::plan::TokenizerSpec;
-
-#define LLMC_IMPORT_ASSIGN_OR_RETURN_IMPL(status_or, lhs, expr) \
-  auto status_or = (expr);                                      \
-  if (!status_or.ok()) return status_or.status();               \
-  lhs = std::move(*status_or)
-#define LLMC_IMPORT_CONCAT_INNER(a, b) a##b
-#define LLMC_IMPORT_CONCAT(a, b) LLMC_IMPORT_CONCAT_INNER(a, b)
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  LLMC_IMPORT_ASSIGN_OR_RETURN_IMPL(LLMC_IMPORT_CONCAT(status_or_, __LINE__), lhs, expr)
-#define RETURN_IF_ERROR(expr)          \
-  do {                                 \
-    absl::Status status_ = (expr);     \
-    if (!status_.ok()) return status_; \
-  } while (false)
 
 // The pre-tokenizer regexes, as transformers' Qwen2Tokenizer and TikTokenConverter set them.
 constexpr char kQwen2Pattern[] =
@@ -79,7 +66,7 @@ absl::StatusOr<Json> ParseJson(std::string_view text, absl::string_view name) {
 // tokenizer_config.json, or an empty object when there is none.
 absl::StatusOr<Json> ParseConfig(std::string_view config_json, absl::string_view name) {
   if (config_json.empty()) return Json::object();
-  ASSIGN_OR_RETURN(Json config, ParseJson(config_json, name));
+  LLMRT_ASSIGN_OR_RETURN(Json config, ParseJson(config_json, name));
   if (!config.is_object()) return Invalid(name, "expected an object");
   return config;
 }
@@ -273,30 +260,33 @@ absl::StatusOr<TokenizerSpec> ImportVocabMerges(std::string_view vocab_json_std,
   const std::string vocab_name = absl::StrCat(name, " (vocab.json)");
   const std::string merges_name = absl::StrCat(name, " (merges.txt)");
   const std::string config_name = absl::StrCat(name, " (tokenizer_config.json)");
-  ASSIGN_OR_RETURN(Json config, ParseConfig(config_json, config_name));
-  ASSIGN_OR_RETURN(ByteLevelFamily family, PickFamily(config, View(model_type_std), config_name));
-  ASSIGN_OR_RETURN(Json vocab, ParseJson(vocab_json_std, vocab_name));
+  LLMRT_ASSIGN_OR_RETURN(Json config, ParseConfig(config_json, config_name));
+  LLMRT_ASSIGN_OR_RETURN(ByteLevelFamily family,
+                         PickFamily(config, View(model_type_std), config_name));
+  LLMRT_ASSIGN_OR_RETURN(Json vocab, ParseJson(vocab_json_std, vocab_name));
   if (!vocab.is_object()) return Invalid(vocab_name, "expected an object mapping pieces to ids");
-  ASSIGN_OR_RETURN(Json merges, ParseMerges(View(merges_txt_std), merges_name));
+  LLMRT_ASSIGN_OR_RETURN(Json merges, ParseMerges(View(merges_txt_std), merges_name));
 
   // The named special tokens, with each class's defaults.
   const bool qwen2 = family == ByteLevelFamily::kQwen2;
   const absl::string_view kEndOfText = "<|endoftext|>";
-  ASSIGN_OR_RETURN(std::string unk, ConfigToken(config, "unk_token", kEndOfText, config_name));
-  ASSIGN_OR_RETURN(std::string bos,
-                   ConfigToken(config, "bos_token", qwen2 ? "" : kEndOfText, config_name));
-  ASSIGN_OR_RETURN(std::string eos, ConfigToken(config, "eos_token", kEndOfText, config_name));
-  ASSIGN_OR_RETURN(std::string pad,
-                   ConfigToken(config, "pad_token", qwen2 ? kEndOfText : "", config_name));
+  LLMRT_ASSIGN_OR_RETURN(std::string unk,
+                         ConfigToken(config, "unk_token", kEndOfText, config_name));
+  LLMRT_ASSIGN_OR_RETURN(std::string bos,
+                         ConfigToken(config, "bos_token", qwen2 ? "" : kEndOfText, config_name));
+  LLMRT_ASSIGN_OR_RETURN(std::string eos,
+                         ConfigToken(config, "eos_token", kEndOfText, config_name));
+  LLMRT_ASSIGN_OR_RETURN(std::string pad,
+                         ConfigToken(config, "pad_token", qwen2 ? kEndOfText : "", config_name));
 
   // Added tokens: added_tokens_decoder when the config has it, else added_tokens.json; then the
   // named special tokens that are not among them (they keep their vocabulary id, or follow it).
-  ASSIGN_OR_RETURN(std::vector<Json> added, ConfigAddedTokens(config, config_name));
+  LLMRT_ASSIGN_OR_RETURN(std::vector<Json> added, ConfigAddedTokens(config, config_name));
   absl::flat_hash_set<std::string> named = {unk, bos, eos, pad};
   named.erase("");
   if (added.empty() && !added_tokens_json_std.empty()) {
     const std::string added_name = absl::StrCat(name, " (added_tokens.json)");
-    ASSIGN_OR_RETURN(Json added_json, ParseJson(added_tokens_json_std, added_name));
+    LLMRT_ASSIGN_OR_RETURN(Json added_json, ParseJson(added_tokens_json_std, added_name));
     if (!added_json.is_object()) return Invalid(added_name, "expected {content: id}");
     for (auto it = added_json.begin(); it != added_json.end(); ++it) {
       if (!it.value().is_number_integer()) {
@@ -329,10 +319,10 @@ absl::StatusOr<TokenizerSpec> ImportVocabMerges(std::string_view vocab_json_std,
     return it == added_ids.end() ? -1 : it->second;
   };
 
-  ASSIGN_OR_RETURN(bool add_prefix_space,
-                   ConfigBool(config, "add_prefix_space", false, config_name));
-  ASSIGN_OR_RETURN(bool add_bos, ConfigBool(config, "add_bos_token", false, config_name));
-  ASSIGN_OR_RETURN(bool add_eos, ConfigBool(config, "add_eos_token", false, config_name));
+  LLMRT_ASSIGN_OR_RETURN(bool add_prefix_space,
+                         ConfigBool(config, "add_prefix_space", false, config_name));
+  LLMRT_ASSIGN_OR_RETURN(bool add_bos, ConfigBool(config, "add_bos_token", false, config_name));
+  LLMRT_ASSIGN_OR_RETURN(bool add_eos, ConfigBool(config, "add_eos_token", false, config_name));
 
   Json root = Json::object();
   root["model"] = {
@@ -355,8 +345,8 @@ absl::StatusOr<TokenizerSpec> ImportVocabMerges(std::string_view vocab_json_std,
   }
   root["post_processor"] = PostProcessor(bos, id_of(bos), add_bos, eos, id_of(eos), add_eos);
   root["decoder"] = {{"type", "ByteLevel"}};
-  ASSIGN_OR_RETURN(TokenizerSpec spec, tokenizer_internal::ImportTokenizerDocument(
-                                           root, config_json, name, config_name));
+  LLMRT_ASSIGN_OR_RETURN(TokenizerSpec spec, tokenizer_internal::ImportTokenizerDocument(
+                                                 root, config_json, name, config_name));
   if (spec.bos_id() < 0 && id_of(bos) >= 0) spec.set_bos_id(static_cast<int32_t>(id_of(bos)));
   if (spec.eos_id() < 0 && id_of(eos) >= 0) spec.set_eos_id(static_cast<int32_t>(id_of(eos)));
   return spec;
@@ -507,7 +497,7 @@ absl::StatusOr<TokenizerSpec> ImportSentencePiece(absl::string_view data,
                                                   std::string_view config_json,
                                                   const std::string& name,
                                                   const std::string& config_name) {
-  ASSIGN_OR_RETURN(SpmModel model, ParseSentencePiece(data, name));
+  LLMRT_ASSIGN_OR_RETURN(SpmModel model, ParseSentencePiece(data, name));
   static constexpr const char* kModelTypes[] = {"", "Unigram", "BPE", "Word", "Char"};
   if (model.model_type != 2) {
     const char* type =
@@ -520,15 +510,15 @@ absl::StatusOr<TokenizerSpec> ImportSentencePiece(absl::string_view data,
                                       "\" (a precompiled_charsmap) is not supported (supported: "
                                       "identity)"));
   }
-  ASSIGN_OR_RETURN(Json config, ParseConfig(config_json, config_name));
-  ASSIGN_OR_RETURN(bool legacy, ConfigBool(config, "legacy", false, config_name));
-  ASSIGN_OR_RETURN(bool add_prefix_space,
-                   ConfigBool(config, "add_prefix_space", true, config_name));
-  ASSIGN_OR_RETURN(bool add_bos, ConfigBool(config, "add_bos_token", false, config_name));
-  ASSIGN_OR_RETURN(bool add_eos, ConfigBool(config, "add_eos_token", false, config_name));
-  ASSIGN_OR_RETURN(std::string unk, ConfigToken(config, "unk_token", "<unk>", config_name));
-  ASSIGN_OR_RETURN(std::string bos, ConfigToken(config, "bos_token", "<s>", config_name));
-  ASSIGN_OR_RETURN(std::string eos, ConfigToken(config, "eos_token", "</s>", config_name));
+  LLMRT_ASSIGN_OR_RETURN(Json config, ParseConfig(config_json, config_name));
+  LLMRT_ASSIGN_OR_RETURN(bool legacy, ConfigBool(config, "legacy", false, config_name));
+  LLMRT_ASSIGN_OR_RETURN(bool add_prefix_space,
+                         ConfigBool(config, "add_prefix_space", true, config_name));
+  LLMRT_ASSIGN_OR_RETURN(bool add_bos, ConfigBool(config, "add_bos_token", false, config_name));
+  LLMRT_ASSIGN_OR_RETURN(bool add_eos, ConfigBool(config, "add_eos_token", false, config_name));
+  LLMRT_ASSIGN_OR_RETURN(std::string unk, ConfigToken(config, "unk_token", "<unk>", config_name));
+  LLMRT_ASSIGN_OR_RETURN(std::string bos, ConfigToken(config, "bos_token", "<s>", config_name));
+  LLMRT_ASSIGN_OR_RETURN(std::string eos, ConfigToken(config, "eos_token", "</s>", config_name));
 
   // A later duplicate piece takes the id, as in Python's dict; the importer then reports the
   // earlier id as having no piece.
@@ -550,7 +540,7 @@ absl::StatusOr<TokenizerSpec> ImportSentencePiece(absl::string_view data,
     }
   }
 
-  ASSIGN_OR_RETURN(std::vector<Json> config_added, ConfigAddedTokens(config, config_name));
+  LLMRT_ASSIGN_OR_RETURN(std::vector<Json> config_added, ConfigAddedTokens(config, config_name));
   std::vector<Json> added;
   absl::flat_hash_set<int64_t> added_set;
   for (Json& token : config_added) {
@@ -599,8 +589,8 @@ absl::StatusOr<TokenizerSpec> ImportSentencePiece(absl::string_view data,
   }
   root["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
   root["post_processor"] = PostProcessor(bos, id_of(bos), add_bos, eos, id_of(eos), add_eos);
-  ASSIGN_OR_RETURN(TokenizerSpec spec, tokenizer_internal::ImportTokenizerDocument(
-                                           root, config_json, name, config_name));
+  LLMRT_ASSIGN_OR_RETURN(TokenizerSpec spec, tokenizer_internal::ImportTokenizerDocument(
+                                                 root, config_json, name, config_name));
   if (spec.bos_id() < 0 && id_of(bos) >= 0) spec.set_bos_id(static_cast<int32_t>(id_of(bos)));
   if (spec.eos_id() < 0 && id_of(eos) >= 0) spec.set_eos_id(static_cast<int32_t>(id_of(eos)));
   return spec;
@@ -720,9 +710,9 @@ absl::StatusOr<TokenizerSpec> ImportTiktoken(absl::string_view data, std::string
     merges_json.push_back({ByteLevelString(merge.left), ByteLevelString(merge.right)});
   }
 
-  ASSIGN_OR_RETURN(Json config, ParseConfig(config_json, config_name));
+  LLMRT_ASSIGN_OR_RETURN(Json config, ParseConfig(config_json, config_name));
   const int64_t base_size = static_cast<int64_t>(ranks.size());
-  ASSIGN_OR_RETURN(std::vector<Json> decoder_tokens, ConfigAddedTokens(config, config_name));
+  LLMRT_ASSIGN_OR_RETURN(std::vector<Json> decoder_tokens, ConfigAddedTokens(config, config_name));
   absl::flat_hash_map<int64_t, std::string> by_id;
   int64_t max_id = -1;
   for (const Json& token : decoder_tokens) {
@@ -769,10 +759,10 @@ absl::StatusOr<TokenizerSpec> ImportTiktoken(absl::string_view data, std::string
     added.push_back(AddedToken(id, special, true));
     added_ids[special] = id;
   }
-  ASSIGN_OR_RETURN(std::string bos, ConfigToken(config, "bos_token", "", config_name));
-  ASSIGN_OR_RETURN(std::string eos, ConfigToken(config, "eos_token", "", config_name));
-  ASSIGN_OR_RETURN(bool add_bos, ConfigBool(config, "add_bos_token", false, config_name));
-  ASSIGN_OR_RETURN(bool add_eos, ConfigBool(config, "add_eos_token", false, config_name));
+  LLMRT_ASSIGN_OR_RETURN(std::string bos, ConfigToken(config, "bos_token", "", config_name));
+  LLMRT_ASSIGN_OR_RETURN(std::string eos, ConfigToken(config, "eos_token", "", config_name));
+  LLMRT_ASSIGN_OR_RETURN(bool add_bos, ConfigBool(config, "add_bos_token", false, config_name));
+  LLMRT_ASSIGN_OR_RETURN(bool add_eos, ConfigBool(config, "add_eos_token", false, config_name));
   auto id_of = [&](const std::string& content) -> int64_t {
     auto it = added_ids.find(content);
     return content.empty() || it == added_ids.end() ? -1 : it->second;
@@ -840,35 +830,35 @@ TokenizerFiles FindTokenizerFiles(const std::string& model_dir) {
 absl::StatusOr<TokenizerSpec> ImportTokenizerFiles(const TokenizerFiles& files) {
   std::string config_json;
   if (!files.tokenizer_config_json.empty()) {
-    ASSIGN_OR_RETURN(config_json, ReadFile(files.tokenizer_config_json));
+    LLMRT_ASSIGN_OR_RETURN(config_json, ReadFile(files.tokenizer_config_json));
   }
   TokenizerSpec spec;
   if (!files.tokenizer_json.empty()) {
-    ASSIGN_OR_RETURN(std::string tokenizer_json, ReadFile(files.tokenizer_json));
-    ASSIGN_OR_RETURN(spec,
-                     ImportTokenizerFromJson(tokenizer_json, config_json, files.tokenizer_json,
-                                             files.tokenizer_config_json));
+    LLMRT_ASSIGN_OR_RETURN(std::string tokenizer_json, ReadFile(files.tokenizer_json));
+    LLMRT_ASSIGN_OR_RETURN(
+        spec, ImportTokenizerFromJson(tokenizer_json, config_json, files.tokenizer_json,
+                                      files.tokenizer_config_json));
   } else if (!files.vocab_json.empty() && !files.merges_txt.empty()) {
-    ASSIGN_OR_RETURN(std::string vocab, ReadFile(files.vocab_json));
-    ASSIGN_OR_RETURN(std::string merges, ReadFile(files.merges_txt));
+    LLMRT_ASSIGN_OR_RETURN(std::string vocab, ReadFile(files.vocab_json));
+    LLMRT_ASSIGN_OR_RETURN(std::string merges, ReadFile(files.merges_txt));
     std::string added_tokens;
     if (!files.added_tokens_json.empty()) {
-      ASSIGN_OR_RETURN(added_tokens, ReadFile(files.added_tokens_json));
+      LLMRT_ASSIGN_OR_RETURN(added_tokens, ReadFile(files.added_tokens_json));
     }
     std::string model_type;
     if (!files.config_json.empty()) {
-      ASSIGN_OR_RETURN(std::string model_config_text, ReadFile(files.config_json));
-      ASSIGN_OR_RETURN(Json model_config, ParseJson(model_config_text, files.config_json));
+      LLMRT_ASSIGN_OR_RETURN(std::string model_config_text, ReadFile(files.config_json));
+      LLMRT_ASSIGN_OR_RETURN(Json model_config, ParseJson(model_config_text, files.config_json));
       if (model_config.is_object() && model_config.contains("model_type") &&
           model_config["model_type"].is_string()) {
         model_type = model_config["model_type"].get<std::string>();
       }
     }
-    ASSIGN_OR_RETURN(spec, ImportVocabMerges(vocab, merges, added_tokens, config_json, model_type,
-                                             files.vocab_json));
+    LLMRT_ASSIGN_OR_RETURN(spec, ImportVocabMerges(vocab, merges, added_tokens, config_json,
+                                                   model_type, files.vocab_json));
   } else if (!files.tokenizer_model.empty()) {
-    ASSIGN_OR_RETURN(std::string model, ReadFile(files.tokenizer_model));
-    ASSIGN_OR_RETURN(spec, ImportTokenizerModel(model, config_json, files.tokenizer_model));
+    LLMRT_ASSIGN_OR_RETURN(std::string model, ReadFile(files.tokenizer_model));
+    LLMRT_ASSIGN_OR_RETURN(spec, ImportTokenizerModel(model, config_json, files.tokenizer_model));
   } else if (!files.vocab_json.empty() || !files.merges_txt.empty()) {
     return absl::NotFoundError(absl::StrCat(
         files.model_dir, ": ", files.vocab_json.empty() ? "merges.txt" : "vocab.json", " needs ",
@@ -879,7 +869,7 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerFiles(const TokenizerFiles& files) 
                                             "+ merges.txt, or tokenizer.model"));
   }
   if (spec.chat_template().empty() && !files.chat_template_jinja.empty()) {
-    ASSIGN_OR_RETURN(std::string chat_template, ReadFile(files.chat_template_jinja));
+    LLMRT_ASSIGN_OR_RETURN(std::string chat_template, ReadFile(files.chat_template_jinja));
     spec.set_chat_template(std::move(chat_template));
   }
   return spec;

@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "compiler/tokenizer/import_internal.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/status_macros.h"
 
 namespace llmc {
 namespace {
@@ -108,26 +109,12 @@ class Reader {
   std::string file_;
 };
 
-#define LLMC_ASSIGN_OR_RETURN_IMPL(status_or, lhs, expr) \
-  auto status_or = (expr);                               \
-  if (!status_or.ok()) return status_or.status();        \
-  lhs = std::move(*status_or)
-#define LLMC_CONCAT_INNER(a, b) a##b
-#define LLMC_CONCAT(a, b) LLMC_CONCAT_INNER(a, b)
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  LLMC_ASSIGN_OR_RETURN_IMPL(LLMC_CONCAT(status_or_, __LINE__), lhs, expr)
-#define RETURN_IF_ERROR(expr)          \
-  do {                                 \
-    absl::Status status_ = (expr);     \
-    if (!status_.ok()) return status_; \
-  } while (false)
-
 absl::StatusOr<std::string> ComponentType(const Reader& reader, const Json& component,
                                           absl::string_view path) {
   if (!component.is_object()) {
     return reader.Error(path, absl::StrCat("expected an object, found ", TypeName(component)));
   }
-  ASSIGN_OR_RETURN(std::string type, reader.String(component, "type", path));
+  LLMRT_ASSIGN_OR_RETURN(std::string type, reader.String(component, "type", path));
   if (type.empty()) return reader.Error(path, "has no \"type\"");
   return type;
 }
@@ -146,8 +133,8 @@ std::string EscapeRegex(absl::string_view literal) {
 absl::StatusOr<TokenizerSpec::PreTokenizer::SplitBehavior> ParseBehavior(
     const Reader& reader, const Json& component, absl::string_view path,
     absl::string_view fallback) {
-  ASSIGN_OR_RETURN(std::string behavior,
-                   reader.String(component, "behavior", path, std::string(fallback)));
+  LLMRT_ASSIGN_OR_RETURN(std::string behavior,
+                         reader.String(component, "behavior", path, std::string(fallback)));
   if (behavior == "Removed") return TokenizerSpec::PreTokenizer::REMOVED;
   if (behavior == "Isolated") return TokenizerSpec::PreTokenizer::ISOLATED;
   if (behavior == "MergedWithPrevious") return TokenizerSpec::PreTokenizer::MERGED_WITH_PREVIOUS;
@@ -163,29 +150,30 @@ absl::StatusOr<TokenizerSpec::PreTokenizer::SplitBehavior> ParseBehavior(
 absl::StatusOr<std::string> ParsePrependScheme(const Reader& reader, const Json& component,
                                                absl::string_view path) {
   if (component.contains("prepend_scheme") && !component["prepend_scheme"].is_null()) {
-    ASSIGN_OR_RETURN(std::string scheme, reader.String(component, "prepend_scheme", path));
+    LLMRT_ASSIGN_OR_RETURN(std::string scheme, reader.String(component, "prepend_scheme", path));
     if (scheme != "always" && scheme != "first" && scheme != "never") {
       return reader.Error(absl::StrCat(path, ".prepend_scheme"),
                           absl::StrCat("\"", scheme, "\" is not one of always, first, never"));
     }
     return scheme;
   }
-  ASSIGN_OR_RETURN(bool add_prefix_space, reader.Bool(component, "add_prefix_space", path, true));
+  LLMRT_ASSIGN_OR_RETURN(bool add_prefix_space,
+                         reader.Bool(component, "add_prefix_space", path, true));
   return std::string(add_prefix_space ? "always" : "never");
 }
 
 absl::Status ImportNormalizer(const Reader& reader, const Json& component, absl::string_view path,
                               TokenizerSpec* spec) {
   if (component.is_null()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::string type, ComponentType(reader, component, path));
+  LLMRT_ASSIGN_OR_RETURN(std::string type, ComponentType(reader, component, path));
   if (type == "Sequence") {
     auto it = component.find("normalizers");
     if (it == component.end() || !it->is_array()) {
       return reader.Error(absl::StrCat(path, ".normalizers"), "expected an array");
     }
     for (size_t index = 0; index < it->size(); ++index) {
-      RETURN_IF_ERROR(ImportNormalizer(reader, (*it)[index],
-                                       absl::StrCat(path, ".normalizers[", index, "]"), spec));
+      LLMRT_RETURN_IF_ERROR(ImportNormalizer(
+          reader, (*it)[index], absl::StrCat(path, ".normalizers[", index, "]"), spec));
     }
     return absl::OkStatus();
   }
@@ -193,15 +181,15 @@ absl::Status ImportNormalizer(const Reader& reader, const Json& component, absl:
   if (type == "Replace") {
     std::string pattern;
     bool is_regex = false;
-    RETURN_IF_ERROR(reader.Pattern(component, path, &pattern, &is_regex));
-    ASSIGN_OR_RETURN(std::string content, reader.String(component, "content", path));
+    LLMRT_RETURN_IF_ERROR(reader.Pattern(component, path, &pattern, &is_regex));
+    LLMRT_ASSIGN_OR_RETURN(std::string content, reader.String(component, "content", path));
     if (pattern.empty()) return reader.Error(absl::StrCat(path, ".pattern"), "is empty");
     normalizer.set_kind(is_regex ? TokenizerSpec::Normalizer::REPLACE_REGEX
                                  : TokenizerSpec::Normalizer::REPLACE_STRING);
     normalizer.set_pattern(pattern);
     normalizer.set_content(content);
   } else if (type == "Prepend") {
-    ASSIGN_OR_RETURN(std::string prepend, reader.String(component, "prepend", path));
+    LLMRT_ASSIGN_OR_RETURN(std::string prepend, reader.String(component, "prepend", path));
     normalizer.set_kind(TokenizerSpec::Normalizer::PREPEND);
     normalizer.set_content(prepend);
   } else if (type == "NFC") {
@@ -211,8 +199,8 @@ absl::Status ImportNormalizer(const Reader& reader, const Json& component, absl:
   } else if (type == "Lowercase") {
     normalizer.set_kind(TokenizerSpec::Normalizer::LOWERCASE);
   } else if (type == "Strip") {
-    ASSIGN_OR_RETURN(bool left, reader.Bool(component, "strip_left", path, true));
-    ASSIGN_OR_RETURN(bool right, reader.Bool(component, "strip_right", path, true));
+    LLMRT_ASSIGN_OR_RETURN(bool left, reader.Bool(component, "strip_left", path, true));
+    LLMRT_ASSIGN_OR_RETURN(bool right, reader.Bool(component, "strip_right", path, true));
     normalizer.set_kind(TokenizerSpec::Normalizer::STRIP);
     normalizer.set_strip_left(left);
     normalizer.set_strip_right(right);
@@ -228,15 +216,15 @@ absl::Status ImportNormalizer(const Reader& reader, const Json& component, absl:
 absl::Status ImportPreTokenizer(const Reader& reader, const Json& component, absl::string_view path,
                                 TokenizerSpec* spec) {
   if (component.is_null()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::string type, ComponentType(reader, component, path));
+  LLMRT_ASSIGN_OR_RETURN(std::string type, ComponentType(reader, component, path));
   if (type == "Sequence") {
     auto it = component.find("pretokenizers");
     if (it == component.end() || !it->is_array()) {
       return reader.Error(absl::StrCat(path, ".pretokenizers"), "expected an array");
     }
     for (size_t index = 0; index < it->size(); ++index) {
-      RETURN_IF_ERROR(ImportPreTokenizer(reader, (*it)[index],
-                                         absl::StrCat(path, ".pretokenizers[", index, "]"), spec));
+      LLMRT_RETURN_IF_ERROR(ImportPreTokenizer(
+          reader, (*it)[index], absl::StrCat(path, ".pretokenizers[", index, "]"), spec));
     }
     return absl::OkStatus();
   }
@@ -244,35 +232,37 @@ absl::Status ImportPreTokenizer(const Reader& reader, const Json& component, abs
   if (type == "Split") {
     std::string pattern;
     bool is_regex = false;
-    RETURN_IF_ERROR(reader.Pattern(component, path, &pattern, &is_regex));
+    LLMRT_RETURN_IF_ERROR(reader.Pattern(component, path, &pattern, &is_regex));
     if (pattern.empty()) return reader.Error(absl::StrCat(path, ".pattern"), "is empty");
-    ASSIGN_OR_RETURN(auto behavior, ParseBehavior(reader, component, path, ""));
-    ASSIGN_OR_RETURN(bool invert, reader.Bool(component, "invert", path, false));
+    LLMRT_ASSIGN_OR_RETURN(auto behavior, ParseBehavior(reader, component, path, ""));
+    LLMRT_ASSIGN_OR_RETURN(bool invert, reader.Bool(component, "invert", path, false));
     pre.set_kind(TokenizerSpec::PreTokenizer::SPLIT_REGEX);
     pre.set_pattern(is_regex ? pattern : EscapeRegex(pattern));
     pre.set_behavior(behavior);
     pre.set_invert(invert);
   } else if (type == "ByteLevel") {
-    ASSIGN_OR_RETURN(bool add_prefix_space, reader.Bool(component, "add_prefix_space", path, true));
-    ASSIGN_OR_RETURN(bool use_regex, reader.Bool(component, "use_regex", path, true));
+    LLMRT_ASSIGN_OR_RETURN(bool add_prefix_space,
+                           reader.Bool(component, "add_prefix_space", path, true));
+    LLMRT_ASSIGN_OR_RETURN(bool use_regex, reader.Bool(component, "use_regex", path, true));
     pre.set_kind(TokenizerSpec::PreTokenizer::BYTE_LEVEL);
     pre.set_add_prefix_space(add_prefix_space);
     pre.set_use_regex(use_regex);
   } else if (type == "Metaspace") {
-    ASSIGN_OR_RETURN(std::string replacement,
-                     reader.String(component, "replacement", path, "\xE2\x96\x81"));
-    ASSIGN_OR_RETURN(std::string scheme, ParsePrependScheme(reader, component, path));
-    ASSIGN_OR_RETURN(bool split, reader.Bool(component, "split", path, true));
+    LLMRT_ASSIGN_OR_RETURN(std::string replacement,
+                           reader.String(component, "replacement", path, "\xE2\x96\x81"));
+    LLMRT_ASSIGN_OR_RETURN(std::string scheme, ParsePrependScheme(reader, component, path));
+    LLMRT_ASSIGN_OR_RETURN(bool split, reader.Bool(component, "split", path, true));
     pre.set_kind(TokenizerSpec::PreTokenizer::METASPACE);
     pre.set_replacement(replacement);
     pre.set_prepend_scheme(scheme);
     pre.set_split(split);
   } else if (type == "Digits") {
-    ASSIGN_OR_RETURN(bool individual, reader.Bool(component, "individual_digits", path, false));
+    LLMRT_ASSIGN_OR_RETURN(bool individual,
+                           reader.Bool(component, "individual_digits", path, false));
     pre.set_kind(TokenizerSpec::PreTokenizer::DIGITS);
     pre.set_individual_digits(individual);
   } else if (type == "Punctuation") {
-    ASSIGN_OR_RETURN(auto behavior, ParseBehavior(reader, component, path, "Isolated"));
+    LLMRT_ASSIGN_OR_RETURN(auto behavior, ParseBehavior(reader, component, path, "Isolated"));
     pre.set_kind(TokenizerSpec::PreTokenizer::PUNCTUATION);
     pre.set_behavior(behavior);
   } else if (type == "Whitespace") {
@@ -291,14 +281,14 @@ absl::Status ImportPreTokenizer(const Reader& reader, const Json& component, abs
 absl::Status ImportDecoder(const Reader& reader, const Json& component, absl::string_view path,
                            TokenizerSpec* spec) {
   if (component.is_null()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::string type, ComponentType(reader, component, path));
+  LLMRT_ASSIGN_OR_RETURN(std::string type, ComponentType(reader, component, path));
   if (type == "Sequence") {
     auto it = component.find("decoders");
     if (it == component.end() || !it->is_array()) {
       return reader.Error(absl::StrCat(path, ".decoders"), "expected an array");
     }
     for (size_t index = 0; index < it->size(); ++index) {
-      RETURN_IF_ERROR(
+      LLMRT_RETURN_IF_ERROR(
           ImportDecoder(reader, (*it)[index], absl::StrCat(path, ".decoders[", index, "]"), spec));
     }
     return absl::OkStatus();
@@ -307,9 +297,9 @@ absl::Status ImportDecoder(const Reader& reader, const Json& component, absl::st
   if (type == "Replace") {
     std::string pattern;
     bool is_regex = false;
-    RETURN_IF_ERROR(reader.Pattern(component, path, &pattern, &is_regex));
+    LLMRT_RETURN_IF_ERROR(reader.Pattern(component, path, &pattern, &is_regex));
     if (pattern.empty()) return reader.Error(absl::StrCat(path, ".pattern"), "is empty");
-    ASSIGN_OR_RETURN(std::string content, reader.String(component, "content", path));
+    LLMRT_ASSIGN_OR_RETURN(std::string content, reader.String(component, "content", path));
     decoder.set_kind(TokenizerSpec::Decoder::REPLACE);
     decoder.set_pattern(pattern);
     decoder.set_pattern_is_regex(is_regex);
@@ -319,9 +309,9 @@ absl::Status ImportDecoder(const Reader& reader, const Json& component, absl::st
   } else if (type == "Fuse") {
     decoder.set_kind(TokenizerSpec::Decoder::FUSE);
   } else if (type == "Strip") {
-    ASSIGN_OR_RETURN(std::string content, reader.String(component, "content", path, " "));
-    ASSIGN_OR_RETURN(int64_t start, reader.Int(component, "start", path, 0));
-    ASSIGN_OR_RETURN(int64_t stop, reader.Int(component, "stop", path, 0));
+    LLMRT_ASSIGN_OR_RETURN(std::string content, reader.String(component, "content", path, " "));
+    LLMRT_ASSIGN_OR_RETURN(int64_t start, reader.Int(component, "start", path, 0));
+    LLMRT_ASSIGN_OR_RETURN(int64_t stop, reader.Int(component, "stop", path, 0));
     // Counts beyond int32 strip everything anyway (a decoded text is far shorter than 2^31
     // characters).
     constexpr int64_t kMaxCount = 0x7FFFFFFF;
@@ -336,9 +326,9 @@ absl::Status ImportDecoder(const Reader& reader, const Json& component, absl::st
   } else if (type == "ByteLevel") {
     decoder.set_kind(TokenizerSpec::Decoder::BYTE_LEVEL);
   } else if (type == "Metaspace") {
-    ASSIGN_OR_RETURN(std::string replacement,
-                     reader.String(component, "replacement", path, "\xE2\x96\x81"));
-    ASSIGN_OR_RETURN(std::string scheme, ParsePrependScheme(reader, component, path));
+    LLMRT_ASSIGN_OR_RETURN(std::string replacement,
+                           reader.String(component, "replacement", path, "\xE2\x96\x81"));
+    LLMRT_ASSIGN_OR_RETURN(std::string scheme, ParsePrependScheme(reader, component, path));
     decoder.set_kind(TokenizerSpec::Decoder::METASPACE);
     decoder.set_replacement(replacement);
     decoder.set_prepend_scheme(scheme);
@@ -353,15 +343,15 @@ absl::Status ImportDecoder(const Reader& reader, const Json& component, absl::st
 absl::Status ImportPostProcessor(const Reader& reader, const Json& component,
                                  absl::string_view path, TokenizerSpec* spec) {
   if (component.is_null()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::string type, ComponentType(reader, component, path));
+  LLMRT_ASSIGN_OR_RETURN(std::string type, ComponentType(reader, component, path));
   if (type == "Sequence") {
     auto it = component.find("processors");
     if (it == component.end() || !it->is_array()) {
       return reader.Error(absl::StrCat(path, ".processors"), "expected an array");
     }
     for (size_t index = 0; index < it->size(); ++index) {
-      RETURN_IF_ERROR(ImportPostProcessor(reader, (*it)[index],
-                                          absl::StrCat(path, ".processors[", index, "]"), spec));
+      LLMRT_RETURN_IF_ERROR(ImportPostProcessor(
+          reader, (*it)[index], absl::StrCat(path, ".processors[", index, "]"), spec));
     }
     return absl::OkStatus();
   }
@@ -411,7 +401,7 @@ absl::Status ImportPostProcessor(const Reader& reader, const Json& component,
     const Json& piece = (*single)[index];
     TokenizerSpec::TemplatePiece* out = spec->add_post_template();
     if (piece.is_object() && piece.contains("Sequence")) {
-      ASSIGN_OR_RETURN(std::string id, reader.String(piece["Sequence"], "id", piece_path));
+      LLMRT_ASSIGN_OR_RETURN(std::string id, reader.String(piece["Sequence"], "id", piece_path));
       if (id != "A") {
         return reader.Error(
             piece_path, absl::StrCat("the single template may only use sequence A, found ", id));
@@ -419,7 +409,8 @@ absl::Status ImportPostProcessor(const Reader& reader, const Json& component,
       out->set_is_sequence(true);
       has_sequence = true;
     } else if (piece.is_object() && piece.contains("SpecialToken")) {
-      ASSIGN_OR_RETURN(std::string name, reader.String(piece["SpecialToken"], "id", piece_path));
+      LLMRT_ASSIGN_OR_RETURN(std::string name,
+                             reader.String(piece["SpecialToken"], "id", piece_path));
       auto special = special_tokens.find(name);
       if (special == special_tokens.end() || !special->is_object() || !special->contains("ids") ||
           !(*special)["ids"].is_array()) {
@@ -451,7 +442,7 @@ absl::Status ImportModel(const Reader& reader, const Json& root, TokenizerSpec* 
     return reader.Error("model", "expected an object");
   }
   const Json& model = *model_it;
-  ASSIGN_OR_RETURN(std::string type, reader.String(model, "type", "model", "BPE"));
+  LLMRT_ASSIGN_OR_RETURN(std::string type, reader.String(model, "type", "model", "BPE"));
   if (type != "BPE") {
     return reader.Error("model.type",
                         absl::StrCat("model \"", type, "\" is not supported (supported: BPE)"));
@@ -464,12 +455,13 @@ absl::Status ImportModel(const Reader& reader, const Json& root, TokenizerSpec* 
                         absl::StrCat("BPE dropout ", dropout->dump(),
                                      " is not supported (encoding would not be deterministic)"));
   }
-  ASSIGN_OR_RETURN(bool byte_fallback, reader.Bool(model, "byte_fallback", "model", false));
-  ASSIGN_OR_RETURN(bool fuse_unk, reader.Bool(model, "fuse_unk", "model", false));
-  ASSIGN_OR_RETURN(bool ignore_merges, reader.Bool(model, "ignore_merges", "model", false));
-  ASSIGN_OR_RETURN(std::string unk_token, reader.String(model, "unk_token", "model"));
-  ASSIGN_OR_RETURN(std::string prefix, reader.String(model, "continuing_subword_prefix", "model"));
-  ASSIGN_OR_RETURN(std::string suffix, reader.String(model, "end_of_word_suffix", "model"));
+  LLMRT_ASSIGN_OR_RETURN(bool byte_fallback, reader.Bool(model, "byte_fallback", "model", false));
+  LLMRT_ASSIGN_OR_RETURN(bool fuse_unk, reader.Bool(model, "fuse_unk", "model", false));
+  LLMRT_ASSIGN_OR_RETURN(bool ignore_merges, reader.Bool(model, "ignore_merges", "model", false));
+  LLMRT_ASSIGN_OR_RETURN(std::string unk_token, reader.String(model, "unk_token", "model"));
+  LLMRT_ASSIGN_OR_RETURN(std::string prefix,
+                         reader.String(model, "continuing_subword_prefix", "model"));
+  LLMRT_ASSIGN_OR_RETURN(std::string suffix, reader.String(model, "end_of_word_suffix", "model"));
   spec->set_byte_fallback(byte_fallback);
   spec->set_fuse_unk(fuse_unk);
   spec->set_ignore_merges(ignore_merges);
@@ -508,7 +500,7 @@ absl::Status ImportModel(const Reader& reader, const Json& root, TokenizerSpec* 
                                                       it.value().dump(), ", expected an id"));
     }
     const int64_t id = it.value().get<int64_t>();
-    RETURN_IF_ERROR(assign(id, it.key(), "model.vocab"));
+    LLMRT_RETURN_IF_ERROR(assign(id, it.key(), "model.vocab"));
     (*token_ids)[it.key()] = static_cast<int32_t>(id);
   }
   const absl::flat_hash_map<std::string, int32_t> model_vocab = *token_ids;
@@ -520,8 +512,8 @@ absl::Status ImportModel(const Reader& reader, const Json& root, TokenizerSpec* 
       const std::string path = absl::StrCat("added_tokens[", index, "]");
       const Json& token = (*added_it)[index];
       if (!token.is_object()) return reader.Error(path, "expected an object");
-      ASSIGN_OR_RETURN(int64_t id, reader.Int(token, "id", path, -1));
-      ASSIGN_OR_RETURN(std::string content, reader.String(token, "content", path));
+      LLMRT_ASSIGN_OR_RETURN(int64_t id, reader.Int(token, "id", path, -1));
+      LLMRT_ASSIGN_OR_RETURN(std::string content, reader.String(token, "content", path));
       if (content.empty()) return reader.Error(path, "content is empty");
       auto in_vocab = model_vocab.find(content);
       if (in_vocab != model_vocab.end() && in_vocab->second != id) {
@@ -529,15 +521,15 @@ absl::Status ImportModel(const Reader& reader, const Json& root, TokenizerSpec* 
             path, absl::StrCat("\"", content, "\" has id ", id, " but the vocabulary gives it id ",
                                in_vocab->second));
       }
-      RETURN_IF_ERROR(assign(id, content, path));
+      LLMRT_RETURN_IF_ERROR(assign(id, content, path));
       auto* added = spec->add_added_tokens();
       added->set_id(static_cast<int32_t>(id));
       added->set_content(content);
-      ASSIGN_OR_RETURN(bool special, reader.Bool(token, "special", path, false));
-      ASSIGN_OR_RETURN(bool lstrip, reader.Bool(token, "lstrip", path, false));
-      ASSIGN_OR_RETURN(bool rstrip, reader.Bool(token, "rstrip", path, false));
-      ASSIGN_OR_RETURN(bool normalized, reader.Bool(token, "normalized", path, !special));
-      ASSIGN_OR_RETURN(bool single_word, reader.Bool(token, "single_word", path, false));
+      LLMRT_ASSIGN_OR_RETURN(bool special, reader.Bool(token, "special", path, false));
+      LLMRT_ASSIGN_OR_RETURN(bool lstrip, reader.Bool(token, "lstrip", path, false));
+      LLMRT_ASSIGN_OR_RETURN(bool rstrip, reader.Bool(token, "rstrip", path, false));
+      LLMRT_ASSIGN_OR_RETURN(bool normalized, reader.Bool(token, "normalized", path, !special));
+      LLMRT_ASSIGN_OR_RETURN(bool single_word, reader.Bool(token, "single_word", path, false));
       added->set_special(special);
       added->set_lstrip(lstrip);
       added->set_rstrip(rstrip);
@@ -647,7 +639,7 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerFromJson(std::string_view tokenizer
   const absl::string_view tokenizer_json(tokenizer_json_std.data(), tokenizer_json_std.size());
   const absl::string_view tokenizer_json_name(tokenizer_json_name_std.data(),
                                               tokenizer_json_name_std.size());
-  ASSIGN_OR_RETURN(Json root, ParseJson(tokenizer_json, tokenizer_json_name));
+  LLMRT_ASSIGN_OR_RETURN(Json root, ParseJson(tokenizer_json, tokenizer_json_name));
   return tokenizer_internal::ImportTokenizerDocument(root, config_json_std, tokenizer_json_name_std,
                                                      config_json_name_std);
 }
@@ -669,7 +661,7 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerDocument(const nlohmann::json& root
   spec.set_bos_id(-1);
   spec.set_eos_id(-1);
   absl::flat_hash_map<std::string, int32_t> token_ids;
-  RETURN_IF_ERROR(ImportModel(reader, root, &spec, &token_ids));
+  LLMRT_RETURN_IF_ERROR(ImportModel(reader, root, &spec, &token_ids));
   auto truncation = root.find("truncation");
   if (truncation != root.end() && !truncation->is_null()) {
     return reader.Error("truncation",
@@ -682,11 +674,12 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerDocument(const nlohmann::json& root
     auto it = root.find(key);
     return it == root.end() ? null_json : *it;
   };
-  RETURN_IF_ERROR(ImportNormalizer(reader, component("normalizer"), "normalizer", &spec));
-  RETURN_IF_ERROR(ImportPreTokenizer(reader, component("pre_tokenizer"), "pre_tokenizer", &spec));
-  RETURN_IF_ERROR(
+  LLMRT_RETURN_IF_ERROR(ImportNormalizer(reader, component("normalizer"), "normalizer", &spec));
+  LLMRT_RETURN_IF_ERROR(
+      ImportPreTokenizer(reader, component("pre_tokenizer"), "pre_tokenizer", &spec));
+  LLMRT_RETURN_IF_ERROR(
       ImportPostProcessor(reader, component("post_processor"), "post_processor", &spec));
-  RETURN_IF_ERROR(ImportDecoder(reader, component("decoder"), "decoder", &spec));
+  LLMRT_RETURN_IF_ERROR(ImportDecoder(reader, component("decoder"), "decoder", &spec));
   for (const auto& piece : spec.post_template()) {
     for (int32_t id : piece.special_ids()) {
       if (id < 0 || id >= spec.pieces_size()) {
@@ -697,15 +690,19 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerDocument(const nlohmann::json& root
   }
 
   if (config_json.empty()) return spec;
-  ASSIGN_OR_RETURN(Json config, ParseJson(config_json, config_json_name));
+  LLMRT_ASSIGN_OR_RETURN(Json config, ParseJson(config_json, config_json_name));
   const Reader config_reader(config_json_name);
   if (!config.is_object()) return config_reader.Error("(root)", "expected an object");
-  ASSIGN_OR_RETURN(bool add_bos, config_reader.Bool(config, "add_bos_token", "(root)", false));
-  ASSIGN_OR_RETURN(bool add_eos, config_reader.Bool(config, "add_eos_token", "(root)", false));
+  LLMRT_ASSIGN_OR_RETURN(bool add_bos,
+                         config_reader.Bool(config, "add_bos_token", "(root)", false));
+  LLMRT_ASSIGN_OR_RETURN(bool add_eos,
+                         config_reader.Bool(config, "add_eos_token", "(root)", false));
   spec.set_add_bos_token(add_bos);
   spec.set_add_eos_token(add_eos);
-  ASSIGN_OR_RETURN(int32_t bos_id, SpecialTokenId(config_reader, config, "bos_token", token_ids));
-  ASSIGN_OR_RETURN(int32_t eos_id, SpecialTokenId(config_reader, config, "eos_token", token_ids));
+  LLMRT_ASSIGN_OR_RETURN(int32_t bos_id,
+                         SpecialTokenId(config_reader, config, "bos_token", token_ids));
+  LLMRT_ASSIGN_OR_RETURN(int32_t eos_id,
+                         SpecialTokenId(config_reader, config, "eos_token", token_ids));
   spec.set_bos_id(bos_id);
   spec.set_eos_id(eos_id);
   auto chat_template = config.find("chat_template");

@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "runtime/base/status_macros.h"
 
 namespace llmrt::server {
 namespace {
@@ -255,11 +256,6 @@ absl::Status ReadLogitBias(const Json& object, const RequestLimits& limits,
   return absl::OkStatus();
 }
 
-#define RETURN_IF_ERROR_P(expr)                                       \
-  do {                                                                \
-    if (absl::Status _status = (expr); !_status.ok()) return _status; \
-  } while (false)
-
 }  // namespace
 
 ApiError ErrorFromStatus(const absl::Status& status) {
@@ -336,49 +332,49 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
     request.model = model->get<std::string>();
   }
   if (endpoint == Endpoint::kCompletions) {
-    RETURN_IF_ERROR_P(ReadPrompts(object, limits, request.prompts));
+    LLMRT_RETURN_IF_ERROR(ReadPrompts(object, limits, request.prompts));
   } else {
-    RETURN_IF_ERROR_P(ReadMessages(object, request.messages));
+    LLMRT_RETURN_IF_ERROR(ReadMessages(object, request.messages));
     if (const Json* tools = Field(object, "tools")) {
       if (!tools->is_array()) return TypeError("tools", "an array", *tools);
       request.tools = *tools;
     }
-    RETURN_IF_ERROR_P(ReadBool(object, "add_generation_prompt", request.add_generation_prompt));
+    LLMRT_RETURN_IF_ERROR(ReadBool(object, "add_generation_prompt", request.add_generation_prompt));
   }
 
-  RETURN_IF_ERROR_P(ReadBool(object, "stream", request.stream));
+  LLMRT_RETURN_IF_ERROR(ReadBool(object, "stream", request.stream));
   if (const Json* options = Field(object, "stream_options")) {
     if (!request.stream) {
       return absl::InvalidArgumentError("'stream_options' is only allowed when 'stream' is true");
     }
     if (!options->is_object()) return TypeError("stream_options", "an object", *options);
-    RETURN_IF_ERROR_P(ReadBool(*options, "include_usage", request.include_usage));
+    LLMRT_RETURN_IF_ERROR(ReadBool(*options, "include_usage", request.include_usage));
   }
 
   // max_completion_tokens is the chat API's newer name; it wins when both are given.
   const int64_t max_tokens_cap =
       limits.max_tokens > 0 ? limits.max_tokens : std::numeric_limits<int32_t>::max();
   std::optional<int64_t> integer;
-  RETURN_IF_ERROR_P(ReadInt(object, "max_tokens", 1, max_tokens_cap, integer));
+  LLMRT_RETURN_IF_ERROR(ReadInt(object, "max_tokens", 1, max_tokens_cap, integer));
   request.max_tokens = integer;
   integer.reset();
-  RETURN_IF_ERROR_P(ReadInt(object, "max_completion_tokens", 1, max_tokens_cap, integer));
+  LLMRT_RETURN_IF_ERROR(ReadInt(object, "max_completion_tokens", 1, max_tokens_cap, integer));
   if (integer.has_value()) request.max_tokens = integer;
 
   integer.reset();
-  RETURN_IF_ERROR_P(ReadInt(object, "n", 1, limits.max_n, integer));
+  LLMRT_RETURN_IF_ERROR(ReadInt(object, "n", 1, limits.max_n, integer));
   request.n = static_cast<int32_t>(integer.value_or(1));
   integer.reset();
-  RETURN_IF_ERROR_P(ReadInt(object, "best_of", 1, limits.max_n, integer));
+  LLMRT_RETURN_IF_ERROR(ReadInt(object, "best_of", 1, limits.max_n, integer));
   if (integer.has_value() && *integer != request.n) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "'best_of' (%d) different from 'n' (%d) is not supported", *integer, request.n));
   }
 
   if (endpoint == Endpoint::kChatCompletions) {
-    RETURN_IF_ERROR_P(ReadBool(object, "logprobs", request.logprobs));
+    LLMRT_RETURN_IF_ERROR(ReadBool(object, "logprobs", request.logprobs));
     integer.reset();
-    RETURN_IF_ERROR_P(ReadInt(object, "top_logprobs", 0, limits.max_top_logprobs, integer));
+    LLMRT_RETURN_IF_ERROR(ReadInt(object, "top_logprobs", 0, limits.max_top_logprobs, integer));
     if (integer.has_value()) {
       if (!request.logprobs) {
         return absl::InvalidArgumentError("'top_logprobs' needs 'logprobs' set to true");
@@ -389,13 +385,13 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
     // Legacy completions: logprobs is the number of alternatives; 0 still reports the chosen
     // token's logprob.
     integer.reset();
-    RETURN_IF_ERROR_P(ReadInt(object, "logprobs", 0, limits.max_top_logprobs, integer));
+    LLMRT_RETURN_IF_ERROR(ReadInt(object, "logprobs", 0, limits.max_top_logprobs, integer));
     if (integer.has_value()) {
       request.logprobs = true;
       request.top_logprobs = static_cast<int32_t>(*integer);
     }
     bool echo = false;
-    RETURN_IF_ERROR_P(ReadBool(object, "echo", echo));
+    LLMRT_RETURN_IF_ERROR(ReadBool(object, "echo", echo));
     if (echo) return absl::InvalidArgumentError("'echo' is not supported by this server");
     if (Field(object, "suffix") != nullptr) {
       return absl::InvalidArgumentError("'suffix' is not supported by this server");
@@ -403,46 +399,46 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
   }
 
   // Ranges: OpenAI's where it has them, the sampler's otherwise.
-  RETURN_IF_ERROR_P(ReadNumber(object, "temperature", 0.0, 2.0, request.temperature));
+  LLMRT_RETURN_IF_ERROR(ReadNumber(object, "temperature", 0.0, 2.0, request.temperature));
   std::optional<double> top_p;
-  RETURN_IF_ERROR_P(ReadNumber(object, "top_p", 0.0, 1.0, top_p));
+  LLMRT_RETURN_IF_ERROR(ReadNumber(object, "top_p", 0.0, 1.0, top_p));
   if (top_p.has_value() && *top_p <= 0.0) {
     return absl::InvalidArgumentError("'top_p' must be in (0, 1], found 0");
   }
   request.top_p = top_p;
   integer.reset();
-  RETURN_IF_ERROR_P(ReadInt(object, "top_k", -1, std::numeric_limits<int32_t>::max(), integer));
+  LLMRT_RETURN_IF_ERROR(ReadInt(object, "top_k", -1, std::numeric_limits<int32_t>::max(), integer));
   if (integer.has_value()) request.top_k = static_cast<int32_t>(*integer);
-  RETURN_IF_ERROR_P(ReadNumber(object, "min_p", 0.0, 1.0, request.min_p));
+  LLMRT_RETURN_IF_ERROR(ReadNumber(object, "min_p", 0.0, 1.0, request.min_p));
   std::optional<double> number;
-  RETURN_IF_ERROR_P(ReadNumber(object, "repetition_penalty", 0.0, 1e6, number));
+  LLMRT_RETURN_IF_ERROR(ReadNumber(object, "repetition_penalty", 0.0, 1e6, number));
   if (number.has_value() && *number <= 0.0) {
     return absl::InvalidArgumentError("'repetition_penalty' must be > 0, found 0");
   }
   request.repetition_penalty = number;
   number.reset();
-  RETURN_IF_ERROR_P(ReadNumber(object, "presence_penalty", -2.0, 2.0, number));
+  LLMRT_RETURN_IF_ERROR(ReadNumber(object, "presence_penalty", -2.0, 2.0, number));
   request.presence_penalty = number.value_or(0.0);
   number.reset();
-  RETURN_IF_ERROR_P(ReadNumber(object, "frequency_penalty", -2.0, 2.0, number));
+  LLMRT_RETURN_IF_ERROR(ReadNumber(object, "frequency_penalty", -2.0, 2.0, number));
   request.frequency_penalty = number.value_or(0.0);
-  RETURN_IF_ERROR_P(ReadLogitBias(object, limits, request.logit_bias));
+  LLMRT_RETURN_IF_ERROR(ReadLogitBias(object, limits, request.logit_bias));
   if (const Json* seed = Field(object, "seed")) {
     if (!seed->is_number_integer()) return TypeError("seed", "an integer", *seed);
     request.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
                                               : static_cast<uint64_t>(seed->get<int64_t>());
   }
-  RETURN_IF_ERROR_P(ReadStop(object, limits, request.stop));
+  LLMRT_RETURN_IF_ERROR(ReadStop(object, limits, request.stop));
   if (const Json* ids = Field(object, "stop_token_ids")) {
     if (!ids->is_array()) return TypeError("stop_token_ids", "an array of token ids", *ids);
     if (static_cast<int64_t>(ids->size()) > limits.max_stop) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "'stop_token_ids' holds %d ids; at most %d are allowed", ids->size(), limits.max_stop));
     }
-    RETURN_IF_ERROR_P(ReadTokenIds(*ids, "stop_token_ids", request.stop_token_ids));
+    LLMRT_RETURN_IF_ERROR(ReadTokenIds(*ids, "stop_token_ids", request.stop_token_ids));
   }
-  RETURN_IF_ERROR_P(ReadBool(object, "ignore_eos", request.ignore_eos));
-  RETURN_IF_ERROR_P(ReadBool(object, "skip_special_tokens", request.skip_special_tokens));
+  LLMRT_RETURN_IF_ERROR(ReadBool(object, "ignore_eos", request.ignore_eos));
+  LLMRT_RETURN_IF_ERROR(ReadBool(object, "skip_special_tokens", request.skip_special_tokens));
   return request;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/template/lexer.h"
 #include "runtime/template/parser.h"
 
@@ -20,19 +21,6 @@ namespace llmrt::jinja {
 namespace {
 
 constexpr char kBodyPlaceholder[] = " body";
-
-#define TEMPLATE_ASSIGN_OR_RETURN_IMPL(status_or, lhs, expression) \
-  auto status_or = (expression);                                   \
-  if (!status_or.ok()) return status_or.status();                  \
-  lhs = std::move(*status_or)
-#define TEMPLATE_CONCAT_INNER(a, b) a##b
-#define TEMPLATE_CONCAT(a, b) TEMPLATE_CONCAT_INNER(a, b)
-#define ASSIGN_OR_RETURN(lhs, expression) \
-  TEMPLATE_ASSIGN_OR_RETURN_IMPL(TEMPLATE_CONCAT(status_or_, __LINE__), lhs, expression)
-#define RETURN_IF_ERROR(expression)                                         \
-  do {                                                                      \
-    if (absl::Status status_ = (expression); !status_.ok()) return status_; \
-  } while (false)
 
 // ---- UTF-8 helpers: Python strings index by code point. ----
 
@@ -292,7 +280,7 @@ class Renderer {
     auto scope = std::make_shared<Scope>();
     scope->parent = globals;
     std::string out;
-    ASSIGN_OR_RETURN(Flow flow, RenderBody(body, scope, out));
+    LLMRT_ASSIGN_OR_RETURN(Flow flow, RenderBody(body, scope, out));
     (void)flow;
     return out;
   }
@@ -348,17 +336,17 @@ class Renderer {
                                        std::string& out) {
     switch (statement.kind) {
       case Statement::Kind::kData:
-        RETURN_IF_ERROR(Append(out, statement.text));
+        LLMRT_RETURN_IF_ERROR(Append(out, statement.text));
         return Flow::kNormal;
       case Statement::Kind::kOutput: {
-        ASSIGN_OR_RETURN(Value value, Evaluate(*statement.expression, scope));
-        RETURN_IF_ERROR(Append(out, value.Str()));
+        LLMRT_ASSIGN_OR_RETURN(Value value, Evaluate(*statement.expression, scope));
+        LLMRT_RETURN_IF_ERROR(Append(out, value.Str()));
         return Flow::kNormal;
       }
       case Statement::Kind::kIf:
         for (size_t index = 0; index < statement.bodies.size(); ++index) {
           if (index < statement.conditions.size()) {
-            ASSIGN_OR_RETURN(Value condition, Evaluate(*statement.conditions[index], scope));
+            LLMRT_ASSIGN_OR_RETURN(Value condition, Evaluate(*statement.conditions[index], scope));
             if (!condition.Truthy()) continue;
           }
           return RenderBody(statement.bodies[index], scope, out);
@@ -367,17 +355,17 @@ class Renderer {
       case Statement::Kind::kFor:
         return RenderFor(statement, scope, out);
       case Statement::Kind::kSet: {
-        ASSIGN_OR_RETURN(Value value, Evaluate(*statement.expression, scope));
-        RETURN_IF_ERROR(Assign(statement, value, scope));
+        LLMRT_ASSIGN_OR_RETURN(Value value, Evaluate(*statement.expression, scope));
+        LLMRT_RETURN_IF_ERROR(Assign(statement, value, scope));
         return Flow::kNormal;
       }
       case Statement::Kind::kSetBlock: {
         std::string captured;
-        ASSIGN_OR_RETURN(Flow flow, RenderBody(statement.body, scope, captured));
+        LLMRT_ASSIGN_OR_RETURN(Flow flow, RenderBody(statement.body, scope, captured));
         (void)flow;
         Value value = Value::String(std::move(captured));
         if (statement.expression) {
-          ASSIGN_OR_RETURN(value, ApplyPlaceholderChain(*statement.expression, value, scope));
+          LLMRT_ASSIGN_OR_RETURN(value, ApplyPlaceholderChain(*statement.expression, value, scope));
         }
         scope->Set(statement.targets[0], std::move(value));
         return Flow::kNormal;
@@ -388,21 +376,21 @@ class Renderer {
       case Statement::Kind::kCallBlock: {
         const Expression& call = *statement.expression;
         Value caller = MakeMacro(statement, scope, "caller");
-        ASSIGN_OR_RETURN(Value callee, Evaluate(*call.operands[0], scope));
-        ASSIGN_OR_RETURN(CallArguments arguments, EvaluateArguments(call, scope));
+        LLMRT_ASSIGN_OR_RETURN(Value callee, Evaluate(*call.operands[0], scope));
+        LLMRT_ASSIGN_OR_RETURN(CallArguments arguments, EvaluateArguments(call, scope));
         arguments.keyword.emplace_back("caller", caller);
-        ASSIGN_OR_RETURN(Value result, Call(callee, arguments));
-        RETURN_IF_ERROR(Append(out, result.Str()));
+        LLMRT_ASSIGN_OR_RETURN(Value result, Call(callee, arguments));
+        LLMRT_RETURN_IF_ERROR(Append(out, result.Str()));
         return Flow::kNormal;
       }
       case Statement::Kind::kFilterBlock: {
         std::string captured;
-        ASSIGN_OR_RETURN(Flow flow, RenderBody(statement.body, scope, captured));
+        LLMRT_ASSIGN_OR_RETURN(Flow flow, RenderBody(statement.body, scope, captured));
         (void)flow;
-        ASSIGN_OR_RETURN(Value value,
-                         ApplyPlaceholderChain(*statement.expression,
-                                               Value::String(std::move(captured)), scope));
-        RETURN_IF_ERROR(Append(out, value.Str()));
+        LLMRT_ASSIGN_OR_RETURN(Value value,
+                               ApplyPlaceholderChain(*statement.expression,
+                                                     Value::String(std::move(captured)), scope));
+        LLMRT_RETURN_IF_ERROR(Append(out, value.Str()));
         return Flow::kNormal;
       }
       case Statement::Kind::kBreak:
@@ -427,7 +415,7 @@ class Renderer {
       scope->Set(targets[0], value);
       return absl::OkStatus();
     }
-    ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+    LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
     if (items.size() != targets.size()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "ValueError: cannot unpack %d values into %d names", items.size(), targets.size()));
@@ -456,15 +444,15 @@ class Renderer {
 
   absl::StatusOr<Flow> RenderFor(const Statement& statement, const ScopePtr& scope,
                                  std::string& out) {
-    ASSIGN_OR_RETURN(Value iterable, Evaluate(*statement.expression, scope));
-    ASSIGN_OR_RETURN(std::vector<Value> all_items, Iterate(iterable));
+    LLMRT_ASSIGN_OR_RETURN(Value iterable, Evaluate(*statement.expression, scope));
+    LLMRT_ASSIGN_OR_RETURN(std::vector<Value> all_items, Iterate(iterable));
     std::vector<Value> items;
     if (statement.condition) {
       for (Value& item : all_items) {
         auto probe = std::make_shared<Scope>();
         probe->parent = scope;
-        RETURN_IF_ERROR(Unpack(statement.targets, item, probe));
-        ASSIGN_OR_RETURN(Value keep, Evaluate(*statement.condition, probe));
+        LLMRT_RETURN_IF_ERROR(Unpack(statement.targets, item, probe));
+        LLMRT_ASSIGN_OR_RETURN(Value keep, Evaluate(*statement.condition, probe));
         if (keep.Truthy()) items.push_back(std::move(item));
       }
     } else {
@@ -474,16 +462,16 @@ class Renderer {
       if (statement.else_body.empty()) return Flow::kNormal;
       auto inner = std::make_shared<Scope>();
       inner->parent = scope;
-      ASSIGN_OR_RETURN(Flow flow, RenderBody(statement.else_body, inner, out));
+      LLMRT_ASSIGN_OR_RETURN(Flow flow, RenderBody(statement.else_body, inner, out));
       (void)flow;
       return Flow::kNormal;
     }
     const int64_t length = static_cast<int64_t>(items.size());
     for (int64_t index = 0; index < length; ++index) {
-      RETURN_IF_ERROR(CountIterations(1));
+      LLMRT_RETURN_IF_ERROR(CountIterations(1));
       auto inner = std::make_shared<Scope>();
       inner->parent = scope;
-      RETURN_IF_ERROR(Unpack(statement.targets, items[index], inner));
+      LLMRT_RETURN_IF_ERROR(Unpack(statement.targets, items[index], inner));
       Value::Entries loop = {
           {Value::String("index"), Value::Int(index + 1)},
           {Value::String("index0"), Value::Int(index)},
@@ -507,7 +495,7 @@ class Renderer {
                             return arguments.positional[index % arguments.positional.size()];
                           }));
       inner->Set("loop", Value::Dict(std::move(loop)));
-      ASSIGN_OR_RETURN(Flow flow, RenderBody(statement.body, inner, out));
+      LLMRT_ASSIGN_OR_RETURN(Flow flow, RenderBody(statement.body, inner, out));
       if (flow == Flow::kBreak) break;
     }
     return Flow::kNormal;
@@ -570,7 +558,7 @@ class Renderer {
     for (size_t index = 0; index < parameters.size(); ++index) {
       if (bound[index]) continue;
       if (parameters[index].default_value) {
-        ASSIGN_OR_RETURN(Value value, Evaluate(*parameters[index].default_value, scope));
+        LLMRT_ASSIGN_OR_RETURN(Value value, Evaluate(*parameters[index].default_value, scope));
         scope->Set(parameters[index].name, std::move(value));
       } else {
         scope->Set(parameters[index].name,
@@ -581,7 +569,7 @@ class Renderer {
     scope->Set("varargs", Value::Tuple(std::move(varargs)));
     scope->Set("kwargs", Value::Dict(std::move(kwargs)));
     std::string out;
-    ASSIGN_OR_RETURN(Flow flow, RenderBody(statement.body, scope, out));
+    LLMRT_ASSIGN_OR_RETURN(Flow flow, RenderBody(statement.body, scope, out));
     (void)flow;
     return Value::String(std::move(out));
   }
@@ -670,7 +658,7 @@ class Renderer {
             return absl::InvalidArgumentError("ValueError: range() arg 3 must not be zero");
           Value::Items items;
           for (int64_t value = start; step > 0 ? value < stop : value > stop; value += step) {
-            RETURN_IF_ERROR(CountIterations(1));
+            LLMRT_RETURN_IF_ERROR(CountIterations(1));
             items.push_back(Value::Int(value));
           }
           return Value::List(std::move(items));
@@ -682,11 +670,11 @@ class Renderer {
   absl::StatusOr<CallArguments> EvaluateArguments(const Expression& call, const ScopePtr& scope) {
     CallArguments arguments;
     for (const ExpressionPtr& argument : call.arguments) {
-      ASSIGN_OR_RETURN(Value value, Evaluate(*argument, scope));
+      LLMRT_ASSIGN_OR_RETURN(Value value, Evaluate(*argument, scope));
       arguments.positional.push_back(std::move(value));
     }
     for (const KeywordArgument& keyword : call.keywords) {
-      ASSIGN_OR_RETURN(Value value, Evaluate(*keyword.value, scope));
+      LLMRT_ASSIGN_OR_RETURN(Value value, Evaluate(*keyword.value, scope));
       arguments.keyword.emplace_back(keyword.name, std::move(value));
     }
     return arguments;
@@ -712,34 +700,34 @@ class Renderer {
         return *value;
       }
       case Expression::Kind::kAttribute: {
-        ASSIGN_OR_RETURN(Value object, Evaluate(*expression.operands[0], scope));
+        LLMRT_ASSIGN_OR_RETURN(Value object, Evaluate(*expression.operands[0], scope));
         return GetAttribute(object, expression.name);
       }
       case Expression::Kind::kItem: {
-        ASSIGN_OR_RETURN(Value object, Evaluate(*expression.operands[0], scope));
-        ASSIGN_OR_RETURN(Value key, Evaluate(*expression.operands[1], scope));
+        LLMRT_ASSIGN_OR_RETURN(Value object, Evaluate(*expression.operands[0], scope));
+        LLMRT_ASSIGN_OR_RETURN(Value key, Evaluate(*expression.operands[1], scope));
         return GetItem(object, key);
       }
       case Expression::Kind::kSlice:
         return EvaluateSlice(expression, scope);
       case Expression::Kind::kCall: {
-        ASSIGN_OR_RETURN(Value callee, Evaluate(*expression.operands[0], scope));
-        ASSIGN_OR_RETURN(CallArguments arguments, EvaluateArguments(expression, scope));
+        LLMRT_ASSIGN_OR_RETURN(Value callee, Evaluate(*expression.operands[0], scope));
+        LLMRT_ASSIGN_OR_RETURN(CallArguments arguments, EvaluateArguments(expression, scope));
         return Call(callee, arguments);
       }
       case Expression::Kind::kFilter: {
-        ASSIGN_OR_RETURN(Value value, Evaluate(*expression.operands[0], scope));
-        ASSIGN_OR_RETURN(CallArguments arguments, EvaluateArguments(expression, scope));
+        LLMRT_ASSIGN_OR_RETURN(Value value, Evaluate(*expression.operands[0], scope));
+        LLMRT_ASSIGN_OR_RETURN(CallArguments arguments, EvaluateArguments(expression, scope));
         return ApplyFilter(expression.name, value, arguments);
       }
       case Expression::Kind::kTest: {
-        ASSIGN_OR_RETURN(Value value, Evaluate(*expression.operands[0], scope));
-        ASSIGN_OR_RETURN(CallArguments arguments, EvaluateArguments(expression, scope));
-        ASSIGN_OR_RETURN(bool result, ApplyTest(expression.name, value, arguments));
+        LLMRT_ASSIGN_OR_RETURN(Value value, Evaluate(*expression.operands[0], scope));
+        LLMRT_ASSIGN_OR_RETURN(CallArguments arguments, EvaluateArguments(expression, scope));
+        LLMRT_ASSIGN_OR_RETURN(bool result, ApplyTest(expression.name, value, arguments));
         return Value::Bool(result != expression.negated);
       }
       case Expression::Kind::kUnary: {
-        ASSIGN_OR_RETURN(Value operand, Evaluate(*expression.operands[0], scope));
+        LLMRT_ASSIGN_OR_RETURN(Value operand, Evaluate(*expression.operands[0], scope));
         if (expression.name == "not") return Value::Bool(!operand.Truthy());
         if (operand.is_undefined()) return UndefinedError(operand);
         if (!operand.is_number()) {
@@ -752,7 +740,7 @@ class Renderer {
         return Value::Int(-operand.int_value());
       }
       case Expression::Kind::kBinary: {
-        ASSIGN_OR_RETURN(Value left, Evaluate(*expression.operands[0], scope));
+        LLMRT_ASSIGN_OR_RETURN(Value left, Evaluate(*expression.operands[0], scope));
         if (expression.name == "and") {
           if (!left.Truthy()) return left;
           return Evaluate(*expression.operands[1], scope);
@@ -761,21 +749,21 @@ class Renderer {
           if (left.Truthy()) return left;
           return Evaluate(*expression.operands[1], scope);
         }
-        ASSIGN_OR_RETURN(Value right, Evaluate(*expression.operands[1], scope));
+        LLMRT_ASSIGN_OR_RETURN(Value right, Evaluate(*expression.operands[1], scope));
         return Binary(expression.name, left, right);
       }
       case Expression::Kind::kCompare: {
-        ASSIGN_OR_RETURN(Value left, Evaluate(*expression.operands[0], scope));
+        LLMRT_ASSIGN_OR_RETURN(Value left, Evaluate(*expression.operands[0], scope));
         for (size_t index = 0; index < expression.compare_ops.size(); ++index) {
-          ASSIGN_OR_RETURN(Value right, Evaluate(*expression.operands[index + 1], scope));
-          ASSIGN_OR_RETURN(bool result, Compare(expression.compare_ops[index], left, right));
+          LLMRT_ASSIGN_OR_RETURN(Value right, Evaluate(*expression.operands[index + 1], scope));
+          LLMRT_ASSIGN_OR_RETURN(bool result, Compare(expression.compare_ops[index], left, right));
           if (!result) return Value::Bool(false);
           left = std::move(right);
         }
         return Value::Bool(true);
       }
       case Expression::Kind::kConditional: {
-        ASSIGN_OR_RETURN(Value condition, Evaluate(*expression.operands[0], scope));
+        LLMRT_ASSIGN_OR_RETURN(Value condition, Evaluate(*expression.operands[0], scope));
         if (condition.Truthy()) return Evaluate(*expression.operands[1], scope);
         if (expression.operands[2]) return Evaluate(*expression.operands[2], scope);
         return Value::Undefined("the inline if-expression on line " +
@@ -786,7 +774,7 @@ class Renderer {
       case Expression::Kind::kTuple: {
         Value::Items items;
         for (const ExpressionPtr& operand : expression.operands) {
-          ASSIGN_OR_RETURN(Value value, Evaluate(*operand, scope));
+          LLMRT_ASSIGN_OR_RETURN(Value value, Evaluate(*operand, scope));
           items.push_back(std::move(value));
         }
         return expression.kind == Expression::Kind::kList ? Value::List(std::move(items))
@@ -795,8 +783,8 @@ class Renderer {
       case Expression::Kind::kDict: {
         Value::Entries entries;
         for (size_t index = 0; index + 1 < expression.operands.size(); index += 2) {
-          ASSIGN_OR_RETURN(Value key, Evaluate(*expression.operands[index], scope));
-          ASSIGN_OR_RETURN(Value value, Evaluate(*expression.operands[index + 1], scope));
+          LLMRT_ASSIGN_OR_RETURN(Value key, Evaluate(*expression.operands[index], scope));
+          LLMRT_ASSIGN_OR_RETURN(Value value, Evaluate(*expression.operands[index + 1], scope));
           if (key.is_list() || key.is_dict() || key.is_undefined()) {
             return TypeError(absl::StrFormat("unhashable type: '%s'", key.TypeName()));
           }
@@ -809,11 +797,11 @@ class Renderer {
   }
 
   absl::StatusOr<Value> EvaluateSlice(const Expression& expression, const ScopePtr& scope) {
-    ASSIGN_OR_RETURN(Value object, Evaluate(*expression.operands[0], scope));
+    LLMRT_ASSIGN_OR_RETURN(Value object, Evaluate(*expression.operands[0], scope));
     std::optional<int64_t> bounds[3];
     for (int part = 0; part < 3; ++part) {
       if (!expression.operands[part + 1]) continue;
-      ASSIGN_OR_RETURN(Value value, Evaluate(*expression.operands[part + 1], scope));
+      LLMRT_ASSIGN_OR_RETURN(Value value, Evaluate(*expression.operands[part + 1], scope));
       if (value.is_none()) continue;
       if (!value.is_int() && !value.is_bool()) {
         return TypeError("slice indices must be integers or None");
@@ -1004,7 +992,7 @@ class Renderer {
       return std::optional<std::string>(value->string_value());
     };
     if (name == "strip" || name == "lstrip" || name == "rstrip") {
-      ASSIGN_OR_RETURN(std::optional<std::string> chars, string_argument(0, "chars"));
+      LLMRT_ASSIGN_OR_RETURN(std::optional<std::string> chars, string_argument(0, "chars"));
       return Value::String(Strip(text, chars, name != "rstrip", name != "lstrip"));
     }
     if (name == "upper") return Value::String(AsciiUpper(text));
@@ -1036,7 +1024,7 @@ class Renderer {
       return Value::Bool(false);
     }
     if (name == "split" || name == "rsplit") {
-      ASSIGN_OR_RETURN(std::optional<std::string> separator, string_argument(0, "sep"));
+      LLMRT_ASSIGN_OR_RETURN(std::optional<std::string> separator, string_argument(0, "sep"));
       const Value* max_split_value = Argument(arguments, 1, "maxsplit");
       int64_t max_split = max_split_value ? max_split_value->int_value() : -1;
       Value::Items parts;
@@ -1100,11 +1088,11 @@ class Renderer {
       const Value* count = Argument(arguments, 2, "count");
       std::string out = PythonReplace(text, old_text->string_value(), new_text->string_value(),
                                       count ? count->int_value() : -1);
-      RETURN_IF_ERROR(CheckSize(out.size()));
+      LLMRT_RETURN_IF_ERROR(CheckSize(out.size()));
       return Value::String(std::move(out));
     }
     if (name == "find" || name == "rfind" || name == "index" || name == "count") {
-      ASSIGN_OR_RETURN(std::optional<std::string> needle, string_argument(0, "sub"));
+      LLMRT_ASSIGN_OR_RETURN(std::optional<std::string> needle, string_argument(0, "sub"));
       if (!needle) return TypeError(name + "() needs a str argument");
       if (name == "count") {
         if (needle->empty()) return Value::Int(CodePointCount(text) + 1);
@@ -1125,7 +1113,7 @@ class Renderer {
     if (name == "join") {
       const Value* iterable = Argument(arguments, 0, "iterable");
       if (iterable == nullptr) return TypeError("join() takes exactly one argument (0 given)");
-      ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(*iterable));
+      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(*iterable));
       std::string out;
       for (size_t index = 0; index < items.size(); ++index) {
         if (!items[index].is_string()) {
@@ -1134,7 +1122,7 @@ class Renderer {
         }
         if (index > 0) out += text;
         out += items[index].string_value();
-        RETURN_IF_ERROR(CheckSize(out.size()));
+        LLMRT_RETURN_IF_ERROR(CheckSize(out.size()));
       }
       return Value::String(std::move(out));
     }
@@ -1144,7 +1132,7 @@ class Renderer {
       return Value::List(std::move(lines));
     }
     if (name == "removeprefix" || name == "removesuffix") {
-      ASSIGN_OR_RETURN(std::optional<std::string> affix, string_argument(0, "affix"));
+      LLMRT_ASSIGN_OR_RETURN(std::optional<std::string> affix, string_argument(0, "affix"));
       if (!affix) return TypeError(name + "() needs a str argument");
       if (name == "removeprefix" && absl::StartsWith(text, *affix)) {
         return Value::String(text.substr(affix->size()));
@@ -1205,7 +1193,7 @@ class Renderer {
   absl::StatusOr<Value> Binary(const std::string& op, const Value& left, const Value& right) {
     if (op == "~") {
       std::string out = left.Str() + right.Str();
-      RETURN_IF_ERROR(CheckSize(out.size()));
+      LLMRT_RETURN_IF_ERROR(CheckSize(out.size()));
       return Value::String(std::move(out));
     }
     if (left.is_undefined()) return UndefinedError(left);
@@ -1275,7 +1263,7 @@ class Renderer {
     }
     if (op == "+") {
       if (left.is_string() && right.is_string()) {
-        RETURN_IF_ERROR(CheckSize(left.string_value().size() + right.string_value().size()));
+        LLMRT_RETURN_IF_ERROR(CheckSize(left.string_value().size() + right.string_value().size()));
         return Value::String(left.string_value() + right.string_value());
       }
       if ((left.is_list() && right.is_list()) || (left.is_tuple() && right.is_tuple())) {
@@ -1310,13 +1298,13 @@ class Renderer {
       }
       const int64_t times = std::max<int64_t>(0, count->int_value());
       if (sequence->is_string()) {
-        RETURN_IF_ERROR(CheckSize(static_cast<size_t>(
+        LLMRT_RETURN_IF_ERROR(CheckSize(static_cast<size_t>(
             std::min<double>(1e18, static_cast<double>(sequence->string_value().size()) * times))));
         std::string out;
         for (int64_t step = 0; step < times; ++step) out += sequence->string_value();
         return Value::String(std::move(out));
       }
-      RETURN_IF_ERROR(CountIterations(
+      LLMRT_RETURN_IF_ERROR(CountIterations(
           static_cast<int64_t>(std::min<double>(1e15, double(sequence->items().size()) * times))));
       Value::Items items;
       for (int64_t step = 0; step < times; ++step) {
@@ -1393,10 +1381,10 @@ class Renderer {
     if (op == "!=") return !left.Equals(right);
     if (op == "in") return Contains(right, left);
     if (op == "not in") {
-      ASSIGN_OR_RETURN(bool contained, Contains(right, left));
+      LLMRT_ASSIGN_OR_RETURN(bool contained, Contains(right, left));
       return !contained;
     }
-    ASSIGN_OR_RETURN(int order, Order(op, left, right));
+    LLMRT_ASSIGN_OR_RETURN(int order, Order(op, left, right));
     if (op == "<") return order < 0;
     if (op == "<=") return order <= 0;
     if (op == ">") return order > 0;
@@ -1450,15 +1438,15 @@ class Renderer {
       return FloorMod(number, divisor->int_value()) == 0;
     }
     if (name == "eq" || name == "equalto" || name == "==") {
-      RETURN_IF_ERROR(need_argument());
+      LLMRT_RETURN_IF_ERROR(need_argument());
       return value.Equals(*argument);
     }
     if (name == "ne" || name == "!=") {
-      RETURN_IF_ERROR(need_argument());
+      LLMRT_RETURN_IF_ERROR(need_argument());
       return !value.Equals(*argument);
     }
     if (name == "sameas") {
-      RETURN_IF_ERROR(need_argument());
+      LLMRT_RETURN_IF_ERROR(need_argument());
       if (value.is_none() || value.is_bool())
         return value.Equals(*argument) && value.kind() == argument->kind();
       return false;
@@ -1473,7 +1461,7 @@ class Renderer {
         {"gt", ">"}, {"greaterthan", ">"}, {">", ">"}, {"ge", ">="}, {">=", ">="}};
     for (const auto& [test_name, op] : kOrderTests) {
       if (name == test_name) {
-        RETURN_IF_ERROR(need_argument());
+        LLMRT_RETURN_IF_ERROR(need_argument());
         return Compare(op, value, *argument);
       }
     }
@@ -1507,9 +1495,9 @@ class Renderer {
     for (absl::string_view part : absl::StrSplit(attribute.string_value(), '.')) {
       int64_t index;
       if (absl::SimpleAtoi(part, &index)) {
-        ASSIGN_OR_RETURN(current, GetItem(current, Value::Int(index)));
+        LLMRT_ASSIGN_OR_RETURN(current, GetItem(current, Value::Int(index)));
       } else {
-        ASSIGN_OR_RETURN(current, GetItem(current, Value::String(std::string(part))));
+        LLMRT_ASSIGN_OR_RETURN(current, GetItem(current, Value::String(std::string(part))));
       }
     }
     return current;
@@ -1561,8 +1549,8 @@ class Renderer {
       if (const Value* sort_keys = Argument(arguments, 99, "sort_keys")) {
         json.sort_keys = sort_keys->Truthy();
       }
-      ASSIGN_OR_RETURN(std::string text, ToJson(value, json));
-      RETURN_IF_ERROR(CheckSize(text.size()));
+      LLMRT_ASSIGN_OR_RETURN(std::string text, ToJson(value, json));
+      LLMRT_RETURN_IF_ERROR(CheckSize(text.size()));
       return Value::String(std::move(text));
     }
     if (name == "items") {
@@ -1573,33 +1561,33 @@ class Renderer {
       return Value::List(std::move(items));
     }
     if (name == "list") {
-      ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
       return Value::List(std::move(items));
     }
     if (name == "first") {
-      ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
       if (items.empty()) return Value::Undefined("No first item, sequence was empty.");
       return items.front();
     }
     if (name == "last") {
-      ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
       if (items.empty()) return Value::Undefined("No last item, sequence was empty.");
       return items.back();
     }
     if (name == "join") {
       const Value* separator = Argument(arguments, 0, "d");
       const Value* attribute = Argument(arguments, 1, "attribute");
-      ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
       std::string out;
       for (size_t index = 0; index < items.size(); ++index) {
         if (index > 0 && separator) out += separator->Str();
         if (attribute && !attribute->is_none()) {
-          ASSIGN_OR_RETURN(Value part, AttributePath(items[index], *attribute));
+          LLMRT_ASSIGN_OR_RETURN(Value part, AttributePath(items[index], *attribute));
           out += part.Str();
         } else {
           out += items[index].Str();
         }
-        RETURN_IF_ERROR(CheckSize(out.size()));
+        LLMRT_RETURN_IF_ERROR(CheckSize(out.size()));
       }
       return Value::String(std::move(out));
     }
@@ -1610,7 +1598,7 @@ class Renderer {
       if (old_text == nullptr || new_text == nullptr) return TypeError("replace needs old and new");
       std::string out = PythonReplace(value.Str(), old_text->Str(), new_text->Str(),
                                       count && !count->is_none() ? count->int_value() : -1);
-      RETURN_IF_ERROR(CheckSize(out.size()));
+      LLMRT_RETURN_IF_ERROR(CheckSize(out.size()));
       return Value::String(std::move(out));
     }
     if (name == "int" || name == "float") {
@@ -1698,11 +1686,11 @@ class Renderer {
         }
       }
       if (first && first->Truthy()) out = indentation + out;
-      RETURN_IF_ERROR(CheckSize(out.size()));
+      LLMRT_RETURN_IF_ERROR(CheckSize(out.size()));
       return Value::String(std::move(out));
     }
     if (name == "map") {
-      ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
       const Value* attribute = nullptr;
       const Value* fallback = nullptr;
       for (const auto& [key, item] : arguments.keyword) {
@@ -1712,7 +1700,7 @@ class Renderer {
       Value::Items out;
       if (attribute != nullptr) {
         for (const Value& item : items) {
-          ASSIGN_OR_RETURN(Value mapped, AttributePath(item, *attribute));
+          LLMRT_ASSIGN_OR_RETURN(Value mapped, AttributePath(item, *attribute));
           if (mapped.is_undefined() && fallback != nullptr) mapped = *fallback;
           out.push_back(std::move(mapped));
         }
@@ -1724,7 +1712,7 @@ class Renderer {
       const std::string filter = arguments.positional[0].string_value();
       const CallArguments tail = positional_tail(1);
       for (const Value& item : items) {
-        ASSIGN_OR_RETURN(Value mapped, ApplyFilter(filter, item, tail));
+        LLMRT_ASSIGN_OR_RETURN(Value mapped, ApplyFilter(filter, item, tail));
         out.push_back(std::move(mapped));
       }
       return Value::List(std::move(out));
@@ -1732,7 +1720,7 @@ class Renderer {
     if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
       const bool by_attribute = name == "selectattr" || name == "rejectattr";
       const bool keep_when = name == "select" || name == "selectattr";
-      ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
       size_t next = 0;
       const Value* attribute = nullptr;
       if (by_attribute) {
@@ -1746,11 +1734,11 @@ class Renderer {
       for (const Value& item : items) {
         Value probe = item;
         if (attribute) {
-          ASSIGN_OR_RETURN(probe, AttributePath(item, *attribute));
+          LLMRT_ASSIGN_OR_RETURN(probe, AttributePath(item, *attribute));
         }
         bool passed;
         if (test) {
-          ASSIGN_OR_RETURN(passed, ApplyTest(*test, probe, tail));
+          LLMRT_ASSIGN_OR_RETURN(passed, ApplyTest(*test, probe, tail));
         } else {
           passed = probe.Truthy();
         }
@@ -1759,7 +1747,7 @@ class Renderer {
       return Value::List(std::move(out));
     }
     if (name == "unique") {
-      ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
       const Value* case_sensitive = Argument(arguments, 0, "case_sensitive");
       const Value* attribute = Argument(arguments, 1, "attribute");
       Value::Items out;
@@ -1767,7 +1755,7 @@ class Renderer {
       for (const Value& item : items) {
         Value key = item;
         if (attribute && !attribute->is_none()) {
-          ASSIGN_OR_RETURN(key, AttributePath(item, *attribute));
+          LLMRT_ASSIGN_OR_RETURN(key, AttributePath(item, *attribute));
         }
         if (key.is_string() && !(case_sensitive && case_sensitive->Truthy())) {
           key = Value::String(AsciiLower(key.string_value()));
@@ -1812,7 +1800,7 @@ class Renderer {
       return Value::List(std::move(pairs));
     }
     if (name == "sort") {
-      ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
       const Value* reverse = Argument(arguments, 0, "reverse");
       const Value* case_sensitive = Argument(arguments, 1, "case_sensitive");
       const Value* attribute = Argument(arguments, 2, "attribute");
@@ -1844,11 +1832,11 @@ class Renderer {
       return Value::List(std::move(items));
     }
     if (name == "min" || name == "max" || name == "sum") {
-      ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
       if (name == "sum") {
         Value total = Value::Int(0);
         for (const Value& item : items) {
-          ASSIGN_OR_RETURN(total, Binary("+", total, item));
+          LLMRT_ASSIGN_OR_RETURN(total, Binary("+", total, item));
         }
         return total;
       }
@@ -1856,7 +1844,7 @@ class Renderer {
         return Value::Undefined(absl::StrFormat("No aggregated item, sequence was empty."));
       Value best = items[0];
       for (size_t index = 1; index < items.size(); ++index) {
-        ASSIGN_OR_RETURN(int order, Order("<", items[index], best));
+        LLMRT_ASSIGN_OR_RETURN(int order, Order("<", items[index], best));
         if (name == "min" ? order < 0 : order > 0) best = items[index];
       }
       return best;
