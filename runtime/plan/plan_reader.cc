@@ -26,10 +26,15 @@ size_t DTypeSize(DType dtype) {
     case F16:
     case BF16:
       return 2;
+    case I8:
+    case U8:
+      return 1;
     default:
-      return 0;
+      return 0;  // I4 has no whole-byte size: see DTypeBits
   }
 }
+
+int DTypeBits(DType dtype) { return dtype == I4 ? 4 : static_cast<int>(DTypeSize(dtype)) * 8; }
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
@@ -41,6 +46,12 @@ const char* DTypeName(DType dtype) {
       return "bf16";
     case I32:
       return "i32";
+    case I8:
+      return "i8";
+    case U8:
+      return "u8";
+    case I4:
+      return "i4";
     case DTYPE_UNSPECIFIED:
       return "unspecified";
     default:
@@ -53,15 +64,16 @@ namespace internal {
 absl::Status CheckTensor(const std::string& path, int index, const Tensor& tensor,
                          uint64_t data_begin, uint64_t data_end) {
   const std::string where = absl::StrFormat("%s: tensor %d (%s)", path, index, tensor.name());
-  const size_t element_size = DTypeSize(tensor.dtype());
-  if (element_size == 0) {
+  const int element_bits = DTypeBits(tensor.dtype());
+  if (element_bits == 0) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: dtype %d (%s) is not a storable dtype",
                                                       where, static_cast<int>(tensor.dtype()),
                                                       DTypeName(tensor.dtype())));
   }
   // Overflow-safe product: the file is at most 2^64 bytes, so any true product beyond that
   // is a corrupt shape.
-  uint64_t expected_bytes = element_size;
+  // Counted in elements, converted to bytes at the end (I4 packs two per byte).
+  uint64_t expected_bytes = 1;
   for (const int64_t dim : tensor.shape()) {
     if (dim < 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -72,6 +84,19 @@ absl::Status CheckTensor(const std::string& path, int index, const Tensor& tenso
                                                         absl::StrJoin(tensor.shape(), ", ")));
     }
     expected_bytes *= static_cast<uint64_t>(dim);
+  }
+  if (element_bits == 4) {
+    if (tensor.shape_size() == 0 || tensor.shape(tensor.shape_size() - 1) % 2 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: shape [%s] of i4 needs an even last dimension", where,
+                          absl::StrJoin(tensor.shape(), ", ")));
+    }
+    expected_bytes /= 2;
+  } else if (expected_bytes > UINT64_MAX / static_cast<uint64_t>(element_bits / 8)) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: shape [%s] overflows 64 bits", where,
+                                                      absl::StrJoin(tensor.shape(), ", ")));
+  } else {
+    expected_bytes *= static_cast<uint64_t>(element_bits / 8);
   }
   if (tensor.size_bytes() != expected_bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(

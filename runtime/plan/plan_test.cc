@@ -304,6 +304,22 @@ TEST_F(PlanTest, MisalignedTensorOffsetIsRejected) {
               HasSubstr("tensor 1 (vector): blob offset 528 is not a multiple of 256"));
 }
 
+TEST_F(PlanTest, SubByteAndByteDTypesAreSizedByBits) {
+  PlanMeta meta = meta_;  // tensor 0 holds 60 bytes
+  meta.mutable_tensors(0)->set_dtype(I4);
+  meta.mutable_tensors(0)->set_shape(1, 40);
+  EXPECT_EQ(OpenError(WithMeta(bytes_, meta)), "");
+  meta.mutable_tensors(0)->set_shape(1, 5);
+  EXPECT_THAT(OpenError(WithMeta(bytes_, meta)),
+              HasSubstr("tensor 0 (matrix): shape [3, 5] of i4 needs an even last dimension"));
+  meta.mutable_tensors(0)->set_dtype(I8);
+  meta.mutable_tensors(0)->set_shape(1, 20);
+  EXPECT_EQ(OpenError(WithMeta(bytes_, meta)), "");
+  meta.mutable_tensors(0)->set_shape(1, 40);
+  EXPECT_THAT(OpenError(WithMeta(bytes_, meta)),
+              HasSubstr("size_bytes is 60, expected 120 for shape [3, 40] of i8"));
+}
+
 TEST_F(PlanTest, SizeNotMatchingShapeIsRejected) {
   PlanMeta meta = meta_;
   meta.mutable_tensors(0)->set_shape(1, 6);
@@ -485,8 +501,15 @@ TEST(DTypeTest, SizesAndNames) {
   EXPECT_EQ(DTypeSize(F16), 2u);
   EXPECT_EQ(DTypeSize(BF16), 2u);
   EXPECT_EQ(DTypeSize(I32), 4u);
+  EXPECT_EQ(DTypeSize(I8), 1u);
+  EXPECT_EQ(DTypeSize(U8), 1u);
+  EXPECT_EQ(DTypeSize(I4), 0u);
+  EXPECT_EQ(DTypeBits(I4), 4);
+  EXPECT_EQ(DTypeBits(I8), 8);
+  EXPECT_EQ(DTypeBits(F32), 32);
   EXPECT_EQ(DTypeSize(DTYPE_UNSPECIFIED), 0u);
   EXPECT_STREQ(DTypeName(BF16), "bf16");
+  EXPECT_STREQ(DTypeName(I4), "i4");
   EXPECT_STREQ(DTypeName(static_cast<DType>(99)), "unknown");
 }
 
