@@ -5,7 +5,9 @@ CMAKE_FLAGS ?=
 PLAN ?= $(BUILD_DIR)/stories260K.plan
 MODEL ?= tests/data/stories260K
 
-.PHONY: all deps configure build demo test clean format
+PREFIX ?= /usr/local
+
+.PHONY: all deps configure build demo test test-sanitize clean format install arm64
 
 all: build
 
@@ -26,6 +28,18 @@ demo: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# The runtime and its tests under ASan + UBSan in build-asan/ (see the script for what is covered).
+test-sanitize: deps configure
+	JOBS=$(JOBS) NORMAL_BUILD_DIR=$(BUILD_DIR) bash scripts/test-sanitize.sh
+
+# The embeddable runtime: <llmrt/llmrt.h>, libllmrt.{a,so}, find_package(llmrt) (docs/embedding.md).
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX) --component llmrt
+
+# Cross-build the runtime core for arm64 and run its tests under qemu (scripts/cross-arm64.sh).
+arm64: build
+	bash scripts/cross-arm64.sh $(BUILD_DIR)/arm64 $(BUILD_DIR)
 
 format:
 	git ls-files '*.cc' '*.h' '*.cpp' | xargs clang-format -i

@@ -8,8 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/quant/quantize.h"
 #include "ir/LlmDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "passes/QuantAttr.h"
 #include "runtime/plan/dtype.h"
 
 using namespace mlir;
@@ -39,6 +41,10 @@ const char *dtypeSuffix(plan::DType dtype) {
     return "f16";
   case plan::BF16:
     return "bf16";
+  case plan::I8:
+    return "i8";
+  case plan::I4:
+    return "i4";
   default:
     return "?";
   }
@@ -90,6 +96,12 @@ public:
 private:
   absl::StatusOr<int> addTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
                                 plan::DType dtype, int64_t panelRows = 0);
+  absl::StatusOr<int> addQuantizedTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
+                                         const QuantSpec &spec);
+  absl::StatusOr<WeightView> checkedWeight(Operation *user, FlatSymbolRefAttr param);
+  absl::StatusOr<int> writeTensor(const std::string &name, plan::DType dtype,
+                                  std::vector<int64_t> shape, ArrayRef<const uint8_t *> parts,
+                                  ArrayRef<uint64_t> partBytes);
   absl::Status appendConverted(const WeightView &view, plan::DType dtype);
   absl::Status appendPanels(ArrayRef<WeightView> views, int64_t rows, int64_t cols,
                             plan::DType dtype, int64_t panelRows);
@@ -159,6 +171,178 @@ absl::Status Emitter::appendPanels(ArrayRef<WeightView> views, int64_t rows, int
   return absl::OkStatus();
 }
 
+// One blob made of `parts` (concatenated), as a ROW_MAJOR tensor entry; not registered in
+// tensorIndex (the caller decides under which name it is shared).
+absl::StatusOr<int> Emitter::writeTensor(const std::string &name, plan::DType dtype,
+                                         std::vector<int64_t> shape,
+                                         ArrayRef<const uint8_t *> parts,
+                                         ArrayRef<uint64_t> partBytes) {
+  if (absl::Status status = writer.BeginBlob(); !status.ok())
+    return status;
+  for (auto [data, bytes] : llvm::zip(parts, partBytes))
+    if (absl::Status status = writer.Append(data, bytes); !status.ok())
+      return status;
+  absl::StatusOr<plan::BlobRange> range = writer.EndBlob();
+  if (!range.ok())
+    return range.status();
+  plan::Tensor &tensor = tensors->emplace_back();
+  tensor.set_name(name);
+  tensor.set_dtype(dtype);
+  for (int64_t dim : shape)
+    tensor.add_shape(dim);
+  tensor.set_layout(plan::Tensor::ROW_MAJOR);
+  tensor.set_offset(range->offset);
+  tensor.set_size_bytes(range->size_bytes);
+  tensor.set_checksum(range->checksum);
+  return static_cast<int>(tensors->size()) - 1;
+}
+
+// The weights of `params` as quantized codes (plan.proto, message Quantization): each part is
+// either pre-quantized by the WeightSource (GPTQ/AWQ checkpoints, written as they are) or
+// quantized here from its float weights; fused parts are concatenated along the rows, which
+// is exact because every scale belongs to one row. Writes the codes, then the F16 scales, the
+// U8 zero points (asymmetric) and the I32 input permutation (act-order), and returns the
+// codes' tensor index.
+absl::StatusOr<int> Emitter::addQuantizedTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
+                                                const QuantSpec &spec) {
+  std::vector<std::string> names;
+  for (FlatSymbolRefAttr param : params)
+    names.push_back(param.getValue().str());
+  std::string name = names.size() == 1 ? names[0] : fusedTensorName(names);
+  const plan::DType codeDtype = spec.bits == 8 ? plan::I8 : plan::I4;
+  if (auto it = tensorIndex.find(name); it != tensorIndex.end()) {
+    const plan::Tensor &existing = (*tensors)[it->second];
+    if (existing.dtype() != codeDtype || existing.quantization().group_size() != spec.groupSize)
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", name, " is read by two ops with different llm.quant encodings"));
+    return it->second;
+  }
+
+  quant::QuantFormat format{static_cast<int>(spec.bits), spec.groupSize, spec.asymmetric};
+  std::vector<quant::QuantizedMatrix> owned;
+  owned.reserve(params.size());
+  std::vector<const quant::QuantizedMatrix *> parts;
+  std::string method = spec.method;
+  for (auto [param, partName] : llvm::zip(params, names)) {
+    absl::StatusOr<const quant::QuantizedMatrix *> pre = weights.getQuantizedWeight(partName);
+    if (!pre.ok())
+      return pre.status();
+    if (*pre) {
+      const quant::QuantFormat &have = (*pre)->format;
+      if (have.bits != format.bits || have.group_size != format.group_size ||
+          have.asymmetric != format.asymmetric)
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", partName, " is pre-quantized as ",
+                                                       have.ToString(), " but llm.quant asks for ",
+                                                       format.ToString()));
+      parts.push_back(*pre);
+      method = weights.quantizationMethod();
+      continue;
+    }
+    absl::StatusOr<WeightView> view = checkedWeight(user, param);
+    if (!view.ok())
+      return view.status();
+    if (view->shape.size() != 2)
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", partName,
+                                                     ": only matrices are quantized, found shape ",
+                                                     shapeString(view->shape)));
+    const int64_t rows = view->shape[0], cols = view->shape[1];
+    if (absl::Status status = quant::CheckFormat(format, cols, absl::StrCat("tensor ", partName));
+        !status.ok())
+      return status;
+    std::vector<float> values(rows * cols);
+    for (int64_t i = 0; i < rows * cols; ++i)
+      values[i] = loadElement(view->data, view->dtype, i);
+    absl::StatusOr<quant::QuantizedMatrix> matrix =
+        quant::QuantizeMatrix(values, rows, cols, format);
+    if (!matrix.ok())
+      return matrix.status();
+    owned.push_back(*std::move(matrix));
+    parts.push_back(&owned.back());
+  }
+
+  const quant::QuantizedMatrix &first = *parts.front();
+  int64_t rows = 0;
+  std::vector<const uint8_t *> codes, scales, zeroPoints;
+  std::vector<uint64_t> codeBytes, scaleBytes, zeroBytes;
+  for (auto [part, partName] : llvm::zip(parts, names)) {
+    if (part->cols != first.cols || part->input_permutation != first.input_permutation)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot concatenate ", partName, " into ", name,
+          ": its input columns or act-order permutation (g_idx) differ from ", names[0]));
+    rows += part->rows;
+    codes.push_back(part->codes.data());
+    codeBytes.push_back(part->codes.size());
+    scales.push_back(reinterpret_cast<const uint8_t *>(part->scales.data()));
+    scaleBytes.push_back(part->scales.size() * 2);
+    zeroPoints.push_back(part->zero_points.data());
+    zeroBytes.push_back(part->zero_points.size());
+  }
+  const int64_t groups = first.cols / format.group_size;
+  absl::StatusOr<int> codesIndex =
+      writeTensor(name, codeDtype, {rows, first.cols}, codes, codeBytes);
+  if (!codesIndex.ok())
+    return codesIndex.status();
+  plan::Quantization quantization;
+  quantization.set_scheme(format.asymmetric ? plan::Quantization::ASYMMETRIC
+                                            : plan::Quantization::SYMMETRIC);
+  quantization.set_bits(format.bits);
+  quantization.set_group_size(static_cast<int32_t>(format.group_size));
+  quantization.set_method(method);
+  absl::StatusOr<int> scalesIndex =
+      writeTensor(name + ".scales", plan::F16, {rows, groups}, scales, scaleBytes);
+  if (!scalesIndex.ok())
+    return scalesIndex.status();
+  quantization.set_scales(*scalesIndex);
+  if (format.asymmetric) {
+    absl::StatusOr<int> zeroIndex =
+        writeTensor(name + ".zero_points", plan::U8, {rows, groups}, zeroPoints, zeroBytes);
+    if (!zeroIndex.ok())
+      return zeroIndex.status();
+    quantization.set_zero_points(*zeroIndex);
+  }
+  if (!first.input_permutation.empty()) {
+    const auto *permutation = reinterpret_cast<const uint8_t *>(first.input_permutation.data());
+    absl::StatusOr<int> permutationIndex =
+        writeTensor(name + ".input_permutation", plan::I32, {first.cols}, {permutation},
+                    {first.input_permutation.size() * 4});
+    if (!permutationIndex.ok())
+      return permutationIndex.status();
+    quantization.set_input_permutation(*permutationIndex);
+  }
+  *(*tensors)[*codesIndex].mutable_quantization() = std::move(quantization);
+  tensorIndex[name] = *codesIndex;
+  if (progress)
+    progress(static_cast<int64_t>(tensorIndex.size()), tensorsTotal, writer.bytes_written());
+  return *codesIndex;
+}
+
+absl::StatusOr<WeightView> Emitter::checkedWeight(Operation *user, FlatSymbolRefAttr param) {
+  std::string partName = param.getValue().str();
+  llm::ParamOp paramOp = llm::lookupParam(user, param);
+  if (!paramOp)
+    return absl::InvalidArgumentError(absl::StrCat("no llm.param @", partName, " (used by ",
+                                                   user->getName().getStringRef().str(), ")"));
+  absl::StatusOr<WeightView> view = weights.getWeight(partName);
+  if (!view.ok())
+    return view.status();
+  RankedTensorType type = paramOp.getTensorType();
+  std::string where = view->file.empty() ? "" : absl::StrCat(view->file, ": ");
+  if (type.getShape() != ArrayRef<int64_t>(view->shape))
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "tensor ", partName, " has shape ", shapeString(view->shape),
+                     ", the IR's llm.param expects ", shapeString(type.getShape())));
+  if (dtypeOf(type.getElementType()) != view->dtype || dtypeBytes(view->dtype) == 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "tensor ", partName, " has dtype ", plan::DType_Name(view->dtype),
+        ", the IR's llm.param expects ", plan::DType_Name(dtypeOf(type.getElementType()))));
+  uint64_t expectedBytes = type.getNumElements() * dtypeBytes(view->dtype);
+  if (view->sizeBytes != expectedBytes || (expectedBytes > 0 && view->data == nullptr))
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "tensor ", partName, " has ", view->sizeBytes, " bytes, shape ",
+                     shapeString(view->shape), " implies ", expectedBytes));
+  return view;
+}
+
 absl::StatusOr<int> Emitter::addTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
                                        plan::DType dtype, int64_t panelRows) {
   std::vector<std::string> names;
@@ -182,28 +366,9 @@ absl::StatusOr<int> Emitter::addTensor(Operation *user, ArrayRef<FlatSymbolRefAt
   std::vector<WeightView> views;
   std::vector<int64_t> shape;
   for (auto [param, partName] : llvm::zip(params, names)) {
-    llm::ParamOp paramOp = llm::lookupParam(user, param);
-    if (!paramOp)
-      return absl::InvalidArgumentError(absl::StrCat("no llm.param @", partName, " (used by ",
-                                                     user->getName().getStringRef().str(), ")"));
-    absl::StatusOr<WeightView> view = weights.getWeight(partName);
+    absl::StatusOr<WeightView> view = checkedWeight(user, param);
     if (!view.ok())
       return view.status();
-    RankedTensorType type = paramOp.getTensorType();
-    std::string where = view->file.empty() ? "" : absl::StrCat(view->file, ": ");
-    if (type.getShape() != ArrayRef<int64_t>(view->shape))
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "tensor ", partName, " has shape ", shapeString(view->shape),
-                       ", the IR's llm.param expects ", shapeString(type.getShape())));
-    if (dtypeOf(type.getElementType()) != view->dtype || dtypeBytes(view->dtype) == 0)
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, "tensor ", partName, " has dtype ", plan::DType_Name(view->dtype),
-          ", the IR's llm.param expects ", plan::DType_Name(dtypeOf(type.getElementType()))));
-    uint64_t expectedBytes = type.getNumElements() * dtypeBytes(view->dtype);
-    if (view->sizeBytes != expectedBytes || (expectedBytes > 0 && view->data == nullptr))
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "tensor ", partName, " has ", view->sizeBytes, " bytes, shape ",
-                       shapeString(view->shape), " implies ", expectedBytes));
     if (shape.empty()) {
       shape = view->shape;
     } else {
@@ -301,6 +466,32 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
   };
   // Elementwise and attention kernels compute in f32 whatever the weights are.
   plan::DType kernelDtype = plan::F32;
+  // A matmul or lm_head matrix: quantized codes when the op carries llm.quant, else float
+  // weights in the layout --llm-tile-cpu chose. Sets kernelDtype to what the kernel reads.
+  auto addMatrix = [&](ArrayRef<FlatSymbolRefAttr> params) -> absl::Status {
+    std::string quantError;
+    if (std::optional<QuantSpec> spec = getQuantSpec(&op, &quantError)) {
+      if (absl::StatusOr<int64_t> panelRows = cpuPanelRows(op); !panelRows.ok() || *panelRows)
+        return absl::InvalidArgumentError(
+            absl::StrCat("codegen: ", op.getName().getStringRef().str(),
+                         ": quantized weights are stored row-major only, but llm.cpu_tile asks "
+                         "for row panels"));
+      absl::StatusOr<int> index = addQuantizedTensor(&op, params, *spec);
+      if (!index.ok())
+        return index.status();
+      planOp.add_weights(*index);
+      kernelDtype = spec->bits == 8 ? plan::I8 : plan::I4;
+      return absl::OkStatus();
+    }
+    if (!quantError.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat("codegen: ", op.getName().getStringRef().str(), ": ", quantError));
+    absl::StatusOr<int64_t> panelRows = cpuPanelRows(op);
+    if (!panelRows.ok())
+      return panelRows.status();
+    kernelDtype = weightDtype;
+    return addWeight(params, weightDtype, *panelRows);
+  };
   StringRef kernelName;
   absl::Status status = absl::OkStatus();
   if (auto embed = dyn_cast<llm::EmbedOp>(op)) {
@@ -321,10 +512,7 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
   } else if (auto matmul = dyn_cast<llm::MatmulOp>(op)) {
     planOp.set_kind(plan::MATMUL);
     kernelName = "matmul";
-    kernelDtype = weightDtype;
-    absl::StatusOr<int64_t> panelRows = cpuPanelRows(op);
-    status = panelRows.ok() ? addWeight(matmul.getWeightRefs(), weightDtype, *panelRows)
-                            : panelRows.status();
+    status = addMatrix(matmul.getWeightRefs());
     if (status.ok() && !matmul.getBiasRefs().empty())
       status = addWeight(matmul.getBiasRefs(), plan::F32);
   } else if (auto rope = dyn_cast<llm::RopeOp>(op)) {
@@ -366,10 +554,7 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
   } else if (auto logits = dyn_cast<llm::LogitsOp>(op)) {
     planOp.set_kind(plan::LOGITS);
     kernelName = "logits";
-    kernelDtype = weightDtype;
-    absl::StatusOr<int64_t> panelRows = cpuPanelRows(op);
-    status = panelRows.ok() ? addWeight({logits.getWeightAttr()}, weightDtype, *panelRows)
-                            : panelRows.status();
+    status = addMatrix({logits.getWeightAttr()});
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("codegen: no plan op for ", op.getName().getStringRef().str()));

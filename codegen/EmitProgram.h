@@ -11,7 +11,13 @@
 //   - rms_norm weights and matmul biases: always F32 (tiny, and their precision matters);
 //   - a fused matmul's weights are one blob, concatenated along the output dimension
 //     (`...self_attn.qkv_proj.weight` = q rows, then k rows, then v rows), biases likewise;
-//   - a param referenced twice (tied lm_head = embedding table) gets one tensor entry.
+//   - a param referenced twice (tied lm_head = embedding table) gets one tensor entry;
+//   - matmul/lm_head weights whose op carries `llm.quant` (--llm-quantize-weights, QuantAttr.h)
+//     are I8/I4 codes, ROW_MAJOR, with F16 scales, U8 zero points (asymmetric) and an I32 input
+//     permutation (act-order imports) as extra tensors named `<codes>.scales`,
+//     `<codes>.zero_points`, `<codes>.input_permutation` (plan.proto, message Quantization).
+//     Codes come from the WeightSource when it holds the weight pre-quantized (GPTQ/AWQ
+//     checkpoints), else from compiler/quant's round-to-nearest quantizer.
 // Conversion streams in chunks of kConvertChunkElements, so a multi-GB checkpoint is never
 // held in memory.
 //
@@ -26,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "compiler/quant/quantize.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "runtime/plan/plan_writer.h"
 #include "runtime/plan/proto/plan.pb.h"
@@ -49,6 +56,14 @@ public:
   virtual ~WeightSource() = default;
   // NotFound when there is no tensor of that name.
   virtual absl::StatusOr<WeightView> getWeight(const std::string &name) const = 0;
+  // The weight already quantized (a GPTQ/AWQ checkpoint, repacked into the plan's layout), or
+  // nullptr when the source holds it as floats. Owned by the source.
+  virtual absl::StatusOr<const quant::QuantizedMatrix *>
+  getQuantizedWeight(const std::string &name) const {
+    return nullptr;
+  }
+  // Tensor.quantization.method of pre-quantized weights ("gptq", "awq").
+  virtual std::string quantizationMethod() const { return ""; }
 };
 
 // 64 Ki elements: 256 KiB of f32 scratch, which fits in L2 while converting.

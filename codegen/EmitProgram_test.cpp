@@ -2,6 +2,8 @@
 
 #include "codegen/EmitProgram.h"
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -294,6 +296,159 @@ TEST_F(EmitProgramTest, RequiresMemoryPlan) {
   absl::StatusOr<plan::Program> program =
       llmc::emitProgram(*module, weights, plan::F32, **writer, &tensors);
   EXPECT_EQ(program.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Reads (row, col) of a quantized plan tensor straight from plan.proto's Quantization comment,
+// independently of compiler/quant: the codes' byte layout, the scales and zero points.
+float dequantizedFromPlan(const plan::Plan &opened, int index, int64_t row, int64_t col) {
+  const plan::Tensor &tensor = opened.meta().tensors(index);
+  const plan::Quantization &q = tensor.quantization();
+  const int64_t cols = tensor.shape(1), groups = cols / q.group_size();
+  const uint8_t *codes = opened.blob(index);
+  uint16_t scaleBits;
+  std::memcpy(&scaleBits, opened.blob(q.scales()) + 2 * (row * groups + col / q.group_size()), 2);
+  const float scale = plan::F16ToF32(scaleBits);
+  if (tensor.dtype() == plan::I8)
+    return static_cast<float>(static_cast<int8_t>(codes[row * cols + col])) * scale;
+  const uint8_t byte = codes[row * cols / 2 + (col / 32) * 16 + col % 16];
+  const int code = col % 32 < 16 ? byte & 15 : byte >> 4;
+  const int zero = q.scheme() == plan::Quantization::ASYMMETRIC
+                       ? opened.blob(q.zero_points())[row * groups + col / q.group_size()]
+                       : 8;
+  return static_cast<float>(code - zero) * scale;
+}
+
+// Emits `module` after the pipeline with `quantize`, and returns the opened plan.
+std::unique_ptr<plan::Plan> emitQuantized(ModuleOp module, const llmc::WeightSource &weights,
+                                          const llmc::QuantizeWeightsPassOptions &quantize,
+                                          const std::string &path) {
+  llmc::PipelineOptions options;
+  options.quantize = quantize;
+  absl::Status pipeline = llmc::runPipeline(module, options);
+  EXPECT_TRUE(pipeline.ok()) << pipeline;
+  absl::StatusOr<std::unique_ptr<plan::PlanWriter>> writer = plan::PlanWriter::Create(path);
+  EXPECT_TRUE(writer.ok());
+  std::vector<plan::Tensor> tensors;
+  absl::StatusOr<plan::Program> program =
+      llmc::emitProgram(module, weights, plan::F32, **writer, &tensors);
+  EXPECT_TRUE(program.ok()) << program.status();
+  if (!program.ok())
+    return nullptr;
+  plan::PlanMeta meta;
+  *meta.mutable_program() = *program;
+  for (plan::Tensor &tensor : tensors)
+    *meta.add_tensors() = tensor;
+  meta.set_weight_dtype(plan::F32);
+  EXPECT_TRUE((*writer)->Finish(meta).ok());
+  absl::StatusOr<std::unique_ptr<plan::Plan>> opened =
+      plan::Plan::Open(path, {.verify_blob_checksums = true});
+  EXPECT_TRUE(opened.ok()) << opened.status();
+  return opened.ok() ? *std::move(opened) : nullptr;
+}
+
+TEST_F(EmitProgramTest, Int8PerChannelConcatenatesFusedParts) {
+  ASSERT_TRUE(module);
+  MapWeightSource weights(*module);
+  llmc::QuantizeWeightsPassOptions quantize; // int8, one scale per output channel
+  std::unique_ptr<plan::Plan> opened = emitQuantized(*module, weights, quantize, path);
+  ASSERT_TRUE(opened);
+  const plan::PlanMeta &read = opened->meta();
+  int qkvIndex = 0;
+  const plan::Tensor &qkv =
+      tensorNamed(read, "model.layers.0.self_attn.qkv_proj.weight", &qkvIndex);
+  EXPECT_EQ(qkv.dtype(), plan::I8);
+  EXPECT_EQ(qkv.layout(), plan::Tensor::ROW_MAJOR);
+  EXPECT_EQ(qkv.size_bytes(), 16u * 8);
+  EXPECT_EQ(qkv.quantization().bits(), 8);
+  EXPECT_EQ(qkv.quantization().group_size(), 8);
+  EXPECT_EQ(qkv.quantization().scheme(), plan::Quantization::SYMMETRIC);
+  EXPECT_EQ(qkv.quantization().method(), "rtn");
+  EXPECT_FALSE(qkv.quantization().has_zero_points());
+  const plan::Tensor &scales = read.tensors(qkv.quantization().scales());
+  EXPECT_EQ(scales.name(), "model.layers.0.self_attn.qkv_proj.weight.scales");
+  EXPECT_EQ(scales.dtype(), plan::F16);
+  EXPECT_EQ(std::vector<int64_t>(scales.shape().begin(), scales.shape().end()),
+            (std::vector<int64_t>{16, 1}));
+  EXPECT_EQ(read.program().kernel_tables(0).kernels(read.program().ops(2).kernel()).name(),
+            "cpu.matmul.i8");
+  // Rows q (8), k (4), v (4): each within half a step (absmax / 127 / 2) of the float weight.
+  int row = 0;
+  for (const char *part : {"q", "k", "v"}) {
+    const auto &entry =
+        weights.entries[std::string("model.layers.0.self_attn.") + part + "_proj.weight"];
+    for (int64_t r = 0; r < entry.shape[0]; ++r, ++row) {
+      float magnitude = 0;
+      for (int64_t c = 0; c < 8; ++c)
+        magnitude = std::max(magnitude, std::fabs(entry.values[r * 8 + c]));
+      for (int64_t c = 0; c < 8; ++c)
+        EXPECT_NEAR(dequantizedFromPlan(*opened, qkvIndex, row, c), entry.values[r * 8 + c],
+                    magnitude / 127 / 2 * 1.01)
+            << part << " row " << r << " col " << c;
+    }
+  }
+  // Embedding (tied lm_head) and norms stay float.
+  int embedIndex = 0;
+  EXPECT_EQ(tensorNamed(read, "model.embed_tokens.weight", &embedIndex).dtype(), plan::F32);
+  std::filesystem::remove(path);
+}
+
+constexpr const char *kInt4Module = R"mlir(
+llm.param @table : tensor<16x64xf32>
+llm.param @w : tensor<48x64xf32>
+llm.param @head : tensor<16x48xf32>
+func.func @forward(%tokens: tensor<?xi32>, %pos: tensor<?xi32>) -> tensor<?x16xf32> {
+  %x = llm.embed %tokens {table = @table} : tensor<?xi32> -> tensor<?x64xf32>
+  %y = llm.matmul %x {weights = [@w]} : tensor<?x64xf32> -> tensor<?x48xf32>
+  %l = llm.logits %y {weight = @head} : tensor<?x48xf32> -> tensor<?x16xf32>
+  return %l : tensor<?x16xf32>
+}
+)mlir";
+
+TEST_F(EmitProgramTest, Int4AsymmetricMatchesReferenceQuantizer) {
+  OwningOpRef<ModuleOp> int4 = parseSourceString<ModuleOp>(kInt4Module, &context);
+  ASSERT_TRUE(int4);
+  MapWeightSource weights(*int4);
+  // Distinct, sign-mixed values, so every group has its own range.
+  for (auto &[name, entry] : weights.entries)
+    for (size_t i = 0; i < entry.values.size(); ++i)
+      entry.values[i] = std::sin(0.37f * static_cast<float>(i) + name.size());
+  llmc::QuantizeWeightsPassOptions quantize;
+  quantize.bits = 4;
+  quantize.groupSize = 32;
+  quantize.scheme = "asymmetric";
+  std::unique_ptr<plan::Plan> opened = emitQuantized(*int4, weights, quantize, path);
+  ASSERT_TRUE(opened);
+  const plan::PlanMeta &read = opened->meta();
+  int wIndex = 0;
+  const plan::Tensor &w = tensorNamed(read, "w", &wIndex);
+  ASSERT_EQ(w.dtype(), plan::I4);
+  EXPECT_EQ(w.size_bytes(), 48u * 64 / 2);
+  ASSERT_EQ(w.quantization().scheme(), plan::Quantization::ASYMMETRIC);
+  const plan::Tensor &zeros = read.tensors(w.quantization().zero_points());
+  EXPECT_EQ(zeros.dtype(), plan::U8);
+  EXPECT_EQ(std::vector<int64_t>(zeros.shape().begin(), zeros.shape().end()),
+            (std::vector<int64_t>{48, 2}));
+  // The plan holds exactly what the reference quantizer produces for these weights.
+  absl::StatusOr<llmc::quant::QuantizedMatrix> reference =
+      llmc::quant::QuantizeMatrix(weights.entries["w"].values, 48, 64, {4, 32, true});
+  ASSERT_TRUE(reference.ok());
+  const std::vector<float> expected = llmc::quant::DequantizeMatrix(*reference);
+  double error = 0, energy = 0;
+  for (int64_t r = 0; r < 48; ++r)
+    for (int64_t c = 0; c < 64; ++c) {
+      const float value = dequantizedFromPlan(*opened, wIndex, r, c);
+      ASSERT_EQ(value, expected[r * 64 + c]) << r << ", " << c;
+      const float original = weights.entries["w"].values[r * 64 + c];
+      error += (value - original) * (value - original);
+      energy += original * original;
+    }
+  EXPECT_LT(std::sqrt(error / energy), 0.1); // int4 on a sine: ~4-6%
+  // The lm_head (48 columns, not a multiple of 32) and the embedding stay float.
+  int headIndex = 0;
+  EXPECT_EQ(tensorNamed(read, "head", &headIndex).dtype(), plan::F32);
+  EXPECT_EQ(read.program().kernel_tables(0).kernels(read.program().ops(1).kernel()).name(),
+            "cpu.matmul.i4");
+  std::filesystem::remove(path);
 }
 
 TEST(FusedTensorNameTest, NamesConcatenatedProjections) {

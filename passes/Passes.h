@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -37,11 +38,16 @@ struct PipelineOptions {
   std::string dumpDir;
   // Called after each stage (after the dump), when set.
   StageCallback afterStage;
+  // When set, llm-quantize-weights runs with these options after the fusions (so a fused
+  // matmul is quantized as one blob) and before llm-tile-cpu (which leaves quantized weights
+  // row-major). Unset: a float plan, and the stage list above is unchanged.
+  std::optional<QuantizeWeightsPassOptions> quantize;
 };
 
 // The default pipeline: llm-fuse-qkv, llm-fuse-gate-up, llm-fuse-add-rms-norm,
-// llm-plan-memory, llm-tile-cpu. Verifies the module before and after each pass. Diagnostics are returned
-// in the status message (InvalidArgument when a pass or the verifier fails).
+// [llm-quantize-weights when options.quantize is set,] llm-plan-memory, llm-tile-cpu. Verifies the
+// module before and after each pass. Diagnostics are returned in the status message
+// (InvalidArgument when a pass or the verifier fails).
 absl::Status runPipeline(mlir::ModuleOp module, const PipelineOptions &options = {});
 
 } // namespace llmc

@@ -40,6 +40,36 @@ def FuseQkvPass : Pass<"llm-fuse-qkv", "::mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Quantization
+//===----------------------------------------------------------------------===//
+
+def QuantizeWeightsPass : Pass<"llm-quantize-weights", "::mlir::ModuleOp"> {
+  let summary = "Decide which matmul weights are stored as int8/int4 codes";
+  let description = [{
+    Sets `llm.quant = {bits, group_size, scheme, method}` on every llm.matmul (and, with
+    quantize-lm-head, the llm.logits) whose weights the policy quantizes; codegen turns the
+    attribute into I8/I4 codes with F16 scales (plan.proto, message Quantization). Policy:
+    embeddings, norms, biases and the lm_head stay float; so does a matmul any of whose weights
+    contains a keep-float pattern, or whose input width the format cannot group (int4 and int8
+    per-group need a multiple of 32 and of group-size). A fused matmul is quantized as a whole:
+    its weights become one blob with one encoding.
+  }];
+  let options = [
+    Option<"bits", "bits", "int64_t", /*default=*/"8", "8 (int8) or 4 (int4)">,
+    Option<"groupSize", "group-size", "int64_t", /*default=*/"0",
+           "input columns per scale: 32, 64 or 128; 0: one scale per output channel (int8 only)">,
+    Option<"scheme", "scheme", "std::string", /*default=*/"\"symmetric\"",
+           "symmetric, or asymmetric (int4 only: a zero point per group)">,
+    Option<"method", "method", "std::string", /*default=*/"\"rtn\"",
+           "rtn, awq (activation-aware scales folded upstream) or gptq (imported codes)">,
+    ListOption<"keepFloat", "keep-float", "std::string",
+               "weights whose name contains one of these substrings stay float">,
+    Option<"quantizeLmHead", "quantize-lm-head", "bool", /*default=*/"false",
+           "quantize an untied lm_head too">,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
 // Memory planning
 //===----------------------------------------------------------------------===//
 

@@ -62,9 +62,14 @@ absl::Status runPipeline(ModuleOp module, const PipelineOptions &options) {
   if (absl::Status status = afterStage(0, "import"); !status.ok())
     return status;
 
-  std::unique_ptr<Pass> passes[] = {createFuseQkvPass(), createFuseGateUpPass(),
-                                    createFuseAddRmsNormPass(), createPlanMemoryPass(),
-                                    createTileCpuPass()};
+  std::vector<std::unique_ptr<Pass>> passes;
+  passes.push_back(createFuseQkvPass());
+  passes.push_back(createFuseGateUpPass());
+  passes.push_back(createFuseAddRmsNormPass());
+  if (options.quantize)
+    passes.push_back(createQuantizeWeightsPass(*options.quantize));
+  passes.push_back(createPlanMemoryPass());
+  passes.push_back(createTileCpuPass());
   for (auto [index, pass] : llvm::enumerate(passes)) {
     std::string name = pass->getArgument().str();
     // One pass manager per pass, so the module can be observed between passes.

@@ -15,10 +15,13 @@
 // a fused matmul's weights) is not a multiple of 16 (a 50257-token vocabulary): panels are
 // never padded, so a packed tensor has the same size as a row-major one. Such ops get
 // `llm.cpu_tile = {layout = "row_major"}`, which the runtime runs with row-wise dot products.
+// So do quantized weights (llm.quant, --llm-quantize-weights): plan.proto stores I8/I4 codes
+// ROW_MAJOR only, with their own 32-column blocking.
 //
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
+#include "passes/QuantAttr.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -57,7 +60,8 @@ struct TileCpuPass : impl::TileCpuPassBase<TileCpuPass> {
         rows += param.getTensorType().getShape()[0];
       }
       SmallVector<NamedAttribute> fields;
-      if (sharedWithEmbed || rows % kPanelRows != 0) {
+      bool quantized = op->hasAttr(kQuantAttr);
+      if (sharedWithEmbed || quantized || rows % kPanelRows != 0) {
         fields.push_back(builder.getNamedAttr("layout", builder.getStringAttr("row_major")));
       } else {
         fields.push_back(builder.getNamedAttr("layout", builder.getStringAttr("row_panels")));

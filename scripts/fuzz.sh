@@ -26,6 +26,8 @@ seed() {  # seed NAME FILES...
 }
 seed llmc_hf_config_fuzzer "$root"/tests/fixtures/*/config.json "$root"/tests/data/stories260K/config.json
 seed llmc_safetensors_fuzzer "$root"/tests/fuzz/corpus/*.safetensors
+seed llmc_checkpoint_index_fuzzer "$root"/tests/fuzz/corpus/checkpoint_index/*
+seed llmrt_request_body_fuzzer "$root"/tests/fuzz/corpus/request_body/*
 # A real plan when the main build has llmc (ctest runs this from there).
 if [ -x "$root/build/bin/llmc" ] && [ ! -f "$work/seed.plan" ]; then
   mkdir -p "$work"

@@ -12,6 +12,11 @@ packages=(
   libhwy-dev libpcre2-dev libxxhash-dev libicu-dev
   clang-16 libclang-rt-16-dev
   libcpp-httplib-dev nlohmann-json3-dev
+  # arm64 (scripts/cross-arm64.sh): the cross toolchain, qemu to run its output, and the :arm64
+  # -dev packages of the runtime core (multiarch, beside the amd64 ones; protoc stays amd64).
+  g++-aarch64-linux-gnu qemu-user
+  libabsl-dev:arm64 libprotobuf-dev:arm64 libhwy-dev:arm64 libpcre2-dev:arm64
+  libxxhash-dev:arm64 libicu-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64
 )
 
 # The OpenAI Python SDK, for the server's client tests (a reference client nobody here wrote),
@@ -38,6 +43,9 @@ fi
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  $sudo dpkg --add-architecture arm64
+fi
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 install_openai_sdk

@@ -1,11 +1,13 @@
 // Micro-benchmarks of the CPU kernels (runtime/backend/cpu) at TinyLlama-1.1B shapes (hidden
 // 2048, intermediate 5632, 32 heads / 4 kv heads of 64, vocab 32000), per shape class:
-// decode GEMV (1 token), small batches (4), prefill GEMM (64 and 512 tokens).
+// decode GEMV (1 token), batched decode (4 and 16 sequences), prefill GEMM (64 and 512 tokens);
+// attention at 512 and 2048 positions; the thread pool's fork/join cost.
 //
 // Counters: bytes_per_second counts the weight bytes a matmul streams (what decode is bound
 // by; compare with `llmrt bench --bandwidth`), GFLOPS = 2 * M * N * K / time (what prefill is
-// bound by). LLMRT_CPU_TARGET selects the SIMD target as for the runtime; threads are the
-// last argument. Never timed in CI; run e.g.
+// bound by; compare with the FMA peak, docs/performance.md). Rates use wall time; on a loaded
+// machine compare the CPU column of 1-thread runs instead. LLMRT_CPU_TARGET selects the SIMD
+// target as for the runtime; threads are the last argument. Never timed in CI; run e.g.
 //   build/bin/llmrt_kernels_bench --benchmark_filter='MatMul<.*F16>/2048/5632/1/'
 #include <cmath>
 #include <cstdint>
@@ -73,9 +75,9 @@ void MatMulShapes(benchmark::internal::Benchmark* b) {
   // 64 x 2048 f16 = 256 KiB: stays in L2, so it measures the kernel rather than DRAM.
   b->Args({64, 2048, 1, 1});
   for (const auto& shape : shapes) {
-    for (int64_t tokens : {1, 4, 64, 512}) {
+    for (int64_t tokens : {1, 4, 16, 64, 512}) {
       // lm_head runs for the logit rows only: one per sequence.
-      if (shape[0] == 32000 && tokens > 4) continue;
+      if (shape[0] == 32000 && tokens > 16) continue;
       for (int64_t threads : {1, 2}) b->Args({shape[0], shape[1], tokens, threads});
     }
   }
@@ -84,6 +86,19 @@ void MatMulShapes(benchmark::internal::Benchmark* b) {
 BENCHMARK_TEMPLATE(BM_MatMul, plan::F16)->Apply(MatMulShapes);
 BENCHMARK_TEMPLATE(BM_MatMul, plan::BF16)->Apply(MatMulShapes);
 BENCHMARK_TEMPLATE(BM_MatMul, plan::F32)->Apply(MatMulShapes);
+
+// Fork/join cost of one ParallelFor with an empty body: what each of a decode step's ~150
+// split ops pays on top of its work. Args: threads.
+void BM_ParallelForEmpty(benchmark::State& state) {
+  ThreadPool pool(static_cast<int32_t>(state.range(0)));
+  std::vector<int64_t> sink(pool.num_threads() * 16);
+  for (auto _ : state) {
+    pool.ParallelFor(pool.num_threads(),
+                     [&](int64_t begin, int64_t, int32_t thread) { sink[thread * 16] += begin; });
+  }
+  benchmark::DoNotOptimize(sink.data());
+}
+BENCHMARK(BM_ParallelForEmpty)->Arg(1)->Arg(2)->UseRealTime();
 
 // Args: tokens, width, threads.
 void BM_FusedAddRmsNorm(benchmark::State& state) {
@@ -178,6 +193,8 @@ BENCHMARK(BM_Attention)
     ->Args({1, 512, 1})
     ->Args({1, 2048, 1})
     ->Args({1, 2048, 2})
+    ->Args({16, 2048, 1})
+    ->Args({128, 512, 1})
     ->Args({128, 512, 2})
     ->UseRealTime();
 

@@ -9,7 +9,11 @@
 //   llmrt-bench serve --url http://127.0.0.1:8080 [--num-requests 64] [--concurrency 16]
 //       [--rate R] [--arrivals poisson|fixed] [--input-len 32] [--output-len 64]
 //       [--range-ratio 0] [--lengths FILE] [--endpoint completions|chat] [--model NAME]
-//       [--api-key K] [--seed 0] [--timeout 600] [--json]
+//       [--api-key K] [--seed 0] [--timeout 600] [--accept-429] [--json]
+//
+// --accept-429: an overload run. A request answered 429 with an OpenAI error object counts as
+// rejected, not failed; every other request must still complete. Without it a 429 is a failure.
+// The exit status is 0 when no request failed, 3 otherwise.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -37,7 +41,7 @@ constexpr char kUsage[] =
     "         [--rate REQ_PER_S (default: all at once)] [--arrivals poisson|fixed]\n"
     "         [--input-len 32] [--output-len 64] [--range-ratio 0] [--lengths FILE]\n"
     "         [--endpoint completions|chat] [--model NAME] [--api-key K] [--seed 0]\n"
-    "         [--timeout 600] [--json]\n";
+    "         [--timeout 600] [--accept-429] [--json]\n";
 
 struct Options {
   std::string url;
@@ -54,12 +58,14 @@ struct Options {
   std::string api_key;
   uint64_t seed = 0;
   int64_t timeout_seconds = 600;
+  bool accept_429 = false;
   bool json = false;
 };
 
 struct Result {
   int status = 0;  // HTTP status; 0: no response
   bool ok = false;
+  bool error_object = false;  // a non-200 answer carried an OpenAI error object
   std::string error;
   double ttft = 0, e2e = 0;
   std::vector<double> itl;
@@ -157,6 +163,7 @@ Result RunOne(const Options& options, const Json& body) {
   }
   if (status != 200) {
     const Json error = Json::parse(error_body, nullptr, false);
+    result.error_object = error.is_object() && error.contains("error");
     result.error = absl::StrFormat("HTTP %d: %s", status,
                                    error.is_object() && error.contains("error")
                                        ? error["error"].value("message", "")
@@ -256,6 +263,8 @@ int ServeBench(int argc, char** argv) {
       number(options.seed);
     } else if (flag == "--timeout") {
       number(options.timeout_seconds);
+    } else if (flag == "--accept-429") {
+      options.accept_429 = true;
     } else if (flag == "--json") {
       options.json = true;
     } else {
@@ -350,11 +359,15 @@ int ServeBench(int argc, char** argv) {
   const double duration = std::chrono::duration<double>(Clock::now() - start).count();
 
   std::vector<double> ttft, tpot, itl, e2e;
-  int64_t completed = 0, input_tokens = 0, output_tokens = 0;
+  int64_t completed = 0, rejected = 0, input_tokens = 0, output_tokens = 0;
   std::map<std::string, int64_t> failures;
   std::map<int, int64_t> statuses;
   for (const Result& result : results) {
     ++statuses[result.status];
+    if (options.accept_429 && result.status == 429 && result.error_object) {
+      ++rejected;
+      continue;
+    }
     if (!result.ok) {
       ++failures[result.error.substr(0, 120)];
       continue;
@@ -371,7 +384,7 @@ int ServeBench(int argc, char** argv) {
   }
   const Summary ttft_summary = Summarize(ttft), tpot_summary = Summarize(tpot),
                 itl_summary = Summarize(itl), e2e_summary = Summarize(e2e);
-  const int64_t failed = options.num_requests - completed;
+  const int64_t failed = options.num_requests - completed - rejected;
   if (options.json) {
     auto summary_json = [](const Summary& summary) {
       return Json{{"mean_ms", summary.mean * 1e3},
@@ -384,6 +397,7 @@ int ServeBench(int argc, char** argv) {
     for (const auto& [message, count] : failures) failure_json[message] = count;
     const Json report = {{"requests", options.num_requests},
                          {"completed", completed},
+                         {"rejected_429", rejected},
                          {"failed", failed},
                          {"http_status", status_json},
                          {"failures", failure_json},
@@ -397,9 +411,10 @@ int ServeBench(int argc, char** argv) {
                          {"e2e", summary_json(e2e_summary)}};
     std::printf("%s\n", report.dump(2).c_str());
   } else {
-    std::printf("requests %lld  completed %lld  failed %lld  duration %.2f s\n",
-                static_cast<long long>(options.num_requests), static_cast<long long>(completed),
-                static_cast<long long>(failed), duration);
+    std::printf(
+        "requests %lld  completed %lld  rejected (429) %lld  failed %lld  duration %.2f s\n",
+        static_cast<long long>(options.num_requests), static_cast<long long>(completed),
+        static_cast<long long>(rejected), static_cast<long long>(failed), duration);
     for (const auto& [status, count] : statuses) {
       std::printf("  HTTP %d: %lld\n", status, static_cast<long long>(count));
     }

@@ -9,11 +9,14 @@
 
 #include "codegen/cuda/CudaTarget.h"
 
+#include <cstdio>
 #include <set>
 
 #include "absl/strings/match.h"
+#include "codegen/cuda/CostModel.h"
 #include "codegen/cuda/EmitCuda.h"
 #include "codegen/cuda/NvrtcCompiler.h"
+#include "codegen/cuda/emulation/QuantizedMatmulMeta.h"
 #include "runtime/backend/testing/tiny_llama.h"
 #include "runtime/plan/plan_reader.h"
 #include "runtime/plan/plan_writer.h"
@@ -24,16 +27,34 @@ namespace {
 
 namespace plan = llmrt::plan;
 
-std::vector<llmrt::testing::TinyLlama> models() {
-  std::vector<llmrt::testing::TinyLlama> result;
+// Every kernel variant the emitter has: f32/f16/bf16 weights, fused and unfused programs,
+// bias, windows, head_dim 6, 64 and 128 (the prefill attention's largest), 16-bit KV caches,
+// and int8 / int4 matrices (symmetric, asymmetric, permuted, per-channel).
+std::vector<plan::PlanMeta> models() {
+  std::vector<plan::PlanMeta> result;
   llmrt::testing::TinyLlamaOptions options;
   for (plan::DType dtype : {plan::F32, plan::F16, plan::BF16}) {
     options.weight_dtype = dtype;
     options.fused = dtype != plan::F32;
     options.qkv_bias = dtype == plan::BF16;
     options.sliding_window = dtype == plan::F16 ? 4 : 0;
-    result.push_back(llmrt::testing::BuildTinyLlama(options));
+    result.push_back(llmrt::testing::BuildTinyLlama(options).meta);
   }
+  for (int headDim : {64, 128}) {
+    options.weight_dtype = plan::F16;
+    options.head_dim = headDim;
+    options.num_heads = 2;
+    options.num_kv_heads = 1;
+    options.num_layers = 1;
+    options.sliding_window = 0;
+    result.push_back(llmrt::testing::BuildTinyLlama(options).meta);
+    result.back().mutable_kv_cache()->set_dtype(headDim == 64 ? plan::F16 : plan::BF16);
+  }
+  for (const QuantCase &c : {QuantCase{plan::I8, false, 64, 40, 32, false, false},
+                             QuantCase{plan::I8, false, 172, 24, 172, false, true},
+                             QuantCase{plan::I4, false, 96, 40, 32, false, false},
+                             QuantCase{plan::I4, true, 128, 36, 64, true, true}})
+    result.push_back(matmulMeta(c));
   return result;
 }
 
@@ -60,6 +81,89 @@ TEST(EmitCudaTest, BakesTheModelsConstantsIntoEachKernel) {
   std::set<std::string> names;
   for (const EmittedKernel &kernel : emission->kernels)
     EXPECT_TRUE(names.insert(kernel.info.name()).second) << kernel.info.name();
+}
+
+// ROPE fused into attention: the ROPE ops launch nothing, attention brings [kv write (rotating
+// k), split (rotating q), combine, prefill], LOGITS [gemv, top-k].
+TEST(EmitCudaTest, FusesRopeIntoAttentionAndAddsPrefillAndTopK) {
+  llmrt::testing::TinyLlamaOptions options;
+  options.weight_dtype = plan::BF16;
+  const llmrt::testing::TinyLlama model = llmrt::testing::BuildTinyLlama(options);
+  auto emission = emitCuda(model.meta);
+  ASSERT_TRUE(emission.ok()) << emission.status();
+  int ropes = 0, attentions = 0;
+  for (int i = 0; i < model.meta.program().ops_size(); ++i) {
+    const plan::Op &op = model.meta.program().ops(i);
+    const std::vector<int32_t> &kernels = emission->opKernels[i];
+    if (op.kind() == plan::ROPE) {
+      ++ropes;
+      EXPECT_TRUE(kernels.empty()) << "op " << i;
+    } else if (op.kind() == plan::ATTENTION) {
+      ++attentions;
+      ASSERT_EQ(kernels.size(), 4u);
+      const std::string names[] = {"llmc_kv_write_12_rope_f32", "llmc_attention_4x2x6_rope_f32",
+                                   "llmc_attention_combine_", "llmc_attention_prefill_4x2x6_rope"};
+      for (int k = 0; k < 4; ++k)
+        EXPECT_TRUE(absl::StartsWith(emission->kernels[kernels[k]].info.name(), names[k]))
+            << emission->kernels[kernels[k]].info.name();
+    } else if (op.kind() == plan::LOGITS) {
+      ASSERT_EQ(kernels.size(), 2u);
+      EXPECT_TRUE(
+          absl::StartsWith(emission->kernels[kernels[1]].info.name(), "llmc_logits_top40_"));
+    }
+  }
+  EXPECT_EQ(ropes, 2 * attentions);
+  EXPECT_GT(attentions, 0);
+  const std::string source = emission->moduleSource();
+  EXPECT_TRUE(absl::StrContains(source, "llmc::attentionPrefill<4, 2, 6, 0, true, float>"))
+      << source;
+  EXPECT_TRUE(
+      absl::StrContains(source, "llmc::writeKvCache<12, 6, true, float>(p, llmc_rope_table_"));
+  // A 16-bit cache changes the element type of the cache kernels.
+  plan::PlanMeta halfCache = model.meta;
+  halfCache.mutable_kv_cache()->set_dtype(plan::F16);
+  auto halfEmission = emitCuda(halfCache);
+  ASSERT_TRUE(halfEmission.ok());
+  EXPECT_TRUE(
+      absl::StrContains(halfEmission->moduleSource(), "llmc::writeKvCache<12, 6, true, __half>"));
+}
+
+// The cost model (docs/cuda.md's tables) on hand-checkable numbers: the fused q/k/v matmul of
+// the tiny model (K 24, N 24 + 12 + 12, f16) and the attention kernels each step size picks.
+TEST(CostModelTest, CountsWhatEachChosenKernelMoves) {
+  llmrt::testing::TinyLlamaOptions options;
+  options.weight_dtype = plan::F16;
+  const plan::PlanMeta meta = llmrt::testing::BuildTinyLlama(options).meta;
+  auto find = [](const std::vector<KernelCost> &rows,
+                 const std::string &kind) -> const KernelCost * {
+    for (const KernelCost &row : rows)
+      if (absl::StrContains(row.what, kind))
+        return &row;
+    return nullptr;
+  };
+  auto decode = estimateStep(meta, 1, 16);
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  const KernelCost *gemv = find(*decode, "gemv_24x48_f16");
+  ASSERT_NE(gemv, nullptr);
+  EXPECT_EQ(gemv->count, 2); // one per layer
+  EXPECT_DOUBLE_EQ(gemv->bytes, 48 * 24 * 2 + 24 * 4 + 48 * 4);
+  EXPECT_DOUBLE_EQ(gemv->flops, 2 * 48 * 24);
+  EXPECT_NE(find(*decode, "attention_combine"), nullptr);
+  EXPECT_EQ(find(*decode, "attention_prefill"), nullptr);
+  EXPECT_EQ(find(*decode, "rope: "), nullptr); // fused into kv_write and attention
+  auto prefill = estimateStep(meta, 100, 100);
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  const KernelCost *gemm = find(*prefill, "gemm_mma_24x48_f16");
+  ASSERT_NE(gemm, nullptr);
+  // Weights once per 64-token tile (2 tiles), activations once (L2 serves the re-reads).
+  EXPECT_DOUBLE_EQ(gemm->bytes, 2 * 48 * 24 * 2 + 100 * 24 * 4 + 100 * 48 * 4);
+  EXPECT_DOUBLE_EQ(gemm->flops, 2 * 2 * 100 * 48 * 24);
+  EXPECT_TRUE(gemm->mma);
+  EXPECT_NE(find(*prefill, "attention_prefill"), nullptr);
+  EXPECT_EQ(find(*prefill, "attention_combine"), nullptr);
+  auto table = costTable(meta, 1, 16);
+  ASSERT_TRUE(table.ok());
+  EXPECT_TRUE(absl::StrContains(*table, "| H200 | A100 |")) << *table;
 }
 
 TEST(EmitCudaTest, RefusesAnOpWithoutKernel) {
@@ -95,8 +199,8 @@ protected:
 // The CI check of issue 7: every kernel, every target, no spills in any (all are hot).
 TEST_F(NvrtcTest, EveryKernelCompilesForEveryTargetWithoutSpills) {
   const std::string cache = ::testing::TempDir() + "/nvrtc_cache_all";
-  for (const llmrt::testing::TinyLlama &model : models()) {
-    auto emission = emitCuda(model.meta);
+  for (const plan::PlanMeta &meta : models()) {
+    auto emission = emitCuda(meta);
     ASSERT_TRUE(emission.ok()) << emission.status();
     std::vector<CompileRequest> requests;
     for (const char *target : {"sm_80", "sm_90", "compute_90"})
@@ -117,6 +221,9 @@ TEST_F(NvrtcTest, EveryKernelCompilesForEveryTargetWithoutSpills) {
       EXPECT_GT(code.registers, 0);
       EXPECT_EQ(code.spillStoreBytes, 0);
       EXPECT_EQ(code.spillLoadBytes, 0);
+      // Printed for the log: what ptxas made of each kernel.
+      std::printf("%-12s %-56s %3d registers %6d bytes smem\n", requests[i].target.c_str(),
+                  requests[i].entry.c_str(), code.registers, code.sharedBytes);
     }
   }
 }

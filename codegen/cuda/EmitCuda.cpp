@@ -4,11 +4,16 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "codegen/cuda/KernelSources.inc"
 #include "runtime/backend/cpu/kernels.h"
+#include "runtime/backend/cuda/kernel_backend.h"
 #include "xxhash.h"
 
 namespace llmc::cuda {
@@ -28,6 +33,13 @@ constexpr int kAttentionWarps = 4;
 constexpr int kTargetBlocks = 264;
 constexpr int kMaxSplits = 16;
 constexpr int kElementwiseThreads = 256;
+// Prefill attention: query tiles of llmrt::cuda::kPrefillTileTokens (64: 4 warps x 16 MMA
+// rows; the backend makes the tiles). Q fragments live in registers and K/V tiles of 32 keys
+// in shared memory, which bounds head_dim: at 128, 64 registers of Q and 64 of output
+// accumulators per thread and 35 KiB of shared memory (under the 48 KiB static limit); larger
+// heads use the decode kernel for every step.
+constexpr int kPrefillMaxHeadDim = 128;
+constexpr int kTopKThreads = 256;
 
 // The exact value of `value` as a C float literal (hex float: no decimal rounding).
 std::string floatLiteral(double value) { return absl::StrFormat("%af", static_cast<float>(value)); }
@@ -71,6 +83,7 @@ public:
   absl::StatusOr<CudaEmission> run() {
     emission.prelude = kKernelParamsSource;
     emission.prelude += kKernelLibrarySource;
+    findFusedRopes();
     for (int index = 0; index < program.ops_size(); ++index) {
       const plan::Op &op = program.ops(index);
       std::vector<int32_t> kernels;
@@ -82,6 +95,66 @@ public:
   }
 
 private:
+  // A ROPE op whose output only an ATTENTION op reads (as q or k) is fused into that op's
+  // kernels when both its q and k come from such ROPE ops with the attention's head_dim and one
+  // rope config: the ROPE op then launches nothing (an empty op binding) and the attention
+  // kernels read the ROPE's input and rotate q (attention) and k (KV-cache write) themselves.
+  void findFusedRopes() {
+    std::vector<int> producer(program.values_size(), -1);
+    std::vector<int> readers(program.values_size(), 0);
+    for (int index = 0; index < program.ops_size(); ++index) {
+      const plan::Op &op = program.ops(index);
+      for (int32_t id : op.inputs())
+        if (id >= 0 && id < program.values_size())
+          ++readers[id];
+      for (int32_t id : op.outputs())
+        if (id >= 0 && id < program.values_size())
+          producer[id] = index;
+    }
+    for (int index = 0; index < program.ops_size(); ++index) {
+      const plan::Op &op = program.ops(index);
+      if (op.kind() != plan::ATTENTION || op.inputs_size() != 3)
+        continue;
+      int ropes[2];
+      bool fusable = true;
+      for (int i = 0; i < 2; ++i) {
+        const int32_t id = op.inputs(i);
+        ropes[i] = id >= 0 && id < program.values_size() ? producer[id] : -1;
+        if (ropes[i] < 0 || readers[id] != 1) {
+          fusable = false;
+          continue;
+        }
+        const plan::Op &rope = program.ops(ropes[i]);
+        fusable = fusable && rope.kind() == plan::ROPE && rope.outputs_size() == 1 &&
+                  rope.inputs_size() >= 1 && rope.head_dim() == op.head_dim() &&
+                  rope.head_dim() % 2 == 0 &&
+                  rope.num_heads() == (i == 0 ? op.num_heads() : op.num_kv_heads());
+      }
+      if (!fusable || program.ops(ropes[0]).rope().SerializeAsString() !=
+                          program.ops(ropes[1]).rope().SerializeAsString())
+        continue;
+      fusedRopes.insert(ropes[0]);
+      fusedRopes.insert(ropes[1]);
+      attentionRope[index] = ropes[0];
+    }
+  }
+
+  // The rope inverse-frequency table of `op` as a `__constant__` array, named by its contents
+  // (which is what makes two rope kernels different): returns {definitions, name}.
+  std::pair<std::string, std::string> ropeTable(const plan::Op &op) {
+    std::vector<float> inverseFrequencies(op.head_dim() / 2);
+    llmrt::cpu::RopeInverseFrequencies(op.rope(), op.head_dim(), inverseFrequencies.data());
+    std::string table = "__constant__ float ROPE_TABLE[] = {";
+    for (size_t i = 0; i < inverseFrequencies.size(); ++i)
+      absl::StrAppend(&table, i ? ", " : "", floatLiteral(inverseFrequencies[i]));
+    table += "};\n";
+    const std::string tableName =
+        absl::StrFormat("llmc_rope_table_%08x", XXH64(table.data(), table.size(), 0) & 0xffffffffu);
+    std::string definitions = guarded(tableName, table);
+    definitions.replace(definitions.find("ROPE_TABLE"), 10, tableName);
+    return {definitions, tableName};
+  }
+
   absl::Status error(int index, const std::string &message) {
     return absl::UnimplementedError(
         absl::StrFormat("cuda codegen: program op %d (kind %d): %s", index,
@@ -160,6 +233,9 @@ private:
       auto dtype = weightDtype(index, op.weights(0));
       if (!dtype.ok())
         return dtype.status();
+      if (*dtype != plan::F32 && *dtype != plan::F16 && *dtype != plan::BF16)
+        return error(index, absl::StrFormat("embedding dtype %s has no CUDA kernel",
+                                            plan::DType_Name(*dtype)));
       auto panels = panelRows(index, op.weights(0));
       if (!panels.ok())
         return panels.status();
@@ -197,20 +273,11 @@ private:
     case plan::ROPE: {
       if (op.head_dim() <= 0 || op.head_dim() % 2 != 0 || op.num_heads() <= 0)
         return error(index, "ROPE needs positive heads and an even head_dim");
-      std::vector<float> inverseFrequencies(op.head_dim() / 2);
-      llmrt::cpu::RopeInverseFrequencies(op.rope(), op.head_dim(), inverseFrequencies.data());
-      std::string table = "__constant__ float ROPE_TABLE[] = {";
-      for (size_t i = 0; i < inverseFrequencies.size(); ++i)
-        absl::StrAppend(&table, i ? ", " : "", floatLiteral(inverseFrequencies[i]));
-      table += "};\n";
+      if (fusedRopes.count(index))
+        return absl::OkStatus(); // applied by the attention kernels
+      const auto [definitions, tableName] = ropeTable(op);
       const int pairs = op.num_heads() * op.head_dim() / 2;
       const int threads = std::min(256, std::max(32, roundUp(pairs, 32)));
-      // The table's name must be unique in a module holding every kernel: derive it from the
-      // contents, which is what makes two rope kernels different at all.
-      const std::string tableName = absl::StrFormat(
-          "llmc_rope_table_%08x", XXH64(table.data(), table.size(), 0) & 0xffffffffu);
-      std::string definitions = guarded(tableName, table);
-      definitions.replace(definitions.find("ROPE_TABLE"), 10, tableName);
       kernels.push_back(add(absl::StrCat("rope_", op.num_heads(), "x", op.head_dim()), definitions,
                             absl::StrFormat("llmc::rope<%d, %d, %d>(p, %s);", op.num_heads(),
                                             op.head_dim(), threads, tableName),
@@ -259,8 +326,10 @@ private:
     auto dtype = weightDtype(index, op.weights(0));
     if (!dtype.ok())
       return dtype.status();
-    if (*dtype != plan::F32 && *dtype != plan::F16 && *dtype != plan::BF16)
-      return error(index, absl::StrFormat("weight dtype %d has no CUDA matmul", *dtype));
+    const bool quantized = *dtype == plan::I8 || *dtype == plan::I4;
+    if (*dtype != plan::F32 && *dtype != plan::F16 && *dtype != plan::BF16 && !quantized)
+      return error(index,
+                   absl::StrFormat("weight dtype %s has no CUDA matmul", plan::DType_Name(*dtype)));
     auto panels = panelRows(index, op.weights(0));
     if (!panels.ok())
       return panels.status();
@@ -288,6 +357,8 @@ private:
         absl::StrFormat("llmc_store_%08x", XXH64(store.data(), store.size(), 0) & 0xffffffffu);
     store.replace(store.find("STORE"), 5, storeName);
     store = guarded(storeName, store);
+    if (quantized)
+      return emitQuantizedMatmul(op, index, k, n, bias, store, storeName, kernels);
     const std::string base =
         absl::StrCat(logits ? "logits_" : "gemv_", k, "x", n, "_", dtypeSuffix(*dtype));
 
@@ -319,7 +390,131 @@ private:
                               *panels, bias ? "true" : "false", storeName),
               gemm));
     }
+    if (logits)
+      kernels.push_back(logitsTopK(n));
     return absl::OkStatus();
+  }
+
+  // The prefilter after the logits GEMV (KernelLibrary.cuh logitsTopK): one block per row.
+  int32_t logitsTopK(int64_t vocab) {
+    Kernel info = perToken(kTopKThreads);
+    info.set_grid_rows(Kernel::GRID_ROWS_LOGITS);
+    const int64_t topK = std::min<int64_t>(llmrt::cuda::kLogitsTopK, vocab);
+    return add(absl::StrCat("logits_top", topK, "_", vocab), "",
+               absl::StrFormat("llmc::logitsTopK<%d, %d>(p);", vocab, topK), info);
+  }
+
+  // MATMUL / LOGITS over an I8 or I4 matrix: checks the Quantization against plan.proto's
+  // contract (codes [N, K] row-major, f16 scales and U8 zero points [N, K / group], i32 [K]
+  // permutation) and emits gemvQuant, plus gemmMmaQuant for MATMUL.
+  absl::Status emitQuantizedMatmul(const plan::Op &op, int index, int64_t k, int64_t n, bool bias,
+                                   const std::string &store, const std::string &storeName,
+                                   std::vector<int32_t> &kernels) {
+    const bool logits = op.kind() == plan::LOGITS;
+    const plan::Tensor &weight = meta.tensors(op.weights(0));
+    const plan::Quantization &quant = weight.quantization();
+    const int bits = weight.dtype() == plan::I4 ? 4 : 8;
+    const int64_t group = quant.group_size();
+    auto fail = [&](const std::string &what) {
+      return error(index, absl::StrFormat("quantized weight %s: %s", weight.name(), what));
+    };
+    if (weight.layout() != plan::Tensor::ROW_MAJOR)
+      return fail("the CUDA kernels read ROW_MAJOR codes only");
+    if (weight.shape_size() != 2 || weight.shape(0) != n || weight.shape(1) != k)
+      return fail(absl::StrFormat("shape must be [%d, %d]", n, k));
+    if (quant.bits() != bits)
+      return fail(absl::StrFormat("quantization.bits %d for dtype %s", quant.bits(),
+                                  plan::DType_Name(weight.dtype())));
+    const bool asymmetric = quant.scheme() == plan::Quantization::ASYMMETRIC;
+    if (quant.scheme() != plan::Quantization::SYMMETRIC && !(asymmetric && bits == 4))
+      return fail(absl::StrFormat("scheme %s with %d bits",
+                                  plan::Quantization::Scheme_Name(quant.scheme()), bits));
+    if (group <= 0 || k % group != 0 || (group % 32 != 0 && group != k) ||
+        (bits == 4 && (k % 32 != 0 || group % 32 != 0)))
+      return fail(absl::StrFormat("group_size %d with %d columns (multiples of 32, or all "
+                                  "columns for I8)",
+                                  group, k));
+    auto checkTensor = [&](bool present, int32_t tensor, plan::DType dtype,
+                           std::vector<int64_t> shape, const char *what) -> absl::Status {
+      if (!present)
+        return fail(absl::StrCat(what, " missing"));
+      if (tensor < 0 || tensor >= meta.tensors_size())
+        return fail(absl::StrFormat("%s tensor %d outside the table", what, tensor));
+      const plan::Tensor &entry = meta.tensors(tensor);
+      if (entry.dtype() != dtype ||
+          std::vector<int64_t>(entry.shape().begin(), entry.shape().end()) != shape)
+        return fail(absl::StrFormat("%s %s must be %s of shape [%s]", what, entry.name(),
+                                    plan::DType_Name(dtype), absl::StrJoin(shape, ", ")));
+      return absl::OkStatus();
+    };
+    if (absl::Status status =
+            checkTensor(quant.has_scales(), quant.scales(), plan::F16, {n, k / group}, "scales");
+        !status.ok())
+      return status;
+    if (asymmetric) {
+      if (absl::Status status = checkTensor(quant.has_zero_points(), quant.zero_points(), plan::U8,
+                                            {n, k / group}, "zero_points");
+          !status.ok())
+        return status;
+    }
+    const bool permuted = quant.has_input_permutation();
+    if (permuted) {
+      if (absl::Status status =
+              checkTensor(true, quant.input_permutation(), plan::I32, {k}, "input_permutation");
+          !status.ok())
+        return status;
+    }
+    const std::string scheme = absl::StrCat(bits == 4 ? "i4" : "i8", "g", group,
+                                            asymmetric ? "a" : "", permuted ? "p" : "");
+    const std::string quantArgs = absl::StrFormat(
+        "%d, %s, %d, %s", bits, asymmetric ? "true" : "false", group, permuted ? "true" : "false");
+    Kernel gemv;
+    gemv.set_block_x(kGemvWarps * 32);
+    gemv.set_grid_x(static_cast<uint32_t>((n + kGemvWarps - 1) / kGemvWarps));
+    gemv.set_grid_y(1);
+    gemv.set_grid_z(1);
+    gemv.set_grid_scaled_axis(-1);
+    kernels.push_back(
+        add(absl::StrCat(logits ? "logits_" : "gemv_", k, "x", n, "_", scheme), store,
+            absl::StrFormat("llmc::gemvQuant<%d, %d, %s, %s, %s, %d, %d, %s>(p);", k, n, quantArgs,
+                            bias ? "true" : "false", logits ? "true" : "false", kGemvWarps,
+                            kGemvRows, storeName),
+            gemv));
+    if (logits) {
+      kernels.push_back(logitsTopK(n));
+      return absl::OkStatus();
+    }
+    Kernel gemm;
+    gemm.set_block_x(128);
+    gemm.set_grid_x(static_cast<uint32_t>((n + kGemmTileN - 1) / kGemmTileN));
+    gemm.set_grid_y(1);
+    gemm.set_grid_z(1);
+    gemm.set_grid_scaled_axis(1);
+    gemm.set_grid_rows(Kernel::GRID_ROWS_TOKENS);
+    gemm.set_grid_row_multiplier(1);
+    gemm.set_grid_rows_per_block(kGemmTileM);
+    kernels.push_back(add(absl::StrCat("gemm_mma_", k, "x", n, "_", scheme), store,
+                          absl::StrFormat("llmc::gemmMmaQuant<%d, %d, %s, %s, %s>(p);", k, n,
+                                          quantArgs, bias ? "true" : "false", storeName),
+                          gemm));
+    return absl::OkStatus();
+  }
+
+  // The KV cache's element type: KvCacheSpec.dtype F32 (or unset), F16 or BF16.
+  absl::StatusOr<const char *> kvType(int index) {
+    switch (meta.kv_cache().dtype()) {
+    case plan::DTYPE_UNSPECIFIED:
+    case plan::F32:
+      return "float";
+    case plan::F16:
+      return "__half";
+    case plan::BF16:
+      return "__nv_bfloat16";
+    default:
+      return error(index, absl::StrFormat("KV cache dtype %s has no CUDA kernels (F32, F16 and "
+                                          "BF16 do)",
+                                          plan::DType_Name(meta.kv_cache().dtype())));
+    }
   }
 
   absl::Status emitAttention(const plan::Op &op, int index, std::vector<int32_t> &kernels) {
@@ -329,19 +524,33 @@ private:
     if (op.sliding_window() < 0 || op.sliding_window() > (int64_t{1} << 30))
       return error(index,
                    absl::StrFormat("sliding_window %d outside [0, 2^30]", op.sliding_window()));
+    auto kv = kvType(index);
+    if (!kv.ok())
+      return kv.status();
+    // Fused rope: the table of the q ROPE op (findFusedRopes checked k's is the same).
+    std::string definitions, table = "(const float *)0";
+    const bool rope = attentionRope.count(index) != 0;
+    if (rope)
+      std::tie(definitions, table) = ropeTable(program.ops(attentionRope[index]));
+    const char *ropeFlag = rope ? "true" : "false";
+    const std::string suffix =
+        absl::StrCat(rope ? "_rope" : "", "_", dtypeSuffix(meta.kv_cache().dtype()));
     const int splits = std::clamp((kTargetBlocks + heads - 1) / heads, 1, kMaxSplits);
     const int kvWidth = kvHeads * headDim;
-    kernels.push_back(add(absl::StrCat("kv_write_", kvWidth), "",
-                          absl::StrFormat("llmc::writeKvCache<%d>(p);", kvWidth), perToken(128)));
+    kernels.push_back(add(absl::StrCat("kv_write_", kvWidth, suffix), definitions,
+                          absl::StrFormat("llmc::writeKvCache<%d, %d, %s, %s>(p, %s);", kvWidth,
+                                          headDim, ropeFlag, *kv, table),
+                          perToken(128)));
     Kernel split = perToken(kAttentionWarps * 32);
     split.set_grid_y(heads);
     split.set_grid_z(splits);
     split.set_scratch_floats_per_token(static_cast<int64_t>(heads) * splits * (headDim + 2));
-    kernels.push_back(add(absl::StrCat("attention_", heads, "x", kvHeads, "x", headDim), "",
-                          absl::StrFormat("llmc::attentionSplit<%d, %d, %d, %d, %d, %d>(p, %s);",
-                                          heads, kvHeads, headDim, splits, op.sliding_window(),
-                                          kAttentionWarps, floatLiteral(op.scale())),
-                          split));
+    kernels.push_back(
+        add(absl::StrCat("attention_", heads, "x", kvHeads, "x", headDim, suffix), definitions,
+            absl::StrFormat("llmc::attentionSplit<%d, %d, %d, %d, %d, %d, %s, %s>(p, %s, %s);",
+                            heads, kvHeads, headDim, splits, op.sliding_window(), kAttentionWarps,
+                            ropeFlag, *kv, floatLiteral(op.scale()), table),
+            split));
     Kernel combine = perToken(32);
     combine.set_grid_y(heads);
     combine.set_scratch_floats_per_token(split.scratch_floats_per_token());
@@ -349,6 +558,18 @@ private:
         add(absl::StrCat("attention_combine_", heads, "x", headDim), "",
             absl::StrFormat("llmc::attentionCombine<%d, %d, %d>(p);", heads, headDim, splits),
             combine));
+    if (headDim <= kPrefillMaxHeadDim) {
+      Kernel prefill = perToken(128);
+      prefill.set_grid_y(heads);
+      prefill.set_grid_rows_per_block(llmrt::cuda::kPrefillTileTokens);
+      kernels.push_back(
+          add(absl::StrCat("attention_prefill_", heads, "x", kvHeads, "x", headDim, suffix),
+              definitions,
+              absl::StrFormat("llmc::attentionPrefill<%d, %d, %d, %d, %s, %s>(p, %s, %s);", heads,
+                              kvHeads, headDim, op.sliding_window(), ropeFlag, *kv,
+                              floatLiteral(op.scale()), table),
+              prefill));
+    }
     return absl::OkStatus();
   }
 
@@ -356,6 +577,8 @@ private:
   const plan::Program &program;
   CudaEmission emission;
   std::map<std::string, int32_t> index;
+  std::set<int> fusedRopes;         // ROPE ops that launch nothing
+  std::map<int, int> attentionRope; // ATTENTION op -> its (q) ROPE op, when fused
 };
 
 } // namespace

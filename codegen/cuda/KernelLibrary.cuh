@@ -46,6 +46,12 @@ template <> struct Convert<__nv_bfloat16> {
   }
 };
 
+// f32 -> T for the storage types of activations-derived data (the KV cache).
+template <typename T> __device__ __forceinline__ T fromFloat(float value) {
+  return Convert<T>::from(value);
+}
+template <> __device__ __forceinline__ float fromFloat<float>(float value) { return value; }
+
 // Two 16-bit elements in one register, the lower index in the low half (PTX's packing for
 // .f16x2 / .bf16x2 fragments).
 template <typename T> __device__ __forceinline__ u32 pack2(T low, T high) {
@@ -273,16 +279,36 @@ __device__ void rope(const LlmcKernelParams &p, const float *invFreq) {
   }
 }
 
+// Element d of one head after rotate-half rope (the ROPE op's math, so a fused attention gives
+// its results): x holds the head's unrotated values, angle = position * invFreq[d % half] in
+// f32 as transformers computes it.
+template <int kHeadDim>
+__device__ __forceinline__ float ropeElement(const float *x, int d, float position,
+                                             const float *invFreq) {
+  constexpr int kHalf = kHeadDim / 2;
+  const bool first = d < kHalf;
+  const float angle = position * invFreq[first ? d : d - kHalf];
+  const float cosine = cosf(angle), sine = sinf(angle);
+  return first ? x[d] * cosine - x[d + kHalf] * sine : x[d] * cosine + x[d - kHalf] * sine;
+}
+
 // --- ATTENTION 1/3: KV-cache write. grid (num_tokens), block 128 ----------------------------
-template <int kKvWidth> __device__ void writeKvCache(const LlmcKernelParams &p) {
+// kRope: the ROPE op of k is fused here (its op launches nothing): k is rotated on its way
+// into the cache, so every later reader gets rotated keys. KvT: the cache's element type
+// (KvCacheSpec.dtype F32, F16 or BF16), rounded to nearest even.
+template <int kKvWidth, int kHeadDim, bool kRope, typename KvT>
+__device__ void writeKvCache(const LlmcKernelParams &p, const float *invFreq) {
   const long long slot = ((const int *)p.slot_mapping)[blockIdx.x];
   const float *k = (const float *)p.input[1] + (long long)blockIdx.x * kKvWidth;
   const float *v = (const float *)p.input[2] + (long long)blockIdx.x * kKvWidth;
-  float *keyCache = (float *)p.key_cache + slot * kKvWidth;
-  float *valueCache = (float *)p.value_cache + slot * kKvWidth;
+  KvT *keyCache = (KvT *)p.key_cache + slot * kKvWidth;
+  KvT *valueCache = (KvT *)p.value_cache + slot * kKvWidth;
+  const float position = kRope ? (float)((const int *)p.positions)[blockIdx.x] : 0.0f;
   for (int i = threadIdx.x; i < kKvWidth; i += blockDim.x) {
-    keyCache[i] = k[i];
-    valueCache[i] = v[i];
+    const int head = i / kHeadDim, d = i % kHeadDim;
+    keyCache[i] = fromFloat<KvT>(
+        kRope ? ropeElement<kHeadDim>(k + head * kHeadDim, d, position, invFreq) : k[i]);
+    valueCache[i] = fromFloat<KvT>(v[i]);
   }
 }
 
@@ -293,8 +319,10 @@ template <int kKvWidth> __device__ void writeKvCache(const LlmcKernelParams &p) 
 // softmax (running max m, sum l, weighted values). The warps merge in shared memory and write
 // one partial [m, l, acc[kHeadDim]] per (t, h, s) to scratch; attentionCombine merges splits.
 // Splitting keys is what keeps an H200's 132 SMs busy when a decode step has few queries.
-template <int kHeads, int kKvHeads, int kHeadDim, int kSplits, int kWindow, int kWarps>
-__device__ void attentionSplit(const LlmcKernelParams &p, float scale) {
+// kRope: q's ROPE op is fused here (q is rotated as it is loaded).
+template <int kHeads, int kKvHeads, int kHeadDim, int kSplits, int kWindow, int kWarps, bool kRope,
+          typename KvT>
+__device__ void attentionSplit(const LlmcKernelParams &p, float scale, const float *invFreq) {
   constexpr int kPerLane = (kHeadDim + 31) / 32;
   constexpr int kKvWidth = kKvHeads * kHeadDim;
   __shared__ float warpMax[kWarps], warpSumExp[kWarps];
@@ -311,10 +339,11 @@ __device__ void attentionSplit(const LlmcKernelParams &p, float scale) {
   const int begin = firstKey + split * perSplit;
   const int end = begin + perSplit < queryIndex + 1 ? begin + perSplit : queryIndex + 1;
   const float *q = (const float *)p.input[0] + ((long long)row * kHeads + head) * kHeadDim;
+  const float position = kRope ? (float)((const int *)p.positions)[row] : 0.0f;
   float query[kPerLane], acc[kPerLane];
   for (int j = 0; j < kPerLane; ++j) {
     const int d = lane + 32 * j;
-    query[j] = d < kHeadDim ? q[d] : 0.0f;
+    query[j] = d >= kHeadDim ? 0.0f : kRope ? ropeElement<kHeadDim>(q, d, position, invFreq) : q[d];
     acc[j] = 0.0f;
   }
   const int *table = (const int *)p.block_tables + ((const int *)p.block_table)[row];
@@ -322,13 +351,13 @@ __device__ void attentionSplit(const LlmcKernelParams &p, float scale) {
   float runningMax = negativeInfinity(), runningSum = 0.0f;
   for (int key = begin + warp; key < end; key += kWarps) {
     const long long slot = (long long)table[key / blockSize] * blockSize + key % blockSize;
-    const float *k = (const float *)p.key_cache + slot * kKvWidth + kvHead * kHeadDim;
-    const float *v = (const float *)p.value_cache + slot * kKvWidth + kvHead * kHeadDim;
+    const KvT *k = (const KvT *)p.key_cache + slot * kKvWidth + kvHead * kHeadDim;
+    const KvT *v = (const KvT *)p.value_cache + slot * kKvWidth + kvHead * kHeadDim;
     float dot = 0.0f;
     for (int j = 0; j < kPerLane; ++j) {
       const int d = lane + 32 * j;
       if (d < kHeadDim)
-        dot += query[j] * k[d];
+        dot += query[j] * toFloat(k[d]);
     }
     const float score = warpSum(dot) * scale;
     const float newMax = fmaxf(runningMax, score);
@@ -337,7 +366,7 @@ __device__ void attentionSplit(const LlmcKernelParams &p, float scale) {
     runningSum = runningSum * correction + weight;
     for (int j = 0; j < kPerLane; ++j) {
       const int d = lane + 32 * j;
-      acc[j] = acc[j] * correction + (d < kHeadDim ? weight * v[d] : 0.0f);
+      acc[j] = acc[j] * correction + (d < kHeadDim ? weight * toFloat(v[d]) : 0.0f);
     }
     runningMax = newMax;
   }
@@ -398,6 +427,523 @@ __device__ void attentionCombine(const LlmcKernelParams &p) {
         value += partial[s * (kHeadDim + 2) + 2 + d] * expf(splitMax - globalMax);
     }
     out[d] = value / total;
+  }
+}
+
+// --- ATTENTION, prefill: tiled flash attention on tensor cores (sm_80+) ---------------------
+// grid (ceil(num_tokens / 64), kHeads), block 128 = 4 warps. A query tile is up to 64
+// consecutive tokens of one sequence; the backend lists the step's tiles in p.tiles as
+// (first token, count) pairs, p.num_tiles of them, and block x takes tiles x, x + gridDim.x,
+// ... (a step of one long prompt: one tile per block). Warp w owns the tile's query rows
+// [16w, 16w + 16): its Q fragments (rope applied, kRope) stay in registers for the whole tile,
+// K and V stream through shared memory kTileKeys keys at a time from the paged cache (each key
+// read once per tile instead of once per query: 64x less traffic than the decode kernel at
+// prefill), S = Q K^T and O += P V are m16n8k16 MMAs, and each query row (shared by the 4 lanes
+// of a quad, as the MMA's C layout puts it) keeps an online softmax: running max m and
+// per-lane partial sums l, reduced over the quad at the end. P goes from S's accumulator
+// registers straight into PV's A fragments (the C layout of two n8 tiles is the A layout of
+// one k16 step), so scores never touch shared memory.
+// Precision: MMA operands are bf16 (f32's exponent range: no overflow or scaling concerns), with
+// every operand split into bf16 parts accumulated in f32. Scores feed exp(), which turns an
+// absolute score error into a relative probability error, so QK^T splits q and k in three
+// (hi, mid, lo: 24 significant bits, f32's) and sums the six products above 2^-24 (hi*hi,
+// hi*mid, mid*hi, mid*mid, hi*lo, lo*hi): f32-exact scores up to summation order. PV splits P
+// and V in two (16 bits) and sums three products (relative error ~2^-17 of the output). A
+// two-way QK^T split measurably failed the fixtures' 1e-3 logits tolerance (1.4e-3 on
+// llama_mha bf16); this one stays within it. Tensor work is 6 + 3 MMAs per 16x8x16 step
+// instead of 2, affordable because prefill attention is a small share of a prefill step
+// (docs/cuda.md).
+__device__ __forceinline__ void splitBf16(float value, __nv_bfloat16 &high, __nv_bfloat16 &low) {
+  high = __float2bfloat16_rn(value);
+  low = __float2bfloat16_rn(value - __bfloat162float(high));
+}
+
+__device__ __forceinline__ void splitPack(float first, float second, u32 &high, u32 &low) {
+  __nv_bfloat16 firstHigh, firstLow, secondHigh, secondLow;
+  splitBf16(first, firstHigh, firstLow);
+  splitBf16(second, secondHigh, secondLow);
+  high = pack2(firstHigh, secondHigh);
+  low = pack2(firstLow, secondLow);
+}
+
+// x = high + mid + low, each bf16: 24 significant bits in all.
+__device__ __forceinline__ void splitBf16x3(float value, __nv_bfloat16 &high, __nv_bfloat16 &mid,
+                                            __nv_bfloat16 &low) {
+  high = __float2bfloat16_rn(value);
+  const float rest = value - __bfloat162float(high);
+  mid = __float2bfloat16_rn(rest);
+  low = __float2bfloat16_rn(rest - __bfloat162float(mid));
+}
+
+__device__ __forceinline__ void splitPack3(float first, float second, u32 &high, u32 &mid,
+                                           u32 &low) {
+  __nv_bfloat16 h0, m0, l0, h1, m1, l1;
+  splitBf16x3(first, h0, m0, l0);
+  splitBf16x3(second, h1, m1, l1);
+  high = pack2(h0, h1);
+  mid = pack2(m0, m1);
+  low = pack2(l0, l1);
+}
+
+// d += a b over three-part operands: the six products above 2^-24 relative, small first.
+__device__ __forceinline__ void mmaSplit3(float (&d)[4], const u32 (&aHigh)[4],
+                                          const u32 (&aMid)[4], const u32 (&aLow)[4],
+                                          const u32 (&bHigh)[2], const u32 (&bMid)[2],
+                                          const u32 (&bLow)[2]) {
+  mmaM16N8K16(d, aLow, bHigh, __nv_bfloat16());
+  mmaM16N8K16(d, aHigh, bLow, __nv_bfloat16());
+  mmaM16N8K16(d, aMid, bMid, __nv_bfloat16());
+  mmaM16N8K16(d, aMid, bHigh, __nv_bfloat16());
+  mmaM16N8K16(d, aHigh, bMid, __nv_bfloat16());
+  mmaM16N8K16(d, aHigh, bHigh, __nv_bfloat16());
+}
+
+// d += (aHigh + aLow) (bHigh + bLow) without the lo*lo term; small terms first.
+__device__ __forceinline__ void mmaSplit(float (&d)[4], const u32 (&aHigh)[4], const u32 (&aLow)[4],
+                                         const u32 (&bHigh)[2], const u32 (&bLow)[2]) {
+  mmaM16N8K16(d, aLow, bHigh, __nv_bfloat16());
+  mmaM16N8K16(d, aHigh, bLow, __nv_bfloat16());
+  mmaM16N8K16(d, aHigh, bHigh, __nv_bfloat16());
+}
+
+template <int kHeads, int kKvHeads, int kHeadDim, int kWindow, bool kRope, typename KvT>
+__device__ void attentionPrefill(const LlmcKernelParams &p, float scale, const float *invFreq) {
+  constexpr int kTileKeys = 32;
+  constexpr int kDim = (kHeadDim + 15) / 16 * 16; // head_dim padded to the MMA's k of 16
+  constexpr int kChunks = kDim / 16, kDimTiles = kDim / 8;
+  constexpr int kPitch = kDim + 8; // +8 bf16 per row: fragment loads spread over more banks
+  constexpr int kKvWidth = kKvHeads * kHeadDim;
+  __shared__ __nv_bfloat16 keyHigh[kTileKeys * kPitch], keyMid[kTileKeys * kPitch],
+      keyLow[kTileKeys * kPitch];
+  __shared__ __nv_bfloat16 valueHigh[kTileKeys * kPitch], valueLow[kTileKeys * kPitch];
+  const int head = blockIdx.y, kvHead = head / (kHeads / kKvHeads);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int group = lane >> 2, quad = lane & 3;
+  const int *tiles = (const int *)p.tiles;
+  const int blockSize = p.block_size;
+  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
+    const int firstToken = tiles[2 * tile], count = tiles[2 * tile + 1];
+    const int firstQuery = ((const int *)p.query_index)[firstToken];
+    const int keyEnd = firstQuery + count; // causal: the last query sees keys < keyEnd
+    int keyBegin = 0;
+    if (kWindow > 0 && firstQuery - kWindow + 1 > 0)
+      keyBegin = firstQuery - kWindow + 1;
+    const int *table = (const int *)p.block_tables + ((const int *)p.block_table)[firstToken];
+    // This lane's two query rows of the tile (the C layout's groupID and groupID + 8).
+    const int rows[2] = {warp * 16 + group, warp * 16 + group + 8};
+    const bool warpActive = warp * 16 < count; // uniform per warp: MMAs need all 32 lanes
+    u32 qHigh[kChunks][4], qMid[kChunks][4], qLow[kChunks][4];
+    if (warpActive) {
+      for (int c = 0; c < kChunks; ++c) {
+        for (int r = 0; r < 4; ++r) {
+          // A fragment register r: row rows[r & 1], columns 2 * quad + {0, 1} (+8 for r >= 2).
+          const int row = rows[r & 1], d = c * 16 + 2 * quad + (r >= 2 ? 8 : 0);
+          float pair[2] = {0.0f, 0.0f};
+          if (row < count) {
+            const float *q = (const float *)p.input[0] +
+                             ((long long)(firstToken + row) * kHeads + head) * kHeadDim;
+            const float position =
+                kRope ? (float)((const int *)p.positions)[firstToken + row] : 0.0f;
+            for (int e = 0; e < 2; ++e)
+              if (d + e < kHeadDim)
+                pair[e] = kRope ? ropeElement<kHeadDim>(q, d + e, position, invFreq) : q[d + e];
+          }
+          splitPack3(pair[0], pair[1], qHigh[c][r], qMid[c][r], qLow[c][r]);
+        }
+      }
+    }
+    float out[kDimTiles][4];
+    for (int t = 0; t < kDimTiles; ++t)
+      for (int i = 0; i < 4; ++i)
+        out[t][i] = 0.0f;
+    float runningMax[2] = {negativeInfinity(), negativeInfinity()};
+    float runningSum[2] = {0.0f, 0.0f}; // this lane's share of its rows' sums
+    for (int keyBase = keyBegin; keyBase < keyEnd; keyBase += kTileKeys) {
+      __syncthreads(); // the previous key tile has been consumed
+      for (int e = threadIdx.x; e < kTileKeys * kDim; e += 128) {
+        const int key = keyBase + e / kDim, d = e % kDim;
+        float keyValue = 0.0f, valueValue = 0.0f;
+        if (key < keyEnd && d < kHeadDim) {
+          const long long slot = (long long)table[key / blockSize] * blockSize + key % blockSize;
+          const long long at = slot * kKvWidth + kvHead * kHeadDim + d;
+          keyValue = toFloat(((const KvT *)p.key_cache)[at]);
+          valueValue = toFloat(((const KvT *)p.value_cache)[at]);
+        }
+        const int index = (e / kDim) * kPitch + d;
+        splitBf16x3(keyValue, keyHigh[index], keyMid[index], keyLow[index]);
+        splitBf16(valueValue, valueHigh[index], valueLow[index]);
+      }
+      __syncthreads();
+      if (!warpActive)
+        continue;
+      float score[kTileKeys / 8][4];
+      for (int t = 0; t < kTileKeys / 8; ++t) {
+        for (int i = 0; i < 4; ++i)
+          score[t][i] = 0.0f;
+        // B (k = dim, n = key) element (d, key) is K[key][d]: key row t * 8 + groupID.
+        const int keyRow = (t * 8 + group) * kPitch + 2 * quad;
+        for (int c = 0; c < kChunks; ++c) {
+          const int at = keyRow + c * 16;
+          const u32 bHigh[2] = {pack2(keyHigh[at], keyHigh[at + 1]),
+                                pack2(keyHigh[at + 8], keyHigh[at + 9])};
+          const u32 bMid[2] = {pack2(keyMid[at], keyMid[at + 1]),
+                               pack2(keyMid[at + 8], keyMid[at + 9])};
+          const u32 bLow[2] = {pack2(keyLow[at], keyLow[at + 1]),
+                               pack2(keyLow[at + 8], keyLow[at + 9])};
+          mmaSplit3(score[t], qHigh[c], qMid[c], qLow[c], bHigh, bMid, bLow);
+        }
+      }
+      // Scale, mask (causal, window, past the end) and the online softmax of both rows.
+      for (int h = 0; h < 2; ++h) {
+        const int query = firstQuery + rows[h];
+        float tileMax = negativeInfinity();
+        for (int t = 0; t < kTileKeys / 8; ++t) {
+          for (int e = 0; e < 2; ++e) {
+            const int key = keyBase + t * 8 + 2 * quad + e;
+            const bool visible = rows[h] < count && key < keyEnd && key <= query &&
+                                 (kWindow == 0 || query - key < kWindow);
+            float &value = score[t][2 * h + e];
+            value = visible ? value * scale : negativeInfinity();
+            tileMax = fmaxf(tileMax, value);
+          }
+        }
+        tileMax = fmaxf(tileMax, __shfl_xor_sync(0xffffffffu, tileMax, 1));
+        tileMax = fmaxf(tileMax, __shfl_xor_sync(0xffffffffu, tileMax, 2));
+        const float newMax = fmaxf(runningMax[h], tileMax);
+        // A row with no visible key yet keeps max -inf: exponents relative to 0 give 0s, not NaN.
+        const float base = newMax == negativeInfinity() ? 0.0f : newMax;
+        const float correction = expf(runningMax[h] - base);
+        float sum = 0.0f;
+        for (int t = 0; t < kTileKeys / 8; ++t) {
+          for (int e = 0; e < 2; ++e) {
+            float &value = score[t][2 * h + e];
+            value = expf(value - base);
+            sum += value;
+          }
+        }
+        runningSum[h] = runningSum[h] * correction + sum;
+        runningMax[h] = newMax;
+        for (int t = 0; t < kDimTiles; ++t) {
+          out[t][2 * h] *= correction;
+          out[t][2 * h + 1] *= correction;
+        }
+      }
+      // O += P V, 16 keys per MMA k-step. P's A fragment from score tiles 2s and 2s + 1.
+      for (int s = 0; s < kTileKeys / 16; ++s) {
+        u32 pHigh[4], pLow[4];
+        splitPack(score[2 * s][0], score[2 * s][1], pHigh[0], pLow[0]);
+        splitPack(score[2 * s][2], score[2 * s][3], pHigh[1], pLow[1]);
+        splitPack(score[2 * s + 1][0], score[2 * s + 1][1], pHigh[2], pLow[2]);
+        splitPack(score[2 * s + 1][2], score[2 * s + 1][3], pHigh[3], pLow[3]);
+        // B (k = key, n = dim) element (key, d) is V[key][d]: keys 16s + 2 * quad + {0, 1} (+8).
+        const int keyRow = (16 * s + 2 * quad) * kPitch;
+        for (int t = 0; t < kDimTiles; ++t) {
+          const int at = keyRow + t * 8 + group;
+          const u32 bHigh[2] = {pack2(valueHigh[at], valueHigh[at + kPitch]),
+                                pack2(valueHigh[at + 8 * kPitch], valueHigh[at + 9 * kPitch])};
+          const u32 bLow[2] = {pack2(valueLow[at], valueLow[at + kPitch]),
+                               pack2(valueLow[at + 8 * kPitch], valueLow[at + 9 * kPitch])};
+          mmaSplit(out[t], pHigh, pLow, bHigh, bLow);
+        }
+      }
+    }
+    if (warpActive) {
+      for (int h = 0; h < 2; ++h) {
+        float total = runningSum[h];
+        total += __shfl_xor_sync(0xffffffffu, total, 1);
+        total += __shfl_xor_sync(0xffffffffu, total, 2);
+        if (rows[h] >= count)
+          continue;
+        // Q was read into registers before any write: the output may alias q.
+        float *o =
+            (float *)p.output[0] + ((long long)(firstToken + rows[h]) * kHeads + head) * kHeadDim;
+        for (int t = 0; t < kDimTiles; ++t)
+          for (int e = 0; e < 2; ++e) {
+            const int d = t * 8 + 2 * quad + e;
+            if (d < kHeadDim)
+              o[d] = out[t][2 * h + e] / total;
+          }
+      }
+    }
+  }
+}
+
+// --- LOGITS top-k prefilter: grid (num_rows), block 256 --------------------------------------
+// After the logits GEMV: output[1] [num_rows, kTopK] f32 and output[2] [num_rows, kTopK] i32
+// receive each row's kTopK largest logits and their token ids, sorted by value descending
+// (ties: lower id first), so a greedy or top-k sampler copies back kTopK pairs per row instead
+// of the whole vocab row. The threshold (the kTopK-th largest value) comes from a 4-pass radix
+// select over the order-preserving 32-bit keys of the values (8 bits per pass, 256-bin
+// histogram in shared memory); candidates above it, then ties at it in id order, are compacted
+// with per-thread contiguous segments and a block scan, which makes the selection
+// deterministic; a rank sort of the kTopK candidates orders them.
+__device__ __forceinline__ u32 orderKey(float value) {
+  const u32 bits = (u32)__float_as_int(value);
+  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+
+template <int kVocab, int kTopK> __device__ void logitsTopK(const LlmcKernelParams &p) {
+  constexpr int kThreads = 256;
+  constexpr int kSegment = (kVocab + kThreads - 1) / kThreads;
+  __shared__ u32 histogram[256];
+  __shared__ u32 selected[2]; // key prefix so far, candidates still to take at or below it
+  __shared__ int greaterBefore[kThreads], equalBefore[kThreads];
+  __shared__ float candidateValue[kTopK];
+  __shared__ int candidateId[kTopK];
+  const float *row = (const float *)p.output[0] + (long long)blockIdx.x * kVocab;
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    selected[0] = 0;
+    selected[1] = kTopK;
+  }
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    const u32 mask = pass == 0 ? 0u : 0xffffffffu << (shift + 8);
+    histogram[tid] = 0;
+    __syncthreads();
+    const u32 prefix = selected[0];
+    for (int i = tid; i < kVocab; i += kThreads) {
+      const u32 key = orderKey(row[i]);
+      if ((key & mask) == prefix)
+        atomicAdd(&histogram[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      u32 above = 0, remaining = selected[1];
+      int bin = 255;
+      while (bin > 0 && above + histogram[bin] < remaining)
+        above += histogram[bin--];
+      selected[0] = prefix | ((u32)bin << shift);
+      selected[1] = remaining - above;
+    }
+    __syncthreads();
+  }
+  const u32 threshold = selected[0];
+  const int ties = (int)selected[1]; // taken at the threshold, lowest ids first
+  const int begin = tid * kSegment;
+  const int end = begin + kSegment < kVocab ? begin + kSegment : kVocab;
+  int greater = 0, equal = 0;
+  for (int i = begin; i < end; ++i) {
+    const u32 key = orderKey(row[i]);
+    greater += key > threshold;
+    equal += key == threshold;
+  }
+  greaterBefore[tid] = greater;
+  equalBefore[tid] = equal;
+  __syncthreads();
+  if (tid == 0) {
+    int greaterTotal = 0, equalTotal = 0;
+    for (int t = 0; t < kThreads; ++t) {
+      const int g = greaterBefore[t], e = equalBefore[t];
+      greaterBefore[t] = greaterTotal;
+      equalBefore[t] = equalTotal;
+      greaterTotal += g;
+      equalTotal += e;
+    }
+  }
+  __syncthreads();
+  int nextGreater = greaterBefore[tid], nextEqual = equalBefore[tid];
+  for (int i = begin; i < end; ++i) {
+    const float value = row[i];
+    const u32 key = orderKey(value);
+    int slot = -1;
+    if (key > threshold)
+      slot = nextGreater++;
+    else if (key == threshold && nextEqual < ties)
+      slot = kTopK - ties + nextEqual++;
+    if (slot >= 0) {
+      candidateValue[slot] = value;
+      candidateId[slot] = i;
+    }
+  }
+  __syncthreads();
+  if (tid < kTopK) {
+    const u32 key = orderKey(candidateValue[tid]);
+    const int id = candidateId[tid];
+    int rank = 0;
+    for (int j = 0; j < kTopK; ++j) {
+      const u32 other = orderKey(candidateValue[j]);
+      rank += other > key || (other == key && candidateId[j] < id);
+    }
+    ((float *)p.output[1])[(long long)blockIdx.x * kTopK + rank] = candidateValue[tid];
+    ((int *)p.output[2])[(long long)blockIdx.x * kTopK + rank] = id;
+  }
+}
+
+// --- Quantized weights (plan.proto Quantization): I8 / I4 codes, f16 scales per group ---------
+// kBits 8: w = code * scale (signed codes). kBits 4: w = (code - zero) * scale, zero = 8
+// (symmetric) or the U8 zero point of (row, group) (kAsymmetric). I4 packing: run j of 32
+// columns is 16 bytes, byte b = column 32j + b (low nibble) and 32j + 16 + b (high nibble).
+// kPermuted: stored column c multiplies activation element input_permutation[c].
+template <int kK, int kBits>
+__device__ __forceinline__ int quantCode(const void *codes, long long row, int col) {
+  if (kBits == 8)
+    return ((const signed char *)codes)[row * kK + col];
+  const unsigned char byte =
+      ((const unsigned char *)codes)[row * (kK / 2) + (col / 32) * 16 + (col % 16)];
+  return (col % 32) < 16 ? (byte & 15) : (byte >> 4);
+}
+
+template <int kK, int kGroup, int kBits, bool kAsymmetric>
+__device__ __forceinline__ int quantZero(const LlmcKernelParams &p, long long row, int group) {
+  if (kBits == 8)
+    return 0;
+  if (!kAsymmetric)
+    return 8;
+  return ((const unsigned char *)p.zero_points)[row * (kK / kGroup) + group];
+}
+
+template <int kK, int kGroup>
+__device__ __forceinline__ float quantScale(const LlmcKernelParams &p, long long row, int group) {
+  return __half2float(((const __half *)p.scales)[row * (kK / kGroup) + group]);
+}
+
+// --- MATMUL / LOGITS over quantized weights, decode: GEMV (W8 / W4, f32 activations) ----------
+// The gemv above with dequantization in the inner loop: one warp per output column, each lane
+// loads 16 bytes of codes at once (32 I4 or 16 I8 columns, always inside one scale group as
+// group sizes are multiples of 32), sums (code - zero) * x for its kRows activation rows in
+// f32 and multiplies by the group's scale once per 16-byte load. I8 matrices whose K is not a
+// multiple of 16 (per-channel scales, e.g. stories260K's 172) read one code per lane instead.
+template <int kK, int kN, int kBits, bool kAsymmetric, int kGroup, bool kPermuted, bool kBias,
+          bool kIndirect, int kWarps, int kRows, typename Store>
+__device__ void gemvQuant(const LlmcKernelParams &p) {
+  constexpr int kVector = kBits == 4 ? 32 : (kK % 16 == 0 ? 16 : 1); // columns per lane load
+  const int lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (n >= kN)
+    return; // whole warps only: no barrier below
+  const float *x = (const float *)p.input[0];
+  const int *rowIndex = (const int *)p.row_index;
+  const int *permutation = (const int *)p.input_permutation;
+  const int numRows = kIndirect ? p.num_rows : p.num_tokens;
+  const float bias = kBias ? ((const float *)p.bias)[n] : 0.0f;
+  for (int first = 0; first < numRows; first += kRows) {
+    float acc[kRows];
+    const float *rows[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      acc[r] = 0.0f;
+      const int row = first + r < numRows ? first + r : first;
+      rows[r] = x + (long long)(kIndirect ? rowIndex[row] : row) * kK;
+    }
+    for (int c0 = lane * kVector; c0 < kK; c0 += 32 * kVector) {
+      float weight[kVector];
+      if constexpr (kVector == 1) {
+        weight[0] = (float)quantCode<kK, kBits>((const void *)p.weight, n, c0);
+      } else {
+        const uint4 packed = *(const uint4 *)((const unsigned char *)p.weight +
+                                              ((long long)n * kK + c0) * kBits / 8);
+        const u32 words[4] = {packed.x, packed.y, packed.z, packed.w};
+        for (int b = 0; b < 16; ++b) {
+          const u32 byte = (words[b / 4] >> (8 * (b % 4))) & 255u;
+          if constexpr (kBits == 8) {
+            weight[b] = (float)(int)(signed char)byte;
+          } else {
+            weight[b] = (float)(byte & 15u);
+            weight[b + 16] = (float)(byte >> 4);
+          }
+        }
+      }
+      const int group = c0 / kGroup;
+      const float zero = (float)quantZero<kK, kGroup, kBits, kAsymmetric>(p, n, group);
+      const float scale = quantScale<kK, kGroup>(p, n, group);
+      for (int r = 0; r < kRows; ++r) {
+        float sum = 0.0f;
+        for (int e = 0; e < kVector; ++e) {
+          const int column = kPermuted ? permutation[c0 + e] : c0 + e;
+          sum += (weight[e] - zero) * rows[r][column];
+        }
+        acc[r] += sum * scale;
+      }
+    }
+    for (int r = 0; r < kRows; ++r) {
+      const float total = warpSum(acc[r]);
+      if (lane == 0 && first + r < numRows)
+        Store::store(p, first + r, n, total + bias);
+    }
+  }
+}
+
+// --- MATMUL over quantized weights, prefill: tensor-core GEMM ---------------------------------
+// gemmMma's tiling (64 x 32 block tile, 4 warps x four m16n8k16 per k-step of 16) with the
+// weight tile dequantized into shared memory as the integer (code - zero) in bf16, exact for
+// |code - zero| <= 255, and the activations split hi + lo in bf16 (f32's range, ~16 bits). The
+// MMA sums code x activation over one scale group into a group accumulator, which is scaled
+// by the group's f16 scale and added to the output accumulator when the group ends: the
+// dequantization multiply runs once per group and column, and no precision is lost to
+// rounding code * scale to 16 bits.
+template <int kK, int kN, int kBits, bool kAsymmetric, int kGroup, bool kPermuted, bool kBias,
+          typename Store>
+__device__ void gemmMmaQuant(const LlmcKernelParams &p) {
+  constexpr int kTileM = 64, kTileN = 32, kTileK = 16;
+  constexpr int kPitch = kTileK + 8;
+  __shared__ __nv_bfloat16 aHigh[kTileM * kPitch];
+  __shared__ __nv_bfloat16 aLow[kTileM * kPitch];
+  __shared__ __nv_bfloat16 b[kTileN * kPitch];
+  const int m0 = blockIdx.y * kTileM, n0 = blockIdx.x * kTileN;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int group = lane >> 2, thread = lane & 3;
+  const float *x = (const float *)p.input[0];
+  const int *permutation = (const int *)p.input_permutation;
+  const int numTokens = p.num_tokens;
+  float acc[4][4], partial[4][4];
+  for (int t = 0; t < 4; ++t)
+    for (int i = 0; i < 4; ++i)
+      acc[t][i] = partial[t][i] = 0.0f;
+  for (int k0 = 0; k0 < kK; k0 += kTileK) {
+    for (int e = threadIdx.x; e < kTileM * kTileK; e += 128) {
+      const int r = e / kTileK, c = e % kTileK;
+      float value = 0.0f;
+      if (m0 + r < numTokens && k0 + c < kK)
+        value = x[(long long)(m0 + r) * kK + (kPermuted ? permutation[k0 + c] : k0 + c)];
+      splitBf16(value, aHigh[r * kPitch + c], aLow[r * kPitch + c]);
+    }
+    for (int e = threadIdx.x; e < kTileN * kTileK; e += 128) {
+      const int r = e / kTileK, c = e % kTileK;
+      float value = 0.0f;
+      if (n0 + r < kN && k0 + c < kK)
+        value = (float)(quantCode<kK, kBits>((const void *)p.weight, n0 + r, k0 + c) -
+                        quantZero<kK, kGroup, kBits, kAsymmetric>(p, n0 + r, (k0 + c) / kGroup));
+      b[r * kPitch + c] = __float2bfloat16_rn(value);
+    }
+    __syncthreads();
+    const int rowTop = (warp * 16 + group) * kPitch, rowBottom = rowTop + 8 * kPitch;
+    const int col = thread * 2;
+    u32 high[4], low[4];
+    high[0] = pack2(aHigh[rowTop + col], aHigh[rowTop + col + 1]);
+    high[1] = pack2(aHigh[rowBottom + col], aHigh[rowBottom + col + 1]);
+    high[2] = pack2(aHigh[rowTop + col + 8], aHigh[rowTop + col + 9]);
+    high[3] = pack2(aHigh[rowBottom + col + 8], aHigh[rowBottom + col + 9]);
+    low[0] = pack2(aLow[rowTop + col], aLow[rowTop + col + 1]);
+    low[1] = pack2(aLow[rowBottom + col], aLow[rowBottom + col + 1]);
+    low[2] = pack2(aLow[rowTop + col + 8], aLow[rowTop + col + 9]);
+    low[3] = pack2(aLow[rowBottom + col + 8], aLow[rowBottom + col + 9]);
+    for (int t = 0; t < 4; ++t) {
+      const int bRow = (t * 8 + group) * kPitch;
+      u32 fragment[2];
+      fragment[0] = pack2(b[bRow + col], b[bRow + col + 1]);
+      fragment[1] = pack2(b[bRow + col + 8], b[bRow + col + 9]);
+      mmaM16N8K16(partial[t], low, fragment, __nv_bfloat16());
+      mmaM16N8K16(partial[t], high, fragment, __nv_bfloat16());
+    }
+    __syncthreads();
+    // Group sizes are multiples of 32 (or K itself), so a k-step never straddles two groups.
+    if ((k0 + kTileK) % kGroup == 0 || k0 + kTileK >= kK) {
+      for (int t = 0; t < 4; ++t)
+        for (int i = 0; i < 4; ++i) {
+          const int n = n0 + t * 8 + thread * 2 + (i & 1);
+          const float scale = n < kN ? quantScale<kK, kGroup>(p, n, k0 / kGroup) : 0.0f;
+          acc[t][i] += partial[t][i] * scale;
+          partial[t][i] = 0.0f;
+        }
+    }
+  }
+  for (int t = 0; t < 4; ++t) {
+    for (int i = 0; i < 4; ++i) {
+      const int row = m0 + warp * 16 + group + (i >= 2 ? 8 : 0);
+      const int n = n0 + t * 8 + thread * 2 + (i & 1);
+      if (row < numTokens && n < kN)
+        Store::store(p, row, n, acc[t][i] + (kBias ? ((const float *)p.bias)[n] : 0.0f));
+    }
   }
 }
 

@@ -41,7 +41,10 @@ std::string JoinPath(const std::string& dir, const std::string& name) {
 llmrt::plan::DType MajorityMatrixDType(const std::map<std::string, TensorInfo>& tensors) {
   std::map<llmrt::plan::DType, uint64_t> bytes_by_dtype;
   for (const auto& [name, tensor] : tensors) {
-    if (tensor.shape.size() == 2) bytes_by_dtype[tensor.dtype] += tensor.size_bytes;
+    // Float matrices only: the I32 qweight of a GPTQ/AWQ checkpoint is not its weight dtype.
+    if (tensor.shape.size() == 2 && tensor.dtype != llmrt::plan::I32) {
+      bytes_by_dtype[tensor.dtype] += tensor.size_bytes;
+    }
   }
   llmrt::plan::DType best = llmrt::plan::DTYPE_UNSPECIFIED;
   uint64_t best_bytes = 0;

@@ -33,7 +33,8 @@ namespace llmc {
 struct TensorInfo {
   std::string name;
   std::string file;  // the safetensors file it came from (name inside dir()), for messages
-  llmrt::plan::DType dtype = llmrt::plan::DTYPE_UNSPECIFIED;  // F32, F16 or BF16
+  // F32, F16 or BF16; I32 for the packed codes and g_idx of GPTQ/AWQ checkpoints.
+  llmrt::plan::DType dtype = llmrt::plan::DTYPE_UNSPECIFIED;
   std::vector<int64_t> shape;
   // Into the mapping; little-endian elements, NOT aligned (safetensors packs tensors after a
   // header of any length): read with memcpy or unaligned loads.

@@ -170,12 +170,12 @@ TEST_F(SafetensorsErrorTest, EntryFieldsWithWrongTypes) {
 }
 
 TEST_F(SafetensorsErrorTest, UnsupportedDTypeNamesTensorAndDType) {
-  for (const char* dtype : {"I8", "I32", "F64", "F8_E4M3", "BOOL"}) {
+  for (const char* dtype : {"I8", "I64", "F64", "F8_E4M3", "BOOL"}) {
     const std::string header = std::string(R"({"model.layers.0.q.weight": {"dtype": ")") + dtype +
                                R"(", "shape": [1], "data_offsets": [0, 1]}})";
     EXPECT_THAT(OpenError(RawSafetensors(header, std::string(8, '\0'))),
                 HasSubstr(std::string("tensor model.layers.0.q.weight: dtype ") + dtype +
-                          " is not supported (supported: F32, F16, BF16)"));
+                          " is not supported (supported: F32, F16, BF16, I32)"));
   }
   EXPECT_THAT(OpenError(RawSafetensors(
                   R"({"w": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}})", "x")),

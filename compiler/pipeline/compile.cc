@@ -1,6 +1,8 @@
 #include "compiler/pipeline/compile.h"
 
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -13,7 +15,11 @@
 #include "compiler/arch/arch.h"
 #include "compiler/arch/weight_source.h"
 #include "compiler/importer/checkpoint.h"
+#include "compiler/pipeline/awq_rewrite.h"
 #include "compiler/pipeline/chat_template_check.h"
+#include "compiler/pipeline/memory_budget.h"
+#include "compiler/quant/awq.h"
+#include "compiler/quant/prequantized.h"
 #include "compiler/tokenizer/import_tokenizer.h"
 #include "compiler/tokenizer/self_check.h"
 #include "mlir/IR/MLIRContext.h"
@@ -48,10 +54,101 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
   return contents.str();
 }
 
+// The pass options for --quant (keepFloat borrows quantize.keep_float); int4 without a group size
+// gets 32 (the accuracy the issue asks for: KL <= 0.05 on the fixtures).
+QuantizeWeightsPassOptions PassOptions(const QuantizeOptions& quantize) {
+  QuantizeWeightsPassOptions pass;
+  pass.bits = quantize.bits;
+  pass.groupSize = quantize.bits == 4 && quantize.group_size == 0 ? 32 : quantize.group_size;
+  pass.scheme = quantize.asymmetric ? "asymmetric" : "symmetric";
+  pass.method = quantize.awq ? "awq" : "rtn";
+  pass.keepFloat = quantize.keep_float;
+  pass.quantizeLmHead = quantize.quantize_lm_head;
+  return pass;
+}
+
+// The pass options that mark exactly the imported linears of a GPTQ/AWQ checkpoint.
+QuantizeWeightsPassOptions PrequantizedPassOptions(const quant::PrequantizedCheckpoint& imported) {
+  QuantizeWeightsPassOptions pass;
+  pass.bits = imported.format.bits;
+  pass.groupSize = imported.format.group_size;
+  pass.scheme = imported.format.asymmetric ? "asymmetric" : "symmetric";
+  pass.method = imported.method;
+  return pass;
+}
+
+// PlanMeta.quantization: "int4 g32 asymmetric awq", "int8 per-channel symmetric rtn".
+std::string QuantizationRequest(const QuantizeWeightsPassOptions& pass) {
+  return absl::StrCat(
+      "int", pass.bits, " ",
+      pass.groupSize == 0 ? std::string("per-channel") : absl::StrCat("g", pass.groupSize), " ",
+      pass.scheme, " ", pass.method);
+}
+
+// Serves a GPTQ/AWQ checkpoint: the repacked codes of each quantized linear, the float tensors
+// of everything else. Borrows `imported`, which must outlive it.
+class PrequantizedWeightSource final : public WeightSource {
+ public:
+  explicit PrequantizedWeightSource(const quant::PrequantizedCheckpoint& imported)
+      : imported_(imported), floats_(imported.tensors) {}
+  absl::StatusOr<WeightView> getWeight(const std::string& name) const override {
+    if (imported_.matrices.count(name)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor ", name, " is stored pre-quantized (", imported_.method,
+          ") and has no float weights; its matmul must stay quantized (check --keep-float)"));
+    }
+    return floats_.getWeight(name);
+  }
+  absl::StatusOr<const quant::QuantizedMatrix*> getQuantizedWeight(
+      const std::string& name) const override {
+    auto it = imported_.matrices.find(name);
+    return it == imported_.matrices.end() ? nullptr : &it->second;
+  }
+  std::string quantizationMethod() const override { return imported_.method; }
+
+ private:
+  const quant::PrequantizedCheckpoint& imported_;
+  TensorMapWeightSource floats_;
+};
+
+// AWQ calibration: compiles the f32 plan of the same checkpoint next to the output, runs it
+// over the calibration text and returns each matmul's input rows. The temporary plan is
+// removed whatever happens.
+absl::StatusOr<std::map<std::string, quant::Activations>> Calibrate(const CompileOptions& options) {
+  CompileOptions float_options = options;
+  float_options.quantize.reset();
+  float_options.weight_dtype = plan::F32;
+  float_options.kv_cache_dtype = plan::F32;
+  float_options.output_path = options.output_path + ".awq-calibration";
+  float_options.max_memory_bytes = 0;  // the calibration plan is not the one being budgeted
+  float_options.target_cpu = true;
+  float_options.cuda_sm_versions.clear();
+  float_options.dump_ir_dir.clear();
+  std::string text = quant::DefaultCalibrationText();
+  if (!options.quantize->calib_path.empty()) {
+    absl::StatusOr<std::string> file = ReadTextFile(options.quantize->calib_path);
+    if (!file.ok()) return file.status();
+    text = *std::move(file);
+  }
+  absl::Status compiled = Compile(float_options, nullptr);
+  absl::StatusOr<std::map<std::string, quant::Activations>> activations =
+      compiled.ok() ? quant::CollectActivations(float_options.output_path, text)
+                    : absl::StatusOr<std::map<std::string, quant::Activations>>(compiled);
+  std::error_code ignored;
+  std::filesystem::remove(float_options.output_path, ignored);
+  return activations;
+}
+
 }  // namespace
 
 absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
+  if (options.quant_auto) {
+    absl::StatusOr<CompileOptions> resolved = ResolveQuantAuto(options);
+    if (!resolved.ok()) return resolved.status();
+    return Compile(*resolved, progress);
+  }
   std::unique_ptr<Checkpoint> checkpoint;
+  std::optional<quant::PrequantizedCheckpoint> prequantized;
   plan::TokenizerSpec tokenizer;
   absl::Status imported = RunStage(progress, "import", [&]() -> absl::Status {
     absl::StatusOr<std::unique_ptr<Checkpoint>> opened = Checkpoint::Open(options.model_dir);
@@ -73,6 +170,21 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
     if (absl::Status checked = CheckChatTemplate(tokenizer, template_source); !checked.ok()) {
       return checked;
     }
+    absl::StatusOr<bool> is_prequantized = quant::IsPrequantized(options.model_dir);
+    if (!is_prequantized.ok()) return is_prequantized.status();
+    if (*is_prequantized) {
+      if (options.quantize) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(options.model_dir,
+                         "/config.json: the checkpoint is already quantized "
+                         "(quantization_config); compile it without --quant"));
+      }
+      absl::StatusOr<quant::PrequantizedCheckpoint> imported =
+          quant::ImportPrequantized(options.model_dir, checkpoint->tensors());
+      if (!imported.ok()) return imported.status();
+      prequantized = *std::move(imported);
+      return ValidateTensors(checkpoint->config(), prequantized->tensors);
+    }
     return ValidateTensors(checkpoint->config(), *checkpoint);
   });
   if (!imported.ok()) return imported;
@@ -83,11 +195,23 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
     weight_dtype = plan::F32;
   }
 
+  const bool awq = options.quantize && options.quantize->awq;
+  std::map<std::string, quant::Activations> calibration;
+  if (awq) {
+    absl::Status calibrated = RunStage(progress, "calibrate", [&]() -> absl::Status {
+      absl::StatusOr<std::map<std::string, quant::Activations>> activations = Calibrate(options);
+      if (!activations.ok()) return activations.status();
+      calibration = *std::move(activations);
+      return absl::OkStatus();
+    });
+    if (!calibrated.ok()) return calibrated;
+  }
+
   mlir::MLIRContext context;
   mlir::OwningOpRef<mlir::ModuleOp> module;
   absl::Status built = RunStage(progress, "build-ir", [&]() -> absl::Status {
     absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> result =
-        BuildModule(context, config, *checkpoint);
+        BuildModule(context, config, prequantized ? prequantized->tensors : checkpoint->tensors());
     if (!result.ok()) return result.status();
     module = *std::move(result);
     return absl::OkStatus();
@@ -97,15 +221,30 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
   absl::Status optimized = RunStage(progress, "passes", [&]() -> absl::Status {
     PipelineOptions pipeline;
     pipeline.dumpDir = options.dump_ir_dir;
+    if (options.quantize) pipeline.quantize = PassOptions(*options.quantize);
+    if (prequantized) pipeline.quantize = PrequantizedPassOptions(*prequantized);
     return runPipeline(*module, pipeline);
   });
   if (!optimized.ok()) return optimized;
+
+  TensorMapWeightSource checkpoint_weights(checkpoint->tensors());
+  std::optional<PrequantizedWeightSource> prequantized_weights;
+  if (prequantized) prequantized_weights.emplace(*prequantized);
+  OverlayWeightSource weights(prequantized_weights
+                                  ? static_cast<const WeightSource&>(*prequantized_weights)
+                                  : checkpoint_weights);
+  if (awq) {
+    absl::Status scaled = RunStage(progress, "awq", [&]() -> absl::Status {
+      absl::StatusOr<AwqSummary> summary = ApplyAwq(*module, calibration, weights);
+      return summary.status();
+    });
+    if (!scaled.ok()) return scaled;
+  }
 
   return RunStage(progress, "codegen", [&]() -> absl::Status {
     absl::StatusOr<std::unique_ptr<plan::PlanWriter>> writer =
         plan::PlanWriter::Create(options.output_path);
     if (!writer.ok()) return writer.status();
-    TensorMapWeightSource weights(checkpoint->tensors());
     EmitProgress report;
     if (progress) {
       report = [progress](int64_t done, int64_t total, uint64_t bytes) {
@@ -129,7 +268,14 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
     kv->set_num_layers(static_cast<int32_t>(config.num_layers()));
     kv->set_num_kv_heads(static_cast<int32_t>(config.num_kv_heads()));
     kv->set_head_dim(static_cast<int32_t>(config.head_dim()));
-    kv->set_dtype(plan::F32);
+    // The float weight dtype by default: f32 plans keep an f32 cache (bit-for-bit the
+    // transformers conformance), f16/bf16 plans halve the cache like their weights.
+    kv->set_dtype(options.kv_cache_dtype.value_or(weight_dtype));
+    if (options.quantize)
+      meta.set_quantization(QuantizationRequest(PassOptions(*options.quantize)));
+    if (prequantized) {
+      meta.set_quantization(QuantizationRequest(PrequantizedPassOptions(*prequantized)));
+    }
     kv->set_default_block_size(kDefaultKvBlockSize);
     if (!options.target_cpu) {
       // emitProgram always records the CPU kernel names; a CUDA-only plan drops them, which is
@@ -147,6 +293,11 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
       if (absl::Status status = cuda::addCudaKernelTables(meta, **writer, cuda_options);
           !status.ok()) {
         return status;
+      }
+    }
+    if (options.max_memory_bytes > 0) {
+      if (absl::Status fits = ApplyMemoryBudget(options.max_memory_bytes, meta); !fits.ok()) {
+        return fits;
       }
     }
     // On any failure above, the writer's destructor removes the temporary file.

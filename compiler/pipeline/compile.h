@@ -17,11 +17,28 @@
 
 namespace llmc {
 
+// --quant: which matmul weights become integer codes, and how (docs/quantization.md).
+struct QuantizeOptions {
+  int bits = 8;             // 8 or 4
+  int64_t group_size = 0;   // 32, 64, 128; 0: int8 per output channel, int4 32
+  bool asymmetric = false;  // int4 only
+  // Activation-aware per-input-channel scales searched on a calibration text and folded into
+  // the preceding op (compiler/quant/awq.h).
+  bool awq = false;
+  std::string calib_path;               // calibration text for awq; empty: the built-in one
+  std::vector<std::string> keep_float;  // weights whose name contains one of these stay float
+  bool quantize_lm_head = false;
+};
+
 struct CompileOptions {
   std::string model_dir;
   std::string output_path;
   // The plan's weight dtype; unset: the checkpoint's dtype.
   std::optional<llmrt::plan::DType> weight_dtype;
+  // Unset: a float plan (unless the checkpoint is pre-quantized: GPTQ/AWQ).
+  std::optional<QuantizeOptions> quantize;
+  // KvCacheSpec.dtype: F32, F16, BF16 or I8; unset: the plan's float weight dtype.
+  std::optional<llmrt::plan::DType> kv_cache_dtype;
   // When non-empty, the IR is written there after import and after each pass.
   std::string dump_ir_dir;
   // When non-empty, this Jinja file replaces tokenizer_config.json's chat template.
@@ -32,6 +49,12 @@ struct CompileOptions {
   std::vector<int> cuda_sm_versions;
   // Where compiled CUDA kernels are cached; empty: codegen/cuda's default (~/.cache/llmc/cuda).
   std::string cuda_cache_dir;
+  // --max-memory: the resident-memory budget the plan is sized for (KV pool, maximum context;
+  // compiler/pipeline/memory_budget.h); 0: none.
+  int64_t max_memory_bytes = 0;
+  // --quant auto: choose f16, int8 or int4 weights for max_memory_bytes (replaces
+  // weight_dtype and quantize).
+  bool quant_auto = false;
 };
 
 // Receives progress; implementations decide how to show it (a live line on a terminal, one

@@ -4,6 +4,7 @@
 #ifndef LLMC_TOKENIZER_IMPORT_INTERNAL_H_
 #define LLMC_TOKENIZER_IMPORT_INTERNAL_H_
 
+#include <cstdint>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -11,6 +12,12 @@
 #include "runtime/plan/proto/plan.pb.h"
 
 namespace llmc::tokenizer_internal {
+
+// Token ids must be below 2^22 (4,194,304): 16x the largest real vocabulary (Gemma: 256,000).
+// Every importer checks ids against it before using one as a size or a loop bound, so a corrupt
+// id cannot allocate more than ~130 MB of empty pieces or loop for hours (the class of
+// llama.cpp's CVE-2025-49847).
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 22;
 
 // `root` is a tokenizer.json document; `config_json` tokenizer_config.json's text or empty.
 absl::StatusOr<llmrt::plan::TokenizerSpec> ImportTokenizerDocument(

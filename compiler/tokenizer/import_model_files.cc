@@ -115,6 +115,12 @@ absl::StatusOr<std::vector<Json>> ConfigAddedTokens(const Json& config, absl::st
       return Invalid(
           name, absl::StrCat("added_tokens_decoder: key \"", entry.key(), "\" is not a token id"));
     }
+    // The tiktoken importer fills every id up to the largest with a reserved token.
+    if (id >= tokenizer_internal::kMaxVocabSize) {
+      return Invalid(
+          name, absl::StrCat("added_tokens_decoder: token id ", id, " is out of range (at most ",
+                             tokenizer_internal::kMaxVocabSize - 1, ")"));
+    }
     const Json& token = entry.value();
     if (!token.is_object() || !token.contains("content") || !token["content"].is_string()) {
       return Invalid(name, absl::StrCat("added_tokens_decoder.", entry.key(),
@@ -289,9 +295,11 @@ absl::StatusOr<TokenizerSpec> ImportVocabMerges(std::string_view vocab_json_std,
     LLMRT_ASSIGN_OR_RETURN(Json added_json, ParseJson(added_tokens_json_std, added_name));
     if (!added_json.is_object()) return Invalid(added_name, "expected {content: id}");
     for (auto it = added_json.begin(); it != added_json.end(); ++it) {
-      if (!it.value().is_number_integer()) {
+      if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+          it.value().get<int64_t>() >= tokenizer_internal::kMaxVocabSize) {
         return Invalid(added_name, absl::StrCat("\"", it.key(), "\" maps to ", it.value().dump(),
-                                                ", expected an id"));
+                                                ", expected an id in [0, ",
+                                                tokenizer_internal::kMaxVocabSize, ")"));
       }
       // Qwen2Tokenizer re-adds every special token as special; others stay plain added tokens.
       added.push_back(AddedToken(it.value().get<int64_t>(), it.key(), named.contains(it.key())));

@@ -476,10 +476,7 @@ absl::Status ImportModel(const Reader& reader, const Json& root, TokenizerSpec* 
   std::vector<std::string> pieces;
   std::vector<bool> assigned;
   auto assign = [&](int64_t id, const std::string& piece, absl::string_view where) -> absl::Status {
-    // 2^22 (4,194,304) pieces is 16x the largest real vocabulary (Gemma: 256,000) and keeps a
-    // corrupt id from allocating more than ~130 MB of empty pieces.
-    constexpr int64_t kMaxVocab = int64_t{1} << 22;
-    if (id < 0 || id >= kMaxVocab) {
+    if (id < 0 || id >= tokenizer_internal::kMaxVocabSize) {
       return reader.Error(where, absl::StrCat("id ", id, " of \"", piece, "\" is out of range"));
     }
     if (static_cast<size_t>(id) >= pieces.size()) {

@@ -323,5 +323,49 @@ TEST(ImportTokenizerModelTest, TiktokenAsTransformersTikTokenConverter) {
   EXPECT_EQ(spec->post_template_size(), 0);  // no BOS unless add_bos_token
 }
 
+// The class of llama.cpp's CVE-2025-49847 (an overflow while loading a vocabulary): huge ids
+// and lengths in every tokenizer file are errors. The tiktoken case looped once per id up to
+// the largest added_tokens_decoder key (10^12 here) until it ran out of memory; added_tokens.json
+// ids of INT64_MAX overflowed `id + 1`.
+TEST(ImportTokenizerModelTest, HugeIdsAndLengthsAreErrors) {
+  auto tiktoken = ImportTokenizerModel(
+      "YQ== 0\nYg== 1\n",
+      R"({"added_tokens_decoder": {"1000000000000": {"content": "<|x|>", "special": true}}})");
+  ASSERT_FALSE(tiktoken.ok());
+  EXPECT_NE(tiktoken.status().message().find("out of range"), std::string::npos)
+      << tiktoken.status();
+  auto tiktoken_rank = ImportTokenizerModel("YQ== 9223372036854775807\n", "");
+  EXPECT_FALSE(tiktoken_rank.ok());
+
+  const std::string vocab = R"({"a": 0, "b": 1, "ab": 2})";
+  for (const char* added : {R"({"<x>": 9223372036854775807})", R"({"<x>": 18446744073709551615})",
+                            R"({"<x>": -1})", R"({"<x>": 4194304})"}) {
+    auto merges = ImportVocabMerges(vocab, "a b\n", added, "");
+    ASSERT_FALSE(merges.ok()) << added;
+    EXPECT_NE(merges.status().message().find("expected an id"), std::string::npos)
+        << merges.status();
+  }
+
+  // tokenizer.json: ids past 2^22 in the vocabulary and the added tokens.
+  for (const std::string& json :
+       {absl::StrReplaceAll(MakeJson(), {{R"("abc": 5)", R"("abc": 2147483647)"}}),
+        absl::StrReplaceAll(MakeJson(), {{R"({"id": 6,)", R"({"id": 4194304,)"}})}) {
+    auto spec = ImportTokenizerFromJson(json, "");
+    ASSERT_FALSE(spec.ok());
+    EXPECT_NE(spec.status().message().find("out of range"), std::string::npos) << spec.status();
+  }
+
+  // tokenizer.model: a piece whose length field claims 2^62 bytes, and one claiming more bytes
+  // than the file has left.
+  const std::string huge_length = Varint(1 << 3 | 2) + Varint(uint64_t{1} << 62) + "abc";
+  const std::string past_end =
+      Varint(1 << 3 | 2) + Varint(10) + Varint(1 << 3 | 2) + Varint(1000) + "abcdefg";
+  for (const std::string& model : {huge_length, past_end}) {
+    auto spec = ImportTokenizerModel(model, "");
+    ASSERT_FALSE(spec.ok());
+    EXPECT_NE(spec.status().message().find("malformed"), std::string::npos) << spec.status();
+  }
+}
+
 }  // namespace
 }  // namespace llmc

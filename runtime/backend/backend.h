@@ -29,11 +29,21 @@ namespace llmrt {
 // outlive the backend and stay unchanged.
 using BlobLookup = std::function<const uint8_t*(int tensor_index)>;
 
+using MatmulObserver = std::function<void(int32_t op_index, const float* input, int64_t num_rows,
+                                          int64_t width)>;
+
 struct BackendOptions {
   // The most tokens one step may hold (prefill chunk + decode tokens of every sequence).
   int32_t max_tokens_per_step = 256;
   // Worker threads for one step, the calling thread included; 0: all hardware threads.
   int32_t num_threads = 1;
+  // The KV cache's element type; DTYPE_UNSPECIFIED: the plan's KvCacheSpec.dtype (itself F32
+  // when unset). See kv::ResolveKvDType; a backend refuses a dtype it cannot keep.
+  plan::DType kv_cache_dtype = plan::DTYPE_UNSPECIFIED;
+  // When set, the CPU backend calls it before every MATMUL op (not LOGITS) with the op's index
+  // in program.ops and its f32 input rows [num_rows, width]; the pointer is valid only during
+  // the call. For calibration (llmc's AWQ search); costs nothing when unset.
+  MatmulObserver matmul_observer;
 };
 
 // One sequence's part of a step. Its tokens are batch rows [first_token, first_token +

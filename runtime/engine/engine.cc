@@ -1,11 +1,15 @@
 #include "runtime/engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "runtime/base/status_macros.h"
 
 namespace llmrt::engine {
+
+using Clock = std::chrono::steady_clock;
 
 // 256 sequences per step: vLLM's default max_num_seqs; each holds one logits row of the step.
 constexpr int32_t kDefaultMaxSeqs = 256;
@@ -16,11 +20,14 @@ struct RequestState {
   uint64_t base_seed = 0;
   int32_t live_choices = 0;
   int64_t cached_prompt_tokens = 0;
+  Clock::time_point submitted;
+  double queue_seconds = -1.0;  // set when first scheduled
 };
 
 struct Engine::Inbox {
   std::vector<std::pair<RequestId, GenerationRequest>> submitted;
   std::vector<uint64_t> base_seeds;
+  std::vector<Clock::time_point> submit_times;
   std::vector<RequestId> cancelled;
   bool empty() const { return submitted.empty() && cancelled.empty(); }
 };
@@ -46,6 +53,8 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
       tokenizer_(tokenizer),
       pool_(model.mutable_block_pool()),
       builder_(model.kv_block_size(), model.backend().max_tokens_per_step()),
+      decode_weight_bytes_(DecodeWeightBytes(model.meta())),
+      kv_bytes_per_token_(static_cast<double>(model.kv_block_bytes()) / model.kv_block_size()),
       inbox_(std::make_unique<Inbox>()),
       seed_source_(std::random_device()()) {
   const int32_t step_tokens = model.backend().max_tokens_per_step();
@@ -81,6 +90,22 @@ Engine::~Engine() {
 }
 
 absl::StatusOr<RequestId> Engine::Submit(GenerationRequest request) {
+  LLMRT_RETURN_IF_ERROR(Validate(request));
+  if (!request.on_output) {
+    return absl::InvalidArgumentError("request: on_output is required");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  const RequestId id = next_id_++;
+  const uint64_t base_seed = request.seed.has_value() ? *request.seed : seed_source_();
+  inbox_->submitted.emplace_back(id, std::move(request));
+  inbox_->base_seeds.push_back(base_seed);
+  inbox_->submit_times.push_back(Clock::now());
+  ++live_requests_;
+  wake_.notify_all();
+  return id;
+}
+
+absl::Status Engine::Validate(const GenerationRequest& request) const {
   const int64_t vocab = model_.vocab_size();
   if (request.prompt_ids.empty()) {
     return absl::InvalidArgumentError("request: prompt_ids is empty; give at least one token");
@@ -123,17 +148,7 @@ absl::StatusOr<RequestId> Engine::Submit(GenerationRequest request) {
   if (absl::Status status = sampling::Sampler::Validate(request.sampling, vocab); !status.ok()) {
     return absl::InvalidArgumentError(absl::StrFormat("request: %s", status.message()));
   }
-  if (!request.on_output) {
-    return absl::InvalidArgumentError("request: on_output is required");
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  const RequestId id = next_id_++;
-  const uint64_t base_seed = request.seed.has_value() ? *request.seed : seed_source_();
-  inbox_->submitted.emplace_back(id, std::move(request));
-  inbox_->base_seeds.push_back(base_seed);
-  ++live_requests_;
-  wake_.notify_all();
-  return id;
+  return absl::OkStatus();
 }
 
 void Engine::Cancel(RequestId id) {
@@ -199,8 +214,26 @@ absl::StatusOr<bool> Engine::Step() {
     PublishStats();
     return true;
   }
+  // A decode step: one token per sequence. Its bytes are counted before RunModel() moves
+  // num_computed on.
+  bool decode_step = true;
+  double decode_bytes = static_cast<double>(decode_weight_bytes_);
+  for (const ScheduledSequence& scheduled : schedule_.scheduled) {
+    if (scheduled.num_tokens != 1) {
+      decode_step = false;
+      break;
+    }
+    decode_bytes += kv_bytes_per_token_ * static_cast<double>(scheduled.sequence->num_computed + 1);
+  }
   absl::Status status = CopyBlocks();
+  const Clock::time_point run_start = Clock::now();
   if (status.ok()) status = RunModel();
+  if (status.ok() && decode_step) {
+    ++decode_steps_;
+    decode_sequences_ += static_cast<int64_t>(schedule_.scheduled.size());
+    decode_seconds_ += std::chrono::duration<double>(Clock::now() - run_start).count();
+    decode_bytes_ += decode_bytes;
+  }
   if (!status.ok()) {
     FailScheduled(status);
     FreeFinished();
@@ -225,6 +258,7 @@ void Engine::TakeInbox() {
     state->id = taken.submitted[i].first;
     state->request = std::move(taken.submitted[i].second);
     state->base_seed = taken.base_seeds[i];
+    state->submitted = taken.submit_times[i];
     state->live_choices = state->request.n;
     const GenerationRequest& request = state->request;
     auto sequence = std::make_unique<Sequence>();
@@ -272,8 +306,13 @@ void Engine::Schedule() {
   }
   const size_t before = schedule_.scheduled.size();
   admission_policy_.Schedule(waiting_, running_, pool_, budget, schedule_);
+  const Clock::time_point now = Clock::now();
   for (size_t i = before; i < schedule_.scheduled.size(); ++i) {
     Sequence& sequence = *schedule_.scheduled[i].sequence;
+    if (sequence.request != nullptr && sequence.request->queue_seconds < 0) {
+      sequence.request->queue_seconds =
+          std::chrono::duration<double>(now - sequence.request->submitted).count();
+    }
     // The first admission of the request's first choice reports the prefix-cache hit.
     if (sequence.index == 0 && sequence.num_generated == 0 && sequence.request != nullptr) {
       sequence.request->cached_prompt_tokens =
@@ -420,6 +459,7 @@ void Engine::SampleOne(Sequence& sequence, const float* logits) {
     output.prompt_tokens = sequence.prompt_size;
     output.completion_tokens = sequence.num_generated;
     output.cached_prompt_tokens = sequence.request->cached_prompt_tokens;
+    output.queue_seconds = sequence.request->queue_seconds;
   }
   request.on_output(output);
 }
@@ -444,6 +484,7 @@ void Engine::Finish(Sequence& sequence, FinishReason reason, RequestOutput& outp
   output.prompt_tokens = sequence.prompt_size;
   output.completion_tokens = sequence.num_generated;
   output.cached_prompt_tokens = sequence.request->cached_prompt_tokens;
+  output.queue_seconds = sequence.request->queue_seconds;
   --sequence.request->live_choices;
   // A parent that has not forked yet finishes (cancel, error) for all of its choices.
   if (sequence.pending_forks > 0) {
@@ -516,6 +557,10 @@ void Engine::PublishStats() {
   stats.preemptions_total = preemptions_;
   stats.steps_total = steps_;
   stats.requests_finished_total = requests_finished_;
+  stats.decode_steps_total = decode_steps_;
+  stats.decode_sequences_total = decode_sequences_;
+  stats.decode_seconds_total = decode_seconds_;
+  stats.decode_bytes_total = decode_bytes_;
   std::lock_guard<std::mutex> lock(mutex_);
   stats_ = stats;
 }

@@ -89,6 +89,10 @@ struct RequestOutput {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;     // generated so far, EOS/stop tokens included
   int64_t cached_prompt_tokens = 0;  // prompt tokens found in the prefix cache
+  // Seconds from Submit() to the first step that ran any of the request's tokens (vLLM's
+  // queue time; a preempted and re-admitted request keeps its first figure); -1 when the
+  // request finished before it was ever scheduled.
+  double queue_seconds = -1.0;
 };
 using OutputCallback = std::function<void(const RequestOutput&)>;
 
@@ -129,6 +133,14 @@ struct EngineStats {
   int64_t preemptions_total = 0;
   int64_t steps_total = 0;
   int64_t requests_finished_total = 0;
+  // Decode steps: steps in which every scheduled sequence ran exactly one token. Their
+  // backend time, and the bytes they had to read: DecodeWeightBytes() once per step (a batch
+  // reads each weight once) plus each sequence's KV cache up to its new position. bytes /
+  // seconds is the achieved decode bandwidth; sequences / steps the mean decode batch.
+  int64_t decode_steps_total = 0;
+  int64_t decode_sequences_total = 0;
+  double decode_seconds_total = 0.0;
+  double decode_bytes_total = 0.0;
 };
 
 class Engine {
@@ -144,6 +156,9 @@ class Engine {
   // Checks the request (InvalidArgument naming the field; OutOfRange when the prompt is longer
   // than the context, stating both numbers) and queues it.
   absl::StatusOr<RequestId> Submit(GenerationRequest request);
+  // Submit()'s checks, except that on_output may still be empty: lets a caller refuse a bad
+  // request before it takes a queue slot (the server answers 400, never 429, to one).
+  absl::Status Validate(const GenerationRequest& request) const;
   // Finishes every choice of the request with kCancelled at the start of the next step and
   // frees its blocks there. Unknown or finished ids are ignored.
   void Cancel(RequestId id);
@@ -198,6 +213,10 @@ class Engine {
   uint64_t next_arrival_ = 0;
   int64_t preemptions_ = 0, steps_ = 0, prompt_tokens_ = 0, generation_tokens_ = 0;
   int64_t requests_finished_ = 0;
+  const int64_t decode_weight_bytes_;
+  const double kv_bytes_per_token_;
+  int64_t decode_steps_ = 0, decode_sequences_ = 0;
+  double decode_seconds_ = 0.0, decode_bytes_ = 0.0;
 
   // Shared with other threads, under mutex_.
   mutable std::mutex mutex_;

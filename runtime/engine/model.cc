@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cuda/cuda_backend.h"
+#include "runtime/kv/kv_storage.h"
 
 namespace llmrt::engine {
 
@@ -60,9 +61,25 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const plan::PlanMeta& meta,
 }
 
 absl::Status Model::Init(const BlobLookup& blobs, const ModelOptions& options) {
+  // A plan compiled with `llmc compile --max-memory` was sized for that much memory
+  // (compiler/pipeline/memory_budget.h); with less available it would swap or be killed.
+  const plan::MemoryBudget& memory_budget = meta_->memory_budget();
+  if (memory_budget.max_memory_bytes() > 0) {
+    absl::StatusOr<int64_t> available = AvailableMemoryBytes();
+    if (available.ok() && *available < memory_budget.max_memory_bytes()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the plan was compiled for a memory budget of %.2f GiB (llmc compile --max-memory), "
+          "but this machine has %.2f GiB available (MemAvailable in /proc/meminfo); recompile "
+          "it with a smaller --max-memory",
+          static_cast<double>(memory_budget.max_memory_bytes()) / (1 << 30),
+          static_cast<double>(*available) / (1 << 30)));
+    }
+  }
   BackendOptions backend_options;
   backend_options.max_tokens_per_step = options.max_tokens_per_step;
   backend_options.num_threads = options.num_threads;
+  backend_options.kv_cache_dtype = options.kv_cache_dtype;
+  backend_options.matmul_observer = options.matmul_observer;
   bool plan_has_cuda = false;
   for (const plan::KernelTable& table : meta_->program().kernel_tables()) {
     plan_has_cuda |= absl::StartsWith(table.target(), "cuda");
@@ -88,9 +105,11 @@ absl::Status Model::Init(const BlobLookup& blobs, const ModelOptions& options) {
   }
   const int64_t max_positions = meta_->config().max_position_embeddings();
   const plan::KvCacheSpec& kv_spec = meta_->kv_cache();
-  // The CPU backend keeps K and V in f32 whatever kv_cache.dtype says (kv/kv_storage.h).
-  kv_block_bytes_ = int64_t{2} * kv_spec.num_layers() * kv_spec.num_kv_heads() *
-                    kv_spec.head_dim() * block_size * static_cast<int64_t>(sizeof(float));
+  // K and V of every layer in the cache's dtype, I8 scales included (kv/kv_storage.h).
+  kv_block_bytes_ =
+      kv::KvBytesPerToken(kv_spec.num_layers(), kv_spec.num_kv_heads(), kv_spec.head_dim(),
+                          kv::ResolveKvDType(options.kv_cache_dtype, kv_spec.dtype())) *
+      block_size;
   int64_t cache_tokens = options.kv_cache_tokens;
   if (cache_tokens == 0 && (options.kv_memory_bytes > 0 || options.kv_memory_fraction > 0)) {
     int64_t budget = options.kv_memory_bytes;
@@ -114,6 +133,7 @@ absl::Status Model::Init(const BlobLookup& blobs, const ModelOptions& options) {
       }
     }
   }
+  if (cache_tokens == 0) cache_tokens = memory_budget.kv_cache_tokens();  // 0 without a budget
   if (cache_tokens == 0)
     cache_tokens = max_positions > 0 ? std::min<int64_t>(max_positions, 8192) : 4096;
   // Slots are int32 in StepBatch: an explicit size past 2^30 tokens is refused, a size derived
@@ -137,6 +157,9 @@ absl::Status Model::Init(const BlobLookup& blobs, const ModelOptions& options) {
         absl::StrFormat("max_seq_len must be >= 0 (0: the model's), got %d", options.max_seq_len));
   }
   if (options.max_seq_len > 0) max_context_ = std::min(max_context_, options.max_seq_len);
+  if (options.max_seq_len == 0 && memory_budget.max_context() > 0) {
+    max_context_ = std::min(max_context_, memory_budget.max_context());
+  }
   step_logits_.resize(static_cast<size_t>(backend_->max_tokens_per_step()) *
                       backend_->vocab_size());
   return absl::OkStatus();
@@ -262,6 +285,19 @@ absl::StatusOr<std::vector<float>> Session::Append(const std::vector<int32_t>& t
     return status;
   }
   return std::move(request.logits);
+}
+
+int64_t DecodeWeightBytes(const plan::PlanMeta& meta) {
+  int64_t bytes = 0;
+  for (const plan::Tensor& tensor : meta.tensors()) {
+    int64_t size = static_cast<int64_t>(tensor.size_bytes());
+    if (tensor.name() == "model.embed_tokens.weight" && !meta.config().tie_word_embeddings() &&
+        tensor.shape_size() > 0 && tensor.shape(0) > 0) {
+      size /= tensor.shape(0);
+    }
+    bytes += size;
+  }
+  return bytes;
 }
 
 }  // namespace llmrt::engine

@@ -35,7 +35,7 @@ enum class BackendChoice {
 
 struct ModelOptions {
   BackendChoice backend = BackendChoice::kAuto;
-  int32_t num_threads = 1;    // 0: all hardware threads
+  int32_t num_threads = 0;    // 0: one per allowed CPU (ThreadPool::DefaultThreadCount)
   int32_t kv_block_size = 0;  // 0: the plan's KvCacheSpec.default_block_size, else 16
   // KV pool size, first that is set: kv_cache_tokens (tokens over all sessions), kv_memory_bytes
   // (a byte budget for K and V of every layer), kv_memory_fraction (of the memory the system
@@ -50,9 +50,19 @@ struct ModelOptions {
   // max_position_embeddings. Longer prompts are refused up front.
   int64_t max_seq_len = 0;
   bool verify = false;  // check every blob's checksum when opening the plan
+  // KV cache element type (F32, F16, BF16, I8); DTYPE_UNSPECIFIED: the plan's
+  // KvCacheSpec.dtype. kv_block_bytes and the kv_memory_* budgets follow it.
+  plan::DType kv_cache_dtype = plan::DTYPE_UNSPECIFIED;
+  // Passed to the backend (BackendOptions::matmul_observer); the CPU backend honours it.
+  MatmulObserver matmul_observer;
 };
 
 class Session;
+
+// Weight bytes one decode step reads from memory: every tensor of the plan, except that an
+// embedding table not shared with the LM head is read one row per token. What MBU figures
+// (`llmrt bench`, the server's decode gauge) divide by the step time.
+int64_t DecodeWeightBytes(const plan::PlanMeta& meta);
 
 // One session's share of a Model::AppendBatch call.
 struct AppendRequest {

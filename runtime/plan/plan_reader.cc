@@ -168,7 +168,19 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::Open(const std::string& path,
                         actual_size, kHeaderSize));
   }
   Mapping mapping;
-  void* address = mmap(nullptr, actual_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  // MAP_POPULATE: the kernel reads the whole file in large sequential requests and maps every
+  // page before Open returns. Every weight is touched by the first step anyway; without it that
+  // step takes ~34k fault-around faults (16 pages each) in the middle of the kernels, and on a
+  // cold page cache each fault reads only a small readahead window: measured here (2.2 GB
+  // TinyLlama plan evicted with POSIX_FADV_DONTNEED), mapping + touching every page took 8.6 s
+  // faulting and 4.7 s populated; warm, both ~0.1 s. A file larger than RAM still maps: the
+  // kernel ignores pages it cannot populate.
+#ifdef MAP_POPULATE
+  constexpr int kPopulate = MAP_POPULATE;
+#else
+  constexpr int kPopulate = 0;  // not Linux: pages fault in on first use
+#endif
+  void* address = mmap(nullptr, actual_size, PROT_READ, MAP_PRIVATE | kPopulate, fd, 0);
   const int mmap_error = errno;
   close(fd);  // the mapping keeps the file alive
   if (address == MAP_FAILED) {

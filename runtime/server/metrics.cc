@@ -61,7 +61,11 @@ ServerMetrics::ServerMetrics()
       inter_token_latency({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
                            5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
       e2e_request_latency({0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
-                           30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}) {}
+                           30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}),
+      // vLLM's e2e bounds start at 0.3 s; an idle server queues for microseconds, so finer
+      // bounds below that show whether queueing starts.
+      request_queue_time({0.001, 0.01, 0.05, 0.1, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0,
+                          120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}) {}
 
 namespace {
 
@@ -141,15 +145,26 @@ std::string RenderMetrics(const ServerMetrics& metrics, const engine::EngineStat
                                      "Time between successive tokens of a sequence.", labels, out);
   metrics.e2e_request_latency.Render("llmrt:e2e_request_latency_seconds",
                                      "Time from request arrival to its last token.", labels, out);
+  metrics.request_queue_time.Render("llmrt:request_queue_time_seconds",
+                                    "Time from submission to the first step that ran the request.",
+                                    labels, out);
 
-  const int64_t intervals = metrics.inter_token_latency.count();
-  const double interval_seconds = metrics.inter_token_latency.sum();
-  const double bandwidth = intervals > 0 && interval_seconds > 0
-                               ? metrics.weight_bytes * intervals / interval_seconds
-                               : 0.0;
+  Metric(out, "llmrt:decode_steps_total", "counter",
+         "Engine steps that ran one token per sequence (pure decode).", labels,
+         static_cast<double>(stats.decode_steps_total));
+  Metric(out, "llmrt:decode_sequences_total", "counter",
+         "Sequences over all decode steps (divided by decode_steps_total: mean decode batch).",
+         labels, static_cast<double>(stats.decode_sequences_total));
+  Metric(out, "llmrt:decode_seconds_total", "counter", "Backend time of the decode steps.", labels,
+         stats.decode_seconds_total);
+  Metric(out, "llmrt:decode_bytes_total", "counter",
+         "Bytes the decode steps had to read: weights once per step plus each sequence's KV.",
+         labels, stats.decode_bytes_total);
+  const double bandwidth =
+      stats.decode_seconds_total > 0 ? stats.decode_bytes_total / stats.decode_seconds_total : 0.0;
   Metric(out, "llmrt:decode_bandwidth_bytes_per_second", "gauge",
-         "Weight bytes read per second by decode steps (weight bytes / mean inter-token "
-         "latency since start).",
+         "Achieved read bandwidth of decode steps since start (decode_bytes_total / "
+         "decode_seconds_total).",
          labels, bandwidth);
   if (metrics.peak_bandwidth_bytes_per_second > 0) {
     Metric(out, "llmrt:decode_mbu", "gauge",

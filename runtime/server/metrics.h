@@ -6,10 +6,10 @@
 //   llmrt:prefix_cache_queries_total / _hits_total   counters (tokens), and _hit_rate gauge
 //   llmrt:prompt_tokens_total, generation_tokens_total, num_preemptions_total   counters
 //   llmrt:request_success_total{finished_reason}    counter
-//   llmrt:time_to_first_token_seconds, inter_token_latency_seconds, e2e_request_latency_seconds
-//                                                    histograms
-// vLLM's request_queue_time_seconds is missing: the engine does not report when it first
-// schedules a request (RequestOutput has no such time yet).
+//   llmrt:time_to_first_token_seconds, inter_token_latency_seconds, e2e_request_latency_seconds,
+//   request_queue_time_seconds                       histograms
+//   llmrt:decode_steps_total, decode_sequences_total, decode_seconds_total, decode_bytes_total
+//                                                    counters (EngineStats: pure decode steps)
 //   llmrt:decode_bandwidth_bytes_per_second, llmrt:decode_mbu   gauges (see ServerMetrics)
 //
 // Thread-safety: every member may be updated and rendered from any thread.
@@ -53,6 +53,8 @@ struct ServerMetrics {
   Histogram time_to_first_token;
   Histogram inter_token_latency;
   Histogram e2e_request_latency;
+  // Submit to first scheduled step, once per engine request (RequestOutput::queue_seconds).
+  Histogram request_queue_time;
 
   std::atomic<int64_t> finished_stop{0};
   std::atomic<int64_t> finished_length{0};
@@ -60,12 +62,13 @@ struct ServerMetrics {
   std::atomic<int64_t> finished_error{0};
   std::atomic<int64_t> rejected_queue_full{0};
 
-  // Decode bandwidth is estimated from the inter-token latency of decode steps: each decode step
-  // reads every weight once, so bytes/s = weight_bytes / step time (the KV reads are left out,
-  // which understates it for long contexts). MBU divides that by the machine's read bandwidth,
-  // given with `--mem-bandwidth` (measure it with `llmrt bench --bandwidth`); without it the MBU
-  // gauge is not emitted.
-  int64_t weight_bytes = 0;
+  // Decode bandwidth is what the engine measured over its pure decode steps since start: the
+  // bytes they had to read (weights once per step, plus every sequence's KV up to its position)
+  // over their backend time; the counters let a dashboard take rate() over any window. MBU
+  // divides it by the machine's read bandwidth, given with `llmrt serve --mem-bandwidth GB/s`
+  // (measured once with `llmrt bench --bandwidth`, which caches it): a serving process does not
+  // stream a GiB through memory at start-up to find out, and a figure measured while other
+  // processes run would be wrong anyway. Without the flag the MBU gauge is not emitted.
   double peak_bandwidth_bytes_per_second = 0.0;
 };
 

@@ -28,10 +28,8 @@ TEST(Histogram, BucketsAreCumulativeWithInf) {
 
 TEST(RenderMetrics, VllmNamesAndValues) {
   ServerMetrics metrics;
-  metrics.weight_bytes = 1000;
   metrics.peak_bandwidth_bytes_per_second = 4000;
-  metrics.inter_token_latency.Observe(0.5);
-  metrics.inter_token_latency.Observe(0.5);
+  metrics.request_queue_time.Observe(0.02);
   metrics.finished_length.fetch_add(3);
   engine::EngineStats stats;
   stats.running = 2;
@@ -42,6 +40,10 @@ TEST(RenderMetrics, VllmNamesAndValues) {
   stats.prompt_tokens_total = 77;
   stats.generation_tokens_total = 99;
   stats.preemptions_total = 5;
+  stats.decode_steps_total = 4;
+  stats.decode_sequences_total = 12;
+  stats.decode_seconds_total = 2.0;
+  stats.decode_bytes_total = 4000;
   const std::string page = RenderMetrics(metrics, stats, "stories \"q\"");
   const std::string labels = "{model_name=\"stories \\\"q\\\"\"}";
   EXPECT_THAT(page, HasSubstr("llmrt:num_requests_running" + labels + " 2\n"));
@@ -54,7 +56,11 @@ TEST(RenderMetrics, VllmNamesAndValues) {
   EXPECT_THAT(page, HasSubstr("finished_reason=\"length\"} 3\n"));
   EXPECT_THAT(page, HasSubstr("# TYPE llmrt:time_to_first_token_seconds histogram"));
   EXPECT_THAT(page, HasSubstr("# TYPE llmrt:e2e_request_latency_seconds histogram"));
-  // 1000 weight bytes per 0.5 s step: 2000 B/s, half of the 4000 B/s peak.
+  EXPECT_THAT(page, HasSubstr("llmrt:request_queue_time_seconds_bucket{model_name=\"stories "
+                              "\\\"q\\\"\",le=\"0.05\"} 1\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:decode_steps_total" + labels + " 4\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:decode_sequences_total" + labels + " 12\n"));
+  // 4000 bytes read in 2 s of decode steps: 2000 B/s, half of the 4000 B/s peak.
   EXPECT_THAT(page, HasSubstr("llmrt:decode_bandwidth_bytes_per_second" + labels + " 2000\n"));
   EXPECT_THAT(page, HasSubstr("llmrt:decode_mbu" + labels + " 0.5\n"));
 }

@@ -158,6 +158,23 @@ std::vector<BadCase> FieldCases() {
       {R"("seed": "1")", "'seed' must be an integer"},
       {R"("stop_token_ids": [-1])", "stop_token_ids[0]"},
       {R"("best_of": 3)", "'best_of'"},
+      // Negative and huge counts never reach the engine (CVE-2026-21869 was a negative count
+      // reaching llama.cpp's server): each is a 400 naming the field.
+      {R"("max_tokens": -1)", "'max_tokens' must be in [1, 100], found -1"},
+      {R"("max_completion_tokens": -9223372036854775808)", "'max_completion_tokens'"},
+      {R"("max_tokens": 18446744073709551615)", "'max_tokens' must be in [1, 100]"},
+      {R"("max_tokens": 1e300)", "'max_tokens' must be an integer"},
+      {R"("n": -1)", "'n' must be in [1, 4], found -1"},
+      {R"("n": 0)", "'n' must be in [1, 4], found 0"},
+      {R"("n": 4294967297)", "'n' must be in [1, 4]"},
+      {R"("logprobs": true, "top_logprobs": -1)", "'top_logprobs' must be in [0, 20], found -1"},
+      {R"("logprobs": true, "top_logprobs": 1099511627776)", "'top_logprobs' must be in [0, 20]"},
+      {R"("logprobs": 3)", "'logprobs' must be a boolean"},
+      {R"("logit_bias": {"-5": 1})", "'logit_bias' keys"},
+      {R"("logit_bias": {"99999999999": 1})", "'logit_bias' keys"},
+      {R"("stop": ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"])", "at most 2"},
+      {R"("stop_token_ids": [1, 2, 3])", "at most 2"},
+      {R"("top_k": -9223372036854775808)", "'top_k'"},
   };
   std::vector<BadCase> out;
   bodies.reserve(cases.size());
@@ -184,6 +201,56 @@ TEST(ParseRequest, CompletionRejections) {
               HasSubstr("'echo'"));
   EXPECT_THAT(std::string(Completion(R"({"prompt": "a", "logprobs": 30})").status().message()),
               HasSubstr("'logprobs' must be in [0, 20]"));
+  EXPECT_THAT(std::string(Completion(R"({"prompt": "a", "logprobs": -1})").status().message()),
+              HasSubstr("'logprobs' must be in [0, 20], found -1"));
+  EXPECT_THAT(std::string(Completion(R"({"prompt": [-1]})").status().message()),
+              HasSubstr("prompt[0]"));
+  EXPECT_THAT(std::string(Completion(R"({"prompt": [2147483648]})").status().message()),
+              HasSubstr("prompt[0]"));
+}
+
+TEST(ParseRequest, EveryCapHasAnExplicitLimit) {
+  // The default caps: a request can ask for at most n 16 x 64 prompts of 16 stop strings of
+  // 512 bytes, 20 top logprobs and 1024 logit_bias entries; the body itself is size-limited by
+  // ServerOptions::max_body_bytes (16 MiB) before parsing.
+  const RequestLimits limits;
+  EXPECT_EQ(limits.max_n, 16);
+  EXPECT_EQ(limits.max_prompts, 64);
+  EXPECT_EQ(limits.max_top_logprobs, 20);
+  EXPECT_EQ(limits.max_stop, 16);
+  EXPECT_EQ(limits.max_stop_bytes, 512);
+  EXPECT_EQ(limits.max_logit_bias, 1024);
+  EXPECT_EQ(ServerOptions().max_body_bytes, size_t{16} << 20);
+  std::string bias = R"({"prompt": "a", "logit_bias": {)";
+  for (int id = 0; id <= 1024; ++id) bias += (id ? ", \"" : "\"") + std::to_string(id) + "\": 1";
+  bias += "}}";
+  EXPECT_THAT(std::string(Completion(bias).status().message()),
+              HasSubstr("'logit_bias' holds 1025 entries; at most 1024"));
+  const std::string long_stop = R"({"prompt": "a", "stop": ")" + std::string(513, 'x') + "\"}";
+  EXPECT_THAT(std::string(Completion(long_stop).status().message()),
+              HasSubstr("at most 512 bytes, found one of 513"));
+}
+
+// Found by tests/fuzz/request_body_fuzzer.cc: deeply nested JSON overflowed the stack (the
+// message copy and the error's dump() recurse per level); 100k levels is a 200 kB body.
+TEST(ParseRequest, DeepNestingIsRefusedNotRecursed) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string& body :
+       {R"({"messages": [{"role": "user", "content": "x", "extra": )" + deep + "}]}",
+        R"({"messages": [{"role": "user", "content": )" + deep + "}]}",
+        R"({"prompt": "x", "n": )" + deep + "}", deep}) {
+    for (Endpoint endpoint : {Endpoint::kCompletions, Endpoint::kChatCompletions}) {
+      auto request = ParseRequest(endpoint, body, RequestLimits());
+      ASSERT_FALSE(request.ok());
+      EXPECT_EQ(request.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(request.status().message(), HasSubstr("deeper than 64 levels"));
+    }
+  }
+  // 64 levels are fine where the field takes any JSON (a message's extra keys).
+  const std::string ok_nesting = std::string(60, '[') + std::string(60, ']');
+  auto request =
+      Chat(R"({"messages": [{"role": "user", "content": "x", "extra": )" + ok_nesting + "}]}");
+  EXPECT_TRUE(request.ok()) << request.status();
 }
 
 TEST(ResolveSampling, ClientFieldsWinOverPlanDefaults) {

@@ -183,9 +183,6 @@ Server::Server(engine::Engine& engine, const Tokenizer& tokenizer, const plan::P
       generation.repetition_penalty() > 0 ? generation.repetition_penalty() : 1.0;
   const std::vector<int32_t> anchor = tokenizer.Encode("a", /*add_special_tokens=*/false);
   if (!anchor.empty()) logprob_anchor_ = anchor.front();
-  for (const plan::Tensor& tensor : meta.tensors()) {
-    shared_->metrics.weight_bytes += static_cast<int64_t>(tensor.size_bytes());
-  }
   shared_->metrics.peak_bandwidth_bytes_per_second = options.mem_bandwidth_bytes_per_second;
   created_ = std::chrono::duration_cast<std::chrono::seconds>(
                  std::chrono::system_clock::now().time_since_epoch())
@@ -504,8 +501,32 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
     }
   }
 
-  // Admission.
+  // Every engine-side check (token ids and logit_bias against the vocabulary, sampling ranges)
+  // runs before admission, so that a bad request is a 400 even when the queue is full.
   const int32_t n = parsed->n;
+  const sampling::SamplingParams sampling = ResolveSampling(*parsed, generation_defaults_);
+  std::vector<engine::GenerationRequest> generations(prompts.size());
+  for (size_t prompt_index = 0; prompt_index < prompts.size(); ++prompt_index) {
+    engine::GenerationRequest& generation = generations[prompt_index];
+    generation.prompt_ids = std::move(prompts[prompt_index]);
+    generation.sampling = sampling;
+    if (parsed->seed.has_value()) generation.seed = *parsed->seed + prompt_index;
+    generation.max_tokens = max_tokens;
+    generation.stop = parsed->stop;
+    generation.stop_token_ids = parsed->stop_token_ids;
+    generation.ignore_eos = parsed->ignore_eos;
+    generation.logprobs = parsed->logprobs;
+    generation.top_logprobs = parsed->top_logprobs;
+    generation.n = n;
+    if (absl::Status status = engine_.Validate(generation); !status.ok()) {
+      if (status.code() == absl::StatusCode::kOutOfRange) {
+        status = absl::InvalidArgumentError(status.message());
+      }
+      return SendError(response, status);
+    }
+  }
+
+  // Admission.
   const int64_t sequences = static_cast<int64_t>(prompts.size()) * n;
   const int64_t capacity = int64_t{options_.max_seqs} + options_.max_queued;
   if (sequences > capacity) {
@@ -532,21 +553,10 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
   tracker->open_choices = static_cast<int32_t>(sequences);
   tracker->last_token_time.assign(sequences, arrival);
   tracker->has_token.assign(sequences, false);
-  const sampling::SamplingParams sampling = ResolveSampling(*parsed, generation_defaults_);
 
   std::shared_ptr<Shared> shared = shared_;
   for (size_t prompt_index = 0; prompt_index < prompts.size(); ++prompt_index) {
-    engine::GenerationRequest generation;
-    generation.prompt_ids = prompts[prompt_index];
-    generation.sampling = sampling;
-    if (parsed->seed.has_value()) generation.seed = *parsed->seed + prompt_index;
-    generation.max_tokens = max_tokens;
-    generation.stop = parsed->stop;
-    generation.stop_token_ids = parsed->stop_token_ids;
-    generation.ignore_eos = parsed->ignore_eos;
-    generation.logprobs = parsed->logprobs;
-    generation.top_logprobs = parsed->top_logprobs;
-    generation.n = n;
+    engine::GenerationRequest& generation = generations[prompt_index];
     const int32_t base = static_cast<int32_t>(prompt_index) * n;
     generation.on_output = [tracker, shared, base](const engine::RequestOutput& output) {
       const Clock::time_point now = Clock::now();
@@ -566,6 +576,9 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
           }
         }
         tracker->last_token_time[choice] = now;
+      }
+      if (output.finished && output.index == 0 && output.queue_seconds >= 0) {
+        metrics.request_queue_time.Observe(output.queue_seconds);  // once per engine request
       }
       if (output.finished) {
         metrics.e2e_request_latency.Observe(Seconds(now - tracker->arrival));

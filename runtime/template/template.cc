@@ -1267,6 +1267,10 @@ class Renderer {
         return Value::String(left.string_value() + right.string_value());
       }
       if ((left.is_list() && right.is_list()) || (left.is_tuple() && right.is_tuple())) {
+        // Counted like the items of `list * n`: a list doubled in a loop would otherwise grow
+        // to 2^64 items within 64 iterations.
+        LLMRT_RETURN_IF_ERROR(
+            CountIterations(static_cast<int64_t>(left.items().size() + right.items().size())));
         Value::Items items = left.items();
         items.insert(items.end(), right.items().begin(), right.items().end());
         return left.is_list() ? Value::List(std::move(items)) : Value::Tuple(std::move(items));
@@ -1296,7 +1300,10 @@ class Renderer {
         }
         return unsupported();
       }
-      const int64_t times = std::max<int64_t>(0, count->int_value());
+      // An empty sequence stays empty: no loop of up to 2^63 steps appending nothing.
+      const bool empty =
+          sequence->is_string() ? sequence->string_value().empty() : sequence->items().empty();
+      const int64_t times = empty ? 0 : std::max<int64_t>(0, count->int_value());
       if (sequence->is_string()) {
         LLMRT_RETURN_IF_ERROR(CheckSize(static_cast<size_t>(
             std::min<double>(1e18, static_cast<double>(sequence->string_value().size()) * times))));

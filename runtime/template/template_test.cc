@@ -143,6 +143,33 @@ TEST(TemplateLimitsTest, LoopIterationsAreBounded) {
   EXPECT_TRUE(absl::StrContains(rendered.status().message(), "max_loop_iterations (10000)"));
 }
 
+// Found by tests/fault/security_test.cc: list concatenation was not counted, so doubling a list
+// in a 64-step loop allocated until the machine ran out of memory (20 GB here); an empty string
+// or list repeated 2^63 times looped 2^63 times.
+TEST(TemplateLimitsTest, ListGrowthAndEmptyRepeatsAreBounded) {
+  absl::StatusOr<Template> doubling = Template::Parse(
+      "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}"
+      "{% endfor %}{{ ns.l|length }}");
+  ASSERT_TRUE(doubling.ok());
+  absl::StatusOr<std::string> rendered = doubling->Render(Value::Object({}), RenderOptions{});
+  ASSERT_FALSE(rendered.ok());
+  EXPECT_EQ(rendered.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(rendered.status().message(), "max_loop_iterations"));
+  // Small concatenations still work.
+  absl::StatusOr<Template> small = Template::Parse("{{ ([1, 2] + [3])|join(',') }}");
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(*small->Render(Value::Object({}), RenderOptions{}), "1,2,3");
+
+  for (const char* source :
+       {"{{ '' * 9223372036854775807 }}|", "{{ ([] * 9223372036854775807)|length }}|"}) {
+    absl::StatusOr<Template> empty = Template::Parse(source);
+    ASSERT_TRUE(empty.ok()) << source;
+    rendered = empty->Render(Value::Object({}), RenderOptions{});
+    ASSERT_TRUE(rendered.ok()) << source << ": " << rendered.status();
+    EXPECT_TRUE(*rendered == "|" || *rendered == "0|") << *rendered;
+  }
+}
+
 TEST(TemplateLimitsTest, MacroRecursionIsBounded) {
   absl::StatusOr<Template> parsed =
       Template::Parse("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");

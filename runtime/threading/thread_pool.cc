@@ -1,9 +1,11 @@
 #include "runtime/threading/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #if defined(__linux__)
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -14,11 +16,16 @@
 namespace llmrt::threading {
 namespace {
 
-// ~40 ns per pause on current x86 cores: 2^10 iterations spin for about 40 us. Decode steps
-// run ~200 ops in ~50 ms, i.e. 250 us per op, and most of a gap between two ParallelFors is
-// far shorter, so workers almost never reach the futex while a step runs, and an idle pool
-// stops burning a core within 40 us.
-constexpr int kSpinIterations = 1 << 10;
+// How long a waiting thread spins before it sleeps. A TinyLlama decode step runs ~150
+// ParallelFors in ~50-90 ms: the gap a worker waits through is the caller's serial work
+// between two of them (tens of microseconds) or, at a join, the slowest thread's lag. A futex
+// wake-up costs ~5-10 us of latency per op here (measured: BM_ParallelForEmpty), i.e. ~1 ms a
+// step, so anything up to 100 us is worth spinning through; an idle pool stops burning a core
+// 100 us after its last call.
+constexpr int64_t kSpinNanoseconds = 100'000;
+// Pauses between two clock reads: a pause is 10-140 cycles depending on the core, a clock
+// read ~20 ns; 64 keeps the clock cost negligible and the overshoot under ~5 us.
+constexpr int kPausesPerClockRead = 64;
 constexpr uint32_t kStopBit = 0x80000000u;
 
 inline void CpuRelax() {
@@ -47,11 +54,15 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
 
 // Waits until *word != value (spin, then futex).
 uint32_t WaitWhileEqual(std::atomic<uint32_t>* word, uint32_t value) {
-  for (int i = 0; i < kSpinIterations; ++i) {
-    const uint32_t now = word->load(std::memory_order_acquire);
-    if (now != value) return now;
-    CpuRelax();
-  }
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + std::chrono::nanoseconds(kSpinNanoseconds);
+  do {
+    for (int i = 0; i < kPausesPerClockRead; ++i) {
+      const uint32_t now = word->load(std::memory_order_acquire);
+      if (now != value) return now;
+      CpuRelax();
+    }
+  } while (Clock::now() < deadline);
   while (true) {
     const uint32_t now = word->load(std::memory_order_acquire);
     if (now != value) return now;
@@ -61,10 +72,18 @@ uint32_t WaitWhileEqual(std::atomic<uint32_t>* word, uint32_t value) {
 
 }  // namespace
 
+int32_t ThreadPool::DefaultThreadCount() {
+#if defined(__linux__)
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    return std::max(1, CPU_COUNT(&allowed));
+  }
+#endif
+  return static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 ThreadPool::ThreadPool(int32_t num_threads)
-    : num_threads_(num_threads > 0
-                       ? num_threads
-                       : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()))) {
+    : num_threads_(num_threads > 0 ? num_threads : DefaultThreadCount()) {
   workers_.reserve(num_threads_ - 1);
   for (int32_t thread_index = 1; thread_index < num_threads_; ++thread_index) {
     workers_.emplace_back([this, thread_index] { WorkerLoop(thread_index); });

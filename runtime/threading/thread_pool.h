@@ -4,9 +4,10 @@
 // threads starts N - 1 workers. Work is handed over through one atomic generation counter
 // and finished through one atomic pending counter: no mutex, no condition variable and no
 // allocation per ParallelFor (the body is passed as a function pointer plus context pointer,
-// not a std::function). Waiting threads spin for kSpinIterations (about 20-50 us, shorter than
-// the gap between two ops of a decode step) and then sleep on a futex, so an idle pool uses
-// no CPU and a busy one never pays a syscall between ops.
+// not a std::function). Waiting threads spin for kSpinNanoseconds (100 us, measured by the
+// clock rather than by a pause count, whose cost differs 10x between CPU generations) and then
+// sleep on a futex, so an idle pool stops using CPU soon and a decode step, whose ~150
+// ParallelFors are each a few hundred microseconds apart at most, never pays a syscall.
 //
 // Work splitting: static, contiguous chunks of about num_items / num_threads, optionally
 // rounded to a multiple of `grain` so that e.g. a chunk of matmul panels never straddles a
@@ -27,13 +28,18 @@ namespace llmrt::threading {
 
 class ThreadPool {
  public:
-  // num_threads <= 0: one per hardware thread.
+  // num_threads <= 0: DefaultThreadCount().
   explicit ThreadPool(int32_t num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int32_t num_threads() const { return num_threads_; }
+
+  // One thread per CPU this process may run on (its affinity mask, which taskset, cgroups'
+  // cpusets and container runtimes narrow), so a pool never has more threads than cores to run
+  // them: an oversubscribed spinning pool loses whole scheduler time slices at every join.
+  static int32_t DefaultThreadCount();
 
   // Calls body(begin, end, thread_index) on disjoint contiguous sub-ranges covering
   // [0, num_items), at most one per thread, with thread_index in [0, num_threads()) (it indexes

@@ -1,7 +1,11 @@
 #include "runtime/threading/thread_pool.h"
 
+#include <sched.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -63,9 +67,28 @@ TEST(ThreadPoolTest, ConsecutiveCallsSeeEachOthersResults) {
   for (int64_t value : buffers[kRounds % 2]) ASSERT_EQ(value, kRounds);
 }
 
-TEST(ThreadPoolTest, DefaultIsOneThreadPerHardwareThread) {
+TEST(ThreadPoolTest, DefaultIsOneThreadPerAllowedCpu) {
   ThreadPool pool(0);
-  EXPECT_GE(pool.num_threads(), 1);
+  EXPECT_EQ(pool.num_threads(), ThreadPool::DefaultThreadCount());
+#if defined(__linux__)
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  EXPECT_EQ(pool.num_threads(), CPU_COUNT(&allowed));
+#endif
+}
+
+// A worker that went to sleep on the futex (the pool idle for longer than the spin) must still
+// wake for the next call.
+TEST(ThreadPoolTest, WakesAfterSleeping) {
+  ThreadPool pool(2);
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::atomic<int> items{0};
+    pool.ParallelFor(2, [&](int64_t begin, int64_t end, int32_t) {
+      items.fetch_add(static_cast<int>(end - begin));
+    });
+    ASSERT_EQ(items.load(), 2);
+  }
 }
 
 }  // namespace

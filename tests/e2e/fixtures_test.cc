@@ -96,6 +96,10 @@ class FixtureTest : public ::testing::TestWithParam<std::string> {
     model_options.verify = true;
     // Smaller than the prompt, so prefill runs in several chunks, as long prompts do.
     model_options.max_tokens_per_step = 16;
+    // The references round only the weights (transformers keeps f32 activations and KV), so
+    // the cache stays f32 whatever the plan's default; reduced-precision caches have their own
+    // tolerance tests in runtime/backend/cpu.
+    model_options.kv_cache_dtype = plan::F32;
     auto model = llmrt::engine::Model::Load(options.output_path, model_options);
     EXPECT_TRUE(model.ok()) << model.status();
     return model.ok() ? *std::move(model) : nullptr;

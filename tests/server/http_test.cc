@@ -270,6 +270,24 @@ TEST_F(HttpTest, ApiKeyGuardsEverythingButHealth) {
   EXPECT_EQ(server.Terminate(), 0);
 }
 
+TEST_F(HttpTest, KvAndContextFlagsBoundTheContext) {
+  ServerProcess server;
+  ASSERT_TRUE(server.Start(*plan_, "--max-seq-len 100 --kv-memory-fraction 0.001"))
+      << server.error();
+  const HttpResult models = Curl(server.url() + "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(Json::parse(models.body)["data"][0]["max_model_len"], 100);
+  const HttpResult too_long =
+      Post(server, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 99}});
+  EXPECT_EQ(too_long.status, 400);
+  EXPECT_THAT(too_long.body, HasSubstr("maximum context length is 100 tokens"));
+  EXPECT_EQ(server.Terminate(), 0);
+  const CommandResult bad =
+      RunCommand(ToolPath("llmrt") + " serve " + *plan_ + " --kv-memory-fraction 2");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.error, HasSubstr("--kv-memory-fraction"));
+}
+
 TEST_F(HttpTest, TokenizeAndDetokenizeRoundTrip) {
   ServerProcess server;
   ASSERT_TRUE(server.Start(*plan_)) << server.error();
@@ -361,7 +379,7 @@ TEST_F(HttpTest, DisconnectCancelsAndFreesTheKvCache) {
 
 TEST_F(HttpTest, FullQueueAnswers429) {
   ServerProcess server;
-  ASSERT_TRUE(server.Start(*plan_, "--max-seqs 12 --max-queued 0")) << server.error();
+  ASSERT_TRUE(server.Start(*plan_, "--threads 1 --max-seqs 12 --max-queued 0")) << server.error();
   const std::string dir = MakeScratchDir("queue");
   LongStreamInBackground(server, dir + "/out");  // takes all 12 sequences
   ASSERT_TRUE(WaitFor(
@@ -373,6 +391,12 @@ TEST_F(HttpTest, FullQueueAnswers429) {
   EXPECT_EQ(rejected.status, 429) << rejected.body;
   EXPECT_THAT(rejected.body, HasSubstr("rate_limit_exceeded"));
   EXPECT_EQ(Post(server, "/v1/completions", {{"prompt", "Once"}, {"n", 13}}).status, 400);
+  // A bad request is a 400 even while the queue is full (found by the soak: an out-of-vocabulary
+  // id used to be checked only after admission, and got 429).
+  EXPECT_EQ(Post(server, "/v1/completions", {{"prompt", {1, 99999}}}).status, 400);
+  EXPECT_EQ(
+      Post(server, "/v1/completions", {{"prompt", "Once"}, {"logit_bias", {{"99999", 5}}}}).status,
+      400);
   // Once the long request is done, there is room again.
   ASSERT_TRUE(
       WaitFor([&] { return ReadFile(dir + "/out").find("[DONE]") != std::string::npos; }, 120));
@@ -432,7 +456,7 @@ TEST_F(HttpTest, OverloadGets200Or429AndNothingIsLost) {
 
 TEST_F(HttpTest, SigtermDrainsInFlightRequestsThenExitsZero) {
   ServerProcess server;
-  ASSERT_TRUE(server.Start(*plan_, "--drain-timeout 120")) << server.error();
+  ASSERT_TRUE(server.Start(*plan_, "--threads 1 --drain-timeout 120")) << server.error();
   const std::string dir = MakeScratchDir("drain");
   LongStreamInBackground(server, dir + "/out");
   ASSERT_TRUE(WaitFor(

@@ -1,7 +1,9 @@
 // llmc: the ahead-of-time compiler's command line.
 //
 //   llmc compile MODEL_DIR -o PLAN [--dtype f32|f16|bf16] [--target LIST] [--dump-ir=DIR]
-//                [--quiet]
+//                [--quant int8|int4 [--group-size N] [--scheme S] [--awq [--calib FILE]]
+//                 [--keep-float PATTERNS] [--quantize-lm-head]] [--kv-cache T] [--quiet]
+//                [--max-memory SIZE [--quant auto]]
 //   llmc synth --preset NAME|CONFIG_JSON -o DIR [--dtype f16|bf16|f32] [--seed S]
 //              [--max-shard-size SIZE]
 //
@@ -15,19 +17,22 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "codegen/cuda/CudaTarget.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_join.h"
 #include "compiler/pipeline/compile.h"
+#include "compiler/pipeline/memory_budget.h"
 #include "compiler/synth/synth.h"
 
 namespace {
 
 constexpr char kUsage[] =
     "usage: llmc compile MODEL_DIR -o PLAN [--dtype f32|f16|bf16] [--target LIST] [--dump-ir=DIR]\n"
-    "                    [--quiet]\n"
+    "                    [--quant int8|int4 [--group-size N] [--scheme S] [--awq [--calib FILE]]\n"
+    "                     [--keep-float LIST] [--quantize-lm-head]] [--kv-cache T] [--quiet]\n"
+    "                    [--max-memory SIZE [--quant auto]]\n"
     "\n"
     "  MODEL_DIR     a HuggingFace model directory (config.json, *.safetensors, tokenizer.json)\n"
     "  -o PLAN       the plan file to write (written to a temporary file, renamed on success)\n"
@@ -36,6 +41,20 @@ constexpr char kUsage[] =
     "                cpu,cuda:sm_80,sm_86,sm_89,sm_90 (a CUBIN per SM, PTX for the newest)\n"
     "  --dump-ir=DIR write the IR after import and after each pass into DIR\n"
     "  --chat-template FILE  use this Jinja chat template instead of tokenizer_config.json's\n"
+    "  --quant int8|int4     store matmul weights as integer codes with f16 scales\n"
+    "                        (embeddings, norms and lm_head stay float; docs/quantization.md)\n"
+    "  --group-size N        32, 64 or 128 input columns per scale (default: int8 one scale\n"
+    "                        per output channel, int4 32)\n"
+    "  --scheme S            symmetric (default) or asymmetric (int4: a zero point per group)\n"
+    "  --awq                 activation-aware scales searched on a calibration text\n"
+    "  --calib FILE          calibration text for --awq (default: a built-in English text)\n"
+    "  --keep-float LIST     comma-separated name substrings whose weights stay float\n"
+    "  --quantize-lm-head    quantize an untied lm_head too\n"
+    "  --kv-cache T          KV cache dtype: f32, f16, bf16 or int8 (default: the weights')\n"
+    "  --max-memory SIZE     size the plan for a resident-memory budget (4G, 512M; binary units):\n"
+    "                        the KV pool and maximum context fill what the weights and the\n"
+    "                        workspace leave; llmrt refuses to start with less memory available\n"
+    "  --quant auto          with --max-memory: the widest of f16, int8, int4 that fits\n"
     "  --quiet       no progress output\n"
     "\n"
     "usage: llmc synth --preset NAME|CONFIG_JSON -o DIR [--dtype f16|bf16|f32] [--seed S]\n"
@@ -71,8 +90,8 @@ class ConsoleProgress : public llmc::ProgressSink {
     auto now = std::chrono::steady_clock::now();
     double seconds = std::chrono::duration<double>(now - start_).count();
     double mb_per_s = seconds > 0 ? bytes / 1e6 / seconds : 0.0;
-    detail_ = absl::StrFormat("%d/%d tensors, %.1f MB, %.0f MB/s", done, total, bytes / 1e6,
-                              mb_per_s);
+    detail_ =
+        absl::StrFormat("%d/%d tensors, %.1f MB, %.0f MB/s", done, total, bytes / 1e6, mb_per_s);
     // Redraw at most 10 times a second: the terminal is slower than small tensors.
     if (!quiet_ && interactive_ &&
         (done == total || now - last_draw_ > std::chrono::milliseconds(100))) {
@@ -139,6 +158,9 @@ std::string ParseTargets(const std::string& list, llmc::CompileOptions& options)
 
 int Compile(const std::vector<std::string>& args) {
   llmc::CompileOptions options;
+  llmc::QuantizeOptions quantize;
+  bool quant_requested = false;
+  std::string quant_modifier;  // the last --quant-only flag seen, for the usage error
   bool quiet = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -188,6 +210,69 @@ int Compile(const std::vector<std::string>& args) {
       const std::string* dir = value();
       if (!dir) return UsageError("--dump-ir needs a directory");
       options.dump_ir_dir = *dir;
+    } else if (arg == "--quant") {
+      const std::string* kind = value();
+      if (!kind || (*kind != "int8" && *kind != "int4" && *kind != "auto")) {
+        return UsageError("--quant: expected int8, int4 or auto");
+      }
+      if (*kind == "auto") {
+        options.quant_auto = true;
+        continue;
+      }
+      quantize.bits = *kind == "int8" ? 8 : 4;
+      quant_requested = true;
+    } else if (arg == "--max-memory") {
+      const std::string* size = value();
+      if (!size) return UsageError("--max-memory needs a size such as 4G");
+      absl::StatusOr<int64_t> bytes = llmc::ParseMemorySize(*size);
+      if (!bytes.ok()) return UsageError(std::string(bytes.status().message()));
+      options.max_memory_bytes = *bytes;
+    } else if (arg == "--group-size") {
+      const std::string* size = value();
+      if (!size || !absl::SimpleAtoi(*size, &quantize.group_size) ||
+          (quantize.group_size != 32 && quantize.group_size != 64 && quantize.group_size != 128)) {
+        return UsageError("--group-size: expected 32, 64 or 128");
+      }
+      quant_modifier = arg;
+    } else if (arg == "--scheme") {
+      const std::string* scheme = value();
+      if (!scheme || (*scheme != "symmetric" && *scheme != "asymmetric")) {
+        return UsageError("--scheme: expected symmetric or asymmetric");
+      }
+      quantize.asymmetric = *scheme == "asymmetric";
+      quant_modifier = arg;
+    } else if (arg == "--awq") {
+      quantize.awq = true;
+      quant_modifier = arg;
+    } else if (arg == "--calib") {
+      const std::string* path = value();
+      if (!path) return UsageError("--calib needs a text file");
+      quantize.calib_path = *path;
+      quant_modifier = arg;
+    } else if (arg == "--keep-float") {
+      const std::string* list = value();
+      if (!list) return UsageError("--keep-float needs a comma-separated list of name parts");
+      for (absl::string_view part : absl::StrSplit(*list, ',', absl::SkipEmpty())) {
+        quantize.keep_float.emplace_back(part);
+      }
+      quant_modifier = arg;
+    } else if (arg == "--quantize-lm-head") {
+      quantize.quantize_lm_head = true;
+      quant_modifier = arg;
+    } else if (arg == "--kv-cache") {
+      const std::string* dtype = value();
+      if (!dtype) return UsageError("--kv-cache needs one of f32, f16, bf16, int8");
+      if (*dtype == "f32") {
+        options.kv_cache_dtype = llmrt::plan::F32;
+      } else if (*dtype == "f16") {
+        options.kv_cache_dtype = llmrt::plan::F16;
+      } else if (*dtype == "bf16") {
+        options.kv_cache_dtype = llmrt::plan::BF16;
+      } else if (*dtype == "int8") {
+        options.kv_cache_dtype = llmrt::plan::I8;
+      } else {
+        return UsageError("--kv-cache: expected f32, f16, bf16 or int8, found \"" + *dtype + "\"");
+      }
     } else if (arg == "--quiet" || arg == "-q") {
       quiet = true;
     } else if (!arg.empty() && arg[0] == '-') {
@@ -200,6 +285,21 @@ int Compile(const std::vector<std::string>& args) {
   }
   if (options.model_dir.empty()) return UsageError("missing MODEL_DIR");
   if (options.output_path.empty()) return UsageError("missing -o PLAN");
+  if (!quant_requested && !quant_modifier.empty()) {
+    return UsageError(quant_modifier + " needs --quant int8|int4");
+  }
+  if (quant_requested && quantize.asymmetric && quantize.bits == 8) {
+    return UsageError("--scheme asymmetric is int4 only (int8 is symmetric)");
+  }
+  if (!quantize.calib_path.empty() && !quantize.awq) return UsageError("--calib needs --awq");
+  if (options.quant_auto && options.max_memory_bytes == 0) {
+    return UsageError("--quant auto chooses the weight format for a budget: add --max-memory");
+  }
+  if (options.quant_auto && (quant_requested || !quant_modifier.empty() || options.weight_dtype)) {
+    return UsageError("--quant auto chooses the weight format itself: drop --quant int8|int4, " +
+                      std::string("--dtype and the quantization options"));
+  }
+  if (quant_requested) options.quantize = quantize;
 
   ConsoleProgress progress(quiet, isatty(STDERR_FILENO) != 0);
   absl::Status status = llmc::Compile(options, &progress);

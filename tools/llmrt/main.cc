@@ -2,6 +2,7 @@
 //
 //   llmrt run plan.bin -p "text" [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]
 //                                [--verify] [--threads N] [--backend auto|cpu|cuda]
+//                                [--kv-cache f32|f16|bf16|int8]
 //   llmrt chat plan.bin [--system TEXT] [-n N] [sampling flags as for run]
 //   llmrt inspect plan.bin [--verify]
 //   llmrt tokenize plan.bin TEXT [--special] [--ids-only]   (see tokenize.cc)
@@ -25,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/engine/model.h"
+#include "runtime/kv/kv_storage.h"
 #include "runtime/plan/plan_reader.h"
 #include "runtime/sampling/sampler.h"
 #include "runtime/template/plan_chat_template.h"
@@ -42,7 +44,8 @@ constexpr int kUsageError = 2;
 constexpr int kError = 1;
 constexpr char kUsage[] =
     "usage: llmrt run PLAN -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
-    "                 [--verify] [--threads N]\n"
+    "                 [--verify] [--threads N (default: one per core)]\n"
+    "                 [--kv-cache f32|f16|bf16|int8 (default: the plan's)]\n"
     "       llmrt inspect PLAN [--verify]\n"
     "       llmrt bench PLAN [-p 512] [-n 128] [-t 1,2] [--reps 5] [--ubatch 512] [--json]\n"
     "       llmrt bench --bandwidth [-t 1,2] [--reps 5] [--bandwidth-mib 1024] [--json]\n"
@@ -126,8 +129,8 @@ struct GenerationSetup {
 // Returns 0 and fills `setup`, or the exit status to return (after printing why).
 int SetUpGeneration(int argc, char** argv, const std::vector<std::string>& extra_valued,
                     const std::vector<std::string>& extra_switches, GenerationSetup& setup) {
-  std::vector<std::string> valued = {"-n",     "--temp",    "--top-k",  "--top-p",
-                                     "--seed", "--threads", "--backend"};
+  std::vector<std::string> valued = {"-n",     "--temp",    "--top-k",   "--top-p",
+                                     "--seed", "--threads", "--backend", "--kv-cache"};
   valued.insert(valued.end(), extra_valued.begin(), extra_valued.end());
   std::vector<std::string> switches = {"--verify"};
   switches.insert(switches.end(), extra_switches.begin(), extra_switches.end());
@@ -135,7 +138,7 @@ int SetUpGeneration(int argc, char** argv, const std::vector<std::string>& extra
   const std::string parse_error = Parse(argc, argv, valued, switches, arguments);
   if (!parse_error.empty()) return UsageError(parse_error);
 
-  int32_t threads = 1;
+  int32_t threads = 0;  // one per core, as --threads 0
   std::string error;
   engine::ModelOptions options;
   options.verify = arguments.switches.count("--verify") > 0;
@@ -157,6 +160,12 @@ int SetUpGeneration(int argc, char** argv, const std::vector<std::string>& extra
     } else {
       return UsageError("--backend: expected auto, cpu or cuda, found \"" + backend + "\"");
     }
+  }
+
+  if (arguments.values.count("--kv-cache")) {
+    absl::StatusOr<plan::DType> kv_dtype = kv::ParseKvDType(arguments.values["--kv-cache"]);
+    if (!kv_dtype.ok()) return UsageError(std::string(kv_dtype.status().message()));
+    options.kv_cache_dtype = *kv_dtype;
   }
 
   absl::StatusOr<std::unique_ptr<engine::Model>> model =
@@ -358,6 +367,36 @@ std::string Shape(const google::protobuf::RepeatedField<int64_t>& shape) {
   return "[" + absl::StrJoin(shape, ", ") + "]";
 }
 
+// How a quantized matrix's values are stored (plan.proto, Quantization), e.g. "i4 g32 asym
+// (f16 scales, u8 zeros) rtn 0.594 B/weight", counting the codes and every companion tensor;
+// "" for other tensors.
+std::string QuantizedEncoding(const plan::PlanMeta& meta, const plan::Tensor& tensor) {
+  if (!tensor.has_quantization() || tensor.shape_size() != 2) return "";
+  const plan::Quantization& q = tensor.quantization();
+  const int64_t weights = tensor.shape(0) * tensor.shape(1);
+  uint64_t bytes = tensor.size_bytes();
+  auto companion = [&](bool present, int32_t index) -> const plan::Tensor* {
+    if (!present || index < 0 || index >= meta.tensors_size()) return nullptr;
+    bytes += meta.tensors(index).size_bytes();
+    return &meta.tensors(index);
+  };
+  const plan::Tensor* scales = companion(q.has_scales(), q.scales());
+  const plan::Tensor* zeros = companion(q.has_zero_points(), q.zero_points());
+  const plan::Tensor* permutation = companion(q.has_input_permutation(), q.input_permutation());
+  std::string group = q.group_size() == tensor.shape(1) ? std::string("per-row")
+                                                        : absl::StrFormat("g%d", q.group_size());
+  std::string parts =
+      absl::StrFormat("%s scales", scales != nullptr ? plan::DTypeName(scales->dtype()) : "no");
+  if (zeros != nullptr)
+    absl::StrAppendFormat(&parts, ", %s zeros", plan::DTypeName(zeros->dtype()));
+  if (permutation != nullptr) parts += ", act-order";
+  return absl::StrFormat(
+      "%s %s %s (%s)%s %.4g B/weight", plan::DTypeName(tensor.dtype()), group,
+      q.scheme() == plan::Quantization::ASYMMETRIC ? "asym" : "sym", parts,
+      q.method().empty() ? "" : " " + q.method(),
+      weights > 0 ? static_cast<double>(bytes) / static_cast<double>(weights) : 0.0);
+}
+
 int Inspect(int argc, char** argv) {
   Arguments arguments;
   const std::string parse_error = Parse(argc, argv, {}, {"--verify"}, arguments);
@@ -377,6 +416,9 @@ int Inspect(int argc, char** argv) {
                         plan.file_size());
   if (open_options.verify_blob_checksums) out += "blob checksums: verified\n";
   absl::StrAppendFormat(&out, "weight dtype: %s\n", plan::DTypeName(meta.weight_dtype()));
+  if (!meta.quantization().empty()) {
+    absl::StrAppendFormat(&out, "quantization: %s\n", meta.quantization());
+  }
   absl::StrAppendFormat(
       &out,
       "model: %s (%s)\n  vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, "
@@ -427,9 +469,10 @@ int Inspect(int argc, char** argv) {
   for (int index = 0; index < meta.tensors_size(); ++index) {
     const plan::Tensor& tensor = meta.tensors(index);
     weight_bytes += tensor.size_bytes();
-    absl::StrAppendFormat(&out, "  %4d %-48s %-5s %-16s %d bytes\n", index, tensor.name(),
+    const std::string encoding = QuantizedEncoding(meta, tensor);
+    absl::StrAppendFormat(&out, "  %4d %-48s %-5s %-16s %d bytes%s\n", index, tensor.name(),
                           plan::DTypeName(tensor.dtype()), Shape(tensor.shape()),
-                          tensor.size_bytes());
+                          tensor.size_bytes(), encoding.empty() ? "" : "  " + encoding);
   }
   const plan::Program& program = meta.program();
   auto value_name = [&](int32_t id) {

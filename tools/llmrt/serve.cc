@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/model.h"
+#include "runtime/kv/kv_storage.h"
 #include "runtime/server/server.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -28,10 +29,15 @@ namespace {
 constexpr char kServeUsage[] =
     "usage: llmrt serve PLAN [--host 127.0.0.1] [--port 8080] [--api-key K] [--max-queued N]\n"
     "                        [--max-seqs N] [--max-batched-tokens N] [--kv-memory BYTES]\n"
-    "                        [--kv-block-size N] [--threads N] [--drain-timeout S]\n"
+    "                        [--kv-memory-fraction F] [--max-seq-len N] [--kv-block-size N]\n"
+    "                        [--threads N] [--drain-timeout S] [--kv-cache f32|f16|bf16|int8]\n"
     "                        [--model-name NAME] [--chat-template FILE] [--max-body-bytes N]\n"
     "                        [--mem-bandwidth GB/s] [--verify]\n"
     "  --port 0 picks a free port; the address is printed as 'listening on http://HOST:PORT'.\n"
+    "  KV pool: --kv-memory bytes, else --kv-memory-fraction of the memory available now, else\n"
+    "  one context of the model's length (at most 8192 tokens). --max-seq-len caps one sequence.\n"
+    "  --mem-bandwidth: this machine's read bandwidth (`llmrt bench --bandwidth`) for the\n"
+    "  llmrt:decode_mbu gauge of /metrics.\n"
     "  Without --api-key, the key is read from LLMRT_API_KEY if set (keeps it out of `ps`).\n"
     "  SIGTERM or SIGINT drains: new requests get 503, running ones finish (at most\n"
     "  --drain-timeout seconds, default 30), then the server exits 0.\n";
@@ -61,7 +67,8 @@ int Serve(int argc, char** argv) {
       "--max-queued",     "--max-seqs",      "--max-batched-tokens",
       "--kv-memory",      "--kv-block-size", "--threads",
       "--drain-timeout",  "--model-name",    "--chat-template",
-      "--max-body-bytes", "--mem-bandwidth"};
+      "--max-body-bytes", "--mem-bandwidth", "--kv-memory-fraction",
+      "--max-seq-len",    "--kv-cache"};
   std::map<std::string, std::string> values;
   bool verify = false;
   std::string plan_path;
@@ -109,8 +116,9 @@ int Serve(int argc, char** argv) {
 
   server::ServerOptions options;
   int64_t port = 8080, max_queued = 256, max_seqs = 0, max_batched_tokens = 0, kv_memory = 0,
-          kv_block_size = 0, threads = 1, max_body_bytes = options.max_body_bytes;
-  double drain_timeout = 30.0, mem_bandwidth_gbps = 0.0;
+          kv_block_size = 0, threads = 0, max_body_bytes = options.max_body_bytes;
+  int64_t max_seq_len = 0;
+  double drain_timeout = 30.0, mem_bandwidth_gbps = 0.0, kv_memory_fraction = 0.0;
   if (!integer("--port", 0, 65535, port) || !integer("--max-queued", 0, 1 << 20, max_queued) ||
       !integer("--max-seqs", 0, 4096, max_seqs) ||
       !integer("--max-batched-tokens", 0, 1 << 20, max_batched_tokens) ||
@@ -119,8 +127,14 @@ int Serve(int argc, char** argv) {
       !integer("--threads", 0, 4096, threads) ||
       !integer("--max-body-bytes", 1024, int64_t{1} << 32, max_body_bytes) ||
       !real("--drain-timeout", 0.0, drain_timeout) ||
-      !real("--mem-bandwidth", 0.0, mem_bandwidth_gbps)) {
+      !real("--mem-bandwidth", 0.0, mem_bandwidth_gbps) ||
+      !integer("--max-seq-len", 0, int64_t{1} << 30, max_seq_len) ||
+      !real("--kv-memory-fraction", 0.0, kv_memory_fraction)) {
     return ServeUsageError(error);
+  }
+  if (kv_memory_fraction > 1.0) {
+    return ServeUsageError(absl::StrFormat(
+        "flag --kv-memory-fraction: expected a fraction in (0, 1], found %g", kv_memory_fraction));
   }
   if (values.count("--host")) options.host = values["--host"];
   options.port = static_cast<int>(port);
@@ -160,7 +174,14 @@ int Serve(int argc, char** argv) {
   model_options.num_threads = static_cast<int32_t>(threads);
   model_options.kv_block_size = static_cast<int32_t>(kv_block_size);
   model_options.kv_memory_bytes = kv_memory;
+  model_options.kv_memory_fraction = kv_memory_fraction;
+  model_options.max_seq_len = max_seq_len;
   model_options.verify = verify;
+  if (values.count("--kv-cache")) {
+    absl::StatusOr<plan::DType> kv_dtype = kv::ParseKvDType(values["--kv-cache"]);
+    if (!kv_dtype.ok()) return ServeUsageError(std::string(kv_dtype.status().message()));
+    model_options.kv_cache_dtype = *kv_dtype;
+  }
   if (max_batched_tokens > 0)
     model_options.max_tokens_per_step = static_cast<int32_t>(max_batched_tokens);
   absl::StatusOr<std::unique_ptr<engine::Model>> model =

@@ -55,6 +55,10 @@ struct dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 typedef dim3 uint3;
+// CUDA's 16-byte vector type (16-byte aligned, as the 128-bit loads that use it require).
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
 
 namespace llmc_emu {
 

@@ -14,15 +14,18 @@
 #include "absl/strings/str_join.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/kernels.h"
+#include "runtime/backend/cpu/quant_kv_attention.h"
+#include "runtime/backend/cpu/quant_matmul.h"
 #include "runtime/backend/step_batch_check.h"
 #include "runtime/kv/kv_storage.h"
+#include "runtime/plan/plan_reader.h"
 #include "runtime/threading/thread_pool.h"
 
 namespace llmrt::cpu {
 
 bool CpuSupports(plan::OpKind kind, plan::DType weight_dtype) {
-  const bool matrix_dtype =
-      weight_dtype == plan::F32 || weight_dtype == plan::F16 || weight_dtype == plan::BF16;
+  const bool matrix_dtype = weight_dtype == plan::F32 || weight_dtype == plan::F16 ||
+                            weight_dtype == plan::BF16 || IsQuantizedMatrix(weight_dtype);
   switch (kind) {
     case plan::EMBED:
     case plan::MATMUL:
@@ -104,8 +107,11 @@ class CpuBackend final : public Backend {
  private:
   absl::Status CheckBatch(const StepBatch& batch) const;
   void RunAttention(const CompiledOp& op, const StepBatch& batch);
+  void RunMatMul(const CompiledOp& op, int64_t num_rows, const int32_t* input_rows,
+                 const MatMulOutput* outputs, int32_t num_outputs);
 
   int32_t max_tokens_ = 0;
+  MatmulObserver matmul_observer_;  // BackendOptions::matmul_observer
   int64_t vocab_size_ = 0;
   int64_t max_token_id_ = std::numeric_limits<int64_t>::max();  // exclusive, from EMBED tables
   int64_t arena_bytes_ = 0;
@@ -115,12 +121,16 @@ class CpuBackend final : public Backend {
   AlignedFloats scratch_;  // per thread: rope cos/sin
   int64_t scratch_stride_ = 0;
   AlignedFloats attention_scratch_;  // per thread: AttentionScratchFloats
+  // Quantized activations of the widest quantized matmul at max_tokens_ rows
+  // (QuantizedActivationBytes); empty when no matmul is quantized.
+  AlignedFloats quantized_activations_;
   int64_t attention_scratch_stride_ = 0;
   // KV cache shape, taken from the ATTENTION ops.
   int32_t kv_layers_ = 0;
   int32_t kv_heads_ = 0;
   int32_t kv_head_dim_ = 0;
   int32_t block_size_ = 0;
+  plan::DType kv_dtype_ = plan::F32;  // kv::ResolveKvDType of the options and the plan
   std::unique_ptr<kv::KvStorage> kv_;
   std::vector<int32_t> token_sequence_;  // batch row -> index in batch.sequences
   // Per batch row, for attention: the sequence's block table and the token's index in it.
@@ -263,6 +273,10 @@ class ProgramCompiler {
         compiled.input[0] = InputPointer(op.inputs(0));
         compiled.width = cols;
         max_cols_ = std::max(max_cols_, cols);
+        if (IsQuantizedMatrix(w->dtype)) {
+          quantized_activation_bytes_ =
+              std::max(quantized_activation_bytes_, QuantizedActivationBytes(max_tokens_, cols));
+        }
         if (logits) ++num_logits_ops_;
         break;
       }
@@ -399,6 +413,7 @@ class ProgramCompiler {
   int64_t vocab_size() const { return vocab_size_; }
   int64_t max_token_id() const { return max_token_id_; }
   int64_t max_cols() const { return max_cols_; }
+  int64_t quantized_activation_bytes() const { return quantized_activation_bytes_; }
   int32_t max_head_dim() const { return max_head_dim_; }
   int32_t kv_layers() const { return kv_layers_; }
   int32_t kv_heads() const { return kv_heads_; }
@@ -508,9 +523,11 @@ class ProgramCompiler {
     }
     if (!CpuSupports(op_->kind(), t.dtype())) {
       return absl::UnimplementedError(absl::StrFormat(
-          "program op %d (%s): tensor %s has dtype %s, the cpu backend reads F32, F16, BF16",
+          "program op %d (%s): tensor %s has dtype %s, the cpu backend reads F32, F16, BF16 (and "
+          "I8, I4 for EMBED, MATMUL, LOGITS)",
           op_index_, plan::OpKind_Name(op_->kind()), t.name(), plan::DType_Name(t.dtype())));
     }
+    if (IsQuantizedMatrix(t.dtype())) return QuantizedMatrix(index, t);
     int32_t panel_rows = 0;
     if (t.layout() == plan::Tensor::ROW_PANELS) {
       if (op_->kind() != plan::MATMUL && op_->kind() != plan::LOGITS) {
@@ -538,6 +555,130 @@ class ProgramCompiler {
     }
     if (blobs_(index) == nullptr) return Error(absl::StrFormat("tensor %s: no data", t.name()));
     return MatrixView{blobs_(index), t.dtype(), t.shape(0), cols, panel_rows};
+  }
+
+  // A quantized matrix (plan.proto, Quantization) whose shape Matrix() checked: its fields,
+  // its companion tensors and what the kernels rely on (quant_matmul.h).
+  absl::StatusOr<MatrixView> QuantizedMatrix(int32_t index, const plan::Tensor& t) const {
+    const int64_t rows = t.shape(0), cols = t.shape(1);
+    const plan::Quantization& q = t.quantization();
+    const int expected_bits = t.dtype() == plan::I4 ? 4 : 8;
+    if (q.bits() != expected_bits) {
+      return Error(absl::StrFormat("tensor %s: quantization.bits is %d, its dtype %s needs %d",
+                                   t.name(), q.bits(), plan::DType_Name(t.dtype()), expected_bits));
+    }
+    const bool asymmetric = q.scheme() == plan::Quantization::ASYMMETRIC;
+    if (q.scheme() != plan::Quantization::SYMMETRIC && !(asymmetric && expected_bits == 4)) {
+      return Error(absl::StrFormat(
+          "tensor %s: quantization.scheme %s is not one the cpu kernels read (SYMMETRIC, or "
+          "ASYMMETRIC for I4)",
+          t.name(), plan::Quantization::Scheme_Name(q.scheme())));
+    }
+    // The AVX2 kernel finds a block's group by a shift (quant_matmul.cc): groups of 1, 2, 4
+    // blocks of 32 columns, or the whole row.
+    const int32_t group = q.group_size();
+    const bool group_ok = (group == 32 || group == 64 || group == 128) && cols % group == 0;
+    if (!group_ok && !(group == cols && (expected_bits == 8 || cols % 32 == 0))) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "program op %d (%s): tensor %s: quantization.group_size %d with %d columns; the cpu "
+          "kernels read groups of 32, 64 or 128 columns dividing the row, or one group per row "
+          "(a multiple of 32 columns for I4)",
+          op_index_, plan::OpKind_Name(op_->kind()), t.name(), group, cols));
+    }
+    if (t.layout() != plan::Tensor::ROW_MAJOR) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "program op %d (%s): tensor %s is quantized and has layout %d; quantized matrices are "
+          "read ROW_MAJOR",
+          op_index_, plan::OpKind_Name(op_->kind()), t.name(), static_cast<int>(t.layout())));
+    }
+    const int64_t bytes = QuantizedMatrixBytes(t.dtype(), rows, cols);
+    if (t.size_bytes() != static_cast<uint64_t>(bytes)) {
+      return Error(absl::StrFormat("tensor %s: %d bytes, its shape and dtype need %d", t.name(),
+                                   t.size_bytes(), bytes));
+    }
+    if (blobs_(index) == nullptr) return Error(absl::StrFormat("tensor %s: no data", t.name()));
+    MatrixView view{blobs_(index), t.dtype(), rows, cols, 0};
+    view.group_size = group;
+    const int64_t groups = cols / group;
+    auto scales = Companion(t, "scales", q.has_scales(), q.scales(), plan::F16, rows, groups);
+    if (!scales.ok()) return scales.status();
+    view.scales = reinterpret_cast<const uint16_t*>(*scales);
+    if (asymmetric) {
+      auto zeros =
+          Companion(t, "zero_points", q.has_zero_points(), q.zero_points(), plan::U8, rows, groups);
+      if (!zeros.ok()) return zeros.status();
+      view.zero_points = *zeros;
+      // Codes and zero points are 4-bit values; a larger zero point would wrap in the int8
+      // arithmetic of the kernels. rows x groups bytes: 1/16 of the codes at g32.
+      for (int64_t i = 0; i < rows * groups; ++i) {
+        if (view.zero_points[i] > 15) {
+          return Error(absl::StrFormat(
+              "tensor %s: quantization.zero_points (tensor %d) holds %d at [%d, %d], expected "
+              "0..15",
+              t.name(), q.zero_points(), view.zero_points[i], i / groups, i % groups));
+        }
+      }
+    } else if (q.has_zero_points()) {
+      return Error(absl::StrFormat("tensor %s: SYMMETRIC quantization with zero_points", t.name()));
+    }
+    if (q.has_input_permutation()) {
+      if (op_->kind() == plan::EMBED) {
+        return Error(
+            absl::StrFormat("tensor %s: an embedding table has no input columns to permute "
+                            "(quantization.input_permutation is set)",
+                            t.name()));
+      }
+      auto permutation =
+          Companion(t, "input_permutation", true, q.input_permutation(), plan::I32, cols, -1);
+      if (!permutation.ok()) return permutation.status();
+      view.input_permutation = reinterpret_cast<const int32_t*>(*permutation);
+      std::vector<bool> seen(cols, false);
+      for (int64_t c = 0; c < cols; ++c) {
+        const int32_t source = view.input_permutation[c];
+        if (source < 0 || source >= cols || seen[source]) {
+          return Error(absl::StrFormat(
+              "tensor %s: quantization.input_permutation (tensor %d) is not a permutation of "
+              "[0, %d): entry %d is %d",
+              t.name(), q.input_permutation(), cols, c, source));
+        }
+        seen[source] = true;
+      }
+    }
+    return view;
+  }
+
+  // The bytes of a quantized matrix's companion tensor `field` (quantization.<field> = index),
+  // checked to be `dtype` [rows, cols] (cols < 0: [rows]) ROW_MAJOR.
+  absl::StatusOr<const uint8_t*> Companion(const plan::Tensor& matrix, const char* field,
+                                           bool present, int32_t index, plan::DType dtype,
+                                           int64_t rows, int64_t cols) const {
+    const std::string expected =
+        cols < 0 ? absl::StrFormat("[%d] %s", rows, plan::DTypeName(dtype))
+                 : absl::StrFormat("[%d, %d] %s", rows, cols, plan::DTypeName(dtype));
+    if (!present) {
+      return Error(absl::StrFormat("tensor %s: quantization.%s is missing, expected a tensor %s",
+                                   matrix.name(), field, expected));
+    }
+    if (index < 0 || index >= meta_.tensors_size()) {
+      return Error(absl::StrFormat(
+          "tensor %s: quantization.%s is tensor %d, outside the tensor table [0, %d)",
+          matrix.name(), field, index, meta_.tensors_size()));
+    }
+    const plan::Tensor& t = meta_.tensors(index);
+    const bool shape_ok = cols < 0
+                              ? t.shape_size() == 1 && t.shape(0) == rows
+                              : t.shape_size() == 2 && t.shape(0) == rows && t.shape(1) == cols;
+    if (!shape_ok || t.dtype() != dtype || t.layout() != plan::Tensor::ROW_MAJOR) {
+      return Error(absl::StrFormat(
+          "tensor %s: quantization.%s is tensor %d (%s) with shape [%s] %s, expected %s",
+          matrix.name(), field, index, t.name(), absl::StrJoin(t.shape(), ", "),
+          plan::DTypeName(t.dtype()), expected));
+    }
+    const int64_t elements = rows * (cols < 0 ? 1 : cols);
+    if (auto status = CheckBlob(index, t, elements, plan::DTypeSize(dtype)); !status.ok()) {
+      return status;
+    }
+    return blobs_(index);
   }
 
   absl::StatusOr<const float*> Vector(int32_t index, int64_t size) const {
@@ -611,6 +752,7 @@ class ProgramCompiler {
   int64_t vocab_size_ = 0;
   int64_t max_token_id_ = std::numeric_limits<int64_t>::max();
   int64_t max_cols_ = 0;
+  int64_t quantized_activation_bytes_ = 0;
   int32_t max_head_dim_ = 0;
   int32_t num_logits_ops_ = 0;
   int32_t kv_layers_ = 0;
@@ -626,6 +768,7 @@ absl::Status CpuBackend::Compile(const plan::PlanMeta& meta, const BlobLookup& b
         "max_tokens_per_step must be in [1, 2^20], got %d", options.max_tokens_per_step));
   }
   max_tokens_ = options.max_tokens_per_step;
+  matmul_observer_ = options.matmul_observer;
   const int64_t per_token = meta.program().arena_bytes_per_token();
   if (per_token < 0 || per_token > (int64_t{1} << 40) / max_tokens_) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -653,6 +796,13 @@ absl::Status CpuBackend::Compile(const plan::PlanMeta& meta, const BlobLookup& b
   kv_heads_ = compiler.kv_heads();
   kv_head_dim_ = compiler.kv_head_dim();
 
+  kv_dtype_ = kv::ResolveKvDType(options.kv_cache_dtype, meta.kv_cache().dtype());
+  if (!kv::IsKvDType(kv_dtype_)) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "KV cache dtype %s: the cpu backend keeps the KV cache in F32, F16, BF16 or I8",
+        plan::DType_Name(kv_dtype_)));
+  }
+
   if (absl::Status status = SelectCpuTargetFromEnvironment(); !status.ok()) return status;
   pool_ = std::make_unique<threading::ThreadPool>(options.num_threads);
   const int32_t num_threads = pool_->num_threads();
@@ -661,6 +811,14 @@ absl::Status CpuBackend::Compile(const plan::PlanMeta& meta, const BlobLookup& b
   scratch_stride_ = (scratch_stride_ + 15) / 16 * 16;
   scratch_ = AllocateFloats(scratch_stride_ * num_threads);
   if (scratch_ == nullptr) return absl::ResourceExhaustedError("cannot allocate kernel scratch");
+  if (compiler.quantized_activation_bytes() > 0) {
+    quantized_activations_ = AllocateFloats(
+        (compiler.quantized_activation_bytes() + static_cast<int64_t>(sizeof(float)) - 1) /
+        static_cast<int64_t>(sizeof(float)));
+    if (quantized_activations_ == nullptr) {
+      return absl::ResourceExhaustedError("cannot allocate the quantized activation scratch");
+    }
+  }
   token_sequence_.resize(max_tokens_);
   token_block_table_.resize(max_tokens_);
   token_index_.resize(max_tokens_);
@@ -674,15 +832,18 @@ absl::Status CpuBackend::AllocateKvCache(int32_t num_blocks, int32_t block_size)
     block_size_ = block_size;
     return absl::OkStatus();  // no ATTENTION op: nothing to cache
   }
-  auto storage =
-      kv::KvStorage::Create({kv_layers_, kv_heads_, kv_head_dim_, num_blocks, block_size});
+  auto storage = kv::KvStorage::Create(
+      {kv_layers_, kv_heads_, kv_head_dim_, num_blocks, block_size, kv_dtype_});
   if (!storage.ok()) return storage.status();
   int32_t max_heads = kv_heads_;
   for (const CompiledOp& op : ops_) {
     if (op.kind == plan::ATTENTION) max_heads = std::max(max_heads, op.num_heads);
   }
   attention_scratch_stride_ =
-      AttentionScratchFloats(max_heads, kv_heads_, kv_head_dim_, std::max(block_size, 1));
+      kv_dtype_ == plan::F32
+          ? AttentionScratchFloats(max_heads, kv_heads_, kv_head_dim_, std::max(block_size, 1))
+          : KvCacheAttentionScratchFloats(max_heads, kv_heads_, kv_head_dim_,
+                                          std::max(block_size, 1));
   attention_scratch_ = AllocateFloats(attention_scratch_stride_ * pool_->num_threads());
   if (attention_scratch_ == nullptr) {
     return absl::ResourceExhaustedError("cannot allocate attention scratch");
@@ -722,15 +883,22 @@ void CpuBackend::RunAttention(const CompiledOp& op, const StepBatch& batch) {
   const int64_t q_width = static_cast<int64_t>(op.num_heads) * op.head_dim;
   // Every token's k and v go into the cache first, so tokens of one step see each other.
   for (int64_t row = 0; row < num_tokens; ++row) {
-    const int64_t slot = batch.slot_mapping[row];
-    std::memcpy(kv_->key(op.layer, slot), op.input[1] + row * kv_width, kv_width * sizeof(float));
-    std::memcpy(kv_->value(op.layer, slot), op.input[2] + row * kv_width, kv_width * sizeof(float));
+    kv_->WriteToken(op.layer, batch.slot_mapping[row], op.input[1] + row * kv_width,
+                    op.input[2] + row * kv_width);
   }
   AttentionArgs args;
   args.q = op.input[0];
   args.out = op.output[0];
-  args.key_cache = kv_->key(op.layer, 0);
-  args.value_cache = kv_->value(op.layer, 0);
+  args.kv_dtype = kv_->dtype();
+  if (kv_->dtype() == plan::F32) {
+    args.key_cache = kv_->key(op.layer, 0);
+    args.value_cache = kv_->value(op.layer, 0);
+  } else {
+    args.key_bytes = kv_->key_bytes(op.layer, 0);
+    args.value_bytes = kv_->value_bytes(op.layer, 0);
+    args.key_scales = kv_->key_scales(op.layer, 0);
+    args.value_scales = kv_->value_scales(op.layer, 0);
+  }
   args.token_stride = kv_->token_stride();
   args.num_heads = op.num_heads;
   args.num_kv_heads = op.num_kv_heads;
@@ -743,7 +911,22 @@ void CpuBackend::RunAttention(const CompiledOp& op, const StepBatch& batch) {
   args.token_index = token_index_.data();
   args.scratch = attention_scratch_.get();
   args.scratch_stride = attention_scratch_stride_;
-  Attention(*pool_, args);
+  if (args.kv_dtype == plan::F32) {
+    Attention(*pool_, args);
+  } else {
+    KvCacheAttention(*pool_, args);
+  }
+}
+
+void CpuBackend::RunMatMul(const CompiledOp& op, int64_t num_rows, const int32_t* input_rows,
+                           const MatMulOutput* outputs, int32_t num_outputs) {
+  if (IsQuantizedMatrix(op.weight.dtype)) {
+    QuantizedMatMul(*pool_, op.input[0], num_rows, input_rows, op.weight, op.vector_weight, outputs,
+                    num_outputs, quantized_activations_.get());
+  } else {
+    MatMul(*pool_, op.input[0], num_rows, input_rows, op.weight, op.vector_weight, outputs,
+           num_outputs);
+  }
 }
 
 absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
@@ -764,7 +947,11 @@ absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
     switch (op.kind) {
       case plan::EMBED:
         for (int64_t row = 0; row < num_tokens; ++row) {
-          MatrixRowToF32(op.weight, batch.token_ids[row], op.output[0] + row * op.width);
+          if (IsQuantizedMatrix(op.weight.dtype)) {
+            QuantizedRowToF32(op.weight, batch.token_ids[row], op.output[0] + row * op.width);
+          } else {
+            MatrixRowToF32(op.weight, batch.token_ids[row], op.output[0] + row * op.width);
+          }
         }
         break;
       case plan::RMS_NORM:
@@ -775,13 +962,14 @@ absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
                         op.width, op.output[0], op.output[1]);
         break;
       case plan::MATMUL:
-        MatMul(*pool_, op.input[0], num_tokens, nullptr, op.weight, op.vector_weight,
-               op.matmul_outputs.data(), static_cast<int32_t>(op.matmul_outputs.size()));
+        if (matmul_observer_) matmul_observer_(op.index, op.input[0], num_tokens, op.width);
+        RunMatMul(op, num_tokens, nullptr, op.matmul_outputs.data(),
+                  static_cast<int32_t>(op.matmul_outputs.size()));
         break;
       case plan::LOGITS: {
         MatMulOutput output{logits, 0, vocab_size_};
-        MatMul(*pool_, op.input[0], static_cast<int64_t>(batch.logit_rows.size()),
-               batch.logit_rows.data(), op.weight, op.vector_weight, &output, 1);
+        RunMatMul(op, static_cast<int64_t>(batch.logit_rows.size()), batch.logit_rows.data(),
+                  &output, 1);
         break;
       }
       case plan::ROPE:

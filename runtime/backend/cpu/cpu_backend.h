@@ -7,8 +7,10 @@
 //
 // Supported: all OpKinds of plan.proto; weights F32, F16, BF16 (norm weights and biases F32),
 // matmul and lm_head weights ROW_MAJOR or ROW_PANELS of 16 rows (what codegen packs after
-// --llm-tile-cpu), embedding tables ROW_MAJOR; activations F32; the KV cache is f32 whatever
-// KvCacheSpec.dtype says. Kernels are Highway code dispatched at run time to the best SIMD
+// --llm-tile-cpu), embedding tables ROW_MAJOR; quantized I8 / I4 matmul, lm_head and
+// embedding weights ROW_MAJOR (plan.proto Quantization; quant_matmul.h); activations F32; the
+// KV cache in F32, F16, BF16 or I8 (BackendOptions.kv_cache_dtype, else KvCacheSpec.dtype;
+// kv/kv_storage.h). Kernels are Highway code dispatched at run time to the best SIMD
 // target of the CPU, or to the one LLMRT_CPU_TARGET names (dispatch.h); creation fails when
 // that target cannot run here.
 //

@@ -256,6 +256,129 @@ void RopeImpl(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_
   });
 }
 
+// One (token, kv head) item over a group of at least one vector of query heads: the query
+// heads of the group ride in the SIMD lanes (8 on AVX2, TinyLlama's group of 8 exactly), so
+// every score, softmax step and value FMA is a full vector with no horizontal reduction.
+// q . k for 8 heads is 64 broadcast-FMAs per key (head_dim 64) against the queries transposed
+// once per item to [head_dim][lanes]; p . v accumulates a transposed [head_dim][lanes] output
+// the same way. Keys go 4 at a time (4 independent FMA chains, each query vector load shared by
+// 4 keys). A block's keys (16 x 64 f32 = 4 KiB) are read once for the scores and again, from
+// L1, for the values. Scratch: queries_t and acc_t [head_dim][lanes], scores [block][lanes].
+void AttendGroupVectorized(const AttentionArgs& args, const float* queries, int32_t group,
+                           int64_t first_key, int64_t query_index, const int32_t* block_table,
+                           int32_t kv_head, float* scratch, float* out) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t head_dim = args.head_dim;
+  const int32_t block_size = args.block_size;
+  float* queries_t = scratch;
+  float* acc_t = queries_t + head_dim * lanes;
+  float* scores = acc_t + head_dim * lanes;
+  const float* key_base = args.key_cache + kv_head * head_dim;
+  const float* value_base = args.value_cache + kv_head * head_dim;
+  for (int32_t first_head = 0; first_head < group; first_head += static_cast<int32_t>(lanes)) {
+    const int64_t heads = std::min<int64_t>(lanes, group - first_head);
+    // Scaled here, once per query, rather than once per score: (q * scale) . k.
+    for (int64_t d = 0; d < head_dim; ++d) {
+      for (int64_t i = 0; i < lanes; ++i) {
+        queries_t[d * lanes + i] =
+            i < heads ? queries[(first_head + i) * head_dim + d] * args.scale : 0.0f;
+      }
+    }
+    std::fill(acc_t, acc_t + head_dim * lanes, 0.0f);
+    VF running_max = hn::Zero(df);
+    VF total = hn::Zero(df);
+    bool first_block = true;
+    for (int64_t key = first_key; key <= query_index;) {
+      const int64_t offset = key % block_size;
+      const int64_t count = std::min<int64_t>(block_size - offset, query_index - key + 1);
+      const int64_t first_slot =
+          static_cast<int64_t>(block_table[key / block_size]) * block_size + offset;
+      const float* keys = key_base + first_slot * args.token_stride;
+      const float* values = value_base + first_slot * args.token_stride;
+      const int64_t stride = args.token_stride;
+      int64_t j = 0;
+      for (; j + 4 <= count; j += 4) {
+        const float* k0 = keys + j * stride;
+        const float* k1 = k0 + stride;
+        const float* k2 = k1 + stride;
+        const float* k3 = k2 + stride;
+        VF s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
+        for (int64_t d = 0; d < head_dim; ++d) {
+          const VF q = hn::LoadU(df, queries_t + d * lanes);
+          s0 = hn::MulAdd(q, hn::Set(df, k0[d]), s0);
+          s1 = hn::MulAdd(q, hn::Set(df, k1[d]), s1);
+          s2 = hn::MulAdd(q, hn::Set(df, k2[d]), s2);
+          s3 = hn::MulAdd(q, hn::Set(df, k3[d]), s3);
+        }
+        hn::StoreU(s0, df, scores + j * lanes);
+        hn::StoreU(s1, df, scores + (j + 1) * lanes);
+        hn::StoreU(s2, df, scores + (j + 2) * lanes);
+        hn::StoreU(s3, df, scores + (j + 3) * lanes);
+      }
+      for (; j < count; ++j) {
+        const float* k0 = keys + j * stride;
+        VF s0 = hn::Zero(df);
+        for (int64_t d = 0; d < head_dim; ++d) {
+          s0 = hn::MulAdd(hn::LoadU(df, queries_t + d * lanes), hn::Set(df, k0[d]), s0);
+        }
+        hn::StoreU(s0, df, scores + j * lanes);
+      }
+      // Online softmax, one max/rescale per block and head (lane).
+      VF block_max = hn::LoadU(df, scores);
+      for (j = 1; j < count; ++j) block_max = hn::Max(block_max, hn::LoadU(df, scores + j * lanes));
+      const VF new_max = first_block ? block_max : hn::Max(running_max, block_max);
+      // Nothing accumulated before the first block: no rescale (and no exp(-inf)).
+      const VF correction =
+          first_block ? hn::Set(df, 1.0f) : hn::Exp(df, hn::Sub(running_max, new_max));
+      running_max = new_max;
+      first_block = false;
+      VF block_total = hn::Zero(df);
+      for (j = 0; j < count; ++j) {
+        const VF p = hn::Exp(df, hn::Sub(hn::LoadU(df, scores + j * lanes), new_max));
+        hn::StoreU(p, df, scores + j * lanes);
+        block_total = hn::Add(block_total, p);
+      }
+      total = hn::MulAdd(total, correction, block_total);
+      // acc_t[d] = acc_t[d] * correction + sum_j p_j * v_j[d], 8 dims at a time in registers.
+      int64_t d = 0;
+      for (; d + 8 <= head_dim; d += 8) {
+        VF acc[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          acc[i] = hn::Mul(hn::LoadU(df, acc_t + (d + i) * lanes), correction);
+        }
+        for (j = 0; j < count; ++j) {
+          const VF p = hn::LoadU(df, scores + j * lanes);
+          const float* v = values + j * stride + d;
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i) acc[i] = hn::MulAdd(p, hn::Set(df, v[i]), acc[i]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) hn::StoreU(acc[i], df, acc_t + (d + i) * lanes);
+      }
+      for (; d < head_dim; ++d) {
+        VF acc = hn::Mul(hn::LoadU(df, acc_t + d * lanes), correction);
+        for (j = 0; j < count; ++j) {
+          acc = hn::MulAdd(hn::LoadU(df, scores + j * lanes), hn::Set(df, values[j * stride + d]),
+                           acc);
+        }
+        hn::StoreU(acc, df, acc_t + d * lanes);
+      }
+      key += count;
+    }
+    const VF inverse_total = hn::Div(hn::Set(df, 1.0f), total);
+    for (int64_t d = 0; d < head_dim; ++d) {
+      hn::StoreU(hn::Mul(hn::LoadU(df, acc_t + d * lanes), inverse_total), df, acc_t + d * lanes);
+    }
+    for (int64_t i = 0; i < heads; ++i) {
+      for (int64_t d = 0; d < head_dim; ++d) {
+        out[(first_head + i) * head_dim + d] = acc_t[d * lanes + i];
+      }
+    }
+  }
+}
+
 void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
   const int32_t group = args.num_heads / args.num_kv_heads;
   const int64_t head_dim = args.head_dim;
@@ -276,6 +399,16 @@ void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
           args.sliding_window > 0 ? std::max<int64_t>(0, query_index - args.sliding_window + 1) : 0;
       const int32_t* block_table = args.token_block_table[row];
       const float* queries = args.q + row * q_width + kv_head * group * head_dim;
+      // The group's queries are consumed before any output is written, so the output may share
+      // their buffer.
+      float* out = args.out + row * q_width + kv_head * group * head_dim;
+      // Query heads in lanes pay off once they fill half a vector (AVX2: groups of 4 or more;
+      // MHA's group of 1 would use one lane in 8 and keeps per-key dot products).
+      if (2 * group >= static_cast<int32_t>(hn::Lanes(DF()))) {
+        AttendGroupVectorized(args, queries, group, first_key, query_index, block_table, kv_head,
+                              acc, out);
+        continue;
+      }
       std::fill(acc, acc + group * head_dim, 0.0f);
       for (int32_t g = 0; g < group; ++g) {
         running_max[g] = -std::numeric_limits<float>::infinity();
@@ -322,8 +455,6 @@ void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
         }
         key += count;
       }
-      // The group's queries are consumed above, so the output may share their buffer.
-      float* out = args.out + row * q_width + kv_head * group * head_dim;
       for (int32_t g = 0; g < group; ++g) {
         const float inverse_total = 1.0f / total[g];
         for (int64_t i = 0; i < head_dim; ++i)
@@ -370,8 +501,11 @@ void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows
 int64_t AttentionScratchFloats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                                int32_t block_size) {
   const int64_t group = num_heads / std::max(num_kv_heads, 1);
-  // acc, max, total, scores; rounded to 16 floats so threads do not share cache lines.
-  const int64_t floats = group * head_dim + 2 * group + group * block_size;
+  // Scalar path: acc, max, total, scores. Vectorized path (AttendGroupVectorized): queries_t,
+  // acc_t and scores of up to 16 lanes (AVX-512).
+  const int64_t floats = std::max(group * head_dim + 2 * group + group * block_size,
+                                  16 * (2 * int64_t{head_dim} + block_size));
+  // Rounded to 16 floats so threads do not share cache lines.
   return (floats + 15) / 16 * 16;
 }
 

@@ -30,6 +30,11 @@ struct MatrixView {
   int64_t rows = 0;
   int64_t cols = 0;
   int32_t panel_rows = 0;  // 0: ROW_MAJOR; kPanelRows: ROW_PANELS (rows a multiple of it)
+  // I8 / I4 only (plan.proto, Quantization; ROW_MAJOR; kernels in quant_matmul.h):
+  int32_t group_size = 0;                // columns per scale; == cols: one scale per row
+  const uint16_t* scales = nullptr;      // F16 bits, [rows, cols / group_size]
+  const uint8_t* zero_points = nullptr;  // I4 asymmetric: [rows, cols / group_size]; else null
+  const int32_t* input_permutation = nullptr;  // [cols]: stored column c reads x[perm[c]]; or null
 };
 
 // Bytes of a [rows, cols] matrix of `dtype` (either layout: panels are never padded).
@@ -100,6 +105,15 @@ struct AttentionArgs {
   // Per thread: kAttentionScratchFloats(...) floats at scratch + thread * scratch_stride.
   float* scratch = nullptr;
   int64_t scratch_stride = 0;
+  // A cache of another dtype (kv/kv_storage.h), read by KvCacheAttention
+  // (quant_kv_attention.h) instead of key_cache / value_cache: F16, BF16 or I8 elements at the
+  // same element offsets, and for I8 one scale per slot s and kv head h at
+  // key_scales[s * num_kv_heads + h] (value_scales likewise).
+  plan::DType kv_dtype = plan::F32;
+  const uint8_t* key_bytes = nullptr;
+  const uint8_t* value_bytes = nullptr;
+  const float* key_scales = nullptr;
+  const float* value_scales = nullptr;
 };
 // Floats of per-thread scratch Attention needs.
 int64_t AttentionScratchFloats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,

@@ -1,13 +1,23 @@
 // Matmul kernels: x [M, K] f32 times w [N, K]^T in F32/F16/BF16, f32 accumulation.
 //
-// ROW_PANELS weights (the layout codegen packs; plan.proto Tensor.Layout) go through a
-// register-blocked micro-kernel: for each of the panel's K columns it loads the panel's 16
-// weights (one contiguous 32- or 64-byte run), widens them to f32 vectors, and FMAs them with
-// broadcasts of kTokens activation rows, so each weight load feeds kTokens FMAs and each
-// broadcast feeds 16 / lanes FMAs. Decode (M = 1..2) is the same loop with the K loop split
-// into independent accumulator sets, so the FMA latency never limits the weight stream.
-// Threads split the panels; a thread's panels stay in its L2 while it sweeps all token rows,
-// so the weights are read from memory exactly once per matmul.
+// ROW_PANELS weights (the layout codegen packs; plan.proto Tensor.Layout) go through one
+// register-blocked micro-kernel, PanelKernel<kTokens, kPanels>: for each of the K columns it
+// widens the 16 weights of each of kPanels panels (one contiguous 32-byte f16 run per panel) to
+// f32 vectors and FMAs them with broadcasts of kTokens activation values, so each weight load
+// feeds kTokens FMAs and each broadcast feeds kPanels x 16 / lanes FMAs. Prefill (AVX2) runs
+// 6 tokens x 1 panel = 12 accumulators, the classic 6x16 shape: 2 weight loads and 6 broadcasts
+// per 12 FMAs, so the two FMA pipes, not the loads, bound it. Decode runs 1 token x 4 panels:
+// 8 independent FMA chains (two FMA pipes x 4-cycle latency) over 4 weight streams.
+//
+// Every output element is ONE f32 FMA chain over k = 0..K-1 in order, whatever kTokens and
+// kPanels are: a token's result never depends on which tokens share its step (a sequence gives
+// the same logits alone or batched, to the bit), and the ILP comes from independent outputs,
+// never from splitting one dot product.
+//
+// Threads split the panels in contiguous chunks of whole panel groups (64 output columns =
+// 256 bytes of f32 per row, so no two threads write one cache line); each thread sweeps all
+// token rows over its panels, which stay in its L2 meanwhile, so weights are read from memory
+// exactly once per matmul.
 //
 // ROW_MAJOR weights (tied embeddings, hand-built test plans) use per-row dot products.
 #include <algorithm>
@@ -34,19 +44,19 @@ constexpr size_t kLanes = hn::MaxLanes(DF());
 static_assert(kPanelRows % kLanes == 0, "a panel must be whole vectors");
 constexpr int kVectorsPerPanel = static_cast<int>(kPanelRows / kLanes);
 
-// Columns alternate between two accumulator sets, for every token count alike: a token's
-// result then never depends on how many tokens share its micro-kernel call (a sequence gives
-// the same logits alone or batched, to the bit), and a single decode token still has
-// 2 x vectors-per-panel FMA chains in flight (4 on AVX2: one FMA per cycle at 4-cycle latency,
-// 16 bytes of f16 weights per cycle, more than one core's DRAM bandwidth).
-constexpr int kColumnSplit = 2;
+// Accumulator registers a micro-kernel may use: 12 of AVX2's/SSE4's 16 (the rest hold the
+// broadcasts and one weight vector), 24 of AVX-512's/SVE's 32.
+constexpr int kMaxAccumulators = kVectorsPerPanel == 1 ? 24 : 12;
+// Token rows per micro-kernel call: AVX-512 8 (8 x 1 vector; more rows only add broadcast
+// loads), AVX2 6 (6 x 2), SSE4/NEON 3 (3 x 4), SCALAR 1.
+constexpr int kMaxTokens = std::max(1, std::min(8, kMaxAccumulators / kVectorsPerPanel));
+// Panels per micro-kernel call at most: decode's 4 weight streams and 4 x 2 FMA chains on AVX2.
+constexpr int kMaxPanels = 4;
 
-// Token rows per micro-kernel call: as many accumulators (kColumnSplit x tokens x vectors) as
-// the register file holds next to the weight vectors and one broadcast. AVX-512 (32
-// registers, 1 vector per panel): 8 tokens = 16 accumulators. AVX2 (16 registers, 2 vectors
-// per panel): 3 tokens = 12 accumulators, 5 loads per 6 FMAs per column. SSE4/NEON (4 vectors
-// per panel) and SCALAR: 1.
-constexpr int kMaxTokens = kVectorsPerPanel == 1 ? 8 : kVectorsPerPanel == 2 ? 3 : 1;
+// Panels one call covers for `tokens` rows: as many as the accumulators allow, up to 4.
+constexpr int PanelsFor(int tokens) {
+  return std::max(1, std::min(kMaxPanels, kMaxAccumulators / (tokens * kVectorsPerPanel)));
+}
 
 HWY_INLINE VF LoadWeights(DF df, const float* HWY_RESTRICT p) { return hn::LoadU(df, p); }
 HWY_INLINE VF LoadWeights(DF df, const hwy::float16_t* HWY_RESTRICT p) {
@@ -70,87 +80,79 @@ HWY_INLINE float ToFloat(hwy::bfloat16_t value) {
   return plan::Bf16ToF32(bits);
 }
 
-// tile[t * kPanelRows + r] = dot(x_rows[t], panel row r) over `cols` columns, even and odd
-// columns in separate accumulators (kColumnSplit). The small loops are fully unrolled (pragmas)
-// so the accumulator array lives in registers; without that GCC keeps it on the stack and
-// every FMA becomes a load-FMA-store (measured: 3x slower).
-template <int kTokens, typename W>
-HWY_NOINLINE void PanelKernel(const W* HWY_RESTRICT panel, int64_t cols, const float* const* x_rows,
-                              float* HWY_RESTRICT tile) {
+// tile[t * kPanels * kPanelRows + p * kPanelRows + r] = dot(x_rows[t], row r of panel p), for
+// the kPanels panels starting at `panels` (panel_stride elements apart), each dot product one
+// FMA chain in column order. The small loops are fully unrolled (pragmas) so the accumulators
+// live in registers; without that GCC keeps them on the stack and every FMA becomes a
+// load-FMA-store (measured: 3x slower). With many tokens the weights are loaded first and each
+// broadcast is used at once (6 tokens: 12 accumulators + 2 weights + 1 broadcast = 15
+// registers); with many panels the broadcasts come first and each weight vector is used at
+// once (4 panels: 8 + 1 + 1).
+template <int kTokens, int kPanels, typename W>
+HWY_NOINLINE void PanelKernel(const W* HWY_RESTRICT panels, int64_t panel_stride, int64_t cols,
+                              const float* const* x_rows, float* HWY_RESTRICT tile) {
   const DF df;
-  constexpr int kSplit = kColumnSplit;
-  VF acc[kSplit][kTokens][kVectorsPerPanel];
+  VF acc[kTokens][kPanels][kVectorsPerPanel];
 #pragma GCC unroll 16
-  for (int s = 0; s < kSplit; ++s) {
+  for (int t = 0; t < kTokens; ++t) {
 #pragma GCC unroll 16
-    for (int t = 0; t < kTokens; ++t) {
+    for (int p = 0; p < kPanels; ++p) {
 #pragma GCC unroll 16
-      for (int v = 0; v < kVectorsPerPanel; ++v) acc[s][t][v] = hn::Zero(df);
+      for (int v = 0; v < kVectorsPerPanel; ++v) acc[t][p][v] = hn::Zero(df);
     }
   }
   const float* x[kTokens];
 #pragma GCC unroll 16
   for (int t = 0; t < kTokens; ++t) x[t] = x_rows[t];
-  int64_t col = 0;
-  for (; col + kSplit <= cols; col += kSplit) {
+  for (int64_t col = 0; col < cols; ++col) {
+    const W* HWY_RESTRICT weights = panels + col * kPanelRows;
+    if constexpr (kTokens >= kPanels * kVectorsPerPanel) {
+      VF w[kPanels][kVectorsPerPanel];
 #pragma GCC unroll 16
-    for (int s = 0; s < kSplit; ++s) {
-      const W* HWY_RESTRICT weights = panel + (col + s) * kPanelRows;
-      VF w[kVectorsPerPanel];
-#pragma GCC unroll 16
-      for (int v = 0; v < kVectorsPerPanel; ++v) w[v] = LoadWeights(df, weights + v * kLanes);
-#pragma GCC unroll 16
-      for (int t = 0; t < kTokens; ++t) {
-        const VF broadcast = hn::Set(df, x[t][col + s]);
+      for (int p = 0; p < kPanels; ++p) {
 #pragma GCC unroll 16
         for (int v = 0; v < kVectorsPerPanel; ++v) {
-          acc[s][t][v] = hn::MulAdd(w[v], broadcast, acc[s][t][v]);
+          w[p][v] = LoadWeights(df, weights + p * panel_stride + v * kLanes);
         }
       }
-    }
-  }
-  for (; col < cols; ++col) {
-    const W* HWY_RESTRICT weights = panel + col * kPanelRows;
-#pragma GCC unroll 16
-    for (int v = 0; v < kVectorsPerPanel; ++v) {
-      const VF w = LoadWeights(df, weights + v * kLanes);
 #pragma GCC unroll 16
       for (int t = 0; t < kTokens; ++t) {
-        acc[0][t][v] = hn::MulAdd(w, hn::Set(df, x[t][col]), acc[0][t][v]);
+        const VF broadcast = hn::Set(df, x[t][col]);
+#pragma GCC unroll 16
+        for (int p = 0; p < kPanels; ++p) {
+#pragma GCC unroll 16
+          for (int v = 0; v < kVectorsPerPanel; ++v) {
+            acc[t][p][v] = hn::MulAdd(w[p][v], broadcast, acc[t][p][v]);
+          }
+        }
+      }
+    } else {
+      VF broadcast[kTokens];
+#pragma GCC unroll 16
+      for (int t = 0; t < kTokens; ++t) broadcast[t] = hn::Set(df, x[t][col]);
+#pragma GCC unroll 16
+      for (int p = 0; p < kPanels; ++p) {
+#pragma GCC unroll 16
+        for (int v = 0; v < kVectorsPerPanel; ++v) {
+          const VF w = LoadWeights(df, weights + p * panel_stride + v * kLanes);
+#pragma GCC unroll 16
+          for (int t = 0; t < kTokens; ++t) {
+            acc[t][p][v] = hn::MulAdd(w, broadcast[t], acc[t][p][v]);
+          }
+        }
       }
     }
   }
 #pragma GCC unroll 16
   for (int t = 0; t < kTokens; ++t) {
 #pragma GCC unroll 16
-    for (int v = 0; v < kVectorsPerPanel; ++v) {
-      VF sum = acc[0][t][v];
+    for (int p = 0; p < kPanels; ++p) {
 #pragma GCC unroll 16
-      for (int s = 1; s < kSplit; ++s) sum = hn::Add(sum, acc[s][t][v]);
-      hn::StoreU(sum, df, tile + t * kPanelRows + v * kLanes);
+      for (int v = 0; v < kVectorsPerPanel; ++v) {
+        hn::StoreU(acc[t][p][v], df,
+                   tile + (t * kPanels + p) * kPanelRows + static_cast<int64_t>(v) * kLanes);
+      }
     }
-  }
-}
-
-template <typename W>
-void RunPanelKernel(int count, const W* panel, int64_t cols, const float* const* x_rows,
-                    float* tile) {
-  switch (count) {
-#define LLMRT_PANEL_CASE(n)                                                   \
-  case n:                                                                     \
-    if constexpr (n <= kMaxTokens) PanelKernel<n>(panel, cols, x_rows, tile); \
-    break;
-    LLMRT_PANEL_CASE(1)
-    LLMRT_PANEL_CASE(2)
-    LLMRT_PANEL_CASE(3)
-    LLMRT_PANEL_CASE(4)
-    LLMRT_PANEL_CASE(5)
-    LLMRT_PANEL_CASE(6)
-    LLMRT_PANEL_CASE(7)
-    LLMRT_PANEL_CASE(8)
-#undef LLMRT_PANEL_CASE
-    default:
-      break;
   }
 }
 
@@ -159,7 +161,10 @@ struct PanelDestinations {
   float* column[kPanelRows];  // row 0 of the column
   int64_t stride[kPanelRows];
   float bias[kPanelRows];
-  int count = 0;  // valid columns (the last panel may be short)
+  int count = 0;  // valid columns (the last group of a ROW_MAJOR matrix may be short)
+  // All kPanelRows columns are adjacent in one output (column[c] == column[0] + c): the
+  // common case (fused outputs are multiples of 16 wide), written with vector stores.
+  bool contiguous = false;
 };
 
 void ResolvePanel(int64_t first_column, int64_t total_columns, const float* bias,
@@ -175,10 +180,85 @@ void ResolvePanel(int64_t first_column, int64_t total_columns, const float* bias
     destinations->stride[c] = outputs[output].width;
     destinations->bias[c] = bias != nullptr ? bias[column] : 0.0f;
   }
+  destinations->contiguous = destinations->count == kPanelRows;
+  for (int c = 1; c < destinations->count && destinations->contiguous; ++c) {
+    destinations->contiguous = destinations->column[c] == destinations->column[0] + c &&
+                               destinations->stride[c] == destinations->stride[0];
+  }
+}
+
+// out[row, panel's columns] = values[0..15] + bias.
+HWY_INLINE void StorePanelRow(const PanelDestinations& destinations, int64_t row,
+                              const float* HWY_RESTRICT values) {
+  if (destinations.contiguous) {
+    const DF df;
+    float* out = destinations.column[0] + row * destinations.stride[0];
+#pragma GCC unroll 16
+    for (int v = 0; v < kVectorsPerPanel; ++v) {
+      const size_t offset = static_cast<size_t>(v) * kLanes;
+      hn::StoreU(hn::Add(hn::LoadU(df, values + offset), hn::LoadU(df, destinations.bias + offset)),
+                 df, out + offset);
+    }
+    return;
+  }
+  for (int c = 0; c < destinations.count; ++c) {
+    destinations.column[c][row * destinations.stride[c]] = values[c] + destinations.bias[c];
+  }
+}
+
+// Rows [row, row + kTokens) of x times panels [first_panel, end_panel) (at most kMaxPanels),
+// kPanels at a time, results stored through `destinations` (one per panel of the group).
+template <int kTokens, typename W>
+HWY_INLINE void RunTokenGroup(const W* base, int64_t cols, int64_t first_panel, int64_t end_panel,
+                              int64_t row, const float* const* x_rows,
+                              const PanelDestinations* destinations, float* tile) {
+  constexpr int kPanels = PanelsFor(kTokens);
+  const int64_t panel_stride = kPanelRows * cols;
+  int64_t panel = first_panel;
+  for (; panel + kPanels <= end_panel; panel += kPanels) {
+    PanelKernel<kTokens, kPanels>(base + panel * panel_stride, panel_stride, cols, x_rows, tile);
+    for (int t = 0; t < kTokens; ++t) {
+      for (int p = 0; p < kPanels; ++p) {
+        StorePanelRow(destinations[panel - first_panel + p], row + t,
+                      tile + (t * kPanels + p) * kPanelRows);
+      }
+    }
+  }
+  for (; panel < end_panel; ++panel) {
+    PanelKernel<kTokens, 1>(base + panel * panel_stride, panel_stride, cols, x_rows, tile);
+    for (int t = 0; t < kTokens; ++t) {
+      StorePanelRow(destinations[panel - first_panel], row + t, tile + t * kPanelRows);
+    }
+  }
+}
+
+template <typename W>
+void RunTokens(int count, const W* base, int64_t cols, int64_t first_panel, int64_t end_panel,
+               int64_t row, const float* const* x_rows, const PanelDestinations* destinations,
+               float* tile) {
+  switch (count) {
+#define LLMRT_TOKENS_CASE(n)                                                                 \
+  case n:                                                                                    \
+    if constexpr (n <= kMaxTokens) {                                                         \
+      RunTokenGroup<n>(base, cols, first_panel, end_panel, row, x_rows, destinations, tile); \
+    }                                                                                        \
+    break;
+    LLMRT_TOKENS_CASE(1)
+    LLMRT_TOKENS_CASE(2)
+    LLMRT_TOKENS_CASE(3)
+    LLMRT_TOKENS_CASE(4)
+    LLMRT_TOKENS_CASE(5)
+    LLMRT_TOKENS_CASE(6)
+    LLMRT_TOKENS_CASE(7)
+    LLMRT_TOKENS_CASE(8)
+#undef LLMRT_TOKENS_CASE
+    default:
+      break;
+  }
 }
 
 // 256 rows of x at K = 5632 are 5.5 MiB: they stay in L3 while each thread sweeps them once
-// per panel, and a longer step is split so that remains true.
+// per panel group, and a longer step is split so that remains true.
 constexpr int64_t kChunkRows = 256;
 
 template <typename W>
@@ -186,34 +266,34 @@ void MatMulPanels(ThreadPool& pool, const float* x, int64_t num_rows, const int3
                   const MatrixView& w, const float* bias, const MatMulOutput* outputs,
                   int32_t num_outputs) {
   const int64_t cols = w.cols;
-  const int64_t num_panels = (w.rows + kPanelRows - 1) / kPanelRows;
+  const int64_t num_panels = w.rows / kPanelRows;
   const W* base = reinterpret_cast<const W*>(w.data);
-  pool.ParallelFor(num_panels, [&](int64_t panel_begin, int64_t panel_end, int32_t) {
-    const float* x_rows[kMaxTokens];
-    HWY_ALIGN float tile[kMaxTokens * kPanelRows];
-    PanelDestinations destinations;
-    for (int64_t chunk = 0; chunk < num_rows; chunk += kChunkRows) {
-      const int64_t chunk_end = std::min(num_rows, chunk + kChunkRows);
-      for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
-        const W* panel_data = base + panel * kPanelRows * cols;
-        ResolvePanel(panel * kPanelRows, w.rows, bias, outputs, num_outputs, &destinations);
-        for (int64_t row = chunk; row < chunk_end; row += kMaxTokens) {
-          const int count = static_cast<int>(std::min<int64_t>(kMaxTokens, chunk_end - row));
-          for (int t = 0; t < count; ++t) {
-            const int64_t source = input_rows != nullptr ? input_rows[row + t] : row + t;
-            x_rows[t] = x + source * cols;
-          }
-          RunPanelKernel(count, panel_data, cols, x_rows, tile);
-          for (int t = 0; t < count; ++t) {
-            for (int c = 0; c < destinations.count; ++c) {
-              destinations.column[c][(row + t) * destinations.stride[c]] =
-                  tile[t * kPanelRows + c] + destinations.bias[c];
+  pool.ParallelFor(
+      num_panels,
+      [&](int64_t panel_begin, int64_t panel_end, int32_t) {
+        const float* x_rows[kMaxTokens];
+        HWY_ALIGN float tile[kMaxTokens * kMaxPanels * kPanelRows];
+        PanelDestinations destinations[kMaxPanels];
+        for (int64_t chunk = 0; chunk < num_rows; chunk += kChunkRows) {
+          const int64_t chunk_end = std::min(num_rows, chunk + kChunkRows);
+          for (int64_t group = panel_begin; group < panel_end; group += kMaxPanels) {
+            const int64_t group_end = std::min(panel_end, group + kMaxPanels);
+            for (int64_t panel = group; panel < group_end; ++panel) {
+              ResolvePanel(panel * kPanelRows, w.rows, bias, outputs, num_outputs,
+                           &destinations[panel - group]);
+            }
+            for (int64_t row = chunk; row < chunk_end; row += kMaxTokens) {
+              const int count = static_cast<int>(std::min<int64_t>(kMaxTokens, chunk_end - row));
+              for (int t = 0; t < count; ++t) {
+                const int64_t source = input_rows != nullptr ? input_rows[row + t] : row + t;
+                x_rows[t] = x + source * cols;
+              }
+              RunTokens(count, base, cols, group, group_end, row, x_rows, destinations, tile);
             }
           }
         }
-      }
-    }
-  });
+      },
+      kMaxPanels);
 }
 
 template <typename W>

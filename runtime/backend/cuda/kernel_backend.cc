@@ -9,6 +9,7 @@
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/step_batch_check.h"
 #include "runtime/plan/dtype.h"
+#include "runtime/plan/plan_reader.h"
 
 namespace llmrt::cuda {
 namespace {
@@ -23,6 +24,15 @@ uint64_t AlignUp(uint64_t value) {
   return (value + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
 }
 
+// The layout every generated kernel was compiled against (kernel_params.h): 18 addresses and
+// 4 ints.
+static_assert(sizeof(LlmcKernelParams) == 192, "kernel_params.h changed: update its comment");
+
+// Metadata arrays of a step, max_tokens i32 each (RunStep): token ids, positions, slots,
+// query index, block table offset, logit rows, then the prefill tiles as (first, count) pairs
+// (at most one tile per token: 2 arrays).
+constexpr int kMetadataArrays = 8;
+
 struct OpLaunch {
   plan::OpKind kind = plan::OP_UNSPECIFIED;
   LlmcKernelParams params = {};
@@ -30,7 +40,24 @@ struct OpLaunch {
   int32_t layer = 0;
 };
 
-class KernelBackend final : public Backend {
+// Bytes per KV cache element for KvCacheSpec.dtype.
+absl::StatusOr<int> KvElementBytes(plan::DType dtype) {
+  switch (dtype) {
+    case plan::DTYPE_UNSPECIFIED:
+    case plan::F32:
+      return 4;
+    case plan::F16:
+    case plan::BF16:
+      return 2;
+    default:
+      return absl::UnimplementedError(
+          absl::StrFormat("kv_cache.dtype %s: the CUDA kernels keep the KV cache in F32, F16 or "
+                          "BF16",
+                          plan::DTypeName(dtype)));
+  }
+}
+
+class KernelBackend final : public KernelStepBackend {
  public:
   KernelBackend(std::unique_ptr<Device> device, std::string name)
       : device_(std::move(device)), name_(std::move(name)) {}
@@ -46,6 +73,8 @@ class KernelBackend final : public Backend {
   }
   absl::Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override;
   absl::Status RunStep(const StepBatch& batch, float* logits) override;
+  int32_t top_k() const override { return top_k_; }
+  absl::Status RunStepTopK(const StepBatch& batch, float* values, int32_t* ids) override;
   absl::Status CopyKvBlock(int32_t source, int32_t destination) override;
   int32_t max_tokens_per_step() const override { return max_tokens_; }
   int64_t vocab_size() const override { return vocab_size_; }
@@ -62,6 +91,8 @@ class KernelBackend final : public Backend {
     return pointer;
   }
   absl::Status CheckBatch(const StepBatch& batch) const;
+  // Uploads the step's metadata and launches every op's kernels.
+  absl::Status Execute(const StepBatch& batch);
   absl::Status Launch(int32_t kernel, const LlmcKernelParams& params, int64_t tokens,
                       int64_t logit_rows);
 
@@ -78,9 +109,15 @@ class KernelBackend final : public Backend {
   DevicePointer metadata_ = 0;  // 6 x max_tokens i32: see RunStep
   DevicePointer logits_ = 0;
   DevicePointer scratch_ = 0;
-  // KV cache: kv_layers_ x {K, V} x num_slots x kv_width_ floats, one allocation.
+  // Logits top-k prefilter output: [max_tokens, top_k_] f32 values and i32 ids.
+  int32_t top_k_ = 0;
+  DevicePointer top_values_ = 0;
+  DevicePointer top_ids_ = 0;
+  // KV cache: kv_layers_ x {K, V} x num_slots x kv_width_ elements of kv_bytes_per_element_,
+  // one allocation.
   int32_t kv_layers_ = 0;
   int64_t kv_width_ = 0;
+  int kv_element_bytes_ = 4;
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 0;
   DevicePointer kv_ = 0;
@@ -107,6 +144,20 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
   }
   max_tokens_ = options.max_tokens_per_step;
   vocab_size_ = (*check)->vocab_size();
+  // The generated kernels read the cache dtype the plan was compiled for; another one needs
+  // another plan.
+  const plan::DType plan_kv_dtype =
+      meta.kv_cache().dtype() == plan::DTYPE_UNSPECIFIED ? plan::F32 : meta.kv_cache().dtype();
+  if (options.kv_cache_dtype != plan::DTYPE_UNSPECIFIED &&
+      options.kv_cache_dtype != plan_kv_dtype) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "KV cache dtype %s: the plan's CUDA kernels read a %s cache; compile the plan with "
+        "--kv-cache for another dtype, or run it on the cpu backend",
+        plan::DType_Name(options.kv_cache_dtype), plan::DType_Name(plan_kv_dtype)));
+  }
+  absl::StatusOr<int> kv_element_bytes = KvElementBytes(meta.kv_cache().dtype());
+  if (!kv_element_bytes.ok()) return kv_element_bytes.status();
+  kv_element_bytes_ = *kv_element_bytes;
   const plan::Program& program = meta.program();
   if (table.op_kernels_size() != program.ops_size()) {
     return absl::InvalidArgumentError(
@@ -132,7 +183,7 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
   auto arena = Allocate(arena_bytes_);
   if (!arena.ok()) return arena.status();
   arena_ = *arena;
-  auto metadata = Allocate(uint64_t{6} * max_tokens_ * sizeof(int32_t));
+  auto metadata = Allocate(uint64_t{kMetadataArrays} * max_tokens_ * sizeof(int32_t));
   if (!metadata.ok()) return metadata.status();
   metadata_ = *metadata;
   auto logits = Allocate(static_cast<uint64_t>(max_tokens_) * vocab_size_ * sizeof(float));
@@ -161,6 +212,26 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
     if (value.kind() != plan::Value::ACTIVATION) return 0;
     return arena_ + static_cast<uint64_t>(max_tokens_) * value.arena_offset_per_token();
   };
+  // Fused ROPE ops (bound to no kernel): their output is never written, so the attention that
+  // reads it as q or k reads the ROPE's input instead; nothing else may read it.
+  std::vector<int32_t> rope_source(program.values_size(), -1);
+  for (int index = 0; index < program.ops_size(); ++index) {
+    const plan::Op& op = program.ops(index);
+    if (op.kind() == plan::ROPE && table.op_kernels(index).kernels_size() == 0) {
+      rope_source[op.outputs(0)] = op.inputs(0);
+    }
+  }
+  for (int index = 0; index < program.ops_size(); ++index) {
+    const plan::Op& op = program.ops(index);
+    for (int i = 0; i < op.inputs_size(); ++i) {
+      if (rope_source[op.inputs(i)] >= 0 && !(op.kind() == plan::ATTENTION && i < 2)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "kernel table %s: op %d reads value %d of a ROPE op bound to no kernel; only an "
+            "ATTENTION op's q and k may (the rope is fused into its kernels)",
+            table.target(), index, op.inputs(i)));
+      }
+    }
+  }
 
   max_token_id_ = std::numeric_limits<int64_t>::max();
   for (int index = 0; index < program.ops_size(); ++index) {
@@ -176,23 +247,66 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
       }
       launch.kernels.push_back(kernel);
     }
-    const size_t expected = op.kind() == plan::ATTENTION ? 3 : op.kind() == plan::MATMUL ? 0 : 1;
-    if ((expected != 0 && launch.kernels.size() != expected) ||
-        (op.kind() == plan::MATMUL && (launch.kernels.empty() || launch.kernels.size() > 2))) {
+    // Kernels per op (plan.proto KernelTable.OpKernels): the fewest and the most.
+    size_t fewest = 1, most = 1;
+    if (op.kind() == plan::ATTENTION) fewest = 3, most = 4;
+    if (op.kind() == plan::MATMUL || op.kind() == plan::LOGITS) most = 2;
+    if (op.kind() == plan::ROPE) fewest = 0;
+    if (launch.kernels.size() < fewest || launch.kernels.size() > most) {
       return absl::InvalidArgumentError(
           absl::StrFormat("kernel table %s: op %d (kind %d) has %d kernels", table.target(), index,
                           static_cast<int>(op.kind()), launch.kernels.size()));
     }
     LlmcKernelParams& params = launch.params;
-    for (int i = 0; i < op.inputs_size() && i < 3; ++i) params.input[i] = activation(op.inputs(i));
+    for (int i = 0; i < op.inputs_size() && i < 3; ++i) {
+      const int32_t source = rope_source[op.inputs(i)];
+      params.input[i] = activation(source >= 0 ? source : op.inputs(i));
+    }
     for (int i = 0; i < op.outputs_size() && i < 3; ++i) {
       params.output[i] = activation(op.outputs(i));
     }
-    if (op.kind() == plan::LOGITS) params.output[0] = logits_;
+    if (op.kind() == plan::LOGITS) {
+      params.output[0] = logits_;
+      if (launch.kernels.size() == 2) {
+        top_k_ = static_cast<int32_t>(std::min<int64_t>(kLogitsTopK, vocab_size_));
+        const uint64_t bytes = static_cast<uint64_t>(max_tokens_) * top_k_ * 4;
+        auto values = Allocate(bytes);
+        if (!values.ok()) return values.status();
+        auto ids = Allocate(bytes);
+        if (!ids.ok()) return ids.status();
+        top_values_ = *values;
+        top_ids_ = *ids;
+        params.output[1] = top_values_;
+        params.output[2] = top_ids_;
+      }
+    }
     if (op.weights_size() >= 1) {
       auto pointer = weight(op.weights(0));
       if (!pointer.ok()) return pointer.status();
       params.weight = *pointer;
+      // A quantized matrix's scales, zero points and permutation (validated by the CPU
+      // backend's compiler above) go along with its codes.
+      const plan::Quantization& quantization = meta.tensors(op.weights(0)).quantization();
+      const plan::DType dtype = meta.tensors(op.weights(0)).dtype();
+      if (dtype == plan::I8 || dtype == plan::I4) {
+        const int32_t parts[3] = {
+            quantization.has_scales() ? quantization.scales() : -1,
+            quantization.has_zero_points() ? quantization.zero_points() : -1,
+            quantization.has_input_permutation() ? quantization.input_permutation() : -1};
+        unsigned long long* targets[3] = {&params.scales, &params.zero_points,
+                                          &params.input_permutation};
+        for (int part = 0; part < 3; ++part) {
+          if (parts[part] < 0) continue;
+          if (parts[part] >= meta.tensors_size()) {
+            return absl::InvalidArgumentError(
+                absl::StrFormat("tensor %s: quantization tensor %d outside the table",
+                                meta.tensors(op.weights(0)).name(), parts[part]));
+          }
+          auto part_pointer = weight(parts[part]);
+          if (!part_pointer.ok()) return part_pointer.status();
+          *targets[part] = *part_pointer;
+        }
+      }
     }
     if (op.weights_size() >= 2) {
       auto pointer = weight(op.weights(1));
@@ -209,7 +323,7 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
     params.scratch = scratch_;
     ops_.push_back(std::move(launch));
   }
-  host_metadata_.resize(6 * static_cast<size_t>(max_tokens_));
+  host_metadata_.resize(kMetadataArrays * static_cast<size_t>(max_tokens_));
   return absl::OkStatus();
 }
 
@@ -224,7 +338,8 @@ absl::Status KernelBackend::AllocateKvCache(int32_t num_blocks, int32_t block_si
   num_blocks_ = num_blocks;
   block_size_ = block_size;
   if (kv_layers_ == 0) return absl::OkStatus();
-  const uint64_t bytes = uint64_t{2} * kv_layers_ * num_blocks * block_size * kv_width_ * 4;
+  const uint64_t bytes =
+      uint64_t{2} * kv_layers_ * num_blocks * block_size * kv_width_ * kv_element_bytes_;
   absl::StatusOr<DevicePointer> kv = device_->Allocate(bytes);
   if (!kv.ok()) return kv.status();
   kv_ = *kv;
@@ -238,7 +353,7 @@ absl::Status KernelBackend::CopyKvBlock(int32_t source, int32_t destination) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CopyKvBlock: blocks %d -> %d outside [0, %d)", source, destination, num_blocks_));
   }
-  const uint64_t block_bytes = static_cast<uint64_t>(block_size_) * kv_width_ * 4;
+  const uint64_t block_bytes = static_cast<uint64_t>(block_size_) * kv_width_ * kv_element_bytes_;
   const uint64_t plane_bytes = block_bytes * num_blocks_;
   for (int plane = 0; plane < 2 * kv_layers_; ++plane) {
     const DevicePointer base = kv_ + plane * plane_bytes;
@@ -283,12 +398,46 @@ absl::Status KernelBackend::Launch(int32_t kernel_index, const LlmcKernelParams&
 
 absl::Status KernelBackend::RunStep(const StepBatch& batch, float* logits) {
   if (absl::Status status = CheckBatch(batch); !status.ok()) return status;
+  if (batch.num_tokens() == 0) return absl::OkStatus();
+  if (absl::Status status = Execute(batch); !status.ok()) return status;
+  const uint64_t num_rows = batch.logit_rows.size();
+  if (num_rows > 0) {
+    if (absl::Status status =
+            device_->CopyToHost(logits, logits_, num_rows * vocab_size_ * sizeof(float));
+        !status.ok()) {
+      return status;
+    }
+  }
+  return device_->Synchronize();
+}
+
+absl::Status KernelBackend::RunStepTopK(const StepBatch& batch, float* values, int32_t* ids) {
+  if (top_k_ == 0) {
+    return absl::FailedPreconditionError(
+        "RunStepTopK: the plan's LOGITS op has no top-k prefilter kernel");
+  }
+  if (absl::Status status = CheckBatch(batch); !status.ok()) return status;
+  if (batch.num_tokens() == 0) return absl::OkStatus();
+  if (absl::Status status = Execute(batch); !status.ok()) return status;
+  const uint64_t bytes = batch.logit_rows.size() * top_k_ * sizeof(float);
+  if (bytes > 0) {
+    if (absl::Status status = device_->CopyToHost(values, top_values_, bytes); !status.ok()) {
+      return status;
+    }
+    if (absl::Status status = device_->CopyToHost(ids, top_ids_, bytes); !status.ok()) {
+      return status;
+    }
+  }
+  return device_->Synchronize();
+}
+
+absl::Status KernelBackend::Execute(const StepBatch& batch) {
   const int32_t num_tokens = batch.num_tokens();
-  if (num_tokens == 0) return absl::OkStatus();
   const int32_t num_rows = static_cast<int32_t>(batch.logit_rows.size());
 
   // Metadata, one upload: token ids | positions | slots | query index | block table offset |
-  // logit rows, max_tokens i32 each; the block tables go to their own growable buffer.
+  // logit rows | tiles (2 arrays), max_tokens i32 each; the block tables go to their own
+  // growable buffer.
   int32_t* token_ids = host_metadata_.data();
   int32_t* positions = token_ids + max_tokens_;
   int32_t* slots = positions + max_tokens_;
@@ -299,8 +448,17 @@ absl::Status KernelBackend::RunStep(const StepBatch& batch, float* logits) {
   std::copy(batch.positions.begin(), batch.positions.end(), positions);
   std::copy(batch.slot_mapping.begin(), batch.slot_mapping.end(), slots);
   std::copy(batch.logit_rows.begin(), batch.logit_rows.end(), row_index);
+  int32_t* tiles = row_index + max_tokens_;
+  int32_t num_tiles = 0;
+  bool prefill = false;
   host_block_tables_.clear();
   for (const StepSequence& sequence : batch.sequences) {
+    prefill = prefill || sequence.num_tokens > kPrefillMinTokens;
+    for (int32_t first = 0; first < sequence.num_tokens; first += kPrefillTileTokens) {
+      tiles[2 * num_tiles] = sequence.first_token + first;
+      tiles[2 * num_tiles + 1] = std::min(kPrefillTileTokens, sequence.num_tokens - first);
+      ++num_tiles;
+    }
     const int32_t offset = static_cast<int32_t>(host_block_tables_.size());
     if (kv_ != 0) {
       const int64_t needed = (sequence.context_length + block_size_ - 1) / block_size_;
@@ -337,7 +495,8 @@ absl::Status KernelBackend::RunStep(const StepBatch& batch, float* logits) {
   }
 
   const uint64_t stride = static_cast<uint64_t>(max_tokens_) * sizeof(int32_t);
-  const uint64_t plane_bytes = static_cast<uint64_t>(num_blocks_) * block_size_ * kv_width_ * 4;
+  const uint64_t plane_bytes =
+      static_cast<uint64_t>(num_blocks_) * block_size_ * kv_width_ * kv_element_bytes_;
   for (OpLaunch& op : ops_) {
     LlmcKernelParams params = op.params;
     params.token_ids = metadata_;
@@ -346,13 +505,29 @@ absl::Status KernelBackend::RunStep(const StepBatch& batch, float* logits) {
     params.query_index = metadata_ + 3 * stride;
     params.block_table = metadata_ + 4 * stride;
     params.row_index = metadata_ + 5 * stride;
+    params.tiles = metadata_ + 6 * stride;
     params.block_tables = block_tables_;
     params.num_tokens = num_tokens;
     params.num_rows = num_rows;
     params.block_size = block_size_;
+    params.num_tiles = num_tiles;
     if (op.kind == plan::ATTENTION) {
       params.key_cache = kv_ + 2 * op.layer * plane_bytes;
       params.value_cache = params.key_cache + plane_bytes;
+      // [kv write, split, combine, prefill]: the write, then either attention.
+      std::vector<int32_t> chosen = {op.kernels[0]};
+      if (prefill && op.kernels.size() == 4) {
+        chosen.push_back(op.kernels[3]);
+      } else {
+        chosen.push_back(op.kernels[1]);
+        chosen.push_back(op.kernels[2]);
+      }
+      for (int32_t kernel : chosen) {
+        if (absl::Status status = Launch(kernel, params, num_tokens, num_rows); !status.ok()) {
+          return status;
+        }
+      }
+      continue;
     }
     if (op.kind == plan::MATMUL) {
       const bool gemm = op.kernels.size() == 2 && num_tokens > kGemvMaxTokens;
@@ -369,29 +544,20 @@ absl::Status KernelBackend::RunStep(const StepBatch& batch, float* logits) {
       }
     }
   }
-  if (num_rows > 0) {
-    if (absl::Status status = device_->CopyToHost(
-            logits, logits_, static_cast<uint64_t>(num_rows) * vocab_size_ * sizeof(float));
-        !status.ok()) {
-      return status;
-    }
-  }
-  return device_->Synchronize();
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateKernelBackend(const plan::PlanMeta& meta,
-                                                             const plan::KernelTable& table,
-                                                             const BlobLookup& blobs,
-                                                             const BackendOptions& options,
-                                                             std::unique_ptr<Device> device) {
+absl::StatusOr<std::unique_ptr<KernelStepBackend>> CreateKernelBackend(
+    const plan::PlanMeta& meta, const plan::KernelTable& table, const BlobLookup& blobs,
+    const BackendOptions& options, std::unique_ptr<Device> device) {
   std::string name = device->name();
   auto backend = std::make_unique<KernelBackend>(std::move(device), std::move(name));
   if (absl::Status status = backend->Create(meta, table, blobs, options); !status.ok()) {
     return status;
   }
-  return std::unique_ptr<Backend>(std::move(backend));
+  return std::unique_ptr<KernelStepBackend>(std::move(backend));
 }
 
 }  // namespace llmrt::cuda

@@ -3,7 +3,7 @@
 // Shared verbatim by the host (the CUDA backend fills it) and the device: codegen/cuda pastes
 // this file's text into every kernel's source, so the two layouts cannot drift apart. Plain C,
 // fixed-width fields, no pointers (device addresses are 64-bit integers whatever the host's
-// pointer size), 8-byte fields first so no padding differs between compilers. 160 bytes: far
+// pointer size), 8-byte fields first so no padding differs between compilers. 192 bytes: far
 // under CUDA's 4 KiB kernel-parameter limit, and one layout for all kernels keeps the launch
 // code free of per-kernel argument lists.
 //
@@ -12,9 +12,11 @@
 #define LLMRT_BACKEND_CUDA_KERNEL_PARAMS_H_
 
 struct LlmcKernelParams {
-  unsigned long long input[3];      // f32 activations [num_tokens, width]
-  unsigned long long output[3];     // f32 activations (LOGITS: [num_rows, vocab])
-  unsigned long long weight;        // the op's matrix or norm gamma
+  unsigned long long input[3];  // f32 activations [num_tokens, width]
+  // f32 activations. LOGITS: [0] logits [num_rows, vocab]; [1] top-k values f32 and [2] top-k
+  // token ids i32, [num_rows, k] each, when the op has a prefilter kernel
+  unsigned long long output[3];
+  unsigned long long weight;        // the op's matrix (quantized: its codes) or norm gamma
   unsigned long long bias;          // f32 [N] or 0
   unsigned long long token_ids;     // i32 [num_tokens]
   unsigned long long positions;     // i32 [num_tokens], rope positions
@@ -23,13 +25,21 @@ struct LlmcKernelParams {
   unsigned long long block_table;  // i32 [num_tokens], offset of its sequence's row in block_tables
   unsigned long long block_tables;  // i32, every sequence's block table, concatenated
   unsigned long long row_index;     // i32 [num_rows], LOGITS: batch rows to compute
-  unsigned long long key_cache;     // f32 [num_slots, kv_heads * head_dim] of this layer
-  unsigned long long value_cache;   // same shape as key_cache
-  unsigned long long scratch;       // f32 attention partials
+  unsigned long long key_cache;    // KvCacheSpec.dtype [num_slots, kv_heads * head_dim], this layer
+  unsigned long long value_cache;  // same shape as key_cache
+  unsigned long long scratch;      // f32 attention partials
+  // Quantized matrices (plan.proto Quantization): f16 [N, K / group] scales, U8 zero points of
+  // the same shape (asymmetric only), i32 [K] input permutation (or 0).
+  unsigned long long scales;
+  unsigned long long zero_points;
+  unsigned long long input_permutation;
+  // i32 pairs (first token, count): the step's query tiles for the prefill attention kernel,
+  // each up to 64 consecutive tokens of one sequence
+  unsigned long long tiles;
   int num_tokens;
   int num_rows;    // LOGITS rows
   int block_size;  // KV tokens per block
-  int reserved;
+  int num_tiles;   // pairs in tiles
 };
 
 #endif  // LLMRT_BACKEND_CUDA_KERNEL_PARAMS_H_

@@ -1,0 +1,175 @@
+// Micro-benchmarks of the quantized matmul kernels (runtime/backend/cpu/quant_matmul.h) at
+// TinyLlama-1.1B shapes: o_proj 2048x2048, gate/up 5632x2048, down 2048x5632, lm_head
+// 32000x2048; decode GEMV (1 token), small batches (4) and prefill (64, 512 tokens).
+//
+// bytes_per_second counts the weight traffic of one matmul: codes + F16 scales (+ U8 zero
+// points), what decode is bound by; compare with `llmrt bench --bandwidth` (~13.8 GB/s on one
+// core and ~21 GB/s on two of the project machine). Part of llmrt_kernels_bench, e.g.
+//   build/bin/llmrt_kernels_bench --benchmark_filter='QuantMatMul.*/2048/5632/1/'
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "runtime/backend/cpu/dispatch.h"
+#include "runtime/backend/cpu/quant_kv_attention.h"
+#include "runtime/backend/cpu/quant_matmul.h"
+#include "runtime/kv/kv_storage.h"
+#include "runtime/plan/dtype.h"
+
+namespace llmrt::cpu {
+namespace {
+
+struct RandomQuantizedMatrix {
+  std::vector<uint8_t> codes;
+  std::vector<uint16_t> scales;
+  std::vector<uint8_t> zero_points;
+  MatrixView view;
+
+  int64_t weight_bytes() const {
+    return static_cast<int64_t>(codes.size() + scales.size() * 2 + zero_points.size());
+  }
+};
+
+// Random codes and scales: the kernels' speed does not depend on the values.
+RandomQuantizedMatrix MakeMatrix(plan::DType dtype, bool asymmetric, int32_t group_size,
+                                 int64_t rows, int64_t cols) {
+  RandomQuantizedMatrix m;
+  m.codes.resize(QuantizedMatrixBytes(dtype, rows, cols));
+  uint32_t state = 12345;
+  auto next = [&state] { return (state = state * 1664525u + 1013904223u) >> 8; };
+  for (uint8_t& code : m.codes) {
+    code = static_cast<uint8_t>(dtype == plan::I8 ? next() % 255 - 127 : next());
+  }
+  m.scales.resize(rows * (cols / group_size));
+  for (uint16_t& scale : m.scales) scale = plan::F32ToF16(1e-3f * (1 + next() % 100));
+  if (asymmetric) {
+    m.zero_points.resize(m.scales.size());
+    for (uint8_t& zero : m.zero_points) zero = static_cast<uint8_t>(next() % 16);
+  }
+  m.view = MatrixView{m.codes.data(), dtype, rows, cols, 0};
+  m.view.group_size = group_size;
+  m.view.scales = m.scales.data();
+  m.view.zero_points = asymmetric ? m.zero_points.data() : nullptr;
+  return m;
+}
+
+// Args: N (output rows), K, M (tokens), threads. kBits 8: I8 per group of 32 (llama.cpp
+// Q8_0's shape of scales); kBits 4: I4 g32, symmetric (like Q4_0) or with zero points.
+template <int kBits, bool kAsymmetric>
+void BM_QuantMatMul(benchmark::State& state) {
+  const int64_t n = state.range(0), k = state.range(1), m = state.range(2);
+  ThreadPool pool(static_cast<int32_t>(state.range(3)));
+  const RandomQuantizedMatrix w =
+      MakeMatrix(kBits == 8 ? plan::I8 : plan::I4, kAsymmetric, 32, n, k);
+  std::vector<float> x(m * k);
+  for (int64_t i = 0; i < m * k; ++i) x[i] = static_cast<float>((i * 37) % 101) * 0.01f - 0.5f;
+  std::vector<float> out(m * n);
+  std::vector<uint8_t> scratch(QuantizedActivationBytes(m, k) + 32);
+  void* aligned = scratch.data() + (32 - reinterpret_cast<uintptr_t>(scratch.data()) % 32) % 32;
+  const MatMulOutput output{out.data(), 0, n};
+  for (auto _ : state) {
+    QuantizedMatMul(pool, x.data(), m, nullptr, w.view, nullptr, &output, 1, aligned);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * w.weight_bytes());
+  state.counters["GOPS"] = benchmark::Counter(static_cast<double>(2 * m * n * k) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(ActiveCpuTarget());
+}
+
+void QuantShapes(benchmark::internal::Benchmark* b) {
+  const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
+  // 64 x 2048 I8 = 128 KiB: stays in L2, so it measures the kernel rather than DRAM.
+  b->Args({64, 2048, 1, 1});
+  for (const auto& shape : shapes) {
+    for (int64_t tokens : {1, 4, 64, 512}) {
+      if (shape[0] == 32000 && tokens > 4) continue;  // lm_head: one row per sequence
+      for (int64_t threads : {1, 2}) b->Args({shape[0], shape[1], tokens, threads});
+    }
+  }
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK_TEMPLATE(BM_QuantMatMul, 8, false)->Apply(QuantShapes);
+BENCHMARK_TEMPLATE(BM_QuantMatMul, 4, false)->Apply(QuantShapes);
+BENCHMARK_TEMPLATE(BM_QuantMatMul, 4, true)->Apply(QuantShapes);
+
+// Args: new tokens, context length, threads. Decode attention at TinyLlama's shape (32 query
+// heads, 4 kv heads, head_dim 64, blocks of 16 in a shuffled order) over a cache of `kDtype`;
+// bytes_per_second counts the cache bytes read (K and V of the context, I8 scales included),
+// so F32 / F16 / I8 rows at 2048 tokens compare what an int8 cache saves at decode.
+template <plan::DType kDtype>
+void BM_KvCacheAttention(benchmark::State& state) {
+  const int64_t tokens = state.range(0), context = state.range(1);
+  ThreadPool pool(static_cast<int32_t>(state.range(2)));
+  constexpr int32_t kHeads = 32, kKvHeads = 4, kHeadDim = 64, kBlock = 16;
+  const int32_t blocks = static_cast<int32_t>((context + kBlock - 1) / kBlock);
+  auto storage = kv::KvStorage::Create({1, kKvHeads, kHeadDim, blocks, kBlock, kDtype});
+  if (!storage.ok()) {
+    state.SkipWithError(std::string(storage.status().message()).c_str());
+    return;
+  }
+  kv::KvStorage& cache = **storage;
+  std::vector<float> row(kKvHeads * kHeadDim);
+  for (int64_t slot = 0; slot < cache.num_slots(); ++slot) {
+    for (size_t i = 0; i < row.size(); ++i)
+      row[i] = static_cast<float>((slot * 31 + i) % 97) * 0.01f;
+    cache.WriteToken(0, slot, row.data(), row.data());
+  }
+  std::vector<int32_t> block_table(blocks);
+  for (int32_t i = 0; i < blocks; ++i) block_table[i] = (i * 7) % blocks;
+  std::vector<float> q(tokens * kHeads * kHeadDim);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(i % 13) * 0.05f;
+  std::vector<float> out(q.size());
+  std::vector<const int32_t*> tables(tokens, block_table.data());
+  std::vector<int64_t> index(tokens);
+  for (int64_t t = 0; t < tokens; ++t) index[t] = context - tokens + t;
+  const int64_t stride = KvCacheAttentionScratchFloats(kHeads, kKvHeads, kHeadDim, kBlock);
+  std::vector<float> scratch(stride * pool.num_threads());
+  AttentionArgs args;
+  args.q = q.data();
+  args.out = out.data();
+  args.token_stride = cache.token_stride();
+  args.num_heads = kHeads;
+  args.num_kv_heads = kKvHeads;
+  args.head_dim = kHeadDim;
+  args.block_size = kBlock;
+  args.scale = 0.125f;
+  args.num_tokens = tokens;
+  args.token_block_table = tables.data();
+  args.token_index = index.data();
+  args.scratch = scratch.data();
+  args.scratch_stride = stride;
+  args.kv_dtype = kDtype;
+  if (kDtype == plan::F32) {
+    args.key_cache = cache.key(0, 0);
+    args.value_cache = cache.value(0, 0);
+  } else {
+    args.key_bytes = cache.key_bytes(0, 0);
+    args.value_bytes = cache.value_bytes(0, 0);
+    args.key_scales = cache.key_scales(0, 0);
+    args.value_scales = cache.value_scales(0, 0);
+  }
+  for (auto _ : state) {
+    if (kDtype == plan::F32) {
+      Attention(pool, args);
+    } else {
+      KvCacheAttention(pool, args);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * tokens * context *
+                          kv::KvBytesPerToken(1, kKvHeads, kHeadDim, kDtype));
+  state.SetLabel(ActiveCpuTarget());
+}
+#define LLMRT_KV_ATTENTION_ARGS \
+  Args({1, 2048, 1})->Args({1, 2048, 2})->Args({128, 512, 2})->UseRealTime()
+BENCHMARK_TEMPLATE(BM_KvCacheAttention, plan::F32)->LLMRT_KV_ATTENTION_ARGS;
+BENCHMARK_TEMPLATE(BM_KvCacheAttention, plan::F16)->LLMRT_KV_ATTENTION_ARGS;
+BENCHMARK_TEMPLATE(BM_KvCacheAttention, plan::BF16)->LLMRT_KV_ATTENTION_ARGS;
+BENCHMARK_TEMPLATE(BM_KvCacheAttention, plan::I8)->LLMRT_KV_ATTENTION_ARGS;
+#undef LLMRT_KV_ATTENTION_ARGS
+
+}  // namespace
+}  // namespace llmrt::cpu

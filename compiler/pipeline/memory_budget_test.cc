@@ -1,0 +1,93 @@
+#include "compiler/pipeline/memory_budget.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "runtime/kv/kv_storage.h"
+
+namespace llmc {
+namespace {
+
+TEST(ParseMemorySizeTest, BinaryUnitsAndBytes) {
+  EXPECT_EQ(*ParseMemorySize("4G"), int64_t{4} << 30);
+  EXPECT_EQ(*ParseMemorySize("4GiB"), int64_t{4} << 30);
+  EXPECT_EQ(*ParseMemorySize("4gb"), int64_t{4} << 30);
+  EXPECT_EQ(*ParseMemorySize("512M"), int64_t{512} << 20);
+  EXPECT_EQ(*ParseMemorySize("1.5G"), int64_t{3} << 29);
+  EXPECT_EQ(*ParseMemorySize("2T"), int64_t{2} << 40);
+  EXPECT_EQ(*ParseMemorySize("300000000"), 300000000);
+  for (const char* bad : {"", "G", "-1G", "0", "4X", "four", "1e30"}) {
+    absl::StatusOr<int64_t> parsed = ParseMemorySize(bad);
+    EXPECT_FALSE(parsed.ok()) << bad;
+    if (!parsed.ok()) EXPECT_NE(parsed.status().message().find("--max-memory"), std::string::npos);
+  }
+}
+
+// A Llama-like meta: 100 MiB of weights, 4 KiB of activations per token, vocab 1000, 4 layers
+// of 2 KV heads x 64 in f16.
+llmrt::plan::PlanMeta Meta() {
+  llmrt::plan::PlanMeta meta;
+  meta.mutable_config()->set_vocab_size(1000);
+  meta.mutable_config()->set_max_position_embeddings(4096);
+  meta.add_tensors()->set_size_bytes(int64_t{100} << 20);
+  meta.mutable_program()->set_arena_bytes_per_token(4096);
+  llmrt::plan::KvCacheSpec* kv = meta.mutable_kv_cache();
+  kv->set_num_layers(4);
+  kv->set_num_kv_heads(2);
+  kv->set_head_dim(64);
+  kv->set_dtype(llmrt::plan::F16);
+  kv->set_default_block_size(16);
+  return meta;
+}
+
+TEST(ApplyMemoryBudgetTest, KvPoolFillsWhatWeightsAndWorkspaceLeave) {
+  llmrt::plan::PlanMeta meta = Meta();
+  const int64_t budget = int64_t{200} << 20;
+  ASSERT_TRUE(ApplyMemoryBudget(budget, meta).ok());
+  const llmrt::plan::MemoryBudget& out = meta.memory_budget();
+  const int64_t per_token = llmrt::kv::KvBytesPerToken(4, 2, 64, llmrt::plan::F16);
+  EXPECT_EQ(out.kv_bytes_per_token(), per_token);
+  EXPECT_EQ(out.weight_bytes(), int64_t{100} << 20);
+  EXPECT_EQ(out.workspace_bytes(),
+            kBudgetTokensPerStep * (4096 + 2 * 1000 * 4) + kWorkspaceMarginBytes);
+  const int64_t left = budget - out.weight_bytes() - out.workspace_bytes();
+  EXPECT_EQ(out.kv_cache_tokens(), left / per_token / 16 * 16);
+  EXPECT_LE(out.weight_bytes() + out.workspace_bytes() + out.kv_cache_tokens() * per_token, budget);
+  EXPECT_EQ(out.max_context(), std::min<int64_t>(out.kv_cache_tokens(), 4096));
+  EXPECT_EQ(out.max_memory_bytes(), budget);
+}
+
+TEST(ApplyMemoryBudgetTest, TooSmallABudgetSaysWhatTakesTheMemory) {
+  llmrt::plan::PlanMeta meta = Meta();
+  absl::Status status = ApplyMemoryBudget(int64_t{120} << 20, meta);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(status.message().find("the weights take 100.0 MiB"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("--quant"), std::string::npos) << status;
+  EXPECT_FALSE(meta.has_memory_budget());
+}
+
+TEST(ChooseWeightFormatTest, WidestFormatThatFits) {
+  WeightEstimate weights;
+  weights.quantizable_elements = int64_t{1} << 30;  // 1 G parameters in projections
+  weights.quantizable_rows = 1 << 20;
+  weights.other_elements = int64_t{64} << 20;
+  const int64_t f16 = EstimateWeightBytes(weights, WeightFormat::kF16);
+  const int64_t int8 = EstimateWeightBytes(weights, WeightFormat::kInt8);
+  const int64_t int4 = EstimateWeightBytes(weights, WeightFormat::kInt4);
+  EXPECT_EQ(f16, (int64_t{1} << 31) + (int64_t{128} << 20));
+  EXPECT_LT(int4, int8);
+  EXPECT_LT(int8, f16);
+  const int64_t workspace = int64_t{100} << 20, kv = 1 << 16;
+  const int64_t context = kMinContextTokens * kv;
+  EXPECT_EQ(*ChooseWeightFormat(f16 + workspace + context, weights, workspace, kv),
+            WeightFormat::kF16);
+  EXPECT_EQ(*ChooseWeightFormat(f16 + workspace + context - 1, weights, workspace, kv),
+            WeightFormat::kInt8);
+  EXPECT_EQ(*ChooseWeightFormat(int8 - 1, weights, workspace, kv), WeightFormat::kInt4);
+  absl::StatusOr<WeightFormat> none = ChooseWeightFormat(int4, weights, workspace, kv);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(none.status().message().find("int4 needs"), std::string::npos) << none.status();
+}
+
+}  // namespace
+}  // namespace llmc

@@ -1,0 +1,68 @@
+// Activation-aware weight quantization (AWQ, Lin et al. 2023), the compiler's part:
+//
+//   1. CollectActivations runs the f32 plan of the model on a calibration text with the real
+//      runtime (llmrt's Model, the CPU backend's matmul observer) and keeps, per matmul weight
+//      tensor, up to kMaxCalibrationRows of its input rows;
+//   2. SearchScales finds per-input-channel scales s = mean|x|^alpha / mean|w~|^(1 - alpha)
+//      (w~: weights relative to their group's maximum, AutoAWQ's "duo scaling"; s normalised so
+//      that max(s) * min(s) = 1), alpha from a grid over [0, 1], minimising
+//      || X W^T - (X / s) Q(W diag(s))^T ||^2 over those rows. s = 1 (plain round-to-nearest)
+//      is always a candidate, so the chosen scales never do worse than RTN on those rows;
+//   3. the caller folds 1 / s into the op that produces X (compiler/pipeline/awq_rewrite.h), so
+//      the plan and the runtime never see s.
+//
+// Thread-safety: pure functions, apart from CollectActivations which loads a plan.
+#ifndef LLMC_COMPILER_QUANT_AWQ_H_
+#define LLMC_COMPILER_QUANT_AWQ_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "compiler/quant/quantize.h"
+
+namespace llmc::quant {
+
+// 256 rows: enough for stable per-channel means (the AWQ paper uses 128 sequences of 512
+// tokens on 7B+ models, but finds results saturate early); the search's cost grows linearly
+// with it (rows x weights x grid points).
+inline constexpr int64_t kMaxCalibrationRows = 256;
+// alpha in {0, 0.1, ..., 1}: the AWQ paper's grid is 20 points; 11 loses < 1% of the gain on
+// the models we measured and halves the search time.
+inline constexpr int kAlphaGridPoints = 11;
+
+// The built-in calibration text (a few paragraphs of plain English, compiled in).
+const char* DefaultCalibrationText();
+
+struct Activations {
+  int64_t width = 0;
+  int64_t num_rows = 0;
+  std::vector<float> rows;  // [num_rows, width]
+};
+
+// Runs `float_plan_path` over `text` (tokenized by the plan's tokenizer, truncated to the
+// plan's context) and returns, per plan tensor name of each MATMUL op's first weight, the
+// op's input rows (evenly subsampled down to kMaxCalibrationRows).
+absl::StatusOr<std::map<std::string, Activations>> CollectActivations(
+    const std::string& float_plan_path, const std::string& text);
+
+struct AwqScales {
+  std::vector<float> scales;  // [cols]; divide X by it, multiply W's columns by it
+  double alpha = 0;
+  double loss = 0;      // squared output error with these scales
+  double rtn_loss = 0;  // the same with s = 1 (plain round-to-nearest)
+};
+
+// `weights` [rows, cols] f32; `activations` of width cols. `tie_groups`, when not empty, maps
+// each column to a group whose columns must share one scale (the o_proj inputs of query heads
+// that read the same kv head: their 1/s is folded into one v_proj row).
+absl::StatusOr<AwqScales> SearchScales(absl::Span<const float> weights, int64_t rows, int64_t cols,
+                                       const Activations& activations, const QuantFormat& format,
+                                       absl::Span<const int32_t> tie_groups);
+
+}  // namespace llmc::quant
+
+#endif  // LLMC_COMPILER_QUANT_AWQ_H_

@@ -1,0 +1,70 @@
+// Weight quantizers for plan.proto's Quantization encodings (I8 / I4 codes, F16 scales, U8 zero
+// points), and the matching dequantizer.
+//
+// Round-to-nearest with a per-group clipping search: for each group of `group_size` columns of
+// one row, a few candidate ranges are tried (the full range, and ranges shrunk by 2.5% steps down
+// to 80%, plus for symmetric int4 the llama.cpp Q4_0 choice that maps the largest-magnitude value
+// to code -8) and the one with the least squared error of the dequantized group wins. Clipping a
+// few outliers lets the other values use finer steps: on Gaussian-like weights the best int4
+// range is ~85-90% of the absolute maximum. Every error is computed with the scale rounded to
+// f16, exactly as the runtime will read it.
+//
+// Thread-safety: pure functions.
+#ifndef LLMC_COMPILER_QUANT_QUANTIZE_H_
+#define LLMC_COMPILER_QUANT_QUANTIZE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace llmc::quant {
+
+struct QuantFormat {
+  int bits = 8;             // 8 (I8) or 4 (I4)
+  int64_t group_size = 0;   // input columns per scale; == cols: one scale per output channel
+  bool asymmetric = false;  // I4 only: a U8 zero point per group
+
+  std::string ToString() const;  // "int4 g32 asymmetric"
+};
+
+// A quantized [rows, cols] matrix in the plan's layout (plan.proto, message Quantization).
+struct QuantizedMatrix {
+  QuantFormat format;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  // I8: rows * cols int8 codes (as bytes); I4: rows * cols / 2 bytes, each run of 32 columns
+  // packed into 16 bytes (low nibble: column b, high nibble: column 16 + b).
+  std::vector<uint8_t> codes;
+  std::vector<uint16_t> scales;      // f16 bits, [rows, cols / group_size]
+  std::vector<uint8_t> zero_points;  // asymmetric only, [rows, cols / group_size], 0..15
+  // Empty, or [cols]: stored column c multiplies input element input_permutation[c].
+  std::vector<int32_t> input_permutation;
+
+  int64_t groups_per_row() const { return cols / format.group_size; }
+  // The code of (row, stored column): I8 in [-127, 127], I4 in [0, 15].
+  int Code(int64_t row, int64_t column) const;
+};
+
+// Checks that `format` can encode a matrix of `cols` columns (bits 4/8, group size dividing
+// cols, I4 and grouped I8 multiples of 32, asymmetric only for I4); the message names `what`.
+absl::Status CheckFormat(const QuantFormat& format, int64_t cols, const std::string& what);
+
+// Quantizes `weights` ([rows, cols] f32, row-major) by round-to-nearest with the clipping
+// search described above.
+absl::StatusOr<QuantizedMatrix> QuantizeMatrix(absl::Span<const float> weights, int64_t rows,
+                                               int64_t cols, const QuantFormat& format);
+
+// The f32 weights the codes stand for, [rows, cols] in ORIGINAL column order (an input
+// permutation is undone), i.e. what x * W^T multiplies.
+std::vector<float> DequantizeMatrix(const QuantizedMatrix& matrix);
+
+// Stores I4 codes (one per column, 0..15) of one row in the packed layout; `cols` is a multiple
+// of 32. Shared by the quantizer and the GPTQ/AWQ importers.
+void PackI4Row(const uint8_t* codes, int64_t cols, uint8_t* packed);
+
+}  // namespace llmc::quant
+
+#endif  // LLMC_COMPILER_QUANT_QUANTIZE_H_

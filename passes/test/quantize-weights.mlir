@@ -1,0 +1,57 @@
+// RUN: llmc-opt --llm-quantize-weights="bits=4 group-size=32 scheme=asymmetric" --llm-tile-cpu --split-input-file %s 2>&1 | FileCheck %s
+// RUN: llmc-opt --llm-quantize-weights="bits=8 keep-float=down_proj quantize-lm-head=true" --split-input-file --verify-diagnostics %s | FileCheck %s --check-prefix=INT8
+// RUN: not llmc-opt --llm-quantize-weights="bits=4" --split-input-file %s 2>&1 | FileCheck %s --check-prefix=NOGROUP
+// RUN: not llmc-opt --llm-quantize-weights="bits=8 scheme=asymmetric" --split-input-file %s 2>&1 | FileCheck %s --check-prefix=ASYM8
+
+// int4 g32: the fused q/k/v and the 64-column o_proj are quantized and stay row-major for
+// --llm-tile-cpu; the 48-column down_proj cannot be grouped by 32 and stays float (panelled);
+// the lm_head stays float by default.
+// (The remark is printed before the module.)
+// CHECK: remark: stays float: 48 input columns are not a multiple of 32
+// CHECK-LABEL: func.func @untied
+// CHECK: llm.matmul %{{.*}} {llm.cpu_tile = {layout = "row_major"}, llm.quant = {bits = 4 : i64, group_size = 32 : i64, method = "rtn", scheme = "asymmetric"}, weights = [@l.q_proj, @l.k_proj, @l.v_proj]}
+// CHECK: llm.matmul %{{.*}} {llm.cpu_tile = {layout = "row_major"}, llm.quant = {bits = 4 : i64, group_size = 32 : i64, method = "rtn", scheme = "asymmetric"}, weights = [@l.o_proj]}
+// CHECK: llm.matmul %{{.*}} {llm.cpu_tile = {layout = "row_major"}, llm.quant = {bits = 4 : i64, group_size = 32 : i64, method = "rtn", scheme = "asymmetric"}, weights = [@l.up_proj]}
+// CHECK: llm.matmul %{{.*}} {llm.cpu_tile = {layout = "row_panels", panel_rows = 16 : i64}, weights = [@l.down_proj]}
+// CHECK: llm.logits %{{.*}} {llm.cpu_tile = {layout = "row_panels", panel_rows = 16 : i64}, weight = @head}
+
+// int8 per channel (group_size = cols, any width): keep-float keeps down_proj, and
+// quantize-lm-head takes the lm_head too.
+// INT8-LABEL: func.func @untied
+// INT8: llm.matmul %{{.*}} {llm.quant = {bits = 8 : i64, group_size = 64 : i64, method = "rtn", scheme = "symmetric"}, weights = [@l.q_proj, @l.k_proj, @l.v_proj]}
+// INT8: llm.matmul %{{.*}} {llm.quant = {bits = 8 : i64, group_size = 64 : i64, method = "rtn", scheme = "symmetric"}, weights = [@l.o_proj]}
+// INT8: llm.matmul %{{.*}} {llm.quant = {bits = 8 : i64, group_size = 64 : i64, method = "rtn", scheme = "symmetric"}, weights = [@l.up_proj]}
+// INT8: llm.matmul %{{.*}} {weights = [@l.down_proj]}
+// INT8: llm.logits %{{.*}} {llm.quant = {bits = 8 : i64, group_size = 64 : i64, method = "rtn", scheme = "symmetric"}, weight = @head}
+
+// NOGROUP: int4 needs a group-size (32, 64 or 128)
+// ASYM8: the asymmetric scheme (zero points) is int4 only
+llm.param @table : tensor<96x64xf32>
+llm.param @l.q_proj : tensor<64x64xf32>
+llm.param @l.k_proj : tensor<32x64xf32>
+llm.param @l.v_proj : tensor<32x64xf32>
+llm.param @l.o_proj : tensor<64x64xf32>
+llm.param @l.up_proj : tensor<48x64xf32>
+llm.param @l.down_proj : tensor<64x48xf32>
+llm.param @head : tensor<96x64xf32>
+func.func @untied(%t: tensor<?xi32>, %pos: tensor<?xi32>) -> tensor<?x96xf32> {
+  %x = llm.embed %t {table = @table} : tensor<?xi32> -> tensor<?x64xf32>
+  %qkv:3 = llm.matmul %x {weights = [@l.q_proj, @l.k_proj, @l.v_proj]} : tensor<?x64xf32> -> tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
+  %o = llm.matmul %qkv#0 {weights = [@l.o_proj]} : tensor<?x64xf32> -> tensor<?x64xf32>
+  %s = llm.add %o, %x : tensor<?x64xf32>
+  %h = llm.matmul %s {weights = [@l.up_proj]} : tensor<?x64xf32> -> tensor<?x48xf32>
+  %d = llm.matmul %h {weights = [@l.down_proj]} : tensor<?x48xf32> -> tensor<?x64xf32>
+  %l = llm.logits %d {weight = @head} : tensor<?x64xf32> -> tensor<?x96xf32>
+  return %l : tensor<?x96xf32>
+}
+
+// -----
+
+// A tied lm_head is the embedding table: asking to quantize it is an error, not a silent no-op.
+llm.param @table : tensor<96x64xf32>
+func.func @tied(%t: tensor<?xi32>, %pos: tensor<?xi32>) -> tensor<?x96xf32> {
+  %x = llm.embed %t {table = @table} : tensor<?xi32> -> tensor<?x64xf32>
+  // expected-error @+1 {{quantize-lm-head: the lm_head is tied to the embedding table @table, which stays float}}
+  %l = llm.logits %x {weight = @table} : tensor<?x64xf32> -> tensor<?x96xf32>
+  return %l : tensor<?x96xf32>
+}

@@ -1,0 +1,65 @@
+// Matmul over quantized weights (dtype I8 / I4, plan.proto Quantization): x [M, K] f32 times
+// w [N, K]^T, where w = (code - zero) * scale per group of columns.
+//
+// Decode is bound by weight bytes, so the weights are never widened to f32. Instead each
+// activation row is quantized once per op to int8 per block of kQuantBlock = 32 columns with
+// one f32 scale per block (d = max|x| / 127, q = round-to-nearest-even(x * 127 / max|x|)), in
+// stored-column order when the matrix has an input permutation. Each (weight row, 32-column
+// block) then contributes
+//   weight_scale[row, group] * d[block] * isum,  isum = sum_c (code_c - zero) * q_c,
+// where isum is an exact int32 (|code - zero| <= 128 and |q| <= 127: 32 products fit easily).
+// On AVX2 (and AVX-512 targets, which run the same 256-bit code) isum comes from
+// _mm256_maddubs_epi16 over |w| and sign(q, w) (the u8 x s8 instruction made s8 x s8: pairs
+// sum to at most 2 * 128 * 127 = 32512, below the int16 saturation at 32767) and
+// _mm256_madd_epi16; other targets run the portable scalar loop, which is the reference. The
+// integer sums are identical on every target; only the order of the f32 accumulation differs
+// (relative differences ~1e-7 of the sum of the terms' magnitudes).
+//
+// Several activation rows (prefill, batched decode) share each pass over a weight row, so a
+// weight block is loaded and unpacked once per up to kQuantTokenTile rows; threads split the
+// weight rows in static chunks, so each weight byte is read from memory once per matmul.
+//
+// Thread-safety: like kernels.h (pure apart from outputs and scratch; one call per pool).
+#ifndef LLMRT_BACKEND_CPU_QUANT_MATMUL_H_
+#define LLMRT_BACKEND_CPU_QUANT_MATMUL_H_
+
+#include <cstdint>
+
+#include "runtime/backend/cpu/kernels.h"
+
+namespace llmrt::cpu {
+
+// Columns per activation block: one AVX2 vector of int8, and the I4 nibble-packing run.
+inline constexpr int64_t kQuantBlock = 32;
+
+// Whether `dtype` is a quantized matrix dtype these kernels read (I8, I4).
+bool IsQuantizedMatrix(plan::DType dtype);
+
+// Bytes of the codes of a [rows, cols] I8 (rows * cols) or I4 (rows * cols / 2) matrix.
+int64_t QuantizedMatrixBytes(plan::DType dtype, int64_t rows, int64_t cols);
+
+// Scratch bytes QuantizedMatMul needs for `num_rows` activation rows of `cols` columns: int8
+// codes padded to whole blocks plus one f32 scale per block. Size it at load for the largest
+// step (max tokens x largest K) so a step never allocates.
+int64_t QuantizedActivationBytes(int64_t num_rows, int64_t cols);
+
+// One activation row quantized per block of 32 (see the file comment): codes[c] is the code of
+// x[permutation[c]] (x[c] without a permutation), padded with zero codes to a whole block;
+// scales[b] = max|x| / 127 over block b (0 for an all-zero block). Identical on every target.
+void QuantizeActivationRow(const float* x, const int32_t* permutation, int64_t cols, int8_t* codes,
+                           float* scales);
+
+// out[r, n] = sum_c w(n, c) * x[input_rows[r], perm(c)] + bias[n], like MatMul (kernels.h),
+// for a quantized `w` (I8 or I4 ROW_MAJOR with scales; see MatrixView). `scratch` holds
+// QuantizedActivationBytes(num_rows, w.cols) bytes, 32-byte aligned.
+void QuantizedMatMul(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
+                     const MatrixView& w, const float* bias, const MatMulOutput* outputs,
+                     int32_t num_outputs, void* scratch);
+
+// Row `row` of a quantized `w` dequantized to f32 (cols floats) in stored-column order
+// (embedding tables have no permutation).
+void QuantizedRowToF32(const MatrixView& w, int64_t row, float* out);
+
+}  // namespace llmrt::cpu
+
+#endif  // LLMRT_BACKEND_CPU_QUANT_MATMUL_H_

@@ -1,0 +1,292 @@
+// The quantized matmul kernels against integer references written here, for every (bits,
+// scheme, group size, permutation, token count, thread count) at the dispatch target
+// LLMRT_CPU_TARGET forces (CMake registers the tests once per runnable target).
+#include "runtime/backend/cpu/quant_matmul.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "runtime/backend/cpu/dispatch.h"
+#include "runtime/backend/cpu/quant_test_util.h"
+
+namespace llmrt::cpu {
+namespace {
+
+using testing::QuantizedMatrix;
+using testing::QuantizeReference;
+
+class SelectTarget : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const absl::Status status = SelectCpuTargetFromEnvironment();
+    ASSERT_TRUE(status.ok()) << status;
+    std::printf("quantized kernels run at target %s\n", ActiveCpuTarget().c_str());
+  }
+};
+const auto* const kSelectTarget = ::testing::AddGlobalTestEnvironment(new SelectTarget);
+
+struct Scheme {
+  int bits;
+  bool asymmetric;
+  int32_t group_size;  // 0: one group per row (cols)
+};
+
+std::string Name(const Scheme& scheme, int64_t cols, bool permuted) {
+  return absl::StrFormat("i%d %s g%d cols %d%s", scheme.bits, scheme.asymmetric ? "asym" : "sym",
+                         scheme.group_size, cols, permuted ? " permuted" : "");
+}
+
+std::vector<Scheme> AllSchemes() {
+  std::vector<Scheme> schemes;
+  for (int32_t group : {32, 64, 128, 0}) {
+    schemes.push_back({8, false, group});
+    if (group != 0) {
+      schemes.push_back({4, false, group});
+      schemes.push_back({4, true, group});
+    }
+  }
+  return schemes;
+}
+
+std::vector<int32_t> Permutation(int64_t cols) {
+  std::vector<int32_t> permutation(cols);
+  for (int64_t c = 0; c < cols; ++c) permutation[c] = static_cast<int32_t>((c * 37 + 11) % cols);
+  return permutation;  // 37 is coprime with every cols used here
+}
+
+std::vector<float> Weights(int64_t rows, int64_t cols, float offset, float amplitude = 0.2f) {
+  std::vector<float> weights(rows * cols);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    weights[i] = std::sin(0.71f * static_cast<float>(i) + 0.3f) * amplitude + offset;
+  }
+  return weights;
+}
+
+// Each 32-column block (in stored order: x[permutation[c]] for stored column c) has largest
+// magnitude 127 * 2^-e (e = row % 4), so its activation scale is exactly 2^-e and every code
+// an exact integer.
+std::vector<float> PowerOfTwoActivations(int64_t rows, int64_t cols,
+                                         const std::vector<int32_t>& permutation) {
+  std::vector<float> x(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float unit = std::ldexp(1.0f, -static_cast<int>(r % 4));
+    for (int64_t c = 0; c < cols; ++c) {
+      const int level = static_cast<int>((r * 131 + c * 17) % 255) - 127;
+      const int64_t source = permutation.empty() ? c : permutation[c];
+      x[r * cols + source] = static_cast<float>(c % 32 == 5 ? 127 : level) * unit;
+    }
+  }
+  return x;
+}
+
+std::vector<float> RandomActivations(int64_t rows, int64_t cols) {
+  std::vector<float> x(rows * cols);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.37f * static_cast<float>(i)) * 2.5f;
+  return x;
+}
+
+// Reference result in double from the matrix's integer weights and the activation codes of
+// QuantizeActivationRow; `magnitude` receives sum |term| for a relative tolerance.
+double ReferenceDot(const QuantizedMatrix& q, int64_t row, const std::vector<int8_t>& codes,
+                    const std::vector<float>& scales, double* magnitude) {
+  const int64_t groups = q.cols / q.group_size;
+  double sum = 0;
+  *magnitude = 0;
+  for (int64_t block = 0; block * 32 < q.cols; ++block) {
+    int64_t isum = 0;
+    for (int64_t c = block * 32; c < std::min<int64_t>(q.cols, block * 32 + 32); ++c) {
+      isum += static_cast<int64_t>(q.centered[row * q.cols + c]) * codes[c];
+    }
+    const float weight_scale = plan::F16ToF32(q.scales[row * groups + block * 32 / q.group_size]);
+    const double term = static_cast<double>(weight_scale * scales[block]) * isum;
+    sum += term;
+    *magnitude += std::fabs(term);
+  }
+  return sum;
+}
+
+// power_of_two: weight scales 2^-3 and activation scales 2^-e, so every f32 product and sum is
+// exact while |result| < 2^24 * 2^-6: weights of amplitude 4 (I8 codes up to 32) over 256
+// columns reach at most 8 blocks x 32 x 32 x 127 x 8 = 8.3M units of 2^-6; `amplitude` 100
+// saturates every code (I8 +-127, I4 0 / 15: the int16 pair sums' worst case) over 64 columns.
+void CheckScheme(const Scheme& scheme, int64_t out_rows, int64_t cols, bool permuted,
+                 bool power_of_two, float amplitude = 4.0f) {
+  const int32_t group = scheme.group_size == 0 ? static_cast<int32_t>(cols) : scheme.group_size;
+  const QuantizedMatrix q = QuantizeReference(
+      Weights(out_rows, cols, scheme.asymmetric ? 0.05f : 0.0f, power_of_two ? amplitude : 0.2f),
+      out_rows, cols, scheme.bits, scheme.asymmetric, group,
+      permuted ? Permutation(cols) : std::vector<int32_t>{},
+      power_of_two ? std::ldexp(1.0f, -3) : 0.0f);
+  const MatrixView w = q.View();
+  const std::string name = Name(scheme, cols, permuted);
+  for (int64_t tokens : {1, 3, 17}) {
+    const std::vector<float> x = power_of_two ? PowerOfTwoActivations(tokens, cols, q.permutation)
+                                              : RandomActivations(tokens, cols);
+    std::vector<float> bias(out_rows);
+    for (int64_t n = 0; n < out_rows; ++n) bias[n] = power_of_two ? 0.0f : 0.01f * n;
+    for (int32_t threads : {1, 2}) {
+      ThreadPool pool(threads);
+      // Two destinations, split at an odd column, as a fused matmul writes them.
+      const int64_t split = out_rows / 2 + 1;
+      std::vector<float> first(tokens * split), second(tokens * (out_rows - split));
+      const MatMulOutput outputs[2] = {{first.data(), 0, split},
+                                       {second.data(), split, out_rows - split}};
+      std::vector<uint8_t> scratch(QuantizedActivationBytes(tokens, cols) + 32);
+      void* aligned = scratch.data() + (32 - reinterpret_cast<uintptr_t>(scratch.data()) % 32) % 32;
+      QuantizedMatMul(pool, x.data(), tokens, nullptr, w, bias.data(), outputs, 2, aligned);
+      const int64_t padded = (cols + 31) / 32 * 32;
+      std::vector<int8_t> codes(padded);
+      std::vector<float> scales(padded / 32);
+      for (int64_t t = 0; t < tokens; ++t) {
+        QuantizeActivationRow(x.data() + t * cols, w.input_permutation, cols, codes.data(),
+                              scales.data());
+        for (int64_t n = 0; n < out_rows; ++n) {
+          double magnitude = 0;
+          const double expected = ReferenceDot(q, n, codes, scales, &magnitude) + bias[n];
+          const float actual =
+              n < split ? first[t * split + n] : second[t * (out_rows - split) + n - split];
+          if (power_of_two) {
+            // Every term is an integer multiple of 2^-6 below 2^24 of them: f32 is exact.
+            ASSERT_EQ(actual, expected) << name << " tokens " << tokens << " threads " << threads
+                                        << " token " << t << " row " << n;
+          } else {
+            ASSERT_NEAR(actual, expected, 1e-5 * magnitude + 1e-6)
+                << name << " tokens " << tokens << " threads " << threads << " token " << t
+                << " row " << n;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantMatMulTest, IntegerSumsAreExactForEveryScheme) {
+  for (const Scheme& scheme : AllSchemes()) {
+    for (bool permuted : {false, true}) CheckScheme(scheme, 37, 256, permuted, true);
+  }
+  // One scale per row over a K that is no multiple of 32 (I8 only): a partial last block.
+  CheckScheme({8, false, 0}, 37, 172, false, true);
+  CheckScheme({8, false, 0}, 37, 172, true, true);
+  for (const Scheme& scheme : {Scheme{8, false, 32}, Scheme{4, false, 32}, Scheme{4, true, 64}}) {
+    CheckScheme(scheme, 9, 64, false, true, /*amplitude=*/100.0f);
+  }
+}
+
+TEST(QuantMatMulTest, RandomScalesMatchReferenceWithinF32Rounding) {
+  for (const Scheme& scheme : AllSchemes()) {
+    for (bool permuted : {false, true}) CheckScheme(scheme, 37, 384, permuted, false);
+  }
+  CheckScheme({8, false, 0}, 21, 172, true, false);
+}
+
+// The activation quantizer follows its definition: per 32 columns, scale max|x| / 127 and
+// codes round-to-nearest-even(x * 127 / max|x|), permuted order, zero padding.
+TEST(QuantMatMulTest, ActivationQuantizerFollowsDefinition) {
+  const int64_t cols = 70;  // two full blocks and a partial one
+  std::vector<float> x(cols);
+  for (int64_t c = 0; c < cols; ++c) x[c] = std::sin(0.9f * c) * (c < 32 ? 3.0f : 0.01f);
+  x[40] = 0.0f;
+  const std::vector<int32_t> permutation = Permutation(cols);
+  std::vector<int8_t> codes(96, 99);
+  std::vector<float> scales(3);
+  QuantizeActivationRow(x.data(), permutation.data(), cols, codes.data(), scales.data());
+  for (int64_t block = 0; block < 3; ++block) {
+    float max_magnitude = 0;
+    for (int64_t c = block * 32; c < std::min<int64_t>(cols, block * 32 + 32); ++c) {
+      max_magnitude = std::max(max_magnitude, std::fabs(x[permutation[c]]));
+    }
+    EXPECT_EQ(scales[block], max_magnitude / 127.0f);
+    for (int64_t c = block * 32; c < block * 32 + 32; ++c) {
+      const float value = c < cols ? x[permutation[c]] : 0.0f;
+      const int expected = static_cast<int>(std::nearbyint(value * (127.0f / max_magnitude)));
+      EXPECT_EQ(codes[c], expected) << "column " << c;
+      EXPECT_LE(std::abs(codes[c]), 127);
+    }
+  }
+  std::vector<float> zeros(32, 0.0f);
+  QuantizeActivationRow(zeros.data(), nullptr, 32, codes.data(), scales.data());
+  EXPECT_EQ(scales[0], 0.0f);
+  for (int c = 0; c < 32; ++c) EXPECT_EQ(codes[c], 0);
+}
+
+// A token's result must not depend on how many tokens share its step (kernels.h: the engine
+// batches freely and a sequence gives the same logits alone or batched, to the bit).
+TEST(QuantMatMulTest, BatchInvariant) {
+  for (const Scheme& scheme : {Scheme{8, false, 64}, Scheme{4, true, 32}, Scheme{4, false, 128}}) {
+    const int64_t rows = 19, cols = 256;
+    const QuantizedMatrix q = QuantizeReference(Weights(rows, cols, 0.0f), rows, cols, scheme.bits,
+                                                scheme.asymmetric, scheme.group_size, {});
+    const std::vector<float> x = RandomActivations(11, cols);
+    ThreadPool pool(2);
+    alignas(32) static uint8_t scratch[64 * 1024];
+    std::vector<float> batched(11 * rows);
+    const MatMulOutput all{batched.data(), 0, rows};
+    QuantizedMatMul(pool, x.data(), 11, nullptr, q.View(), nullptr, &all, 1, scratch);
+    for (int32_t token = 0; token < 11; ++token) {
+      std::vector<float> alone(rows);
+      const MatMulOutput one{alone.data(), 0, rows};
+      QuantizedMatMul(pool, x.data(), 1, &token, q.View(), nullptr, &one, 1, scratch);
+      for (int64_t n = 0; n < rows; ++n) {
+        ASSERT_EQ(alone[n], batched[token * rows + n]) << Name(scheme, cols, false);
+      }
+    }
+  }
+}
+
+// Against the f32 matmul of the dequantized weights the only error is the activations'
+// rounding: each element moves by at most half a step, scale / 2, so output n moves by at most
+// sum_c |w[n, c]| * scale(block of c) / 2 (plus f32 rounding of the sums).
+TEST(QuantMatMulTest, ActivationErrorIsWithinHalfAStep) {
+  for (const Scheme& scheme : AllSchemes()) {
+    const int64_t rows = 23, cols = 256, tokens = 3;
+    const int32_t group = scheme.group_size == 0 ? cols : scheme.group_size;
+    const QuantizedMatrix q = QuantizeReference(Weights(rows, cols, 0.01f), rows, cols, scheme.bits,
+                                                scheme.asymmetric, group, Permutation(cols));
+    const std::vector<float> x = RandomActivations(tokens, cols);
+    ThreadPool pool(1);
+    alignas(32) static uint8_t scratch[16 * 1024];
+    std::vector<float> out(tokens * rows);
+    const MatMulOutput all{out.data(), 0, rows};
+    QuantizedMatMul(pool, x.data(), tokens, nullptr, q.View(), nullptr, &all, 1, scratch);
+    std::vector<int8_t> codes(cols);
+    std::vector<float> scales(cols / 32);
+    for (int64_t t = 0; t < tokens; ++t) {
+      QuantizeActivationRow(x.data() + t * cols, q.permutation.data(), cols, codes.data(),
+                            scales.data());
+      for (int64_t n = 0; n < rows; ++n) {
+        double exact = 0, bound = 0, magnitude = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          const double w = q.dequantized[n * cols + c];
+          exact += w * x[t * cols + q.permutation[c]];
+          bound += std::fabs(w) * scales[c / 32] / 2;
+          magnitude += std::fabs(w * x[t * cols + q.permutation[c]]);
+        }
+        EXPECT_LE(std::fabs(out[t * rows + n] - exact), bound + 1e-6 * magnitude)
+            << Name(scheme, cols, true) << " token " << t << " row " << n;
+      }
+    }
+  }
+}
+
+TEST(QuantMatMulTest, RowToF32MatchesReferenceDequantization) {
+  for (const Scheme& scheme : AllSchemes()) {
+    const int64_t rows = 5, cols = 128;
+    const int32_t group = scheme.group_size == 0 ? cols : scheme.group_size;
+    const QuantizedMatrix q = QuantizeReference(Weights(rows, cols, 0.02f), rows, cols, scheme.bits,
+                                                scheme.asymmetric, group, {});
+    std::vector<float> row(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      QuantizedRowToF32(q.View(), r, row.data());
+      for (int64_t c = 0; c < cols; ++c) {
+        ASSERT_EQ(row[c], q.dequantized[r * cols + c]) << Name(scheme, cols, false);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace llmrt::cpu

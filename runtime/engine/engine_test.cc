@@ -1,0 +1,173 @@
+// Engine unit tests over a tiny in-memory Llama (no compiler, no plan file): a batch of 16
+// greedy requests that really share one decode step gives what each gives alone, and the
+// figures /metrics is built from (queue time, decode steps, bytes, sequences) are exact.
+// tests/e2e/engine_test.cc runs the same exactness check on compiled plans.
+#include "runtime/engine/engine.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/backend/testing/tiny_llama.h"
+#include "runtime/engine/model.h"
+
+namespace llmrt::engine {
+namespace {
+
+using ::llmrt::testing::BuildTinyLlama;
+using ::llmrt::testing::TinyLlama;
+
+constexpr int32_t kVocab = 40;  // TinyLlamaOptions' default
+
+struct Result {
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::kNone;
+  double queue_seconds = -2;  // from the finishing output
+  int32_t finished_outputs = 0;
+};
+
+class EngineStepTest : public ::testing::Test {
+ protected:
+  void SetUp() override { tiny_ = BuildTinyLlama({}); }
+
+  // A fresh model (empty prefix cache) and engine. 64 tokens per step: 16 sequences decode in
+  // one step with room to spare.
+  void Reset(int32_t max_seqs = 0) {
+    engine_.reset();
+    ModelOptions options;
+    options.max_tokens_per_step = 64;
+    options.kv_block_size = 4;
+    options.kv_cache_tokens = 1024;
+    absl::StatusOr<std::unique_ptr<Model>> model =
+        Model::Create(tiny_.meta, tiny_.Lookup(), options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+    EngineOptions engine_options;
+    engine_options.max_seqs = max_seqs;
+    engine_options.eos_token_ids = {kVocab + 1};  // never sampled: runs to max_tokens
+    engine_ = std::make_unique<Engine>(*model_, nullptr, engine_options);
+    results_.clear();
+  }
+
+  RequestId Submit(std::vector<int32_t> prompt, int64_t max_tokens) {
+    GenerationRequest request;
+    request.prompt_ids = std::move(prompt);
+    request.sampling.temperature = 0.0;
+    request.max_tokens = max_tokens;
+    request.on_output = [this](const RequestOutput& output) {
+      Result& result = results_[output.request_id];
+      for (const TokenOutput& token : output.tokens) result.tokens.push_back(token.token);
+      if (output.finished) {
+        result.reason = output.finish_reason;
+        result.queue_seconds = output.queue_seconds;
+        ++result.finished_outputs;
+      }
+    };
+    absl::StatusOr<RequestId> id = engine_->Submit(std::move(request));
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.ok() ? *id : 0;
+  }
+
+  static std::vector<int32_t> Prompt(int32_t index) {
+    std::vector<int32_t> prompt;
+    for (int32_t t = 0; t < 2 + index % 5; ++t) prompt.push_back((7 * t + 13 * index + 1) % kVocab);
+    return prompt;
+  }
+
+  TinyLlama tiny_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Engine> engine_;
+  std::map<RequestId, Result> results_;
+};
+
+TEST_F(EngineStepTest, SixteenGreedyRequestsInOneDecodeStepMatchEachAlone) {
+  constexpr int kRequests = 16;
+  constexpr int64_t kMaxTokens = 12;
+  std::vector<std::vector<int32_t>> alone;
+  for (int index = 0; index < kRequests; ++index) {
+    Reset();  // nothing cached from the others
+    const RequestId id = Submit(Prompt(index), kMaxTokens);
+    ASSERT_TRUE(engine_->RunUntilIdle().ok());
+    alone.push_back(results_[id].tokens);
+    ASSERT_EQ(alone.back().size(), static_cast<size_t>(kMaxTokens));
+  }
+
+  Reset();
+  std::vector<RequestId> ids;
+  for (int index = 0; index < kRequests; ++index) ids.push_back(Submit(Prompt(index), kMaxTokens));
+  // Step by hand to see each step's decode batch.
+  int64_t largest_decode_batch = 0;
+  while (engine_->HasWork()) {
+    const EngineStats before = engine_->GetStats();
+    absl::StatusOr<bool> stepped = engine_->Step();
+    ASSERT_TRUE(stepped.ok()) << stepped.status();
+    const EngineStats after = engine_->GetStats();
+    largest_decode_batch = std::max(largest_decode_batch,
+                                    after.decode_sequences_total - before.decode_sequences_total);
+  }
+  EXPECT_EQ(largest_decode_batch, kRequests) << "the 16 requests never shared a decode step";
+  for (int index = 0; index < kRequests; ++index) {
+    EXPECT_EQ(results_[ids[index]].tokens, alone[index]) << "request " << index;
+    EXPECT_EQ(results_[ids[index]].reason, FinishReason::kLength);
+  }
+  const EngineStats stats = engine_->GetStats();
+  // One prefill step (all 16 prompts fit 64 tokens) samples each first token; the other
+  // 11 tokens come from 11 decode steps of 16 sequences.
+  EXPECT_EQ(stats.decode_steps_total, kMaxTokens - 1);
+  EXPECT_EQ(stats.decode_sequences_total, kRequests * (kMaxTokens - 1));
+  EXPECT_EQ(stats.kv_blocks_used, 0);
+}
+
+TEST_F(EngineStepTest, DecodeBytesCountWeightsOncePerStepAndEachSequencesKv) {
+  Reset();
+  constexpr int64_t kMaxTokens = 5;
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9};
+  Submit(prompt, kMaxTokens);
+  ASSERT_TRUE(engine_->RunUntilIdle().ok());
+  const EngineStats stats = engine_->GetStats();
+  // 4 decode steps; step k (1..4) writes position P + k - 1 and reads P + k positions of KV.
+  ASSERT_EQ(stats.decode_steps_total, kMaxTokens - 1);
+  const double positions = 4.0 * static_cast<double>(prompt.size()) + (1 + 2 + 3 + 4);
+  const double kv_bytes_per_token =
+      static_cast<double>(model_->kv_block_bytes()) / model_->kv_block_size();
+  const double weight_bytes = static_cast<double>(DecodeWeightBytes(model_->meta()));
+  EXPECT_GT(weight_bytes, 0);
+  EXPECT_DOUBLE_EQ(stats.decode_bytes_total, 4 * weight_bytes + positions * kv_bytes_per_token);
+  EXPECT_GT(stats.decode_seconds_total, 0);
+}
+
+TEST_F(EngineStepTest, WeightBytesCountAnUntiedEmbeddingTableAsOneRow) {
+  int64_t full = 0, embedding = 0, rows = 0;
+  for (const plan::Tensor& tensor : tiny_.meta.tensors()) {
+    full += static_cast<int64_t>(tensor.size_bytes());
+    if (tensor.name() == "model.embed_tokens.weight") {
+      embedding = static_cast<int64_t>(tensor.size_bytes());
+      rows = tensor.shape(0);
+    }
+  }
+  ASSERT_GT(rows, 0);
+  ASSERT_FALSE(tiny_.meta.config().tie_word_embeddings());
+  EXPECT_EQ(DecodeWeightBytes(tiny_.meta), full - embedding + embedding / rows);
+}
+
+TEST_F(EngineStepTest, QueueTimeIsMeasuredFromSubmitToFirstScheduledStep) {
+  Reset(/*max_seqs=*/1);  // the second request waits for the whole first one
+  const RequestId first = Submit(Prompt(1), 24);
+  const RequestId second = Submit(Prompt(2), 4);
+  ASSERT_TRUE(engine_->RunUntilIdle().ok());
+  EXPECT_GE(results_[first].queue_seconds, 0);
+  EXPECT_GT(results_[second].queue_seconds, results_[first].queue_seconds);
+  // Cancelled before any step ran it: never scheduled, no queue time.
+  const RequestId cancelled = Submit(Prompt(3), 4);
+  engine_->Cancel(cancelled);
+  ASSERT_TRUE(engine_->RunUntilIdle().ok());
+  EXPECT_EQ(results_[cancelled].reason, FinishReason::kCancelled);
+  EXPECT_EQ(results_[cancelled].finished_outputs, 1);
+  EXPECT_EQ(results_[cancelled].queue_seconds, -1);
+}
+
+}  // namespace
+}  // namespace llmrt::engine

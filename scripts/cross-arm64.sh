@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Cross-builds the runtime core for arm64 and runs it under qemu-aarch64:
+#   1. libllmrt (static and shared) and a small set of unit tests (plan format, tokenizer UTF-8,
+#      session files, and the CPU kernel conformance suite) with Debian's aarch64 toolchain
+#      against multiarch :arm64 libraries (scripts/install-deps.sh installs both);
+#   2. a subset of the kernel conformance suite at the Highway NEON target (LLMRT_CPU_TARGET=neon:
+#      a target the emulated CPU cannot run is an error, never a silent fallback; the toolchain
+#      file compiles NEON only, see there why not SVE);
+#   3. examples/embed_c, built for arm64 against the cross-installed package as an outside
+#      project, replying to one chat turn from a stories260K plan compiled on this (x86) machine:
+#      with HOST_BUILD_DIR (a native build with llmc and llmrt) the reply must equal the native
+#      `llmrt chat` reply token for token.
+#
+#   scripts/cross-arm64.sh [BUILD_DIR [HOST_BUILD_DIR]]     (default build-arm64, no host check)
+#
+# Exit status 77 (ctest's skip) with the reason when the toolchain, qemu or an :arm64 library is
+# missing. Runs at -j2 through ccache; see docs/embedding.md for its cost.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source_dir=$PWD
+build_dir=$(realpath -m "${1:-build-arm64}")
+host_build_dir=${2:+$(realpath -m "$2")}
+jobs=${JOBS:-2}
+
+skip() {
+  echo "cross-arm64: SKIP: $*"
+  exit 77
+}
+command -v aarch64-linux-gnu-g++ >/dev/null ||
+  skip "no aarch64-linux-gnu-g++ (apt-get install g++-aarch64-linux-gnu; scripts/install-deps.sh)"
+qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static || true)
+[ -n "$qemu" ] || skip "no qemu-aarch64 (apt-get install qemu-user)"
+for library in libabsl_status.so libprotobuf-lite.so libhwy.so libpcre2-8.so libxxhash.so \
+  libicuuc.so libgtest.a libgmock.a; do
+  [ -e /usr/lib/aarch64-linux-gnu/$library ] ||
+    skip "no arm64 $library (dpkg --add-architecture arm64; scripts/install-deps.sh)"
+done
+
+start=$(date +%s)
+mkdir -p "$build_dir"
+cmake -S "$source_dir" -B "$build_dir" -G Ninja \
+  -DCMAKE_TOOLCHAIN_FILE="$source_dir/cmake/toolchains/aarch64-linux-gnu.cmake" \
+  -DLLMRT_CORE_ONLY=ON -DCMAKE_BUILD_TYPE=Release >"$build_dir/cross-configure.log" 2>&1 ||
+  { cat "$build_dir/cross-configure.log"; exit 1; }
+# Not llmrt_plan_dtype_test: its reference conversion uses _Float16, which g++ 12 has in C++
+# only on x86.
+tests=(llmrt_plan_test llmrt_tokenizer_utf8_test
+  llmrt_capi_session_file_test llmrt_backend_cpu_test)
+ninja -C "$build_dir" -j "$jobs" llmrt_static llmrt_shared "${tests[@]}" >"$build_dir/cross-build.log" 2>&1 ||
+  { tail -50 "$build_dir/cross-build.log"; exit 1; }
+built=$(date +%s)
+file -L "$build_dir/runtime/capi/libllmrt.so" | grep -q "ARM aarch64" ||
+  { echo "cross-arm64: libllmrt.so is not an arm64 library"; exit 1; }
+
+run() { "$qemu" -L /usr/aarch64-linux-gnu "$@"; }
+# The kernel conformance cases that finish in seconds under qemu. Left out: the packed-matmul
+# shape sweep, the thread-count sweep, several sequences per step and the attention
+# online-softmax case, which each ran past 100 s under qemu-user (the thread pool spins between
+# ops, and emulated spinning is slow).
+cpu_filter=CpuBackendTest.WholeSequenceMatchesReference:CpuBackendTest.ChunkedPrefillAndDecodeMatchWholeSequence
+cpu_filter+=:CpuBackendOpTest.RopeAtLargePositionsForEveryScaling:CpuBackendTest.SupportsQuery
+cpu_filter+=:CpuBackendOpTest.FusedMatMulSplitsColumnsInOrderForEveryDtype
+cpu_filter+=:CpuBackendOpTest.ElementwiseAndNorms
+for test in "${tests[@]}"; do
+  binary=$(find "$build_dir" -name "$test" -type f -perm -u+x | head -1)
+  log=$build_dir/$test.log
+  if [ "$test" = llmrt_backend_cpu_test ]; then
+    # LLMRT_CPU_TARGET=neon fails the test if NEON cannot run, rather than falling back.
+    LLMRT_CPU_TARGET=neon run "$binary" --gtest_brief=1 --gtest_filter="$cpu_filter" >"$log" 2>&1 ||
+      { tail -40 "$log"; exit 1; }
+    echo "cross-arm64: $test (LLMRT_CPU_TARGET=neon): $(grep -E '^\[  PASSED  \]' "$log")"
+  else
+    run "$binary" --gtest_brief=1 >"$log" 2>&1 || { tail -40 "$log"; exit 1; }
+    echo "cross-arm64: $test: $(grep -E '^\[  PASSED  \]' "$log")"
+  fi
+done
+tested=$(date +%s)
+
+# The example, as an outside project, against the arm64 package installed to a prefix.
+prefix=$build_dir/prefix
+cmake --install "$build_dir" --prefix "$prefix" --component llmrt >/dev/null
+cmake -S "$source_dir/examples/embed_c" -B "$build_dir/embed_c" -G Ninja \
+  -DCMAKE_TOOLCHAIN_FILE="$source_dir/cmake/toolchains/aarch64-linux-gnu.cmake" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_ROOT_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release >"$build_dir/embed_c.log" 2>&1 || { cat "$build_dir/embed_c.log"; exit 1; }
+cmake --build "$build_dir/embed_c" >>"$build_dir/embed_c.log" 2>&1 ||
+  { cat "$build_dir/embed_c.log"; exit 1; }
+file -L "$build_dir/embed_c/embed_c" | grep -q "ARM aarch64" ||
+  { echo "cross-arm64: embed_c is not an arm64 program"; exit 1; }
+
+if [ -n "$host_build_dir" ]; then
+  plan=$build_dir/stories_chat.plan
+  "$host_build_dir/bin/llmc" compile tests/data/stories260K -o "$plan" --quiet \
+    --chat-template tests/data/chatml_test.jinja
+  message="Once upon a time"
+  expected=$(printf '%s\n' "$message" | "$host_build_dir/bin/llmrt" chat "$plan" -n 40 2>/dev/null)
+  actual=$(printf '%s\n' "$message" |
+    LD_LIBRARY_PATH="$prefix/lib" run "$build_dir/embed_c/embed_c" "$plan" 40)
+  if [ "$actual" != "$expected" ]; then
+    echo "cross-arm64: FAIL: embed_c on arm64 replied"; echo "$actual"
+    echo "llmrt chat on this machine replied"; echo "$expected"
+    exit 1
+  fi
+  echo "cross-arm64: embed_c (arm64, x86-compiled plan) equals llmrt chat: $actual"
+fi
+end=$(date +%s)
+echo "cross-arm64: OK: build $((built - start)) s, tests $((tested - built)) s," \
+  "example $((end - tested)) s"

@@ -1,0 +1,171 @@
+#include "tests/quant/accuracy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/engine/model.h"
+#include "runtime/plan/dtype.h"
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace llmc::quant_testing {
+namespace {
+
+absl::StatusOr<std::unique_ptr<llmrt::engine::Model>> LoadPlan(const std::string& plan_path) {
+  llmrt::engine::ModelOptions options;
+  options.verify = true;
+  options.kv_cache_tokens = 1024;
+  return llmrt::engine::Model::Load(plan_path, options);
+}
+
+// log-softmax of one row, in double so KL sums of ~1e-4 stay exact enough.
+std::vector<double> LogSoftmax(const float* logits, int64_t vocab_size) {
+  const float max_logit = *std::max_element(logits, logits + vocab_size);
+  double sum = 0;
+  for (int64_t i = 0; i < vocab_size; ++i)
+    sum += std::exp(static_cast<double>(logits[i]) - max_logit);
+  const double log_sum = std::log(sum) + max_logit;
+  std::vector<double> result(vocab_size);
+  for (int64_t i = 0; i < vocab_size; ++i) result[i] = logits[i] - log_sum;
+  return result;
+}
+
+}  // namespace
+
+std::vector<float> DequantizePlanTensor(const llmrt::plan::Plan& plan, int tensor_index) {
+  const llmrt::plan::Tensor& tensor = plan.meta().tensors(tensor_index);
+  const llmrt::plan::Quantization& q = tensor.quantization();
+  const int64_t rows = tensor.shape(0), cols = tensor.shape(1), groups = cols / q.group_size();
+  const uint8_t* codes = plan.blob(tensor_index);
+  const uint8_t* scales = plan.blob(q.scales());
+  const uint8_t* zeros = q.has_zero_points() ? plan.blob(q.zero_points()) : nullptr;
+  const uint8_t* permutation =
+      q.has_input_permutation() ? plan.blob(q.input_permutation()) : nullptr;
+  std::vector<float> weights(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t group = r * groups + c / q.group_size();
+      uint16_t scale_bits;
+      std::memcpy(&scale_bits, scales + 2 * group, 2);
+      int level;
+      if (tensor.dtype() == llmrt::plan::I8) {
+        level = static_cast<int8_t>(codes[r * cols + c]);
+      } else {
+        const uint8_t byte = codes[r * cols / 2 + (c / 32) * 16 + c % 16];
+        level = (c % 32 < 16 ? byte & 15 : byte >> 4) - (zeros ? zeros[group] : 8);
+      }
+      int32_t original = static_cast<int32_t>(c);
+      if (permutation) std::memcpy(&original, permutation + 4 * c, 4);
+      weights[r * cols + original] = static_cast<float>(level) * llmrt::plan::F16ToF32(scale_bits);
+    }
+  }
+  return weights;
+}
+
+absl::Status CompilePlan(const std::string& model_dir, const std::string& output_path,
+                         const std::optional<QuantizeOptions>& quantize) {
+  CompileOptions options;
+  options.model_dir = model_dir;
+  options.output_path = output_path;
+  options.weight_dtype = llmrt::plan::F32;
+  options.quantize = quantize;
+  return Compile(options, nullptr);
+}
+
+absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& plan_path,
+                                              const std::string& text) {
+  absl::StatusOr<std::unique_ptr<llmrt::engine::Model>> model = LoadPlan(plan_path);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<std::unique_ptr<llmrt::Tokenizer>> tokenizer =
+      llmrt::Tokenizer::Create((*model)->meta().tokenizer());
+  if (!tokenizer.ok()) return tokenizer.status();
+  std::vector<int32_t> tokens = (*tokenizer)->Encode(text);
+  if ((*tokenizer)->bos_id() >= 0 && (tokens.empty() || tokens.front() != (*tokenizer)->bos_id())) {
+    tokens.insert(tokens.begin(), (*tokenizer)->bos_id());
+  }
+  return tokens;
+}
+
+absl::StatusOr<std::vector<float>> TeacherForcedLogits(const std::string& plan_path,
+                                                       const std::vector<int32_t>& tokens,
+                                                       int64_t* vocab_size) {
+  absl::StatusOr<std::unique_ptr<llmrt::engine::Model>> model = LoadPlan(plan_path);
+  if (!model.ok()) return model.status();
+  *vocab_size = (*model)->vocab_size();
+  return (*model)->NewSession()->Append(tokens, /*all_logits=*/true);
+}
+
+absl::StatusOr<std::vector<int32_t>> GreedyTokens(const std::string& plan_path,
+                                                  const std::vector<int32_t>& prompt, int count) {
+  absl::StatusOr<std::unique_ptr<llmrt::engine::Model>> model = LoadPlan(plan_path);
+  if (!model.ok()) return model.status();
+  const int64_t vocab_size = (*model)->vocab_size();
+  std::unique_ptr<llmrt::engine::Session> session = (*model)->NewSession();
+  absl::StatusOr<std::vector<float>> logits = session->Append(prompt, false);
+  std::vector<int32_t> generated;
+  for (int i = 0; i < count; ++i) {
+    if (!logits.ok()) return logits.status();
+    const int32_t next = static_cast<int32_t>(
+        std::max_element(logits->begin(), logits->begin() + vocab_size) - logits->begin());
+    generated.push_back(next);
+    if (i + 1 < count) logits = session->Append({next}, false);
+  }
+  return generated;
+}
+
+double MeanKl(const std::vector<float>& reference, const std::vector<float>& candidate,
+              int64_t vocab_size) {
+  const int64_t positions = static_cast<int64_t>(reference.size()) / vocab_size;
+  double total = 0;
+  for (int64_t p = 0; p < positions; ++p) {
+    const std::vector<double> log_p = LogSoftmax(reference.data() + p * vocab_size, vocab_size);
+    const std::vector<double> log_q = LogSoftmax(candidate.data() + p * vocab_size, vocab_size);
+    for (int64_t i = 0; i < vocab_size; ++i) total += std::exp(log_p[i]) * (log_p[i] - log_q[i]);
+  }
+  return total / static_cast<double>(positions);
+}
+
+double Perplexity(const std::vector<float>& logits, const std::vector<int32_t>& tokens,
+                  int64_t vocab_size) {
+  double nll = 0;
+  for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+    nll -= LogSoftmax(logits.data() + i * vocab_size, vocab_size)[tokens[i + 1]];
+  }
+  return std::exp(nll / static_cast<double>(tokens.size() - 1));
+}
+
+double Top1Agreement(const std::vector<float>& logits, const std::vector<int32_t>& tokens,
+                     int64_t vocab_size, size_t from) {
+  int agree = 0, total = 0;
+  for (size_t i = from; i + 1 < tokens.size(); ++i, ++total) {
+    const float* row = logits.data() + i * vocab_size;
+    agree += std::max_element(row, row + vocab_size) - row == tokens[i + 1];
+  }
+  return total == 0 ? 0.0 : static_cast<double>(agree) / total;
+}
+
+absl::StatusOr<AccuracyRow> Measure(const std::string& label, const std::string& plan_path,
+                                    const std::vector<int32_t>& text_tokens,
+                                    const std::vector<float>& reference_logits,
+                                    const std::vector<int32_t>& prompt_and_greedy,
+                                    size_t prompt_size) {
+  AccuracyRow row;
+  row.label = label;
+  row.plan_bytes = std::filesystem::file_size(plan_path);
+  int64_t vocab_size = 0;
+  absl::StatusOr<std::vector<float>> logits =
+      TeacherForcedLogits(plan_path, text_tokens, &vocab_size);
+  if (!logits.ok()) return logits.status();
+  row.mean_kl = MeanKl(reference_logits, *logits, vocab_size);
+  row.perplexity = Perplexity(*logits, text_tokens, vocab_size);
+  absl::StatusOr<std::vector<float>> greedy_logits =
+      TeacherForcedLogits(plan_path, prompt_and_greedy, &vocab_size);
+  if (!greedy_logits.ok()) return greedy_logits.status();
+  // The position before the first greedy token predicts it.
+  row.top1 = Top1Agreement(*greedy_logits, prompt_and_greedy, vocab_size, prompt_size - 1);
+  return row;
+}
+
+}  // namespace llmc::quant_testing

@@ -1,0 +1,70 @@
+// Accuracy measures of a quantized plan against its float plan, on the real runtime:
+// teacher-forced logits, mean per-token KL(float || quantized), perplexity on a text, and
+// top-1 agreement along the float plan's greedy continuation. Shared by the ctest checks
+// (accuracy_test.cc) and the table printer (accuracy_report.cc, docs/quantization.md).
+#ifndef LLMC_TESTS_QUANT_ACCURACY_H_
+#define LLMC_TESTS_QUANT_ACCURACY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/pipeline/compile.h"
+#include "runtime/plan/plan_reader.h"
+
+namespace llmc::quant_testing {
+
+// Compiles `model_dir` to `output_path` (f32 weights unless `quantize` says otherwise).
+absl::Status CompilePlan(const std::string& model_dir, const std::string& output_path,
+                         const std::optional<QuantizeOptions>& quantize);
+
+// The plan's tokenizer applied to `text` (with the BOS the tokenizer's template adds).
+absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& plan_path,
+                                              const std::string& text);
+
+// Logits of every position of `tokens` ([tokens.size(), vocab] row-major) in one session.
+absl::StatusOr<std::vector<float>> TeacherForcedLogits(const std::string& plan_path,
+                                                       const std::vector<int32_t>& tokens,
+                                                       int64_t* vocab_size);
+
+// `count` greedy tokens after `prompt` (prompt not included).
+absl::StatusOr<std::vector<int32_t>> GreedyTokens(const std::string& plan_path,
+                                                  const std::vector<int32_t>& prompt, int count);
+
+// Mean over positions of KL(softmax(reference) || softmax(candidate)), in nats.
+double MeanKl(const std::vector<float>& reference, const std::vector<float>& candidate,
+              int64_t vocab_size);
+
+// exp(mean negative log-likelihood of tokens[i + 1] given position i's logits).
+double Perplexity(const std::vector<float>& logits, const std::vector<int32_t>& tokens,
+                  int64_t vocab_size);
+
+// Fraction of positions [from, tokens.size() - 1) whose argmax is tokens[i + 1].
+double Top1Agreement(const std::vector<float>& logits, const std::vector<int32_t>& tokens,
+                     int64_t vocab_size, size_t from);
+
+// The f32 weights [rows, cols] a quantized plan tensor (I8/I4 with Quantization) stands for, in
+// original input order, read from the plan bytes by plan.proto's formulas (independently of
+// compiler/quant).
+std::vector<float> DequantizePlanTensor(const llmrt::plan::Plan& plan, int tensor_index);
+
+struct AccuracyRow {
+  std::string label;  // "int4 g32 asymmetric rtn"
+  uint64_t plan_bytes = 0;
+  double mean_kl = 0;     // on the text, vs the f32 plan
+  double perplexity = 0;  // on the text
+  double top1 = 0;        // along the f32 plan's 256 greedy tokens
+};
+
+// Measures one plan against the f32 plan of the same model on `text`; `greedy` is the f32
+// plan's greedy continuation of `prompt` (GreedyTokens).
+absl::StatusOr<AccuracyRow> Measure(const std::string& label, const std::string& plan_path,
+                                    const std::vector<int32_t>& text_tokens,
+                                    const std::vector<float>& reference_logits,
+                                    const std::vector<int32_t>& prompt_and_greedy,
+                                    size_t prompt_size);
+
+}  // namespace llmc::quant_testing
+
+#endif  // LLMC_TESTS_QUANT_ACCURACY_H_
