@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench/kernels/attention_bench.h"
 #include "benchmark/benchmark.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/kernels.h"
@@ -153,41 +154,30 @@ BENCHMARK(BM_Rope)->Args({1, 1})->Args({512, 1})->Args({512, 2});
 void BM_Attention(benchmark::State& state) {
   const int64_t tokens = state.range(0), context = state.range(1);
   ThreadPool pool(static_cast<int32_t>(state.range(2)));
-  constexpr int32_t kHeads = 32, kKvHeads = 4, kHeadDim = 64, kBlock = 16;
-  const int64_t blocks = (context + kBlock - 1) / kBlock;
+  const int64_t blocks = (context + kBenchBlock - 1) / kBenchBlock;
   std::vector<int32_t> block_table(blocks);
   for (int64_t i = 0; i < blocks; ++i) block_table[i] = static_cast<int32_t>((i * 7) % blocks);
-  const std::vector<float> keys = RandomFloats(blocks * kBlock * kKvHeads * kHeadDim);
-  const std::vector<float> values = RandomFloats(blocks * kBlock * kKvHeads * kHeadDim);
-  const std::vector<float> q = RandomFloats(tokens * kHeads * kHeadDim);
-  std::vector<float> out(tokens * kHeads * kHeadDim);
-  std::vector<const int32_t*> tables(tokens, block_table.data());
-  std::vector<int64_t> index(tokens);
-  for (int64_t t = 0; t < tokens; ++t) index[t] = context - tokens + t;
-  const int64_t stride = AttentionScratchFloats(kHeads, kKvHeads, kHeadDim, kBlock);
-  std::vector<float> scratch(stride * pool.num_threads());
-  AttentionArgs args;
-  args.q = q.data();
-  args.out = out.data();
+  const std::vector<float> keys =
+      RandomFloats(blocks * kBenchBlock * kBenchKvHeads * kBenchHeadDim);
+  const std::vector<float> values =
+      RandomFloats(blocks * kBenchBlock * kBenchKvHeads * kBenchHeadDim);
+  const std::vector<float> q = RandomFloats(tokens * kBenchHeads * kBenchHeadDim);
+  std::vector<float> out(tokens * kBenchHeads * kBenchHeadDim);
+  AttentionBench bench(
+      pool, tokens, context, block_table,
+      AttentionScratchFloats(kBenchHeads, kBenchKvHeads, kBenchHeadDim, kBenchBlock), q.data(),
+      out.data());
+  AttentionArgs& args = bench.args();
   args.key_cache = keys.data();
   args.value_cache = values.data();
-  args.token_stride = kKvHeads * kHeadDim;
-  args.num_heads = kHeads;
-  args.num_kv_heads = kKvHeads;
-  args.head_dim = kHeadDim;
-  args.block_size = kBlock;
-  args.scale = 0.125f;
-  args.num_tokens = tokens;
-  args.token_block_table = tables.data();
-  args.token_index = index.data();
-  args.scratch = scratch.data();
-  args.scratch_stride = stride;
+  args.token_stride = kBenchKvHeads * kBenchHeadDim;
   for (auto _ : state) {
     Attention(pool, args);
     benchmark::DoNotOptimize(out.data());
   }
   // K and V of the context, read once per token.
-  state.SetBytesProcessed(state.iterations() * tokens * context * kKvHeads * kHeadDim * 4 * 2);
+  state.SetBytesProcessed(state.iterations() * tokens * context * kBenchKvHeads * kBenchHeadDim *
+                          4 * 2);
 }
 BENCHMARK(BM_Attention)
     ->Args({1, 512, 1})

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/kernels/attention_bench.h"
 #include "benchmark/benchmark.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/quant_kv_attention.h"
@@ -103,15 +104,15 @@ template <plan::DType kDtype>
 void BM_KvCacheAttention(benchmark::State& state) {
   const int64_t tokens = state.range(0), context = state.range(1);
   ThreadPool pool(static_cast<int32_t>(state.range(2)));
-  constexpr int32_t kHeads = 32, kKvHeads = 4, kHeadDim = 64, kBlock = 16;
-  const int32_t blocks = static_cast<int32_t>((context + kBlock - 1) / kBlock);
-  auto storage = kv::KvStorage::Create({1, kKvHeads, kHeadDim, blocks, kBlock, kDtype});
+  const int32_t blocks = static_cast<int32_t>((context + kBenchBlock - 1) / kBenchBlock);
+  auto storage =
+      kv::KvStorage::Create({1, kBenchKvHeads, kBenchHeadDim, blocks, kBenchBlock, kDtype});
   if (!storage.ok()) {
     state.SkipWithError(std::string(storage.status().message()).c_str());
     return;
   }
   kv::KvStorage& cache = **storage;
-  std::vector<float> row(kKvHeads * kHeadDim);
+  std::vector<float> row(kBenchKvHeads * kBenchHeadDim);
   for (int64_t slot = 0; slot < cache.num_slots(); ++slot) {
     for (size_t i = 0; i < row.size(); ++i)
       row[i] = static_cast<float>((slot * 31 + i) % 97) * 0.01f;
@@ -119,28 +120,15 @@ void BM_KvCacheAttention(benchmark::State& state) {
   }
   std::vector<int32_t> block_table(blocks);
   for (int32_t i = 0; i < blocks; ++i) block_table[i] = (i * 7) % blocks;
-  std::vector<float> q(tokens * kHeads * kHeadDim);
+  std::vector<float> q(tokens * kBenchHeads * kBenchHeadDim);
   for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(i % 13) * 0.05f;
   std::vector<float> out(q.size());
-  std::vector<const int32_t*> tables(tokens, block_table.data());
-  std::vector<int64_t> index(tokens);
-  for (int64_t t = 0; t < tokens; ++t) index[t] = context - tokens + t;
-  const int64_t stride = KvCacheAttentionScratchFloats(kHeads, kKvHeads, kHeadDim, kBlock);
-  std::vector<float> scratch(stride * pool.num_threads());
-  AttentionArgs args;
-  args.q = q.data();
-  args.out = out.data();
+  AttentionBench bench(
+      pool, tokens, context, block_table,
+      KvCacheAttentionScratchFloats(kBenchHeads, kBenchKvHeads, kBenchHeadDim, kBenchBlock),
+      q.data(), out.data());
+  AttentionArgs& args = bench.args();
   args.token_stride = cache.token_stride();
-  args.num_heads = kHeads;
-  args.num_kv_heads = kKvHeads;
-  args.head_dim = kHeadDim;
-  args.block_size = kBlock;
-  args.scale = 0.125f;
-  args.num_tokens = tokens;
-  args.token_block_table = tables.data();
-  args.token_index = index.data();
-  args.scratch = scratch.data();
-  args.scratch_stride = stride;
   args.kv_dtype = kDtype;
   if (kDtype == plan::F32) {
     args.key_cache = cache.key(0, 0);
@@ -160,7 +148,7 @@ void BM_KvCacheAttention(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * tokens * context *
-                          kv::KvBytesPerToken(1, kKvHeads, kHeadDim, kDtype));
+                          kv::KvBytesPerToken(1, kBenchKvHeads, kBenchHeadDim, kDtype));
   state.SetLabel(ActiveCpuTarget());
 }
 #define LLMRT_KV_ATTENTION_ARGS \

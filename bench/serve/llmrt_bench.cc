@@ -19,13 +19,14 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "bench/serve/http_client.h"
 #include "bench/serve/load_stats.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -73,18 +74,10 @@ struct Result {
   int64_t prompt_tokens = 0;
 };
 
-httplib::Headers Headers(const Options& options) {
-  httplib::Headers headers;
-  if (!options.api_key.empty()) headers.emplace("Authorization", "Bearer " + options.api_key);
-  return headers;
-}
+httplib::Headers Headers(const Options& options) { return AuthHeaders(options.api_key); }
 
 std::unique_ptr<httplib::Client> NewClient(const Options& options) {
-  auto client = std::make_unique<httplib::Client>(options.url);
-  client->set_read_timeout(options.timeout_seconds, 0);
-  client->set_write_timeout(options.timeout_seconds, 0);
-  client->set_connection_timeout(10, 0);
-  return client;
+  return bench::NewClient(options.url, options.timeout_seconds);
 }
 
 Result RunOne(const Options& options, const Json& body) {
@@ -177,92 +170,57 @@ Result RunOne(const Options& options, const Json& body) {
 
 // Token ids to build prompts from: the server's tokenization of plain English words.
 absl::StatusOr<std::vector<int32_t>> TokenPool(const Options& options) {
-  std::unique_ptr<httplib::Client> client = NewClient(options);
-  const Json body = {
-      {"prompt",
-       "once upon a time there was a little girl named lily she liked to play outside in the "
-       "park with her friends one day she saw a big red ball and a small dog they were happy"},
-      {"add_special_tokens", false}};
-  httplib::Result response =
-      client->Post("/tokenize", Headers(options), body.dump(), "application/json");
-  if (!response) {
-    return absl::UnavailableError(
-        absl::StrFormat("%s/tokenize: %s", options.url, httplib::to_string(response.error())));
-  }
-  const Json reply = Json::parse(response->body, nullptr, false);
-  if (response->status != 200 || !reply.is_object() || !reply.contains("tokens") ||
-      reply["tokens"].empty()) {
-    return absl::UnavailableError(absl::StrFormat("%s/tokenize answered %d: %s", options.url,
-                                                  response->status, response->body.substr(0, 200)));
-  }
-  return reply["tokens"].get<std::vector<int32_t>>();
+  return Tokenize(*NewClient(options), options.url,
+                  "once upon a time there was a little girl named lily she liked to play outside "
+                  "in the park with her friends one day she saw a big red ball and a small dog "
+                  "they were happy",
+                  Headers(options));
 }
 
 std::string ModelName(const Options& options) {
   if (!options.model.empty()) return options.model;
-  std::unique_ptr<httplib::Client> client = NewClient(options);
-  httplib::Result response = client->Get("/v1/models", Headers(options));
-  if (!response || response->status != 200) return "";
-  const Json reply = Json::parse(response->body, nullptr, false);
-  if (!reply.is_object() || !reply.contains("data") || reply["data"].empty()) return "";
-  return reply["data"][0].value("id", "");
+  const std::optional<Json> model = FirstModel(*NewClient(options), Headers(options));
+  return model ? model->value("id", "") : "";
 }
 
 int ServeBench(int argc, char** argv) {
   Options options;
   std::string error;
-  for (int index = 2; index < argc; ++index) {
-    const std::string flag = argv[index];
-    auto value = [&]() -> std::string {
-      if (index + 1 >= argc) {
-        error = "flag " + flag + " needs a value";
-        return "";
-      }
-      return argv[++index];
-    };
-    auto number = [&](auto& out) {
-      const std::string text = value();
-      bool ok;
-      if constexpr (std::is_floating_point_v<std::decay_t<decltype(out)>>) {
-        ok = absl::SimpleAtod(text, &out);
-      } else {
-        ok = absl::SimpleAtoi(text, &out);
-      }
-      if (!ok && error.empty())
-        error = absl::StrFormat("flag %s: '%s' is not a number", flag, text);
-    };
+  FlagReader flags(argc, argv, 2, error);
+  while (flags.Next()) {
+    const std::string& flag = flags.flag();
     if (flag == "--url") {
-      options.url = value();
+      options.url = flags.Value();
     } else if (flag == "--num-requests") {
-      number(options.num_requests);
+      flags.Number(options.num_requests);
     } else if (flag == "--concurrency") {
-      number(options.concurrency);
+      flags.Number(options.concurrency);
     } else if (flag == "--rate") {
-      number(options.rate);
+      flags.Number(options.rate);
     } else if (flag == "--arrivals") {
-      const std::string kind = value();
+      const std::string kind = flags.Value();
       if (kind != "poisson" && kind != "fixed") error = "--arrivals is poisson or fixed";
       options.poisson = kind == "poisson";
     } else if (flag == "--input-len") {
-      number(options.input_len);
+      flags.Number(options.input_len);
     } else if (flag == "--output-len") {
-      number(options.output_len);
+      flags.Number(options.output_len);
     } else if (flag == "--range-ratio") {
-      number(options.range_ratio);
+      flags.Number(options.range_ratio);
     } else if (flag == "--lengths") {
-      options.lengths_file = value();
+      options.lengths_file = flags.Value();
     } else if (flag == "--endpoint") {
-      const std::string kind = value();
+      const std::string kind = flags.Value();
       if (kind != "completions" && kind != "chat") error = "--endpoint is completions or chat";
       options.chat = kind == "chat";
     } else if (flag == "--model") {
-      options.model = value();
+      options.model = flags.Value();
     } else if (flag == "--api-key") {
-      options.api_key = value();
+      options.api_key = flags.Value();
     } else if (flag == "--seed") {
-      number(options.seed);
+      flags.Number(options.seed);
     } else if (flag == "--timeout") {
-      number(options.timeout_seconds);
+      flags.Number(options.timeout_seconds);
     } else if (flag == "--accept-429") {
       options.accept_429 = true;
     } else if (flag == "--json") {
@@ -270,7 +228,6 @@ int ServeBench(int argc, char** argv) {
     } else {
       error = "unknown flag " + flag;
     }
-    if (!error.empty()) break;
   }
   if (error.empty() && options.url.empty()) error = "--url is required";
   if (error.empty() &&
@@ -391,16 +348,12 @@ int ServeBench(int argc, char** argv) {
                   {"p50_ms", summary.p50 * 1e3},
                   {"p99_ms", summary.p99 * 1e3}};
     };
-    Json status_json = Json::object();
-    for (const auto& [status, count] : statuses) status_json[std::to_string(status)] = count;
-    Json failure_json = Json::object();
-    for (const auto& [message, count] : failures) failure_json[message] = count;
     const Json report = {{"requests", options.num_requests},
                          {"completed", completed},
                          {"rejected_429", rejected},
                          {"failed", failed},
-                         {"http_status", status_json},
-                         {"failures", failure_json},
+                         {"http_status", CountsJson(statuses)},
+                         {"failures", CountsJson(failures)},
                          {"duration_s", duration},
                          {"request_throughput", completed / duration},
                          {"input_token_throughput", input_tokens / duration},

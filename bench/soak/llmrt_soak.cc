@@ -24,6 +24,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -31,6 +32,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "bench/serve/http_client.h"
 #include "bench/soak/soak_checks.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -63,11 +65,7 @@ struct Options {
 };
 
 std::unique_ptr<httplib::Client> NewClient(const Options& options) {
-  auto client = std::make_unique<httplib::Client>(options.url);
-  client->set_connection_timeout(10, 0);
-  client->set_read_timeout(options.timeout_seconds, 0);
-  client->set_write_timeout(options.timeout_seconds, 0);
-  return client;
+  return bench::NewClient(options.url, options.timeout_seconds);
 }
 
 struct Outcome {
@@ -217,30 +215,14 @@ void RunPhase(const Options& options, const SoakContext& context, uint64_t seed,
 int Soak(int argc, char** argv) {
   Options options;
   std::string error;
-  for (int index = 1; index < argc; ++index) {
-    const std::string flag = argv[index];
-    auto value = [&]() -> std::string {
-      if (index + 1 >= argc) {
-        error = "flag " + flag + " needs a value";
-        return "";
-      }
-      return argv[++index];
-    };
-    auto integer = [&](int64_t& out) {
-      const std::string text = value();
-      if (error.empty() && !absl::SimpleAtoi(text, &out)) {
-        error = absl::StrFormat("flag %s: '%s' is not an integer", flag, text);
-      }
-    };
-    auto real = [&](double& out) {
-      const std::string text = value();
-      if (error.empty() && !absl::SimpleAtod(text, &out)) {
-        error = absl::StrFormat("flag %s: '%s' is not a number", flag, text);
-      }
-    };
+  bench::FlagReader flags(argc, argv, 1, error);
+  while (flags.Next()) {
+    const std::string& flag = flags.flag();
+    auto integer = [&](int64_t& out) { flags.Number(out, "an integer"); };
+    auto real = [&](double& out) { flags.Number(out); };
     int64_t seed = 1;
     if (flag == "--url") {
-      options.url = value();
+      options.url = flags.Value();
     } else if (flag == "--duration") {
       real(options.duration_seconds);
     } else if (flag == "--max-requests") {
@@ -270,7 +252,6 @@ int Soak(int argc, char** argv) {
     } else if (error.empty()) {
       error = "unknown flag " + flag;
     }
-    if (!error.empty()) break;
   }
   // Loopback only: a soak sends invalid and abandoned requests on purpose.
   if (error.empty() && options.url.rfind("http://127.0.0.1:", 0) != 0 &&
@@ -299,32 +280,24 @@ int Soak(int argc, char** argv) {
   context.max_tokens = options.max_tokens;
   {
     std::unique_ptr<httplib::Client> client = NewClient(options);
-    httplib::Result models = client->Get("/v1/models");
-    const Json reply = models ? Json::parse(models->body, nullptr, false) : Json();
-    if (!models || models->status != 200 || !reply.is_object() || !reply.contains("data") ||
-        reply["data"].empty()) {
+    const std::optional<Json> model = bench::FirstModel(*client);
+    if (!model) {
       std::fprintf(stderr, "llmrt-soak: %s/v1/models did not answer with a model\n",
                    options.url.c_str());
       return 1;
     }
-    context.model = reply["data"][0].value("id", "");
-    context.max_context = reply["data"][0].value("max_model_len", int64_t{0});
-    httplib::Result tokens =
-        client->Post("/tokenize",
-                     Json{{"prompt",
-                           "once upon a time there was a little girl named lily she "
-                           "loved to play with her dog in the park"},
-                          {"add_special_tokens", false}}
-                         .dump(),
-                     "application/json");
-    const Json ids = tokens ? Json::parse(tokens->body, nullptr, false) : Json();
-    if (!tokens || tokens->status != 200 || !ids.is_object() || !ids.contains("tokens") ||
-        ids["tokens"].empty() || context.max_context < 80) {
+    context.model = model->value("id", "");
+    context.max_context = model->value("max_model_len", int64_t{0});
+    absl::StatusOr<std::vector<int32_t>> tokens = bench::Tokenize(
+        *client, options.url,
+        "once upon a time there was a little girl named lily she loved to play with her dog in "
+        "the park");
+    if (!tokens.ok() || context.max_context < 80) {
       std::fprintf(stderr, "llmrt-soak: %s: /tokenize failed or the context (%lld) is < 80\n",
                    options.url.c_str(), static_cast<long long>(context.max_context));
       return 1;
     }
-    context.token_pool = ids["tokens"].get<std::vector<int32_t>>();
+    context.token_pool = *std::move(tokens);
     // Valid generations must fit: prompts are at most ~60 tokens.
     context.max_tokens = std::min(context.max_tokens, context.max_context - 64);
   }
@@ -373,11 +346,8 @@ int Soak(int argc, char** argv) {
   const bool ok = tally.failed == 0 && warmup_tally.failed == 0 && idle_ok && rss_ok;
 
   if (options.json) {
-    Json sent = Json::object(), failures = Json::object(), statuses = Json::object();
-    for (const auto& [name, count] : tally.sent) sent[name] = count;
+    Json failures = bench::CountsJson(tally.failures);
     for (const auto& [name, count] : warmup_tally.failures) failures["warmup " + name] = count;
-    for (const auto& [name, count] : tally.failures) failures[name] = count;
-    for (const auto& [status, count] : tally.statuses) statuses[std::to_string(status)] = count;
     const Json report = {{"ok", ok},
                          {"soak_seconds", soak_seconds},
                          {"warmup_requests", warmup_tally.total},
@@ -389,8 +359,8 @@ int Soak(int argc, char** argv) {
                          {"disconnects", tally.disconnects},
                          {"failed", tally.failed + warmup_tally.failed},
                          {"failures", failures},
-                         {"sent", sent},
-                         {"http_status", statuses},
+                         {"sent", bench::CountsJson(tally.sent)},
+                         {"http_status", bench::CountsJson(tally.statuses)},
                          {"kv_cache_usage_after", kv_usage},
                          {"running_after", running},
                          {"waiting_after", waiting},

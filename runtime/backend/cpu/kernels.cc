@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "runtime/backend/cpu/quant_kv_attention.h"
 #include "runtime/plan/dtype.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -256,6 +258,63 @@ void RopeImpl(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_
   });
 }
 
+namespace {
+
+// How a cached key/value row of element type T is read as f32: T is float for Attention's
+// f32 cache (rows are read in place), or hwy::float16_t / hwy::bfloat16_t / int8_t for
+// KvCacheAttention's reduced-precision caches (rows are widened into per-thread scratch, I8
+// rows with a scale per (slot, kv head)).
+template <class D>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const hwy::float16_t* HWY_RESTRICT p) {
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::float16_t, D>(), p));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const hwy::bfloat16_t* HWY_RESTRICT p) {
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::bfloat16_t, D>(), p));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const int8_t* HWY_RESTRICT p) {
+  const hn::Rebind<int32_t, D> di;
+  return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, D>(), p)));
+}
+
+// out = row widened to f32, times `scale`.
+template <typename T>
+HWY_INLINE void Widen(const T* HWY_RESTRICT row, int64_t size, float scale,
+                      float* HWY_RESTRICT out) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const VF vs = hn::Set(df, scale);
+  int64_t i = 0;
+  for (; i + lanes <= size; i += lanes) hn::StoreU(hn::Mul(LoadRow(df, row + i), vs), df, out + i);
+  // The tail one lane at a time, converted the same way.
+  const hn::CappedTag<float, 1> d1;
+  for (; i < size; ++i) hn::StoreU(hn::Mul(LoadRow(d1, row + i), hn::Set(d1, scale)), d1, out + i);
+}
+
+// The KV cache as rows of T: element offsets as for key_cache / value_cache, and for I8 a
+// scale per (slot, kv head) (1 when `key_scales` is null).
+template <typename T>
+struct KvRows {
+  const T* keys;
+  const T* values;
+  const float* key_scales;
+  const float* value_scales;
+  // Per-thread scratch past Attention's for one block of widened keys and values
+  // (KvCacheAttentionScratchFloats); unused for f32.
+  int64_t widened_offset;
+
+  static constexpr bool kInPlace = std::is_same_v<T, float>;
+  float KeyScale(const AttentionArgs& args, int64_t slot, int32_t kv_head) const {
+    if constexpr (kInPlace) return 1.0f;
+    return key_scales ? key_scales[slot * args.num_kv_heads + kv_head] : 1.0f;
+  }
+  float ValueScale(const AttentionArgs& args, int64_t slot, int32_t kv_head) const {
+    if constexpr (kInPlace) return 1.0f;
+    return value_scales ? value_scales[slot * args.num_kv_heads + kv_head] : 1.0f;
+  }
+};
+
 // One (token, kv head) item over a group of at least one vector of query heads: the query
 // heads of the group ride in the SIMD lanes (8 on AVX2, TinyLlama's group of 8 exactly), so
 // every score, softmax step and value FMA is a full vector with no horizontal reduction.
@@ -263,10 +322,13 @@ void RopeImpl(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_
 // once per item to [head_dim][lanes]; p . v accumulates a transposed [head_dim][lanes] output
 // the same way. Keys go 4 at a time (4 independent FMA chains, each query vector load shared by
 // 4 keys). A block's keys (16 x 64 f32 = 4 KiB) are read once for the scores and again, from
-// L1, for the values. Scratch: queries_t and acc_t [head_dim][lanes], scores [block][lanes].
-void AttendGroupVectorized(const AttentionArgs& args, const float* queries, int32_t group,
-                           int64_t first_key, int64_t query_index, const int32_t* block_table,
-                           int32_t kv_head, float* scratch, float* out) {
+// L1, for the values; reduced-precision blocks are first widened (and scaled) to f32 once.
+// Scratch: queries_t and acc_t [head_dim][lanes], scores [block][lanes].
+template <typename T>
+void AttendGroupVectorized(const AttentionArgs& args, const KvRows<T>& rows, const float* queries,
+                           int32_t group, int64_t first_key, int64_t query_index,
+                           const int32_t* block_table, int32_t kv_head, float* scratch,
+                           float* out) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int64_t head_dim = args.head_dim;
@@ -274,8 +336,10 @@ void AttendGroupVectorized(const AttentionArgs& args, const float* queries, int3
   float* queries_t = scratch;
   float* acc_t = queries_t + head_dim * lanes;
   float* scores = acc_t + head_dim * lanes;
-  const float* key_base = args.key_cache + kv_head * head_dim;
-  const float* value_base = args.value_cache + kv_head * head_dim;
+  float* block_keys = scratch + rows.widened_offset;
+  float* block_values = block_keys + static_cast<int64_t>(block_size) * head_dim;
+  const T* key_base = rows.keys + kv_head * head_dim;
+  const T* value_base = rows.values + kv_head * head_dim;
   for (int32_t first_head = 0; first_head < group; first_head += static_cast<int32_t>(lanes)) {
     const int64_t heads = std::min<int64_t>(lanes, group - first_head);
     // Scaled here, once per query, rather than once per score: (q * scale) . k.
@@ -294,9 +358,25 @@ void AttendGroupVectorized(const AttentionArgs& args, const float* queries, int3
       const int64_t count = std::min<int64_t>(block_size - offset, query_index - key + 1);
       const int64_t first_slot =
           static_cast<int64_t>(block_table[key / block_size]) * block_size + offset;
-      const float* keys = key_base + first_slot * args.token_stride;
-      const float* values = value_base + first_slot * args.token_stride;
-      const int64_t stride = args.token_stride;
+      const float* keys;
+      const float* values;
+      int64_t stride;
+      if constexpr (KvRows<T>::kInPlace) {
+        keys = key_base + first_slot * args.token_stride;
+        values = value_base + first_slot * args.token_stride;
+        stride = args.token_stride;
+      } else {
+        for (int64_t j = 0; j < count; ++j) {
+          const int64_t slot = first_slot + j;
+          Widen(key_base + slot * args.token_stride, head_dim, rows.KeyScale(args, slot, kv_head),
+                block_keys + j * head_dim);
+          Widen(value_base + slot * args.token_stride, head_dim,
+                rows.ValueScale(args, slot, kv_head), block_values + j * head_dim);
+        }
+        keys = block_keys;
+        values = block_values;
+        stride = head_dim;
+      }
       int64_t j = 0;
       for (; j + 4 <= count; j += 4) {
         const float* k0 = keys + j * stride;
@@ -379,18 +459,24 @@ void AttendGroupVectorized(const AttentionArgs& args, const float* queries, int3
   }
 }
 
-void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
+// Attention and KvCacheAttention: the one loop over (token, kv head) items, with rows of T.
+template <typename T>
+void AttentionOverRows(ThreadPool& pool, const AttentionArgs& args, const KvRows<T>& rows) {
   const int32_t group = args.num_heads / args.num_kv_heads;
   const int64_t head_dim = args.head_dim;
   const int64_t q_width = static_cast<int64_t>(args.num_heads) * head_dim;
   const int32_t block_size = args.block_size;
   pool.ParallelFor(args.num_tokens * args.num_kv_heads, [&](int64_t begin, int64_t end,
                                                             int32_t thread) {
-    // Scratch: acc[group][head_dim], max[group], total[group], scores[group][block_size].
+    // Scratch: acc[group][head_dim], max[group], total[group], scores[group][block_size]; for
+    // reduced-precision rows, then one block's keys and values widened to f32,
+    // [block_size][head_dim] each, at rows.widened_offset.
     float* acc = args.scratch + thread * args.scratch_stride;
     float* running_max = acc + group * head_dim;
     float* total = running_max + group;
     float* scores = total + group;
+    float* block_keys = acc + rows.widened_offset;
+    float* block_values = block_keys + static_cast<int64_t>(block_size) * head_dim;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t row = item / args.num_kv_heads;
       const int32_t kv_head = static_cast<int32_t>(item % args.num_kv_heads);
@@ -405,8 +491,8 @@ void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
       // Query heads in lanes pay off once they fill half a vector (AVX2: groups of 4 or more;
       // MHA's group of 1 would use one lane in 8 and keeps per-key dot products).
       if (2 * group >= static_cast<int32_t>(hn::Lanes(DF()))) {
-        AttendGroupVectorized(args, queries, group, first_key, query_index, block_table, kv_head,
-                              acc, out);
+        AttendGroupVectorized(args, rows, queries, group, first_key, query_index, block_table,
+                              kv_head, acc, out);
         continue;
       }
       std::fill(acc, acc + group * head_dim, 0.0f);
@@ -414,6 +500,14 @@ void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
         running_max[g] = -std::numeric_limits<float>::infinity();
         total[g] = 0.0f;
       }
+      // Row j of the current block, as f32: in place for f32, else widened below.
+      auto value_row = [&](int64_t slot, int64_t j) -> const float* {
+        if constexpr (KvRows<T>::kInPlace) {
+          return rows.values + slot * args.token_stride + kv_head * head_dim;
+        } else {
+          return block_values + j * head_dim;
+        }
+      };
       // Online softmax one KV block at a time: one max/rescale per block, not per key.
       for (int64_t key = first_key; key <= query_index;) {
         const int64_t offset = key % block_size;
@@ -421,11 +515,20 @@ void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
         const int64_t first_slot =
             static_cast<int64_t>(block_table[key / block_size]) * block_size + offset;
         for (int64_t j = 0; j < count; ++j) {
-          const float* key_row =
-              args.key_cache + (first_slot + j) * args.token_stride + kv_head * head_dim;
+          const int64_t slot = first_slot + j;
+          const int64_t offset_in_cache = slot * args.token_stride + kv_head * head_dim;
+          const float* key_row;
+          if constexpr (KvRows<T>::kInPlace) {
+            key_row = rows.keys + offset_in_cache;
+          } else {
+            // Each row is widened once and then serves all `group` query heads.
+            Widen(rows.keys + offset_in_cache, head_dim, 1.0f, block_keys + j * head_dim);
+            Widen(rows.values + offset_in_cache, head_dim, 1.0f, block_values + j * head_dim);
+            key_row = block_keys + j * head_dim;
+          }
+          const float factor = rows.KeyScale(args, slot, kv_head) * args.scale;
           for (int32_t g = 0; g < group; ++g) {
-            scores[g * block_size + j] =
-                Dot(queries + g * head_dim, key_row, head_dim) * args.scale;
+            scores[g * block_size + j] = Dot(queries + g * head_dim, key_row, head_dim) * factor;
           }
         }
         for (int32_t g = 0; g < group; ++g) {
@@ -441,16 +544,17 @@ void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
             block_total += group_scores[j];
           }
           total[g] = total[g] * correction + block_total;
-          float* group_acc = acc + g * head_dim;
-          const float* value_row =
-              args.value_cache + first_slot * args.token_stride + kv_head * head_dim;
-          ScaleAndAccumulate(group_acc, correction, group_scores[0], value_row, head_dim);
+          ScaleAndAccumulate(acc + g * head_dim, correction,
+                             group_scores[0] * rows.ValueScale(args, first_slot, kv_head),
+                             value_row(first_slot, 0), head_dim);
         }
         for (int64_t j = 1; j < count; ++j) {
-          const float* value_row =
-              args.value_cache + (first_slot + j) * args.token_stride + kv_head * head_dim;
+          const int64_t slot = first_slot + j;
+          const float row_scale = rows.ValueScale(args, slot, kv_head);
+          const float* values = value_row(slot, j);
           for (int32_t g = 0; g < group; ++g) {
-            Accumulate(acc + g * head_dim, scores[g * block_size + j], value_row, head_dim);
+            Accumulate(acc + g * head_dim, scores[g * block_size + j] * row_scale, values,
+                       head_dim);
           }
         }
         key += count;
@@ -462,6 +566,36 @@ void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
       }
     }
   });
+}
+
+template <typename T>
+void TypedKvCacheAttention(ThreadPool& pool, const AttentionArgs& args) {
+  const KvRows<T> rows{
+      reinterpret_cast<const T*>(args.key_bytes), reinterpret_cast<const T*>(args.value_bytes),
+      args.key_scales, args.value_scales,
+      AttentionScratchFloats(args.num_heads, args.num_kv_heads, args.head_dim, args.block_size)};
+  AttentionOverRows(pool, args, rows);
+}
+
+}  // namespace
+
+void AttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
+  AttentionOverRows(pool, args,
+                    KvRows<float>{args.key_cache, args.value_cache, nullptr, nullptr, 0});
+}
+
+void KvCacheAttentionImpl(ThreadPool& pool, const AttentionArgs& args) {
+  switch (args.kv_dtype) {
+    case plan::F16:
+      TypedKvCacheAttention<hwy::float16_t>(pool, args);
+      break;
+    case plan::BF16:
+      TypedKvCacheAttention<hwy::bfloat16_t>(pool, args);
+      break;
+    default:
+      TypedKvCacheAttention<int8_t>(pool, args);
+      break;
+  }
 }
 
 }  // namespace HWY_NAMESPACE
@@ -476,6 +610,7 @@ HWY_EXPORT(FusedAddRmsNormImpl);
 HWY_EXPORT(ElementwiseImpl);
 HWY_EXPORT(RopeImpl);
 HWY_EXPORT(AttentionImpl);
+HWY_EXPORT(KvCacheAttentionImpl);
 
 void RmsNorm(ThreadPool& pool, const float* x, const float* gamma, float eps, int64_t num_rows,
              int64_t width, float* y) {
@@ -512,6 +647,11 @@ int64_t AttentionScratchFloats(int32_t num_heads, int32_t num_kv_heads, int32_t 
 void Attention(ThreadPool& pool, const AttentionArgs& args) {
   if (args.num_tokens <= 0) return;
   HWY_DYNAMIC_DISPATCH(AttentionImpl)(pool, args);
+}
+
+void KvCacheAttention(ThreadPool& pool, const AttentionArgs& args) {
+  if (args.num_tokens <= 0) return;
+  HWY_DYNAMIC_DISPATCH(KvCacheAttentionImpl)(pool, args);
 }
 
 void MatrixRowToF32(const MatrixView& matrix, int64_t row, float* out) {

@@ -1,8 +1,9 @@
 // Attention over a paged KV cache kept in F16, BF16 or I8 (kv/kv_storage.h): the same
 // computation as Attention (kernels.h) — causal, GQA-aware, online softmax one KV block at a
 // time, f32 accumulation — with each KV block's rows widened to f32 in per-thread scratch as
-// they are read (I8 rows' per-token, per-head scales folded into scores and weights), so the
-// cache itself is never expanded.
+// they are read (I8 rows' per-token, per-head scales folded into scores and weights, or into
+// the widened rows), so the cache itself is never expanded. It is Attention's own loop
+// (kernels.cc), templated on how a row is read.
 //
 // Thread-safety: like kernels.h.
 #ifndef LLMRT_BACKEND_CPU_QUANT_KV_ATTENTION_H_
