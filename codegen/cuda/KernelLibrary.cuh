@@ -538,17 +538,28 @@ __device__ void attentionPrefill(const LlmcKernelParams &p, float scale, const f
         for (int r = 0; r < 4; ++r) {
           // A fragment register r: row rows[r & 1], columns 2 * quad + {0, 1} (+8 for r >= 2).
           const int row = rows[r & 1], d = c * 16 + 2 * quad + (r >= 2 ? 8 : 0);
-          float pair[2] = {0.0f, 0.0f};
+          float pair0 = 0.0f, pair1 = 0.0f;
           if (row < count) {
             const float *q = (const float *)p.input[0] +
                              ((long long)(firstToken + row) * kHeads + head) * kHeadDim;
             const float position =
                 kRope ? (float)((const int *)p.positions)[firstToken + row] : 0.0f;
-            for (int e = 0; e < 2; ++e)
-              if (d + e < kHeadDim)
-                pair[e] = kRope ? ropeElement<kHeadDim>(q, d + e, position, invFreq) : q[d + e];
+            // Not unrolled, and no per-thread array: every unrolled copy of sinf/cosf inlines
+            // a slow-path argument reduction with its own local buffer, and with all of them
+            // ptxas spilled (head_dim 6, sm_90). One copy per r costs nothing: Q loads once.
+#pragma unroll 1
+            for (int e = 0; e < 2; ++e) {
+              if (d + e < kHeadDim) {
+                const float value =
+                    kRope ? ropeElement<kHeadDim>(q, d + e, position, invFreq) : q[d + e];
+                if (e == 0)
+                  pair0 = value;
+                else
+                  pair1 = value;
+              }
+            }
           }
-          splitPack3(pair[0], pair[1], qHigh[c][r], qMid[c][r], qLow[c][r]);
+          splitPack3(pair0, pair1, qHigh[c][r], qMid[c][r], qLow[c][r]);
         }
       }
     }
