@@ -51,10 +51,20 @@ fi
 
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+added_arm64=0
 if [ ${#missing_arm64[@]} -gt 0 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
   $sudo dpkg --add-architecture arm64
+  added_arm64=1
 fi
-$sudo apt-get update -qq
+if ! $sudo apt-get update -qq; then
+  # A mirror without arm64 indexes must not stop the native build: drop the architecture again.
+  if [ "$added_arm64" = 1 ]; then
+    echo "install-deps: apt-get update failed with arm64 enabled; continuing without arm64"
+    $sudo dpkg --remove-architecture arm64
+    missing_arm64=()
+  fi
+  $sudo apt-get update -qq
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
