@@ -58,6 +58,17 @@ template <typename T> __device__ __forceinline__ u32 pack2(T low, T high) {
   return Convert<T>::bits(low) | (Convert<T>::bits(high) << 16);
 }
 
+// The A operand of one m16n8k16 MMA for this lane, in PTX's fragment order: rows rowTop and
+// rowBottom (= rowTop + 8), columns col, col + 1 and col + 8, col + 9 of a shared tile.
+template <typename T>
+__device__ __forceinline__ void loadFragmentA(const T *tile, int rowTop, int rowBottom, int col,
+                                              u32 (&fragment)[4]) {
+  fragment[0] = pack2(tile[rowTop + col], tile[rowTop + col + 1]);
+  fragment[1] = pack2(tile[rowBottom + col], tile[rowBottom + col + 1]);
+  fragment[2] = pack2(tile[rowTop + col + 8], tile[rowTop + col + 9]);
+  fragment[3] = pack2(tile[rowBottom + col + 8], tile[rowBottom + col + 9]);
+}
+
 #ifndef LLMC_EMULATION
 // D = A * B + D for one warp, m16n8k16, A row-major, B column-major, f32 accumulators. The
 // fragment layouts are PTX's (ISA section "Matrix Fragments for mma.m16n8k16"); the emulation
@@ -231,14 +242,8 @@ __device__ void gemmMma(const LlmcKernelParams &p) {
     const int rowTop = (warp * 16 + group) * kPitch, rowBottom = rowTop + 8 * kPitch;
     const int col = thread * 2;
     u32 high[4], low[4];
-    high[0] = pack2(aHigh[rowTop + col], aHigh[rowTop + col + 1]);
-    high[1] = pack2(aHigh[rowBottom + col], aHigh[rowBottom + col + 1]);
-    high[2] = pack2(aHigh[rowTop + col + 8], aHigh[rowTop + col + 9]);
-    high[3] = pack2(aHigh[rowBottom + col + 8], aHigh[rowBottom + col + 9]);
-    low[0] = pack2(aLow[rowTop + col], aLow[rowTop + col + 1]);
-    low[1] = pack2(aLow[rowBottom + col], aLow[rowBottom + col + 1]);
-    low[2] = pack2(aLow[rowTop + col + 8], aLow[rowTop + col + 9]);
-    low[3] = pack2(aLow[rowBottom + col + 8], aLow[rowBottom + col + 9]);
+    loadFragmentA(aHigh, rowTop, rowBottom, col, high);
+    loadFragmentA(aLow, rowTop, rowBottom, col, low);
     for (int t = 0; t < 4; ++t) {
       const int bRow = (t * 8 + group) * kPitch;
       u32 fragment[2];
@@ -920,14 +925,8 @@ __device__ void gemmMmaQuant(const LlmcKernelParams &p) {
     const int rowTop = (warp * 16 + group) * kPitch, rowBottom = rowTop + 8 * kPitch;
     const int col = thread * 2;
     u32 high[4], low[4];
-    high[0] = pack2(aHigh[rowTop + col], aHigh[rowTop + col + 1]);
-    high[1] = pack2(aHigh[rowBottom + col], aHigh[rowBottom + col + 1]);
-    high[2] = pack2(aHigh[rowTop + col + 8], aHigh[rowTop + col + 9]);
-    high[3] = pack2(aHigh[rowBottom + col + 8], aHigh[rowBottom + col + 9]);
-    low[0] = pack2(aLow[rowTop + col], aLow[rowTop + col + 1]);
-    low[1] = pack2(aLow[rowBottom + col], aLow[rowBottom + col + 1]);
-    low[2] = pack2(aLow[rowTop + col + 8], aLow[rowTop + col + 9]);
-    low[3] = pack2(aLow[rowBottom + col + 8], aLow[rowBottom + col + 9]);
+    loadFragmentA(aHigh, rowTop, rowBottom, col, high);
+    loadFragmentA(aLow, rowTop, rowBottom, col, low);
     for (int t = 0; t < 4; ++t) {
       const int bRow = (t * 8 + group) * kPitch;
       u32 fragment[2];
