@@ -29,7 +29,8 @@ demo: build
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
-# The runtime and its tests under ASan + UBSan in build-asan/ (see the script for what is covered).
+# The runtime and its tests under ASan + UBSan in build-asan/ (see the script for what is covered);
+# the same clang build holds the libFuzzer targets that `make test` runs (fuzz_smoke).
 test-sanitize: deps configure
 	JOBS=$(JOBS) NORMAL_BUILD_DIR=$(BUILD_DIR) bash scripts/test-sanitize.sh
 

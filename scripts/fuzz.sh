@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# Builds every libFuzzer target with clang (ASan + UBSan + coverage) and runs each for SECONDS
-# from seed corpora taken from the test data. CI runs it briefly through ctest (fuzz_smoke);
-# run it long by hand:  bash scripts/fuzz.sh 3600
-# A crash leaves its input as crash-* in the fuzzer's work dir and makes the script fail; turn
-# it into a regression test before fixing.
+# Runs every libFuzzer target (clang, ASan + UBSan + coverage) for SECONDS each, one after the
+# other, from seed corpora taken from the test data. CI runs it briefly through ctest (fuzz_smoke).
+# The fuzzers live in the sanitizer build (scripts/configure-sanitize.sh, default build-asan/),
+# which `make test-sanitize` builds; when it is missing this configures it and builds only the
+# fuzzers. Long runs (docs/reliability.md has the figures of the last one):
+#
+#   nice -n 10 bash scripts/fuzz.sh 3600        # an hour per fuzzer, corpora kept between runs
+#
+# A crash, leak or timeout leaves its input as crash-*/leak-*/timeout-* in the fuzzer's work dir
+# (build-asan/fuzz-work/NAME/) and makes the script fail; add the input to the target's
+# regression corpus (tests/fuzz/corpus/regressions/NAME/) with the fix, and fuzz_smoke replays it
+# in every CI run.
 set -euo pipefail
 seconds=${1:-10}
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${2:-$root/build-fuzz}
+build=${2:-$root/build-asan}
 work=$build/fuzz-work
 
-if [ ! -f "$build/build.ninja" ]; then
-  CC=clang-16 CXX=clang++-16 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DLLMRT_BUILD_FUZZERS=ON -DBUILD_TESTING=OFF >/dev/null
+# Also a build-asan/ from before the fuzzers moved into it.
+if ! grep -qs '^LLMRT_BUILD_FUZZERS:BOOL=ON' "$build/CMakeCache.txt"; then
+  bash "$root/scripts/configure-sanitize.sh" "$build"
 fi
 cmake --build "$build" --target fuzzers -j "$(nproc)" >/dev/null
 
@@ -28,21 +35,34 @@ seed llmc_hf_config_fuzzer "$root"/tests/fixtures/*/config.json "$root"/tests/da
 seed llmc_safetensors_fuzzer "$root"/tests/fuzz/corpus/*.safetensors
 seed llmc_checkpoint_index_fuzzer "$root"/tests/fuzz/corpus/checkpoint_index/*
 seed llmrt_request_body_fuzzer "$root"/tests/fuzz/corpus/request_body/*
-# A real plan when the main build has llmc (ctest runs this from there).
-if [ -x "$root/build/bin/llmc" ] && [ ! -f "$work/seed.plan" ]; then
-  mkdir -p "$work"
-  "$root/build/bin/llmc" compile "$root/tests/data/stories260K" -o "$work/seed.plan" --quiet || true
-fi
-seed llmrt_plan_reader_fuzzer "$work/seed.plan"
+# Real plans when the main build has llmc (ctest runs this from there): stories260K (1088 KiB)
+# and the smallest fixture, int4 AWQ (192 KiB). A plan's meta comes after its blobs, so the
+# plan reader needs whole plans (its max_len below) to get past the header checks.
+llmc=${LLMC:-$root/build/bin/llmc}
+mkdir -p "$work"
+for model in tests/data/stories260K tests/fixtures/llama_awq; do
+  plan=$work/seed-$(basename "$model").plan
+  if [ -x "$llmc" ] && [ ! -f "$plan" ]; then
+    "$llmc" compile "$root/$model" -o "$plan" --quiet || true
+  fi
+  seed llmrt_plan_reader_fuzzer "$plan"
+done
 seed llmrt_template_fuzzer "$root"/tests/data/*.jinja "$root"/../shared/tokenizers/*/chat_template.jinja
 seed llmc_tokenizer_fuzzer "$root"/compiler/tokenizer/fuzz_corpus/*
+# Inputs that once crashed, leaked or hung a target, kept with their fixes.
+for dir in "$root"/tests/fuzz/corpus/regressions/*/; do
+  [ -d "$dir" ] && seed "$(basename "$dir")" "$dir"*
+done
 
 status=0
 for fuzzer in "$build"/bin/*_fuzzer; do
   name=$(basename "$fuzzer")
   mkdir -p "$work/corpus/$name" "$work/$name"
-  # 64 KiB inputs: past every header and into the data, small enough to mutate quickly.
-  if (cd "$work/$name" && "$fuzzer" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
+  # 64 KiB inputs: past every header and into the data, small enough to mutate quickly; whole
+  # plans for the plan reader (1.5 MiB holds the stories260K seed).
+  max_len=65536
+  [ "$name" = llmrt_plan_reader_fuzzer ] && max_len=1572864
+  if (cd "$work/$name" && "$fuzzer" -max_total_time="$seconds" -max_len="$max_len" -timeout=10 \
         -rss_limit_mb=2048 -print_final_stats=1 "$work/corpus/$name" >"$work/$name.log" 2>&1); then
     echo "fuzz: $name ok: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$work/$name.log" | grep -o '[0-9]*$') executions in ${seconds}s"
   else

@@ -1,7 +1,8 @@
 // Micro-benchmarks of the CPU kernels (runtime/backend/cpu) at TinyLlama-1.1B shapes (hidden
 // 2048, intermediate 5632, 32 heads / 4 kv heads of 64, vocab 32000), per shape class:
 // decode GEMV (1 token), batched decode (4 and 16 sequences), prefill GEMM (64 and 512 tokens);
-// attention at 512 and 2048 positions; the thread pool's fork/join cost.
+// attention at 512 and 2048 positions; the thread pool's fork/join cost; the decode GEMV over
+// weights in huge pages, small pages and a file mapping (BM_DecodeGemvMemory).
 //
 // Counters: bytes_per_second counts the weight bytes a matmul streams (what decode is bound
 // by; compare with `llmrt bench --bandwidth`), GFLOPS = 2 * M * N * K / time (what prefill is
@@ -9,9 +10,14 @@
 // machine compare the CPU column of 1-thread runs instead. LLMRT_CPU_TARGET selects the SIMD
 // target as for the runtime; threads are the last argument. Never timed in CI; run e.g.
 //   build/bin/llmrt_kernels_bench --benchmark_filter='MatMul<.*F16>/2048/5632/1/'
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -87,6 +93,98 @@ void MatMulShapes(benchmark::internal::Benchmark* b) {
 BENCHMARK_TEMPLATE(BM_MatMul, plan::F16)->Apply(MatMulShapes);
 BENCHMARK_TEMPLATE(BM_MatMul, plan::BF16)->Apply(MatMulShapes);
 BENCHMARK_TEMPLATE(BM_MatMul, plan::F32)->Apply(MatMulShapes);
+
+// Where a decode GEMV's weights live, for BM_DecodeGemvMemory.
+enum WeightMemory : int64_t {
+  kAnonymousHugePages = 0,  // like `llmrt bench --bandwidth`'s probe buffer
+  kAnonymousSmallPages = 1,
+  kFileMapping = 2,  // page cache of a file, mapped as Plan::Open maps a plan
+};
+
+// `bytes` of f16 weights (a repeated 1 MiB random pattern) in `memory`; unmaps on destruction.
+class WeightBuffer {
+ public:
+  WeightBuffer(WeightMemory memory, size_t bytes) {
+    constexpr size_t kHugePage = size_t{2} << 20;
+    const std::vector<uint8_t> pattern = RandomMatrix(plan::F16, 256, 2048);  // 1 MiB
+    if (memory == kFileMapping) {
+      char path[] = "/tmp/llmrt_kernels_bench_XXXXXX";
+      const int fd = mkstemp(path);
+      if (fd < 0) return;
+      unlink(path);  // the mapping keeps the data alive
+      for (size_t done = 0; done < bytes; done += pattern.size()) {
+        if (write(fd, pattern.data(), pattern.size()) != static_cast<ssize_t>(pattern.size())) {
+          close(fd);
+          return;
+        }
+      }
+      void* address = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+      close(fd);
+      if (address == MAP_FAILED) return;
+      madvise(address, bytes, MADV_WILLNEED);
+      mapping_ = address;
+      mapping_bytes_ = bytes;
+      data_ = static_cast<uint8_t*>(address);
+      return;
+    }
+    mapping_bytes_ = bytes + kHugePage;
+    void* address =
+        mmap(nullptr, mapping_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (address == MAP_FAILED) return;
+    mapping_ = address;
+    const uintptr_t aligned =
+        (reinterpret_cast<uintptr_t>(address) + kHugePage - 1) & ~(kHugePage - 1);
+    uint8_t* data = reinterpret_cast<uint8_t*>(aligned);
+    madvise(data, bytes, memory == kAnonymousHugePages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    for (size_t done = 0; done < bytes; done += pattern.size()) {
+      std::memcpy(data + done, pattern.data(), pattern.size());
+    }
+    data_ = data;
+  }
+  ~WeightBuffer() {
+    if (mapping_ != nullptr) munmap(mapping_, mapping_bytes_);
+  }
+  WeightBuffer(const WeightBuffer&) = delete;
+  WeightBuffer& operator=(const WeightBuffer&) = delete;
+  const uint8_t* data() const { return data_; }
+
+ private:
+  void* mapping_ = nullptr;
+  size_t mapping_bytes_ = 0;
+  const uint8_t* data_ = nullptr;
+};
+
+// Decode GEMV (1 token) over 512 MiB of f16 weights (16x the L3 of the machine in
+// docs/performance.md, so every byte comes from DRAM) in each kind of memory: does the kernel
+// read a plan's page-cache mapping as fast as the huge-page buffer `llmrt bench --bandwidth`
+// measures? bytes_per_second is the number to compare with the probe at the same thread
+// count. Args: WeightMemory, threads.
+void BM_DecodeGemvMemory(benchmark::State& state) {
+  constexpr int64_t kRows = 131072, kCols = 2048;
+  const size_t bytes = static_cast<size_t>(MatrixBytes(plan::F16, kRows, kCols));
+  const WeightBuffer weights(static_cast<WeightMemory>(state.range(0)), bytes);
+  if (weights.data() == nullptr) {
+    state.SkipWithError("cannot set up the weight memory");
+    return;
+  }
+  ThreadPool pool(static_cast<int32_t>(state.range(1)));
+  const std::vector<float> x = RandomFloats(kCols);
+  std::vector<float> out(kRows);
+  const MatrixView w{weights.data(), plan::F16, kRows, kCols, kPanelRows};
+  const MatMulOutput output{out.data(), 0, kRows};
+  MatMul(pool, x.data(), 1, nullptr, w, nullptr, &output, 1);  // faults the mapping in
+  for (auto _ : state) {
+    MatMul(pool, x.data(), 1, nullptr, w, nullptr, &output, 1);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+  state.SetLabel(ActiveCpuTarget());
+}
+BENCHMARK(BM_DecodeGemvMemory)
+    ->ArgsProduct({{kAnonymousHugePages, kAnonymousSmallPages, kFileMapping}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Fork/join cost of one ParallelFor with an empty body: what each of a decode step's ~150
 // split ops pays on top of its work. Args: threads.

@@ -57,8 +57,10 @@ absl::StatusOr<std::vector<KernelCost>> estimateStep(const plan::PlanMeta &meta,
     return emission.status();
   const plan::Program &program = meta.program();
   const double t = tokens;
-  const int kvBytes =
-      meta.kv_cache().dtype() == plan::F16 || meta.kv_cache().dtype() == plan::BF16 ? 2 : 4;
+  const plan::DType kvDtype = meta.kv_cache().dtype();
+  const double kvElementBytes = kvDtype == plan::F16 || kvDtype == plan::BF16 ? 2
+                                : kvDtype == plan::I8                         ? 1
+                                                                              : 4;
   std::vector<KernelCost> rows;
   std::map<std::string, size_t> rowOf; // kernel kind -> row
   auto add = [&](const std::string &kernel, const std::string &what, double bytes, double flops,
@@ -139,6 +141,8 @@ absl::StatusOr<std::vector<KernelCost>> estimateStep(const plan::PlanMeta &meta,
     case plan::ATTENTION: {
       const double heads = op.num_heads(), kvHeads = op.num_kv_heads(), d = op.head_dim();
       const double kvWidth = kvHeads * d;
+      // Bytes per cached element; an int8 cache adds one f32 scale per head_dim elements.
+      const double kvBytes = kvElementBytes + (kvDtype == plan::I8 ? 4 / d : 0);
       add(name(0), "kv_write", t * kvWidth * (2 * 4 + 2 * kvBytes), t * kvWidth * 8, false);
       // Keys visible to the step's query i (its index in the sequence is context - tokens + i).
       auto visible = [&](double query) {

@@ -50,10 +50,28 @@ std::vector<plan::PlanMeta> models() {
     result.push_back(llmrt::testing::BuildTinyLlama(options).meta);
     result.back().mutable_kv_cache()->set_dtype(headDim == 64 ? plan::F16 : plan::BF16);
   }
+  // int8 KV caches: head_dim 6 (window), 64 and 128 (the prefill kernel's largest), GQA.
+  for (int headDim : {6, 64, 128}) {
+    options.weight_dtype = plan::F16;
+    options.head_dim = headDim;
+    options.num_heads = 4;
+    options.num_kv_heads = 2;
+    options.num_layers = 1;
+    options.sliding_window = headDim == 6 ? 5 : 0;
+    result.push_back(llmrt::testing::BuildTinyLlama(options).meta);
+    result.back().mutable_kv_cache()->set_dtype(plan::I8);
+  }
+  // Every quantization mode llmc writes: int8 per channel (K 172: one code per lane) and g32,
+  // int4 g32 / g64 / g128 symmetric and asymmetric, GPTQ act-order (permuted), bias.
   for (const QuantCase &c : {QuantCase{plan::I8, false, 64, 40, 32, false, false},
                              QuantCase{plan::I8, false, 172, 24, 172, false, true},
+                             QuantCase{plan::I8, false, 256, 24, 128, false, false},
                              QuantCase{plan::I4, false, 96, 40, 32, false, false},
-                             QuantCase{plan::I4, true, 128, 36, 64, true, true}})
+                             QuantCase{plan::I4, true, 96, 40, 32, true, false},
+                             QuantCase{plan::I4, false, 128, 36, 64, false, true},
+                             QuantCase{plan::I4, true, 128, 36, 64, true, true},
+                             QuantCase{plan::I4, false, 256, 24, 128, false, false},
+                             QuantCase{plan::I4, true, 256, 24, 128, false, true}})
     result.push_back(matmulMeta(c));
   return result;
 }
@@ -126,6 +144,16 @@ TEST(EmitCudaTest, FusesRopeIntoAttentionAndAddsPrefillAndTopK) {
   ASSERT_TRUE(halfEmission.ok());
   EXPECT_TRUE(
       absl::StrContains(halfEmission->moduleSource(), "llmc::writeKvCache<12, 6, true, __half>"));
+  // An int8 cache: codes of llmc::i8 (scales beside them, KernelLibrary.cuh) in every kernel
+  // that touches the cache.
+  plan::PlanMeta int8Cache = model.meta;
+  int8Cache.mutable_kv_cache()->set_dtype(plan::I8);
+  auto int8Emission = emitCuda(int8Cache);
+  ASSERT_TRUE(int8Emission.ok()) << int8Emission.status();
+  const std::string int8Source = int8Emission->moduleSource();
+  EXPECT_TRUE(absl::StrContains(int8Source, "llmc::writeKvCache<12, 6, true, llmc::i8>"));
+  EXPECT_TRUE(absl::StrContains(int8Source, "llmc::attentionPrefill<4, 2, 6, 0, true, llmc::i8>"));
+  EXPECT_TRUE(absl::StrContains(int8Source, ", true, llmc::i8>(p, 0x")); // attentionSplit
 }
 
 // The cost model (docs/cuda.md's tables) on hand-checkable numbers: the fused q/k/v matmul of
@@ -161,6 +189,18 @@ TEST(CostModelTest, CountsWhatEachChosenKernelMoves) {
   EXPECT_TRUE(gemm->mma);
   EXPECT_NE(find(*prefill, "attention_prefill"), nullptr);
   EXPECT_EQ(find(*prefill, "attention_combine"), nullptr);
+  // kv_write of one token (12 = 2 kv heads x 6): reads k and v in f32, writes the cache in its
+  // dtype; an int8 cache writes 1-byte codes and one f32 scale per kv head.
+  const KernelCost *write = find(*decode, "kv_write_12_rope_f32");
+  ASSERT_NE(write, nullptr);
+  EXPECT_DOUBLE_EQ(write->bytes, 12 * (2 * 4 + 2 * 4));
+  plan::PlanMeta int8Meta = meta;
+  int8Meta.mutable_kv_cache()->set_dtype(plan::I8);
+  auto int8Decode = estimateStep(int8Meta, 1, 16);
+  ASSERT_TRUE(int8Decode.ok()) << int8Decode.status();
+  const KernelCost *int8Write = find(*int8Decode, "kv_write_12_rope_i8");
+  ASSERT_NE(int8Write, nullptr);
+  EXPECT_DOUBLE_EQ(int8Write->bytes, 12 * 2 * 4 + 2 * (12 * 1 + 2 * 4));
   auto table = costTable(meta, 1, 16);
   ASSERT_TRUE(table.ok());
   EXPECT_TRUE(absl::StrContains(*table, "| H200 | A100 |")) << *table;

@@ -61,6 +61,8 @@ const char *dtypeSuffix(plan::DType dtype) {
     return "f16";
   case plan::BF16:
     return "bf16";
+  case plan::I8:
+    return "i8";
   default:
     return "f32";
   }
@@ -500,7 +502,8 @@ private:
     return absl::OkStatus();
   }
 
-  // The KV cache's element type: KvCacheSpec.dtype F32 (or unset), F16 or BF16.
+  // The KV cache's element type: KvCacheSpec.dtype F32 (or unset), F16, BF16 or I8 (codes with
+  // per-token, per-kv-head scales, KernelLibrary.cuh's llmc::i8).
   absl::StatusOr<const char *> kvType(int index) {
     switch (meta.kv_cache().dtype()) {
     case plan::DTYPE_UNSPECIFIED:
@@ -510,9 +513,11 @@ private:
       return "__half";
     case plan::BF16:
       return "__nv_bfloat16";
+    case plan::I8:
+      return "llmc::i8";
     default:
-      return error(index, absl::StrFormat("KV cache dtype %s has no CUDA kernels (F32, F16 and "
-                                          "BF16 do)",
+      return error(index, absl::StrFormat("KV cache dtype %s has no CUDA kernels (F32, F16, "
+                                          "BF16 and I8 do)",
                                           plan::DType_Name(meta.kv_cache().dtype())));
     }
   }

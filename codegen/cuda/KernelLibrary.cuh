@@ -32,6 +32,20 @@ __device__ __forceinline__ float toFloat(float value) { return value; }
 __device__ __forceinline__ float toFloat(__half value) { return __half2float(value); }
 __device__ __forceinline__ float toFloat(__nv_bfloat16 value) { return __bfloat162float(value); }
 
+// The int8 KV cache (KvCacheSpec.dtype I8, runtime/kv/kv_storage.h): signed codes in the same
+// [slots, kv_heads * head_dim] layout as every other cache dtype, plus one f32 scale per (slot,
+// kv head) in p.key_scales / p.value_scales. A cached value is code * scale.
+typedef signed char i8;
+__device__ __forceinline__ float toFloat(i8 value) { return (float)value; }
+template <typename KvT> struct KvScaled { static constexpr bool value = false; };
+template <> struct KvScaled<i8> { static constexpr bool value = true; };
+
+// The scale of (slot, kv head) of an int8 cache, 1 (a no-op multiply) for the other dtypes.
+template <typename KvT, int kKvHeads>
+__device__ __forceinline__ float kvScale(unsigned long long scales, long long slot, int kvHead) {
+  return KvScaled<KvT>::value ? ((const float *)scales)[slot * kKvHeads + kvHead] : 1.0f;
+}
+
 template <typename T> struct Convert;
 template <> struct Convert<__half> {
   static __device__ __forceinline__ __half from(float value) { return __float2half_rn(value); }
@@ -95,6 +109,12 @@ __device__ __forceinline__ float negativeInfinity() { return __int_as_float((int
 __device__ __forceinline__ float warpSum(float value) {
   for (int offset = 16; offset > 0; offset >>= 1)
     value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+__device__ __forceinline__ float warpMax(float value) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
   return value;
 }
 
@@ -300,7 +320,10 @@ __device__ __forceinline__ float ropeElement(const float *x, int d, float positi
 // --- ATTENTION 1/3: KV-cache write. grid (num_tokens), block 128 ----------------------------
 // kRope: the ROPE op of k is fused here (its op launches nothing): k is rotated on its way
 // into the cache, so every later reader gets rotated keys. KvT: the cache's element type
-// (KvCacheSpec.dtype F32, F16 or BF16), rounded to nearest even.
+// (KvCacheSpec.dtype F32, F16 or BF16), rounded to nearest even; or i8, quantized as
+// runtime/kv/kv_storage.cc does, so both backends store the same codes for the same input:
+// per (token, kv head) m = max|x| over head_dim, code = rint(x * (127 / m)) (IEEE division and
+// product, round half to even), scale = m / 127; m = 0 gives codes 0 and scale 0.
 template <int kKvWidth, int kHeadDim, bool kRope, typename KvT>
 __device__ void writeKvCache(const LlmcKernelParams &p, const float *invFreq) {
   const long long slot = ((const int *)p.slot_mapping)[blockIdx.x];
@@ -309,11 +332,40 @@ __device__ void writeKvCache(const LlmcKernelParams &p, const float *invFreq) {
   KvT *keyCache = (KvT *)p.key_cache + slot * kKvWidth;
   KvT *valueCache = (KvT *)p.value_cache + slot * kKvWidth;
   const float position = kRope ? (float)((const int *)p.positions)[blockIdx.x] : 0.0f;
-  for (int i = threadIdx.x; i < kKvWidth; i += blockDim.x) {
-    const int head = i / kHeadDim, d = i % kHeadDim;
-    keyCache[i] = fromFloat<KvT>(
-        kRope ? ropeElement<kHeadDim>(k + head * kHeadDim, d, position, invFreq) : k[i]);
-    valueCache[i] = fromFloat<KvT>(v[i]);
+  if constexpr (KvScaled<KvT>::value) {
+    // The token's rotated k and its v go through shared memory (2 * kKvWidth floats: 4 KiB at 8
+    // kv heads of 64), then one warp per (K or V, head) finds the head's max and writes codes.
+    constexpr int kKvHeads = kKvWidth / kHeadDim;
+    __shared__ float rows[2 * kKvWidth]; // K heads, then V heads
+    for (int i = threadIdx.x; i < kKvWidth; i += blockDim.x) {
+      const int head = i / kHeadDim, d = i % kHeadDim;
+      rows[i] = kRope ? ropeElement<kHeadDim>(k + head * kHeadDim, d, position, invFreq) : k[i];
+      rows[kKvWidth + i] = v[i];
+    }
+    __syncthreads();
+    const int lane = threadIdx.x % 32;
+    for (int item = threadIdx.x / 32; item < 2 * kKvHeads; item += blockDim.x / 32) {
+      const float *x = rows + item * kHeadDim;
+      float magnitude = 0.0f;
+      for (int d = lane; d < kHeadDim; d += 32)
+        magnitude = fmaxf(magnitude, fabsf(x[d]));
+      magnitude = warpMax(magnitude);
+      const float inverse = magnitude > 0.0f ? 127.0f / magnitude : 0.0f;
+      const int head = item % kKvHeads;
+      KvT *codes = (item < kKvHeads ? keyCache : valueCache) + head * kHeadDim;
+      for (int d = lane; d < kHeadDim; d += 32)
+        codes[d] = (KvT)rintf(x[d] * inverse);
+      if (lane == 0)
+        ((float *)(item < kKvHeads ? p.key_scales : p.value_scales))[slot * kKvHeads + head] =
+            magnitude / 127.0f;
+    }
+  } else {
+    for (int i = threadIdx.x; i < kKvWidth; i += blockDim.x) {
+      const int head = i / kHeadDim, d = i % kHeadDim;
+      keyCache[i] = fromFloat<KvT>(
+          kRope ? ropeElement<kHeadDim>(k + head * kHeadDim, d, position, invFreq) : k[i]);
+      valueCache[i] = fromFloat<KvT>(v[i]);
+    }
   }
 }
 
@@ -364,14 +416,16 @@ __device__ void attentionSplit(const LlmcKernelParams &p, float scale, const flo
       if (d < kHeadDim)
         dot += query[j] * toFloat(k[d]);
     }
-    const float score = warpSum(dot) * scale;
+    // int8 cache: the per-(slot, head) scales multiply the score and the weight once per key.
+    const float score = warpSum(dot) * kvScale<KvT, kKvHeads>(p.key_scales, slot, kvHead) * scale;
     const float newMax = fmaxf(runningMax, score);
     const float correction = expf(runningMax - newMax);
     const float weight = expf(score - newMax);
     runningSum = runningSum * correction + weight;
+    const float valueWeight = weight * kvScale<KvT, kKvHeads>(p.value_scales, slot, kvHead);
     for (int j = 0; j < kPerLane; ++j) {
       const int d = lane + 32 * j;
-      acc[j] = acc[j] * correction + (d < kHeadDim ? weight * toFloat(v[d]) : 0.0f);
+      acc[j] = acc[j] * correction + (d < kHeadDim ? valueWeight * toFloat(v[d]) : 0.0f);
     }
     runningMax = newMax;
   }
@@ -582,8 +636,11 @@ __device__ void attentionPrefill(const LlmcKernelParams &p, float scale, const f
         if (key < keyEnd && d < kHeadDim) {
           const long long slot = (long long)table[key / blockSize] * blockSize + key % blockSize;
           const long long at = slot * kKvWidth + kvHead * kHeadDim + d;
-          keyValue = toFloat(((const KvT *)p.key_cache)[at]);
-          valueValue = toFloat(((const KvT *)p.value_cache)[at]);
+          // int8 cache: dequantized here (code * scale in f32), before the bf16 split.
+          keyValue = toFloat(((const KvT *)p.key_cache)[at]) *
+                     kvScale<KvT, kKvHeads>(p.key_scales, slot, kvHead);
+          valueValue = toFloat(((const KvT *)p.value_cache)[at]) *
+                       kvScale<KvT, kKvHeads>(p.value_scales, slot, kvHead);
         }
         const int index = (e / kDim) * kPitch + d;
         splitBf16x3(keyValue, keyHigh[index], keyMid[index], keyLow[index]);

@@ -114,7 +114,13 @@ absl::StatusOr<AwqSummary> ApplyAwq(mlir::ModuleOp module,
       foldable = op.getX() == fused_norm.getNormed();
       gamma = fused_norm.getWeight().str();
     } else if (auto attention = mlir::dyn_cast_or_null<llm::AttentionOp>(producer)) {
-      foldable = matmul_part(attention.getV());
+      // o_proj only without grouped-query attention (AutoAWQ does the same): with GQA one v row
+      // feeds the same channel of every query head of its group, so o_proj's scales must be tied
+      // across those heads, and the tied scales made things worse end to end: stories260K (8
+      // heads, 4 kv heads) int4 g32 mean KL 0.080 with the o_proj fold, 0.054 without (RTN
+      // 0.061); see docs/quantization.md, "Diagnosis".
+      foldable =
+          attention.getNumHeads() == attention.getNumKvHeads() && matmul_part(attention.getV());
       const int64_t head_dim = attention.getHeadDim();
       const int64_t group = attention.getNumHeads() / attention.getNumKvHeads();
       for (int64_t c = 0; c < attention.getNumHeads() * head_dim; ++c) {

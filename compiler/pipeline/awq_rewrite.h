@@ -5,8 +5,9 @@
 // channel scales s from the op's calibration rows; the op's weights become W diag(s) (codegen
 // then quantizes those), and 1 / s is folded into the op producing its input:
 //   - rms_norm / fused_add_rms_norm (q/k/v, gate/up): gamma / s;
-//   - attention (o_proj): the v projection's rows (and bias) / s, s tied across the query
-//     heads that share a kv head;
+//   - attention (o_proj): the v projection's rows (and bias) / s, only when every query head has
+//     its own kv head (as AutoAWQ; with grouped-query attention the scales would have to be
+//     tied across the heads of a group, which measurably hurt: awq_rewrite.cc);
 //   - silu_mul / mul (down_proj): the up projection's rows / s.
 // An op whose input comes from anything else keeps s = 1 and is relabelled "rtn". Rewritten
 // params become f32 in the IR (their llm.param type follows), served by the OverlayWeightSource.

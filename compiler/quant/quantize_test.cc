@@ -1,5 +1,6 @@
 #include "compiler/quant/quantize.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -125,6 +126,31 @@ TEST(QuantizeTest, ZeroGroupsAndPermutation) {
   const std::vector<float> permuted = DequantizeMatrix(*matrix);
   EXPECT_NEAR(permuted[63 - 40], 1.0f, 1e-3);
   EXPECT_EQ(permuted[40], 0.0f);
+}
+
+// Large matrices are split across threads (rows x cols >= 2^17 here): every row must come out
+// exactly as it does when quantized alone (one row: one thread).
+TEST(QuantizeTest, ThreadedRowsEqualRowsQuantizedAlone) {
+  const int64_t rows = 67, cols = 2048;
+  const std::vector<float> weights = Gaussian(rows * cols, 7);
+  for (QuantFormat format : {QuantFormat{8, cols, false}, QuantFormat{4, 32, true}}) {
+    SCOPED_TRACE(format.ToString());
+    absl::StatusOr<QuantizedMatrix> whole = QuantizeMatrix(weights, rows, cols, format);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    const int64_t row_bytes = format.bits == 8 ? cols : cols / 2;
+    const int64_t groups = cols / format.group_size;
+    for (int64_t r = 0; r < rows; ++r) {
+      absl::StatusOr<QuantizedMatrix> alone =
+          QuantizeMatrix(absl::MakeConstSpan(weights).subspan(r * cols, cols), 1, cols, format);
+      ASSERT_TRUE(alone.ok());
+      ASSERT_TRUE(std::equal(alone->codes.begin(), alone->codes.end(),
+                             whole->codes.begin() + r * row_bytes))
+          << "row " << r;
+      ASSERT_TRUE(std::equal(alone->scales.begin(), alone->scales.end(),
+                             whole->scales.begin() + r * groups))
+          << "row " << r;
+    }
+  }
 }
 
 TEST(QuantizeTest, FormatErrorsNameTheProblem) {

@@ -32,11 +32,20 @@ using BlobLookup = std::function<const uint8_t*(int tensor_index)>;
 using MatmulObserver = std::function<void(int32_t op_index, const float* input, int64_t num_rows,
                                           int64_t width)>;
 
+// How quantized (I8 / I4) matmuls treat their f32 input rows.
+enum class QuantizedActivations {
+  kInt8,  // quantized to int8 per block of 32 columns, integer dot products (fast; the default)
+  kF32,   // kept in f32 against weights dequantized in the inner loop (slow; equals the
+          // dequantized f32 plan, for checks: cpu/quant_matmul_exact.h)
+};
+
 struct BackendOptions {
   // The most tokens one step may hold (prefill chunk + decode tokens of every sequence).
   int32_t max_tokens_per_step = 256;
-  // Worker threads for one step, the calling thread included; 0: all hardware threads.
-  int32_t num_threads = 1;
+  // Worker threads for one step, the calling thread included; 0 (the default, as in
+  // engine::ModelOptions and every llmrt command): one per CPU of the process's affinity mask
+  // (threading::ThreadPool::DefaultThreadCount).
+  int32_t num_threads = 0;
   // The KV cache's element type; DTYPE_UNSPECIFIED: the plan's KvCacheSpec.dtype (itself F32
   // when unset). See kv::ResolveKvDType; a backend refuses a dtype it cannot keep.
   plan::DType kv_cache_dtype = plan::DTYPE_UNSPECIFIED;
@@ -44,6 +53,7 @@ struct BackendOptions {
   // in program.ops and its f32 input rows [num_rows, width]; the pointer is valid only during
   // the call. For calibration (llmc's AWQ search); costs nothing when unset.
   MatmulObserver matmul_observer;
+  QuantizedActivations quantized_activations = QuantizedActivations::kInt8;
 };
 
 // One sequence's part of a step. Its tokens are batch rows [first_token, first_token +

@@ -47,7 +47,7 @@ void llmrt_engine_options_init(llmrt_engine_options* options) {
   if (options == nullptr) return;
   std::memset(options, 0, sizeof(*options));
   options->struct_size = sizeof(*options);
-  options->num_threads = 1;
+  options->num_threads = 0;  // one per allowed CPU, as everywhere else
   options->max_tokens_per_step = 256;
 }
 

@@ -64,6 +64,8 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
   max_seqs_ = options.max_seqs > 0 ? options.max_seqs : kDefaultMaxSeqs;
   // Every running sequence gets at least one token a step, and each gets a logits row.
   max_seqs_ = std::min(max_seqs_, max_batched_tokens_);
+  prefill_chunk_tokens_ =
+      options.prefill_chunk_tokens == 0 ? kDefaultPrefillChunkTokens : options.prefill_chunk_tokens;
   eos_token_ids_ = options.eos_token_ids;
   if (eos_token_ids_.empty()) {
     for (int64_t id : model.meta().generation().eos_token_ids()) {
@@ -73,7 +75,8 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
   if (eos_token_ids_.empty() && tokenizer_ != nullptr && tokenizer_->eos_id() >= 0) {
     eos_token_ids_.push_back(tokenizer_->eos_id());
   }
-  step_logits_.resize(static_cast<size_t>(step_tokens) * model.vocab_size());
+  // Uninitialized, as in Model: RunStep writes every row the step reads.
+  step_logits_.reset(new float[static_cast<size_t>(step_tokens) * model.vocab_size()]);
   PublishStats();
 }
 
@@ -202,6 +205,7 @@ absl::Status Engine::RunUntilIdle() {
 }
 
 absl::StatusOr<bool> Engine::Step() {
+  const Clock::time_point step_start = Clock::now();
   TakeInbox();
   FreeFinished();  // cancelled ones
   if (running_.empty() && waiting_.empty()) {
@@ -228,10 +232,12 @@ absl::StatusOr<bool> Engine::Step() {
   absl::Status status = CopyBlocks();
   const Clock::time_point run_start = Clock::now();
   if (status.ok()) status = RunModel();
+  const double model_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
+  model_seconds_ += model_seconds;
   if (status.ok() && decode_step) {
     ++decode_steps_;
     decode_sequences_ += static_cast<int64_t>(schedule_.scheduled.size());
-    decode_seconds_ += std::chrono::duration<double>(Clock::now() - run_start).count();
+    decode_seconds_ += model_seconds;
     decode_bytes_ += decode_bytes;
   }
   if (!status.ok()) {
@@ -240,9 +246,13 @@ absl::StatusOr<bool> Engine::Step() {
     PublishStats();
     return status;
   }
+  const Clock::time_point sample_start = Clock::now();
   Sample();
+  sample_seconds_ += std::chrono::duration<double>(Clock::now() - sample_start).count();
   FreeFinished();
   ++steps_;
+  // Counted up to here: publishing is a copy under the lock.
+  step_seconds_ += std::chrono::duration<double>(Clock::now() - step_start).count();
   PublishStats();
   return true;
 }
@@ -297,7 +307,7 @@ void Engine::Schedule() {
   schedule_.scheduled.clear();
   schedule_.paused.clear();
   schedule_.copies.clear();
-  StepBudget budget{max_batched_tokens_, max_seqs_};
+  StepBudget budget{max_batched_tokens_, max_seqs_, prefill_chunk_tokens_};
   running_policy_.Schedule(running_, pool_, budget, schedule_);
   if (!schedule_.paused.empty()) {
     preemptions_ += static_cast<int64_t>(schedule_.paused.size());
@@ -344,7 +354,7 @@ absl::Status Engine::RunModel() {
                          reaches_end ? LogitRows::kLast : LogitRows::kNone);
     if (reaches_end) logit_row_of_scheduled_[i] = logit_rows++;
   }
-  if (absl::Status status = model_.backend().RunStep(builder_.batch(), step_logits_.data());
+  if (absl::Status status = model_.backend().RunStep(builder_.batch(), step_logits_.get());
       !status.ok()) {
     return status;
   }
@@ -389,7 +399,7 @@ void Engine::Sample() {
     const int32_t row = logit_row_of_scheduled_[i];
     if (row < 0) continue;
     Sequence& sequence = *schedule_.scheduled[i].sequence;
-    const float* logits = step_logits_.data() + static_cast<size_t>(row) * vocab;
+    const float* logits = step_logits_.get() + static_cast<size_t>(row) * vocab;
     if (sequence.pending_forks > 0) {
       const int32_t choices = sequence.pending_forks + 1;
       sequence.pending_forks = 0;
@@ -561,6 +571,9 @@ void Engine::PublishStats() {
   stats.decode_sequences_total = decode_sequences_;
   stats.decode_seconds_total = decode_seconds_;
   stats.decode_bytes_total = decode_bytes_;
+  stats.step_seconds_total = step_seconds_;
+  stats.model_seconds_total = model_seconds_;
+  stats.sample_seconds_total = sample_seconds_;
   std::lock_guard<std::mutex> lock(mutex_);
   stats_ = stats;
 }

@@ -110,9 +110,23 @@ struct GenerationRequest {
   OutputCallback on_output;  // required
 };
 
+// 32 prompt tokens next to a decode batch. TinyLlama-1.1B f16 on 2 AVX2 cores: a prompt token
+// costs ~14.6 ms of GEMM (pp512 at 68.6 tok/s) and a 16-sequence decode step ~4.6x a
+// 1-sequence one (~390 ms; llmrt-engine-bench, CPU time), so a 32-token chunk (~470 ms) about
+// doubles that step, where letting 16 new 32-token prompts in at once made it ~20x longer
+// (ITL p99 4 s, docs/performance.md "Serving"); a 64-token prompt still gets its first token
+// in 2-3 steps.
+constexpr int32_t kDefaultPrefillChunkTokens = 32;
+
 struct EngineOptions {
   // Tokens of one step over all sequences; 0: the backend's max_tokens_per_step.
   int32_t max_batched_tokens = 0;
+  // Prompt tokens a step may run while any sequence decodes (its prefill chunk), so that new
+  // prompts lengthen a decode step by one bounded chunk, not by all of them at once: TPOT and
+  // inter-token latency stay low, TTFT grows instead. 0: kDefaultPrefillChunkTokens; < 0: no
+  // cap beyond max_batched_tokens. A step with no decode token runs prompts up to
+  // max_batched_tokens either way.
+  int32_t prefill_chunk_tokens = 0;
   // Sequences running at once; 0: 256 (capped by max_batched_tokens, one token each at least).
   int32_t max_seqs = 0;
   // EOS ids; empty: the plan's generation_config eos_token_ids, else the tokenizer's eos.
@@ -141,6 +155,13 @@ struct EngineStats {
   int64_t decode_sequences_total = 0;
   double decode_seconds_total = 0.0;
   double decode_bytes_total = 0.0;
+  // Where the engine thread's time goes, over every step that ran the model: the whole Step()
+  // (inbox, schedule, model, sampling, outputs, freeing), the backend step alone, and Sample()
+  // (sampling, detokenization, stop strings and the on_output callbacks). step - model is the
+  // engine's own overhead, during which the backend's other threads idle.
+  double step_seconds_total = 0.0;
+  double model_seconds_total = 0.0;
+  double sample_seconds_total = 0.0;
 };
 
 class Engine {
@@ -197,6 +218,7 @@ class Engine {
   kv::BlockPool& pool_;
   int32_t max_batched_tokens_;
   int32_t max_seqs_;
+  int32_t prefill_chunk_tokens_;  // <= 0: no cap
   std::vector<int32_t> eos_token_ids_;
 
   // Engine-thread state.
@@ -208,7 +230,7 @@ class Engine {
   AdmissionPolicy admission_policy_;
   ScheduleResult schedule_;
   StepBuilder builder_;
-  std::vector<float> step_logits_;
+  std::unique_ptr<float[]> step_logits_;
   std::vector<int32_t> logit_row_of_scheduled_;  // -1: no logits for that entry
   uint64_t next_arrival_ = 0;
   int64_t preemptions_ = 0, steps_ = 0, prompt_tokens_ = 0, generation_tokens_ = 0;
@@ -217,6 +239,7 @@ class Engine {
   const double kv_bytes_per_token_;
   int64_t decode_steps_ = 0, decode_sequences_ = 0;
   double decode_seconds_ = 0.0, decode_bytes_ = 0.0;
+  double step_seconds_ = 0.0, model_seconds_ = 0.0, sample_seconds_ = 0.0;
 
   // Shared with other threads, under mutex_.
   mutable std::mutex mutex_;

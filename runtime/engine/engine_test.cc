@@ -35,7 +35,7 @@ class EngineStepTest : public ::testing::Test {
 
   // A fresh model (empty prefix cache) and engine. 64 tokens per step: 16 sequences decode in
   // one step with room to spare.
-  void Reset(int32_t max_seqs = 0) {
+  void Reset(int32_t max_seqs = 0, int32_t prefill_chunk_tokens = 0) {
     engine_.reset();
     ModelOptions options;
     options.max_tokens_per_step = 64;
@@ -47,6 +47,7 @@ class EngineStepTest : public ::testing::Test {
     model_ = *std::move(model);
     EngineOptions engine_options;
     engine_options.max_seqs = max_seqs;
+    engine_options.prefill_chunk_tokens = prefill_chunk_tokens;
     engine_options.eos_token_ids = {kVocab + 1};  // never sampled: runs to max_tokens
     engine_ = std::make_unique<Engine>(*model_, nullptr, engine_options);
     results_.clear();
@@ -137,6 +138,40 @@ TEST_F(EngineStepTest, DecodeBytesCountWeightsOncePerStepAndEachSequencesKv) {
   EXPECT_GT(weight_bytes, 0);
   EXPECT_DOUBLE_EQ(stats.decode_bytes_total, 4 * weight_bytes + positions * kv_bytes_per_token);
   EXPECT_GT(stats.decode_seconds_total, 0);
+  // The engine thread's time: the model's share includes the decode steps, the whole steps
+  // include the model and the sampling.
+  EXPECT_GE(stats.model_seconds_total, stats.decode_seconds_total);
+  EXPECT_GT(stats.sample_seconds_total, 0);
+  EXPECT_GE(stats.step_seconds_total, stats.model_seconds_total + stats.sample_seconds_total);
+}
+
+TEST_F(EngineStepTest, APromptArrivingDuringDecodeIsPrefilledInCappedChunks) {
+  std::vector<int32_t> long_prompt;
+  for (int32_t t = 0; t < 33; ++t) long_prompt.push_back((3 * t + 2) % kVocab);
+  std::map<int32_t, std::pair<Result, Result>> by_cap;
+  for (int32_t cap : {4, -1}) {
+    SCOPED_TRACE(cap);
+    Reset(/*max_seqs=*/0, /*prefill_chunk_tokens=*/cap);
+    const RequestId decoding = Submit(Prompt(1), 40);
+    ASSERT_TRUE(engine_->Step().ok());  // its prompt and first token
+    const RequestId arriving = Submit(long_prompt, 3);
+    int steps = 0;
+    while (results_[arriving].tokens.empty()) {
+      ASSERT_TRUE(engine_->Step().ok());
+      ++steps;
+      // The decoding request got its token in every one of those steps.
+      ASSERT_EQ(results_[decoding].tokens.size(), static_cast<size_t>(1 + steps));
+    }
+    // Capped: 32 prompt tokens in chunks of 4, then the last one with the decode tokens.
+    // Uncapped: the whole prompt fits the 64-token step next to the decode token.
+    EXPECT_EQ(steps, cap == 4 ? 9 : 1);
+    ASSERT_TRUE(engine_->RunUntilIdle().ok());
+    by_cap[cap] = {results_[decoding], results_[arriving]};
+  }
+  // Chunking changes when tokens run, not what they compute.
+  EXPECT_EQ(by_cap[4].first.tokens, by_cap[-1].first.tokens);
+  EXPECT_EQ(by_cap[4].second.tokens, by_cap[-1].second.tokens);
+  EXPECT_EQ(by_cap[4].second.tokens.size(), 3u);
 }
 
 TEST_F(EngineStepTest, WeightBytesCountAnUntiedEmbeddingTableAsOneRow) {

@@ -55,6 +55,8 @@ struct ModelOptions {
   plan::DType kv_cache_dtype = plan::DTYPE_UNSPECIFIED;
   // Passed to the backend (BackendOptions::matmul_observer); the CPU backend honours it.
   MatmulObserver matmul_observer;
+  // Passed to the backend (BackendOptions::quantized_activations); the CPU backend honours it.
+  QuantizedActivations quantized_activations = QuantizedActivations::kInt8;
 };
 
 class Session;
@@ -63,6 +65,9 @@ class Session;
 // embedding table not shared with the LM head is read one row per token. What MBU figures
 // (`llmrt bench`, the server's decode gauge) divide by the step time.
 int64_t DecodeWeightBytes(const plan::PlanMeta& meta);
+
+// "int8" or "f32" (the --quant-activations flag of llmrt run / bench); an error names the text.
+absl::StatusOr<QuantizedActivations> ParseQuantizedActivations(const std::string& text);
 
 // One session's share of a Model::AppendBatch call.
 struct AppendRequest {
@@ -119,8 +124,8 @@ class Model {
   std::string backend_note_;
   std::unique_ptr<kv::BlockPool> pool_;
   std::unique_ptr<StepBuilder> builder_;
-  std::vector<float> step_logits_;  // max_tokens_per_step rows of vocab_size
-  std::vector<int64_t> cursors_;    // per request of the running AppendBatch: tokens done
+  std::unique_ptr<float[]> step_logits_;  // max_tokens_per_step rows of vocab_size
+  std::vector<int64_t> cursors_;          // per request of the running AppendBatch: tokens done
   // Which tokens of which request the current step holds (capacity kept between steps).
   struct Placement {
     size_t request;

@@ -22,12 +22,23 @@ void Preempt(Sequence& sequence, kv::BlockPool& pool) {
 
 void RunningPolicy::Schedule(std::vector<Sequence*>& running, kv::BlockPool& pool,
                              StepBudget& budget, ScheduleResult& result) const {
+  // Decode tokens are set aside first; prompt tokens get what is left, capped while decoding.
+  int32_t decoding = 0;
+  for (const Sequence* sequence : running) decoding += sequence->remaining() == 1 ? 1 : 0;
+  int32_t prefill_tokens = std::max(0, budget.tokens - decoding);
+  if (decoding > 0 && budget.decode_prefill_cap > 0) {
+    prefill_tokens = std::min(prefill_tokens, budget.decode_prefill_cap);
+  }
+  budget.prefill_tokens = std::min(budget.prefill_tokens, prefill_tokens);
   size_t kept = 0;  // running[0, kept) stay; the tail is preempted
   size_t end = running.size();
   for (size_t position = 0; position < end; ++position) {
     Sequence& sequence = *running[position];
+    const bool decode = sequence.remaining() == 1;
     const int32_t num_tokens =
-        static_cast<int32_t>(std::min<int64_t>(sequence.remaining(), budget.tokens));
+        decode ? std::min(1, budget.tokens)
+               : static_cast<int32_t>(std::min<int64_t>(
+                     sequence.remaining(), std::min(budget.tokens, budget.prefill_tokens)));
     if (num_tokens <= 0) {
       running[kept++] = &sequence;  // out of budget (or nothing to do): waits for a later step
       continue;
@@ -51,6 +62,7 @@ void RunningPolicy::Schedule(std::vector<Sequence*>& running, kv::BlockPool& poo
     ReserveForStep(sequence, num_tokens, pool, result.copies).IgnoreError();
     result.scheduled.push_back({&sequence, num_tokens});
     budget.tokens -= num_tokens;
+    if (!decode) budget.prefill_tokens -= num_tokens;
     running[kept++] = &sequence;
   }
   running.resize(kept);
@@ -61,7 +73,7 @@ void RunningPolicy::Schedule(std::vector<Sequence*>& running, kv::BlockPool& poo
 void AdmissionPolicy::Schedule(std::deque<Sequence*>& waiting, std::vector<Sequence*>& running,
                                kv::BlockPool& pool, StepBudget& budget,
                                ScheduleResult& result) const {
-  while (!waiting.empty() && budget.tokens > 0 &&
+  while (!waiting.empty() && std::min(budget.tokens, budget.prefill_tokens) > 0 &&
          static_cast<int32_t>(running.size()) < budget.sequences) {
     Sequence& sequence = *waiting.front();
     const kv::BlockPoolStats stats_before = pool.stats();
@@ -70,8 +82,8 @@ void AdmissionPolicy::Schedule(std::deque<Sequence*>& waiting, std::vector<Seque
       sequence.num_computed = sequence.table.MatchPrefix(
           pool, sequence.tokens, static_cast<int64_t>(sequence.tokens.size()) - 1);
     }
-    const int32_t num_tokens =
-        static_cast<int32_t>(std::min<int64_t>(sequence.remaining(), budget.tokens));
+    const int32_t num_tokens = static_cast<int32_t>(
+        std::min<int64_t>(sequence.remaining(), std::min(budget.tokens, budget.prefill_tokens)));
     if (sequence.table.BlocksNeeded(pool, sequence.num_computed,
                                     sequence.num_computed + num_tokens) > pool.num_free_blocks()) {
       // Not now: give the matched blocks back and do not count the lookup twice.
@@ -84,6 +96,7 @@ void AdmissionPolicy::Schedule(std::deque<Sequence*>& waiting, std::vector<Seque
     ReserveForStep(sequence, num_tokens, pool, result.copies).IgnoreError();
     result.scheduled.push_back({&sequence, num_tokens});
     budget.tokens -= num_tokens;
+    budget.prefill_tokens -= num_tokens;
     waiting.pop_front();
     // Keep `running` oldest first: a preempted sequence coming back is older than the ones
     // that kept running, and RunningPolicy preempts from the back.

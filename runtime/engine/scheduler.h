@@ -3,16 +3,24 @@
 // Two small policies run in order each step (the split TensorRT-LLM makes between its capacity
 // and micro-batch schedulers, in vLLM's chunked-prefill form):
 //
-//   RunningPolicy   every running sequence, oldest first, gets its remaining tokens (one decode
-//                   token, or the rest of its prefill) up to the step's token budget. When the
-//                   pool cannot hold them, the newest running sequence is preempted by
-//                   recompute (blocks released, back to waiting) until it can, so the oldest
-//                   always progresses: a request that fits the pool alone never fails for lack
-//                   of KV.
-//   AdmissionPolicy waiting sequences, oldest first, are admitted while the token budget,
-//                   max_seqs and free blocks allow, each after matching its prompt against the
-//                   prefix cache. FCFS is strict: it stops at the first one that does not fit,
-//                   and admits nothing in a step that preempted.
+//   RunningPolicy   decode tokens first: the budget for one token per decoding sequence is set
+//                   aside before any prefill chunk is cut, so an old sequence still prefilling
+//                   (a long prompt, a preempted one recomputing) never starves the decoders.
+//                   Then every running sequence, oldest first, gets its decode token or the
+//                   next chunk of its prefill, the chunk limited by the prompt-token budget
+//                   (StepBudget::prefill_tokens). When the pool cannot hold them, the newest
+//                   running sequence is preempted by recompute (blocks released, back to
+//                   waiting) until it can, so the oldest always progresses: a request that fits
+//                   the pool alone never fails for lack of KV.
+//   AdmissionPolicy waiting sequences, oldest first, are admitted while the prompt-token
+//                   budget, max_seqs and free blocks allow, each after matching its prompt
+//                   against the prefix cache. FCFS is strict: it stops at the first one that
+//                   does not fit, and admits nothing in a step that preempted.
+//
+// The prompt-token budget is what keeps inter-token latency low under arrivals: in a step that
+// runs any decode token, prompt tokens are capped at StepBudget::decode_prefill_cap (the
+// engine's prefill_chunk_tokens), so a decode step grows by at most one bounded prefill chunk
+// instead of by every new prompt at once; TTFT grows instead (docs/architecture.md, "Engine").
 //
 // Both return (scheduled, paused) and change only the KV state of sequences (table,
 // num_computed) and the pool; they are tested with a real BlockPool and no model.
@@ -23,6 +31,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <vector>
 
 #include "runtime/engine/sequence.h"
@@ -33,6 +42,11 @@ namespace llmrt::engine {
 struct StepBudget {
   int32_t tokens = 0;     // max_batched_tokens left in this step
   int32_t sequences = 0;  // max_seqs: running sequences allowed in total
+  // Prompt tokens a step that also runs decode tokens may run; <= 0: no cap beyond `tokens`.
+  int32_t decode_prefill_cap = 0;
+  // Prompt tokens left in this step. RunningPolicy sets it (tokens minus the decode tokens it
+  // sets aside, capped at decode_prefill_cap when anything decodes); AdmissionPolicy spends it.
+  int32_t prefill_tokens = std::numeric_limits<int32_t>::max();
 };
 
 struct ScheduledSequence {

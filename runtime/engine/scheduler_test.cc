@@ -1,6 +1,7 @@
 // The scheduling policies with a real BlockPool and no model.
 #include "runtime/engine/scheduler.h"
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <numeric>
@@ -29,9 +30,9 @@ class SchedulerTest : public ::testing::Test {
 
   // One engine step without a model: schedule, "compute" (advance num_computed, commit full
   // blocks), and give every sequence whose tokens all ran one new token.
-  ScheduleResult Step(int32_t max_tokens, int32_t max_seqs) {
+  ScheduleResult Step(int32_t max_tokens, int32_t max_seqs, int32_t decode_prefill_cap = 0) {
     ScheduleResult result;
-    StepBudget budget{max_tokens, max_seqs};
+    StepBudget budget{max_tokens, max_seqs, decode_prefill_cap};
     RunningPolicy().Schedule(running_, pool_, budget, result);
     RequeuePaused(result.paused, waiting_);
     if (result.paused.empty())
@@ -76,6 +77,68 @@ TEST_F(SchedulerTest, ChunksPrefillUnderTheTokenBudgetAndMixesDecode) {
   EXPECT_EQ(step.scheduled[1].num_tokens, 3);
   ReleaseAll();
   EXPECT_EQ(pool_.num_used_blocks(), 0);
+}
+
+TEST_F(SchedulerTest, DecodeTokensComeBeforeAnOlderSequencesPrefillChunk) {
+  Sequence* old_one = Add(12);
+  Sequence* young = Add(2);
+  Step(16, 8);  // both prompts
+  Step(16, 8);  // both decode
+  ASSERT_EQ(young->remaining(), 1);
+  // The old one is preempted by recompute and comes back: 14 tokens to prefill again, and it
+  // is older than the decoding one. (A new first token keeps its cached blocks out of it, as if
+  // they had been evicted.)
+  old_one->table.Release(pool_);
+  old_one->num_computed = 0;
+  old_one->tokens[0] += 500;
+  running_.erase(std::find(running_.begin(), running_.end(), old_one));
+  waiting_.push_front(old_one);
+  ScheduleResult step = Step(4, 8);
+  ASSERT_EQ(step.scheduled.size(), 2u);
+  EXPECT_EQ(step.scheduled[0].sequence, young);
+  EXPECT_EQ(step.scheduled[0].num_tokens, 1);
+  EXPECT_EQ(step.scheduled[1].sequence, old_one);
+  EXPECT_EQ(step.scheduled[1].num_tokens, 3);
+  // Now the old one runs first, mid-prefill, and a 4-token budget would all go to it oldest
+  // first; the decode token is set aside before its chunk is cut.
+  step = Step(4, 8);
+  ASSERT_EQ(step.scheduled.size(), 2u);
+  EXPECT_EQ(step.scheduled[0].sequence, old_one);
+  EXPECT_EQ(step.scheduled[0].num_tokens, 3);
+  EXPECT_EQ(step.scheduled[1].sequence, young);
+  EXPECT_EQ(step.scheduled[1].num_tokens, 1);
+  ReleaseAll();
+}
+
+TEST_F(SchedulerTest, PromptTokensAreCappedOnlyWhileSomethingDecodes) {
+  Sequence* first = Add(3);
+  // Alone, nothing decodes: the whole prompt runs in one step, cap or not.
+  ScheduleResult step = Step(64, 8, /*decode_prefill_cap=*/2);
+  ASSERT_EQ(step.scheduled.size(), 1u);
+  EXPECT_EQ(step.scheduled[0].num_tokens, 3);
+  Sequence* second = Add(7);
+  Sequence* third = Add(5);
+  // The first decodes: the two new prompts share a 2-token prefill chunk per step, FCFS.
+  step = Step(64, 8, 2);
+  ASSERT_EQ(step.scheduled.size(), 2u);
+  EXPECT_EQ(step.scheduled[0].sequence, first);
+  EXPECT_EQ(step.scheduled[0].num_tokens, 1);
+  EXPECT_EQ(step.scheduled[1].sequence, second);
+  EXPECT_EQ(step.scheduled[1].num_tokens, 2);
+  EXPECT_EQ(waiting_.front(), third);
+  int steps = 1;
+  while (second->remaining() > 1) {
+    step = Step(64, 8, 2);
+    ++steps;
+    int32_t prompt_tokens = 0;
+    for (const ScheduledSequence& scheduled : step.scheduled) {
+      if (scheduled.sequence != first) prompt_tokens += scheduled.num_tokens;
+    }
+    EXPECT_LE(prompt_tokens, 2);
+  }
+  // 6 of the 7 tokens in chunks of 2; the last one then runs like a decode token.
+  EXPECT_EQ(steps, 3);
+  ReleaseAll();
 }
 
 TEST_F(SchedulerTest, MaxSeqsLimitsAdmission) {

@@ -1,10 +1,12 @@
 #include "runtime/kv/kv_storage.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <new>
 
 #include "absl/strings/str_format.h"
 #include "runtime/plan/dtype.h"
@@ -53,7 +55,9 @@ int64_t KvBytesPerToken(int32_t num_layers, int32_t num_kv_heads, int32_t head_d
   return int64_t{2} * num_layers * num_kv_heads * per_head;
 }
 
-KvStorage::~KvStorage() = default;
+KvStorage::~KvStorage() {
+  if (data_ != nullptr) munmap(data_, static_cast<size_t>(total_bytes_));
+}
 
 absl::StatusOr<std::unique_ptr<KvStorage>> KvStorage::Create(const KvStorageShape& shape) {
   if (shape.num_layers <= 0 || shape.num_kv_heads <= 0 || shape.head_dim <= 0 ||
@@ -88,13 +92,19 @@ absl::StatusOr<std::unique_ptr<KvStorage>> KvStorage::Create(const KvStorageShap
                               : 0;
   storage->total_bytes_ =
       storage->scales_offset_ + 2 * storage->scale_array_bytes_ * shape.num_layers;
-  storage->data_.reset(new (std::nothrow) uint8_t[storage->total_bytes_]);
-  if (storage->data_ == nullptr) {
+  // Not written here (see the header: every slot is written before it is read). The pages
+  // a step never touches are never faulted in, so a cache sized for many long sequences
+  // costs nothing until they arrive; a page is zero the first time it is touched.
+  void* data = mmap(nullptr, static_cast<size_t>(storage->total_bytes_), PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED) {
+    const int error = errno;
+    const int64_t bytes = storage->total_bytes_;
+    storage->total_bytes_ = 0;  // nothing for the destructor to unmap
     return absl::ResourceExhaustedError(
-        absl::StrFormat("KV cache: cannot allocate %d bytes", storage->total_bytes_));
+        absl::StrFormat("KV cache: cannot map %d bytes: %s", bytes, std::strerror(error)));
   }
-  // Zeroed so that a slot read before it was written (a bug) gives zeros, not garbage.
-  std::memset(storage->data_.get(), 0, storage->total_bytes_);
+  storage->data_ = static_cast<uint8_t*>(data);
   return storage;
 }
 

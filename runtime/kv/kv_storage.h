@@ -12,6 +12,16 @@
 // live in a separate array per layer and K/V, [num_blocks, block_size, num_kv_heads] f32, so
 // the codes keep the same layout as every other dtype.
 //
+// Memory: one anonymous mapping, which the OS hands out zero-filled page by page on first
+// touch; Create writes none of it. The cache needs no initial contents because every slot is
+// written before it is read: a step writes the k/v rows of its tokens (slot_mapping) before
+// its attention reads them, and attention reads only the slots of positions < context_length
+// through the sequence's block table, all of which earlier steps (or this one) wrote, or
+// which CopyBlock copied from written ones. A block freed by one sequence and handed to
+// another is therefore overwritten position by position before the new owner reads it
+// (tested: CpuBackendTest.ReusedBlocksNeverLeakStaleData). Zeroing the cache up front (as
+// Create once did) cost ~0.1 s per GiB before the first token and faulted in every page.
+//
 // Ownership: owns its memory. Thread-safety: none; the backend writes and reads it inside a
 // step, and different steps never overlap.
 #ifndef LLMRT_KV_KV_STORAGE_H_
@@ -108,11 +118,11 @@ class KvStorage {
   KvStorage() = default;
   // `array` is 2 * layer (K) or 2 * layer + 1 (V).
   uint8_t* Row(int32_t array, int64_t slot) const {
-    return data_.get() + array * array_bytes_ + slot * row_bytes_;
+    return data_ + array * array_bytes_ + slot * row_bytes_;
   }
   float* Scales(int32_t array, int64_t slot) const {
     if (shape_.dtype != plan::I8) return nullptr;
-    return reinterpret_cast<float*>(data_.get() + scales_offset_ + array * scale_array_bytes_) +
+    return reinterpret_cast<float*>(data_ + scales_offset_ + array * scale_array_bytes_) +
            slot * shape_.num_kv_heads;
   }
   void EncodeRow(const float* x, uint8_t* row, float* scales) const;
@@ -126,7 +136,7 @@ class KvStorage {
   int64_t scales_offset_ = 0;      // after every code array; I8 only
   int64_t scale_array_bytes_ = 0;  // one layer's K (or V) scales: num_slots * heads * 4
   int64_t total_bytes_ = 0;
-  std::unique_ptr<uint8_t[]> data_;
+  uint8_t* data_ = nullptr;  // mmap'ed, total_bytes_ long
 };
 
 }  // namespace llmrt::kv

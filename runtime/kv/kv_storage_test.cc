@@ -1,12 +1,46 @@
 #include "runtime/kv/kv_storage.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "gtest/gtest.h"
 
 namespace llmrt::kv {
 namespace {
+
+// Resident memory of this process in bytes (/proc/self/statm), 0 when it cannot be read.
+int64_t ResidentBytes() {
+  FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (statm == nullptr) return 0;
+  long total_pages = 0, resident_pages = 0;
+  const int fields = std::fscanf(statm, "%ld %ld", &total_pages, &resident_pages);
+  std::fclose(statm);
+  return fields == 2 ? static_cast<int64_t>(resident_pages) * sysconf(_SC_PAGESIZE) : 0;
+}
+
+// Create must not write the cache (kv_storage.h: every slot is written before it is read):
+// a 1 GiB cache costs no resident memory until steps use it, so a server sized for many long
+// sequences starts at once and a plan's first token does not wait for the cache to be zeroed.
+TEST(KvStorageTest, CreateLeavesTheCacheUntouched) {
+  KvStorageShape shape{
+      .num_layers = 16, .num_kv_heads = 8, .head_dim = 128, .num_blocks = 512, .block_size = 16};
+  const int64_t before = ResidentBytes();
+  absl::StatusOr<std::unique_ptr<KvStorage>> storage = KvStorage::Create(shape);
+  ASSERT_TRUE(storage.ok()) << storage.status();
+  ASSERT_EQ((*storage)->size_bytes(), size_t{1} << 30);
+  ASSERT_GT(before, 0) << "cannot read /proc/self/statm";
+  EXPECT_LT(ResidentBytes() - before, int64_t{16} << 20);
+  // Writing one token touches only its own rows.
+  std::vector<float> k(1024, 1.5f), v(1024, -2.0f), out(1024);
+  (*storage)->WriteToken(15, 8191, k.data(), v.data());
+  (*storage)->ReadValue(15, 8191, out.data());
+  EXPECT_EQ(out[1023], -2.0f);
+  EXPECT_LT(ResidentBytes() - before, int64_t{16} << 20);
+}
 
 TEST(KvStorageTest, RowsOfLayersSlotsAndKvDoNotOverlap) {
   KvStorageShape shape{

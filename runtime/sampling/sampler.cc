@@ -101,54 +101,100 @@ const float* Sampler::Process(const float* logits, int32_t vocab_size) {
   return processed_.data();
 }
 
+namespace {
+
+// Descending by logit, ascending id on ties, so results do not depend on sort stability.
+template <typename Candidate>
+bool Before(const Candidate& a, const Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+// The first sorted chunk: a trained model's top 64 tokens usually hold most of the mass; each
+// extension sorts 4x as many, and past half of what is left the rest is sorted at once, so a
+// flat distribution costs a few linear heap passes more than one full sort.
+constexpr int64_t kFirstSortedChunk = 64;
+
+}  // namespace
+
+void Sampler::SortPrefix(int64_t count) {
+  count = std::min(count, kept_);
+  if (count <= sorted_) return;
+  count = std::max({count, kFirstSortedChunk, 4 * sorted_});
+  // Everything past sorted_ is <= the sorted prefix, so sorting the next chunk of the rest
+  // extends the prefix. Past half of the rest a plain sort is cheaper than a heap.
+  if (2 * count >= kept_) {
+    count = kept_;
+    std::sort(candidates_.begin() + sorted_, candidates_.begin() + kept_, Before<Candidate>);
+  } else {
+    std::partial_sort(candidates_.begin() + sorted_, candidates_.begin() + count,
+                      candidates_.begin() + kept_, Before<Candidate>);
+  }
+  for (int64_t i = sorted_; i < count; ++i) {
+    candidates_[i].probability =
+        std::exp(candidates_[i].logit * inverse_temperature_ - max_scaled_);
+  }
+  sorted_ = count;
+}
+
 void Sampler::BuildCandidates(const float* logits, int32_t vocab_size) {
   candidates_.resize(vocab_size);
-  const double inverse_temperature = 1.0 / params_.temperature;
+  inverse_temperature_ = 1.0 / params_.temperature;
   for (int32_t id = 0; id < vocab_size; ++id) candidates_[id] = {id, logits[id], 0.0};
-  // Descending by logit, ascending id on ties, so results do not depend on sort stability.
-  auto before = [](const Candidate& a, const Candidate& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  };
-  size_t kept = candidates_.size();
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < kept) {
-    kept = params_.top_k;
-    std::partial_sort(candidates_.begin(), candidates_.begin() + kept, candidates_.end(), before);
+  sorted_ = 0;
+  kept_ = vocab_size;
+  float max_logit = logits[0];
+  if (params_.top_k > 0 && params_.top_k < vocab_size) {
+    kept_ = params_.top_k;
+    std::partial_sort(candidates_.begin(), candidates_.begin() + kept_, candidates_.end(),
+                      Before<Candidate>);
+    sorted_ = kept_;  // weighted below
+    max_logit = candidates_[0].logit;
   } else {
-    std::sort(candidates_.begin(), candidates_.end(), before);
+    for (int32_t id = 1; id < vocab_size; ++id) max_logit = std::max(max_logit, logits[id]);
   }
-  candidates_.resize(kept);
   // Softmax of logit / temperature in double, shifted by the maximum for range.
-  const double max_scaled = candidates_[0].logit * inverse_temperature;
-  double total = 0.0;
-  for (Candidate& candidate : candidates_) {
-    candidate.probability = std::exp(candidate.logit * inverse_temperature - max_scaled);
-    total += candidate.probability;
+  max_scaled_ = max_logit * inverse_temperature_;
+  kept_weight_ = 0.0;
+  if (sorted_ > 0) {
+    for (int64_t i = 0; i < kept_; ++i) {
+      candidates_[i].probability =
+          std::exp(candidates_[i].logit * inverse_temperature_ - max_scaled_);
+      kept_weight_ += candidates_[i].probability;
+    }
+  } else {
+    for (int32_t id = 0; id < vocab_size; ++id) {
+      kept_weight_ += std::exp(logits[id] * inverse_temperature_ - max_scaled_);
+    }
   }
-  for (Candidate& candidate : candidates_) candidate.probability /= total;
   if (params_.top_p < 1.0) {
     // Keep the smallest prefix whose mass reaches top_p (the token that crosses it stays), as
     // transformers' TopPLogitsWarper does; at least one token always stays.
+    const double target = params_.top_p * kept_weight_;
     double cumulative = 0.0;
-    size_t prefix = 0;
-    while (prefix < candidates_.size()) {
+    int64_t prefix = 0;
+    while (prefix < kept_) {
+      SortPrefix(prefix + 1);
       cumulative += candidates_[prefix].probability;
       ++prefix;
-      if (cumulative >= params_.top_p) break;
+      if (cumulative >= target) break;
     }
-    candidates_.resize(prefix);
-    for (Candidate& candidate : candidates_) candidate.probability /= cumulative;
+    kept_ = prefix;
+    kept_weight_ = cumulative;
   }
   if (params_.min_p > 0.0) {
-    // Candidates are sorted, so the kept ones are a prefix; the first always stays.
+    // The kept ones are a prefix of the sorted order; the first always stays.
+    SortPrefix(1);
     const double threshold = params_.min_p * candidates_[0].probability;
-    size_t prefix = 1;
-    double kept_mass = candidates_[0].probability;
-    while (prefix < candidates_.size() && candidates_[prefix].probability >= threshold) {
-      kept_mass += candidates_[prefix].probability;
+    int64_t prefix = 1;
+    double kept_weight = candidates_[0].probability;
+    while (prefix < kept_) {
+      SortPrefix(prefix + 1);
+      if (candidates_[prefix].probability < threshold) break;
+      kept_weight += candidates_[prefix].probability;
       ++prefix;
     }
-    candidates_.resize(prefix);
-    for (Candidate& candidate : candidates_) candidate.probability /= kept_mass;
+    kept_ = prefix;
+    kept_weight_ = kept_weight;
   }
 }
 
@@ -161,14 +207,16 @@ int32_t Sampler::Sample(const float* raw_logits, int32_t vocab_size) {
   const float* logits = Process(raw_logits, vocab_size);
   if (params_.temperature == 0.0) return ArgMax(logits, vocab_size);
   BuildCandidates(logits, vocab_size);
-  const double target = NextUniform();
+  // Walk the sorted candidates until their mass passes the draw, sorting further on demand.
+  const double target = NextUniform() * kept_weight_;
   double cumulative = 0.0;
-  for (const Candidate& candidate : candidates_) {
-    cumulative += candidate.probability;
-    if (target < cumulative) return candidate.id;
+  for (int64_t i = 0; i < kept_; ++i) {
+    SortPrefix(i + 1);
+    cumulative += candidates_[i].probability;
+    if (target < cumulative) return candidates_[i].id;
   }
-  // Rounding left the total a hair below 1 and the draw above it.
-  return candidates_.back().id;
+  // Rounding left the total a hair below the kept weight and the draw above it.
+  return candidates_[kept_ - 1].id;
 }
 
 std::vector<float> Sampler::Probabilities(const float* raw_logits, int32_t vocab_size) {
@@ -179,8 +227,10 @@ std::vector<float> Sampler::Probabilities(const float* raw_logits, int32_t vocab
     return probabilities;
   }
   BuildCandidates(logits, vocab_size);
-  for (const Candidate& candidate : candidates_) {
-    probabilities[candidate.id] = static_cast<float>(candidate.probability);
+  SortPrefix(kept_);
+  for (int64_t i = 0; i < kept_; ++i) {
+    probabilities[candidates_[i].id] =
+        static_cast<float>(candidates_[i].probability / kept_weight_);
   }
   return probabilities;
 }
@@ -200,9 +250,7 @@ void Sampler::Logprobs(const float* logits, int32_t vocab_size, int32_t token, i
   candidates_.resize(vocab_size);
   for (int32_t id = 0; id < vocab_size; ++id) candidates_[id] = {id, logits[id], 0.0};
   std::partial_sort(candidates_.begin(), candidates_.begin() + count, candidates_.end(),
-                    [](const Candidate& a, const Candidate& b) {
-                      return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-                    });
+                    Before<Candidate>);
   for (int32_t i = 0; i < count; ++i) {
     top.push_back({candidates_[i].id, static_cast<float>(candidates_[i].logit - log_total)});
   }

@@ -90,8 +90,15 @@ class Sampler {
  private:
   // Applies bias and penalties; returns `logits` itself when none is active.
   const float* Process(const float* logits, int32_t vocab_size);
-  // Fills candidates_ (ids with their probabilities, descending, masked tail removed).
+  // Sets up the distribution Sample() draws from: candidates_ holds every id, of which the
+  // first kept_ survive top-k/top-p/min-p, each with weight exp(logit / T - max) in
+  // `probability` (its probability is weight / kept_weight_). Only a prefix of candidates_ is
+  // sorted (descending logit, lowest id first on ties), as far as the filters and the draw
+  // looked: a 32000-token vocabulary costs one pass plus a partial sort of the few hundred
+  // likely tokens instead of a full sort (~2.5 ms a token, on the engine thread of a batch).
   void BuildCandidates(const float* logits, int32_t vocab_size);
+  // Sorts candidates_ up to at least `count` (capped at kept_) and gives them their weights.
+  void SortPrefix(int64_t count);
   double NextUniform();
 
   SamplingParams params_;
@@ -102,6 +109,11 @@ class Sampler {
     double probability;
   };
   std::vector<Candidate> candidates_;
+  int64_t sorted_ = 0;  // candidates_[0, sorted_) are sorted and weighted
+  int64_t kept_ = 0;
+  double kept_weight_ = 0.0;
+  double inverse_temperature_ = 1.0;
+  double max_scaled_ = 0.0;
   std::vector<float> processed_;
   absl::flat_hash_set<int32_t> prompt_tokens_;
   absl::flat_hash_map<int32_t, int32_t> output_counts_;

@@ -1,6 +1,8 @@
 #include "runtime/sampling/sampler.h"
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -103,6 +105,100 @@ TEST(SamplerTest, SameSeedSameTokensOtherSeedOtherTokens) {
   };
   EXPECT_EQ(draw(123), draw(123));
   EXPECT_NE(draw(123), draw(124));
+}
+
+// The sampler sorts only as much of the vocabulary as its filters and its draw look at. Check it
+// against the plain algorithm of the header on a 32000-token vocabulary: sort everything,
+// softmax, top-k, top-p, min-p, then walk the cumulative mass to a draw made from the same
+// Mersenne twister the same way (top 53 bits / 2^53).
+struct Reference {
+  std::vector<int32_t> ids;           // kept, descending
+  std::vector<double> probabilities;  // normalised over the kept ones
+};
+
+Reference ReferenceDistribution(const std::vector<float>& logits, const SamplingParams& params) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  std::vector<int32_t> order(vocab);
+  for (int32_t id = 0; id < vocab; ++id) order[id] = id;
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  if (params.top_k > 0 && params.top_k < vocab) order.resize(params.top_k);
+  std::vector<double> weights;
+  double total = 0.0;
+  for (int32_t id : order) {
+    weights.push_back(std::exp((logits[id] - logits[order[0]]) / params.temperature));
+    total += weights.back();
+  }
+  for (double& weight : weights) weight /= total;
+  if (params.top_p < 1.0) {
+    double cumulative = 0.0;
+    size_t prefix = 0;
+    while (prefix < weights.size()) {
+      cumulative += weights[prefix++];
+      if (cumulative >= params.top_p) break;
+    }
+    weights.resize(prefix);
+    for (double& weight : weights) weight /= cumulative;
+  }
+  if (params.min_p > 0.0) {
+    size_t prefix = 1;
+    double kept = weights[0];
+    while (prefix < weights.size() && weights[prefix] >= params.min_p * weights[0]) {
+      kept += weights[prefix++];
+    }
+    weights.resize(prefix);
+    for (double& weight : weights) weight /= kept;
+  }
+  order.resize(weights.size());
+  return {order, weights};
+}
+
+TEST(SamplerTest, LargeVocabularyMatchesTheFullSortReference) {
+  constexpr int32_t kVocab = 32000;
+  std::mt19937 generator(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(kVocab);
+  for (float& logit : logits) logit = normal(generator);
+  logits[123] = logits[456];  // a tie, broken by the lower id
+  const SamplingParams settings[] = {
+      {.temperature = 1.0, .seed = 11},                // the whole vocabulary
+      {.temperature = 0.7, .top_p = 0.9, .seed = 12},  // a long top-p prefix
+      {.temperature = 1.3, .top_k = 50, .top_p = 0.8, .seed = 13},
+      {.temperature = 1.0, .min_p = 0.05, .seed = 14},
+      {.temperature = 8.0, .top_p = 0.99, .seed = 15},  // nearly flat: sorts almost all
+  };
+  for (const SamplingParams& params : settings) {
+    SCOPED_TRACE(testing::Message()
+                 << "temperature " << params.temperature << " top_k " << params.top_k << " top_p "
+                 << params.top_p << " min_p " << params.min_p);
+    const Reference reference = ReferenceDistribution(logits, params);
+    Sampler sampler(params);
+    std::vector<float> probabilities = sampler.Probabilities(logits.data(), kVocab);
+    std::vector<double> expected(kVocab, 0.0);
+    for (size_t i = 0; i < reference.ids.size(); ++i) {
+      expected[reference.ids[i]] = reference.probabilities[i];
+    }
+    for (int32_t id = 0; id < kVocab; ++id) {
+      ASSERT_NEAR(probabilities[id], expected[id], 1e-6 + 1e-5 * expected[id]) << "id " << id;
+    }
+    // Draws: token for token the reference's inverse CDF of the same uniforms.
+    Sampler drawing(params);
+    std::mt19937_64 random(params.seed);
+    for (int draw = 0; draw < 200; ++draw) {
+      const double target = static_cast<double>(random() >> 11) * (1.0 / 9007199254740992.0);
+      double cumulative = 0.0;
+      int32_t want = reference.ids.back();
+      for (size_t i = 0; i < reference.ids.size(); ++i) {
+        cumulative += reference.probabilities[i];
+        if (target < cumulative) {
+          want = reference.ids[i];
+          break;
+        }
+      }
+      ASSERT_EQ(drawing.Sample(logits.data(), kVocab), want) << "draw " << draw;
+    }
+  }
 }
 
 TEST(SamplerTest, ValidateRejectsBadParams) {

@@ -160,6 +160,15 @@ std::string RenderMetrics(const ServerMetrics& metrics, const engine::EngineStat
   Metric(out, "llmrt:decode_bytes_total", "counter",
          "Bytes the decode steps had to read: weights once per step plus each sequence's KV.",
          labels, stats.decode_bytes_total);
+  Metric(out, "llmrt:engine_step_seconds_total", "counter",
+         "Engine thread time of the steps that ran the model: schedule, model, sampling, outputs.",
+         labels, stats.step_seconds_total);
+  Metric(out, "llmrt:engine_model_seconds_total", "counter",
+         "Backend time of all steps (engine_step_seconds_total minus this: the engine's overhead).",
+         labels, stats.model_seconds_total);
+  Metric(out, "llmrt:engine_sample_seconds_total", "counter",
+         "Sampling, detokenization, stop strings and output callbacks of all steps.", labels,
+         stats.sample_seconds_total);
   const double bandwidth =
       stats.decode_seconds_total > 0 ? stats.decode_bytes_total / stats.decode_seconds_total : 0.0;
   Metric(out, "llmrt:decode_bandwidth_bytes_per_second", "gauge",

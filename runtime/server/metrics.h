@@ -10,6 +10,8 @@
 //   request_queue_time_seconds                       histograms
 //   llmrt:decode_steps_total, decode_sequences_total, decode_seconds_total, decode_bytes_total
 //                                                    counters (EngineStats: pure decode steps)
+//   llmrt:engine_step_seconds_total, engine_model_seconds_total, engine_sample_seconds_total
+//                                                    counters (EngineStats: engine thread time)
 //   llmrt:decode_bandwidth_bytes_per_second, llmrt:decode_mbu   gauges (see ServerMetrics)
 //
 // Thread-safety: every member may be updated and rendered from any thread.

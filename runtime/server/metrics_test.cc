@@ -44,6 +44,9 @@ TEST(RenderMetrics, VllmNamesAndValues) {
   stats.decode_sequences_total = 12;
   stats.decode_seconds_total = 2.0;
   stats.decode_bytes_total = 4000;
+  stats.step_seconds_total = 3.5;
+  stats.model_seconds_total = 3.0;
+  stats.sample_seconds_total = 0.25;
   const std::string page = RenderMetrics(metrics, stats, "stories \"q\"");
   const std::string labels = "{model_name=\"stories \\\"q\\\"\"}";
   EXPECT_THAT(page, HasSubstr("llmrt:num_requests_running" + labels + " 2\n"));
@@ -63,6 +66,9 @@ TEST(RenderMetrics, VllmNamesAndValues) {
   // 4000 bytes read in 2 s of decode steps: 2000 B/s, half of the 4000 B/s peak.
   EXPECT_THAT(page, HasSubstr("llmrt:decode_bandwidth_bytes_per_second" + labels + " 2000\n"));
   EXPECT_THAT(page, HasSubstr("llmrt:decode_mbu" + labels + " 0.5\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:engine_step_seconds_total" + labels + " 3.5\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:engine_model_seconds_total" + labels + " 3\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:engine_sample_seconds_total" + labels + " 0.25\n"));
 }
 
 TEST(RenderMetrics, NoMbuWithoutPeakBandwidth) {

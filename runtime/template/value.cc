@@ -151,6 +151,13 @@ void Value::SetAttribute(const std::string& name, Value value) const {
   entries_->emplace_back(String(name), std::move(value));
 }
 
+void Value::ClearAttributes() const {
+  if (!entries_) return;
+  // Destroyed after entries_ is empty, so a value that reaches this namespace again sees it empty.
+  Entries dropped;
+  dropped.swap(*entries_);
+}
+
 bool Value::Truthy() const {
   switch (kind_) {
     case Kind::kUndefined:

@@ -103,6 +103,9 @@ class Value {
   const Value* Find(std::string_view key) const;
   // Namespace assignment (the one mutable kind); inserts or replaces.
   void SetAttribute(const std::string& name, Value value) const;
+  // Drops a namespace's attributes. A namespace can hold itself (`set ns.me = ns`), a reference
+  // cycle no shared_ptr frees; the renderer clears the namespaces a render created when it ends.
+  void ClearAttributes() const;
 
   // Python truthiness (Undefined is false).
   bool Truthy() const;

@@ -104,16 +104,26 @@ void ThreadPool::Chunk(int64_t num_items, int64_t grain, int32_t num_threads, in
 }
 
 void ThreadPool::RunShare(int32_t thread_index) {
+  if (dynamic_) {
+    while (true) {
+      const int64_t begin = next_item_.fetch_add(grain_, std::memory_order_relaxed);
+      if (begin >= num_items_) return;
+      function_(context_, begin, std::min(num_items_, begin + grain_), thread_index);
+    }
+  }
   int64_t begin, end;
   Chunk(num_items_, grain_, num_threads_, thread_index, &begin, &end);
   if (begin < end) function_(context_, begin, end, thread_index);
 }
 
-void ThreadPool::Run(int64_t num_items, int64_t grain, Function function, const void* context) {
+void ThreadPool::Run(int64_t num_items, int64_t grain, bool dynamic, Function function,
+                     const void* context) {
   function_ = function;
   context_ = context;
   num_items_ = num_items;
   grain_ = std::max<int64_t>(grain, 1);
+  dynamic_ = dynamic;
+  next_item_.store(0, std::memory_order_relaxed);
   pending_.store(static_cast<uint32_t>(workers_.size()), std::memory_order_relaxed);
   // Release: the fields above are visible to a worker that sees the new generation.
   generation_.fetch_add(1, std::memory_order_release);

@@ -9,10 +9,13 @@
 // sleep on a futex, so an idle pool stops using CPU soon and a decode step, whose ~150
 // ParallelFors are each a few hundred microseconds apart at most, never pays a syscall.
 //
-// Work splitting: static, contiguous chunks of about num_items / num_threads, optionally
-// rounded to a multiple of `grain` so that e.g. a chunk of matmul panels never straddles a
-// cache line of output. Static chunks keep each thread on the same weights in every step,
-// which is what a memory-bound GEMV wants.
+// Work splitting: ParallelFor gives each thread one static, contiguous chunk of about
+// num_items / num_threads, optionally rounded to a multiple of `grain` so that e.g. a chunk of
+// matmul panels never straddles a cache line of output; a thread keeps the same items (and
+// whatever of them its caches hold) from call to call. ParallelForDynamic hands out
+// grain-sized chunks in order from one atomic counter to whichever thread is free, so a
+// thread that is slowed down (by the memory system, an interrupt, a descheduling) takes
+// fewer chunks instead of making every other thread wait for it at the join.
 //
 // Thread-safety: ParallelFor must not be called concurrently or from inside a body (the owner
 // of the pool is single-threaded above it, like a backend's RunStep).
@@ -51,7 +54,23 @@ class ThreadPool {
       body(int64_t{0}, num_items, 0);
       return;
     }
-    Run(num_items, grain, &Trampoline<Body>, &body);
+    Run(num_items, grain, /*dynamic=*/false, &Trampoline<Body>, &body);
+  }
+
+  // Calls body(begin, end, thread_index) for consecutive chunks of `grain` items (the last
+  // one shorter) covering [0, num_items), each chunk once, claimed in order by whichever
+  // thread asks next: any thread may run any number of chunks, possibly none.
+  template <typename Body>
+  void ParallelForDynamic(int64_t num_items, const Body& body, int64_t grain) {
+    if (num_items <= 0) return;
+    grain = grain < 1 ? 1 : grain;
+    if (num_threads_ == 1 || num_items <= grain) {
+      for (int64_t begin = 0; begin < num_items; begin += grain) {
+        body(begin, begin + grain < num_items ? begin + grain : num_items, 0);
+      }
+      return;
+    }
+    Run(num_items, grain, /*dynamic=*/true, &Trampoline<Body>, &body);
   }
 
   // The range thread `thread_index` of `num_threads` gets in a ParallelFor over `num_items`.
@@ -64,7 +83,7 @@ class ThreadPool {
   static void Trampoline(const void* context, int64_t begin, int64_t end, int32_t thread) {
     (*static_cast<const Body*>(context))(begin, end, thread);
   }
-  void Run(int64_t num_items, int64_t grain, Function function, const void* context);
+  void Run(int64_t num_items, int64_t grain, bool dynamic, Function function, const void* context);
   void WorkerLoop(int32_t thread_index);
   void RunShare(int32_t thread_index);
 
@@ -76,9 +95,11 @@ class ThreadPool {
   const void* context_ = nullptr;
   int64_t num_items_ = 0;
   int64_t grain_ = 1;
+  bool dynamic_ = false;
   // Separate cache lines: workers poll generation_ while they decrement pending_.
   alignas(64) std::atomic<uint32_t> generation_{0};  // futex word; 0x80000000 bit = stop
   alignas(64) std::atomic<uint32_t> pending_{0};     // futex word: workers still running
+  alignas(64) std::atomic<int64_t> next_item_{0};    // ParallelForDynamic: first unclaimed item
 };
 
 }  // namespace llmrt::threading

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -40,6 +41,51 @@ TEST(ThreadPoolTest, ChunksAreMultiplesOfTheGrain) {
       },
       8);
   for (int64_t begin : begins) EXPECT_TRUE(begin == -1 || begin % 8 == 0) << begin;
+}
+
+TEST(ThreadPoolTest, DynamicChunksCoverEveryItemOnceInGrainSizedPieces) {
+  for (int32_t threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t items : {1, 5, 8, 9, 100, 1001}) {
+      std::vector<std::atomic<int>> hits(items);
+      std::atomic<int64_t> chunks{0};
+      pool.ParallelForDynamic(
+          items,
+          [&](int64_t begin, int64_t end, int32_t thread) {
+            EXPECT_GE(thread, 0);
+            EXPECT_LT(thread, threads);
+            EXPECT_EQ(begin % 8, 0) << begin;
+            EXPECT_TRUE(end - begin == 8 || end == items) << begin << " " << end;
+            chunks.fetch_add(1);
+            for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+          },
+          8);
+      for (int64_t i = 0; i < items; ++i) ASSERT_EQ(hits[i].load(), 1) << items << " " << i;
+      EXPECT_EQ(chunks.load(), (items + 7) / 8) << items;
+    }
+  }
+}
+
+// A thread that is held up takes fewer chunks: the others run the rest instead of waiting.
+TEST(ThreadPoolTest, DynamicChunksGoToTheThreadsThatAreFree) {
+  ThreadPool pool(2);
+  std::vector<std::atomic<int>> per_thread(2);
+  pool.ParallelForDynamic(
+      64,
+      [&](int64_t begin, int64_t, int32_t thread) {
+        // Whichever thread claims chunk 0 is stalled until the other has run 40 chunks.
+        if (begin == 0) {
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (per_thread[1 - thread].load() < 40 &&
+                 std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::yield();
+          }
+        }
+        per_thread[thread].fetch_add(1);
+      },
+      1);
+  EXPECT_EQ(per_thread[0].load() + per_thread[1].load(), 64);
+  EXPECT_GE(std::max(per_thread[0].load(), per_thread[1].load()), 40);
 }
 
 TEST(ThreadPoolTest, ThreadIndicesAreDistinctWithinOneCall) {

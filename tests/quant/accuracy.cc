@@ -13,11 +13,19 @@
 namespace llmc::quant_testing {
 namespace {
 
-absl::StatusOr<std::unique_ptr<llmrt::engine::Model>> LoadPlan(const std::string& plan_path) {
+llmrt::engine::ModelOptions Options(llmrt::QuantizedActivations activations) {
   llmrt::engine::ModelOptions options;
+  options.backend = llmrt::engine::BackendChoice::kCpu;
   options.verify = true;
   options.kv_cache_tokens = 1024;
-  return llmrt::engine::Model::Load(plan_path, options);
+  options.quantized_activations = activations;
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<llmrt::engine::Model>> LoadPlan(
+    const std::string& plan_path,
+    llmrt::QuantizedActivations activations = llmrt::QuantizedActivations::kInt8) {
+  return llmrt::engine::Model::Load(plan_path, Options(activations));
 }
 
 // log-softmax of one row, in double so KL sums of ~1e-4 stay exact enough.
@@ -90,8 +98,41 @@ absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& plan_path,
 
 absl::StatusOr<std::vector<float>> TeacherForcedLogits(const std::string& plan_path,
                                                        const std::vector<int32_t>& tokens,
-                                                       int64_t* vocab_size) {
-  absl::StatusOr<std::unique_ptr<llmrt::engine::Model>> model = LoadPlan(plan_path);
+                                                       int64_t* vocab_size,
+                                                       llmrt::QuantizedActivations activations) {
+  absl::StatusOr<std::unique_ptr<llmrt::engine::Model>> model = LoadPlan(plan_path, activations);
+  if (!model.ok()) return model.status();
+  *vocab_size = (*model)->vocab_size();
+  return (*model)->NewSession()->Append(tokens, /*all_logits=*/true);
+}
+
+absl::StatusOr<std::vector<float>> DequantizedTeacherForcedLogits(
+    const std::string& plan_path, const std::vector<int32_t>& tokens, int64_t* vocab_size) {
+  llmrt::plan::PlanOpenOptions open_options;
+  open_options.verify_blob_checksums = true;
+  absl::StatusOr<std::unique_ptr<llmrt::plan::Plan>> plan =
+      llmrt::plan::Plan::Open(plan_path, open_options);
+  if (!plan.ok()) return plan.status();
+  llmrt::plan::PlanMeta meta = (*plan)->meta();
+  std::vector<std::vector<float>> dequantized(meta.tensors_size());
+  for (int index = 0; index < meta.tensors_size(); ++index) {
+    llmrt::plan::Tensor& tensor = *meta.mutable_tensors(index);
+    if (tensor.dtype() != llmrt::plan::I8 && tensor.dtype() != llmrt::plan::I4) continue;
+    dequantized[index] = DequantizePlanTensor(**plan, index);
+    tensor.set_dtype(llmrt::plan::F32);
+    tensor.set_layout(llmrt::plan::Tensor::ROW_MAJOR);
+    tensor.set_size_bytes(dequantized[index].size() * sizeof(float));
+    tensor.clear_quantization();
+  }
+  const llmrt::plan::Plan* mapped = plan->get();
+  absl::StatusOr<std::unique_ptr<llmrt::engine::Model>> model = llmrt::engine::Model::Create(
+      meta,
+      [&](int index) -> const uint8_t* {
+        return dequantized[index].empty()
+                   ? mapped->blob(index)
+                   : reinterpret_cast<const uint8_t*>(dequantized[index].data());
+      },
+      Options(llmrt::QuantizedActivations::kInt8));
   if (!model.ok()) return model.status();
   *vocab_size = (*model)->vocab_size();
   return (*model)->NewSession()->Append(tokens, /*all_logits=*/true);
@@ -150,18 +191,22 @@ absl::StatusOr<AccuracyRow> Measure(const std::string& label, const std::string&
                                     const std::vector<int32_t>& text_tokens,
                                     const std::vector<float>& reference_logits,
                                     const std::vector<int32_t>& prompt_and_greedy,
-                                    size_t prompt_size) {
+                                    size_t prompt_size, llmrt::QuantizedActivations activations) {
   AccuracyRow row;
   row.label = label;
   row.plan_bytes = std::filesystem::file_size(plan_path);
   int64_t vocab_size = 0;
   absl::StatusOr<std::vector<float>> logits =
-      TeacherForcedLogits(plan_path, text_tokens, &vocab_size);
+      TeacherForcedLogits(plan_path, text_tokens, &vocab_size, activations);
   if (!logits.ok()) return logits.status();
   row.mean_kl = MeanKl(reference_logits, *logits, vocab_size);
+  absl::StatusOr<std::vector<float>> exact_logits =
+      TeacherForcedLogits(plan_path, text_tokens, &vocab_size, llmrt::QuantizedActivations::kF32);
+  if (!exact_logits.ok()) return exact_logits.status();
+  row.weight_only_kl = MeanKl(reference_logits, *exact_logits, vocab_size);
   row.perplexity = Perplexity(*logits, text_tokens, vocab_size);
   absl::StatusOr<std::vector<float>> greedy_logits =
-      TeacherForcedLogits(plan_path, prompt_and_greedy, &vocab_size);
+      TeacherForcedLogits(plan_path, prompt_and_greedy, &vocab_size, activations);
   if (!greedy_logits.ok()) return greedy_logits.status();
   // The position before the first greedy token predicts it.
   row.top1 = Top1Agreement(*greedy_logits, prompt_and_greedy, vocab_size, prompt_size - 1);

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/pipeline/compile.h"
+#include "runtime/backend/backend.h"
 #include "runtime/plan/plan_reader.h"
 
 namespace llmc::quant_testing {
@@ -23,10 +24,18 @@ absl::Status CompilePlan(const std::string& model_dir, const std::string& output
 absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& plan_path,
                                               const std::string& text);
 
-// Logits of every position of `tokens` ([tokens.size(), vocab] row-major) in one session.
-absl::StatusOr<std::vector<float>> TeacherForcedLogits(const std::string& plan_path,
-                                                       const std::vector<int32_t>& tokens,
-                                                       int64_t* vocab_size);
+// Logits of every position of `tokens` ([tokens.size(), vocab] row-major) in one session, on
+// the CPU backend; `activations` says how quantized matmuls treat their inputs (kF32: the
+// exact mode, runtime/backend/cpu/quant_matmul_exact.h).
+absl::StatusOr<std::vector<float>> TeacherForcedLogits(
+    const std::string& plan_path, const std::vector<int32_t>& tokens, int64_t* vocab_size,
+    llmrt::QuantizedActivations activations = llmrt::QuantizedActivations::kInt8);
+
+// The same for the plan's DEQUANTIZED twin: every I8/I4 tensor replaced by the f32 weights
+// DequantizePlanTensor reads from its codes (no permutation, plain f32 matmuls), built in
+// memory; the reference the exact mode must match.
+absl::StatusOr<std::vector<float>> DequantizedTeacherForcedLogits(
+    const std::string& plan_path, const std::vector<int32_t>& tokens, int64_t* vocab_size);
 
 // `count` greedy tokens after `prompt` (prompt not included).
 absl::StatusOr<std::vector<int32_t>> GreedyTokens(const std::string& plan_path,
@@ -52,18 +61,22 @@ std::vector<float> DequantizePlanTensor(const llmrt::plan::Plan& plan, int tenso
 struct AccuracyRow {
   std::string label;  // "int4 g32 asymmetric rtn"
   uint64_t plan_bytes = 0;
-  double mean_kl = 0;     // on the text, vs the f32 plan
+  double mean_kl = 0;  // on the text, vs the f32 plan
+  // The same with the plan's quantized matmuls run in the exact mode (f32 activations): the
+  // part of mean_kl the weights alone cause; the rest is the int8 activations'.
+  double weight_only_kl = 0;
   double perplexity = 0;  // on the text
   double top1 = 0;        // along the f32 plan's 256 greedy tokens
 };
 
 // Measures one plan against the f32 plan of the same model on `text`; `greedy` is the f32
-// plan's greedy continuation of `prompt` (GreedyTokens).
-absl::StatusOr<AccuracyRow> Measure(const std::string& label, const std::string& plan_path,
-                                    const std::vector<int32_t>& text_tokens,
-                                    const std::vector<float>& reference_logits,
-                                    const std::vector<int32_t>& prompt_and_greedy,
-                                    size_t prompt_size);
+// plan's greedy continuation of `prompt` (GreedyTokens). mean_kl, perplexity and top1 are
+// measured with `activations`; weight_only_kl always with kF32.
+absl::StatusOr<AccuracyRow> Measure(
+    const std::string& label, const std::string& plan_path, const std::vector<int32_t>& text_tokens,
+    const std::vector<float>& reference_logits, const std::vector<int32_t>& prompt_and_greedy,
+    size_t prompt_size,
+    llmrt::QuantizedActivations activations = llmrt::QuantizedActivations::kInt8);
 
 }  // namespace llmc::quant_testing
 

@@ -72,9 +72,9 @@ class QuantAccuracyTest : public ::testing::TestWithParam<std::string> {
         Measure(label, plan, text_, reference_, prompt_and_greedy_, prompt_size_);
     EXPECT_TRUE(row.ok()) << row.status();
     if (!row.ok()) return {};
-    std::printf("%-40s %-24s KL %.5f  ppl %.3f  top1 %.3f  %llu bytes\n", GetParam().c_str(),
-                label.c_str(), row->mean_kl, row->perplexity, row->top1,
-                static_cast<unsigned long long>(row->plan_bytes));
+    std::printf("%-40s %-24s KL %.5f (weights alone %.5f)  ppl %.3f  top1 %.3f  %llu bytes\n",
+                GetParam().c_str(), label.c_str(), row->mean_kl, row->weight_only_kl,
+                row->perplexity, row->top1, static_cast<unsigned long long>(row->plan_bytes));
     return *row;
   }
 
@@ -95,13 +95,15 @@ TEST_P(QuantAccuracyTest, Int8KlBelowOneHundredth) {
 }
 
 // int4 g32: issue 5 asks for KL <= 0.05. Measured (docs/quantization.md): stories260K 0.061
-// (symmetric) / 0.064 (asymmetric): NOT met, and the random-init fixtures 0.40-0.58, where
-// plain absmax RTN of the same weights evaluated in transformers gives 0.66 (llama_mha), so
-// their sensitivity, not the quantizer, sets the level. These bounds are regression guards at
-// ~15% above the measured values (a wrong scale, zero point or packing gives KL >> 1).
+// (symmetric) / 0.064 (asymmetric): NOT met. The weights alone give 0.060 / 0.064 (exact mode),
+// the same as this quantizer simulated in transformers, so the int8 activations add ~1%; the
+// random-init fixtures 0.40-0.58, where plain absmax RTN of the same weights evaluated in
+// transformers gives 0.66 (llama_mha), so their sensitivity, not the quantizer, sets the
+// level. These bounds are regression guards at ~15% above the measured values (a wrong scale,
+// zero point or packing gives KL >> 1).
 TEST_P(QuantAccuracyTest, Int4G32Kl) {
   const bool trained = GetParam() == "tests/data/stories260K";
-  const double bound = trained ? 0.075 : 0.68;
+  const double bound = trained ? 0.073 : 0.68;
   QuantizeOptions int4;
   int4.bits = 4;
   int4.group_size = 32;
@@ -116,18 +118,87 @@ TEST_P(QuantAccuracyTest, Int4G32Kl) {
   }
 }
 
-// AWQ is run and measured end to end here (it must compile and run, and stay within the int4
-// bound); that it lowers the error it optimises is awq_test.cc's check. On these tiny models
-// the lower per-linear error does NOT carry over to a lower end-to-end KL (stories260K: 0.080
-// vs RTN 0.061), see docs/quantization.md.
-TEST_P(QuantAccuracyTest, AwqRunsWithinTheInt4Bound) {
+// AWQ end to end: on the trained model it must not be worse than round-to-nearest, for either
+// scheme (issue 5); measured stories260K KL 0.0544 vs RTN 0.0607 (symmetric), 0.0548 vs 0.0640
+// (asymmetric), bound ~15% above. That it lowers the per-linear error it optimises on held-out
+// text is awq_test.cc's check. The random-init fixtures have no salient channels for it to
+// find (0.38-0.57, about RTN's level): only the int4 bound there.
+TEST_P(QuantAccuracyTest, AwqNoWorseThanRoundToNearest) {
   const bool trained = GetParam() == "tests/data/stories260K";
-  QuantizeOptions int4;
-  int4.bits = 4;
-  int4.group_size = 32;
-  int4.awq = true;
-  const AccuracyRow awq = MeasureQuantized(int4, "int4-g32-awq");
-  EXPECT_LE(awq.mean_kl, trained ? 0.09 : 0.68);
+  for (const bool asymmetric : {false, true}) {
+    QuantizeOptions int4;
+    int4.bits = 4;
+    int4.group_size = 32;
+    int4.asymmetric = asymmetric;
+    const std::string suffix = asymmetric ? "-asym" : "";
+    int4.awq = true;
+    const AccuracyRow awq = MeasureQuantized(int4, "int4-g32" + suffix + "-awq");
+    EXPECT_LE(awq.mean_kl, trained ? 0.063 : 0.68);
+    if (trained) {
+      int4.awq = false;
+      const AccuracyRow rtn = MeasureQuantized(int4, "int4-g32" + suffix);
+      EXPECT_LE(awq.mean_kl, rtn.mean_kl);
+    }
+  }
+}
+
+// The exact mode (f32 activations, runtime/backend/cpu/quant_matmul_exact.h) computes the
+// dequantized model: for every quantization mode of stories260K, its logits equal those of the
+// plan's dequantized f32 twin (built in memory from the plan's codes by plan.proto's formulas)
+// within 1e-3, while the default int8 activations differ measurably (the check has teeth).
+TEST(QuantExactModeTest, EveryModeEqualsItsDequantizedPlan) {
+  const std::string dir = SourcePath("tests/data/stories260K");
+  const std::string scratch = MakeScratchDir("exact-mode");
+  struct Mode {
+    const char* label;
+    int bits;
+    int64_t group_size;  // 0: the default (int8 per channel, int4 32)
+    bool asymmetric;
+    bool awq;
+  };
+  const Mode modes[] = {{"int8", 8, 0, false, false},
+                        {"int8-g32", 8, 32, false, false},
+                        {"int4-g32", 4, 32, false, false},
+                        {"int4-g32-asym", 4, 32, true, false},
+                        {"int4-g64", 4, 64, false, false},
+                        {"int4-g32-awq", 4, 32, false, true},
+                        {"int4-g32-asym-awq", 4, 32, true, true}};
+  std::vector<int32_t> tokens;
+  for (const Mode& mode : modes) {
+    QuantizeOptions quantize;
+    quantize.bits = mode.bits;
+    if (mode.group_size > 0) quantize.group_size = mode.group_size;
+    quantize.asymmetric = mode.asymmetric;
+    quantize.awq = mode.awq;
+    const std::string plan = scratch + "/" + mode.label + ".plan";
+    ASSERT_TRUE(CompilePlan(dir, plan, quantize).ok()) << mode.label;
+    if (tokens.empty()) {
+      absl::StatusOr<std::vector<int32_t>> text =
+          Tokenize(plan, ReadFile(SourcePath("tests/quant/data/heldout_story.txt")));
+      ASSERT_TRUE(text.ok()) << text.status();
+      tokens = *text;
+    }
+    int64_t vocab = 0;
+    absl::StatusOr<std::vector<float>> expected =
+        DequantizedTeacherForcedLogits(plan, tokens, &vocab);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    absl::StatusOr<std::vector<float>> exact =
+        TeacherForcedLogits(plan, tokens, &vocab, llmrt::QuantizedActivations::kF32);
+    ASSERT_TRUE(exact.ok()) << exact.status();
+    absl::StatusOr<std::vector<float>> int8 =
+        TeacherForcedLogits(plan, tokens, &vocab, llmrt::QuantizedActivations::kInt8);
+    ASSERT_TRUE(int8.ok()) << int8.status();
+    ASSERT_EQ(exact->size(), expected->size());
+    float exact_difference = 0, int8_difference = 0;
+    for (size_t i = 0; i < expected->size(); ++i) {
+      exact_difference = std::max(exact_difference, std::fabs((*exact)[i] - (*expected)[i]));
+      int8_difference = std::max(int8_difference, std::fabs((*int8)[i] - (*expected)[i]));
+    }
+    std::printf("%-20s max |logit - dequantized plan|: f32 activations %.2e, int8 %.2e\n",
+                mode.label, exact_difference, int8_difference);
+    EXPECT_LE(exact_difference, 1e-3f) << mode.label;
+    EXPECT_GT(int8_difference, 1e-2f) << mode.label;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, QuantAccuracyTest, ::testing::ValuesIn(ModelDirs()),

@@ -74,7 +74,7 @@ constexpr int kUsageError = 2;
 constexpr int kError = 1;
 constexpr char kBenchUsage[] =
     "usage: llmrt bench PLAN [-p 512] [-n 128] [-t 1,2] [--reps 5] [--ubatch 512] [--json]\n"
-    "                        [--kv-cache f32|f16|bf16|int8]\n"
+    "                        [--kv-cache f32|f16|bf16|int8] [--quant-activations int8|f32]\n"
     "       llmrt bench --bandwidth [-t 1,2] [--reps 5] [--bandwidth-mib 1024] [--json]\n";
 
 int BenchUsageError(const std::string& message) {
@@ -323,6 +323,7 @@ struct BenchOptions {
   bool json = false;
   uint64_t bandwidth_bytes = uint64_t{1} << 30;
   plan::DType kv_cache_dtype = plan::DTYPE_UNSPECIFIED;  // --kv-cache; unset: the plan's
+  QuantizedActivations quantized_activations = QuantizedActivations::kInt8;  // --quant-activations
 };
 
 struct BenchResult {
@@ -357,6 +358,7 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
   model_options.max_tokens_per_step = options.ubatch;
   model_options.kv_cache_tokens = std::max(options.prompt_tokens, options.generated_tokens + 1);
   model_options.kv_cache_dtype = options.kv_cache_dtype;
+  model_options.quantized_activations = options.quantized_activations;
 
   const Clock::time_point load_start = Clock::now();
   absl::StatusOr<std::unique_ptr<engine::Model>> model =
@@ -479,6 +481,12 @@ int Bench(int argc, char** argv) {
       absl::StatusOr<plan::DType> kv_dtype = kv::ParseKvDType(text != nullptr ? text : "");
       if (!kv_dtype.ok()) return BenchUsageError(std::string(kv_dtype.status().message()));
       options.kv_cache_dtype = *kv_dtype;
+    } else if (argument == "--quant-activations") {
+      const char* text = value();
+      absl::StatusOr<QuantizedActivations> mode =
+          engine::ParseQuantizedActivations(text != nullptr ? text : "");
+      if (!mode.ok()) return BenchUsageError(std::string(mode.status().message()));
+      options.quantized_activations = *mode;
     } else if (argument == "--json") {
       options.json = true;
     } else if (argument == "--bandwidth") {

@@ -2,7 +2,7 @@
 //
 //   llmrt run plan.bin -p "text" [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]
 //                                [--verify] [--threads N] [--backend auto|cpu|cuda]
-//                                [--kv-cache f32|f16|bf16|int8]
+//                                [--kv-cache f32|f16|bf16|int8] [--quant-activations int8|f32]
 //   llmrt chat plan.bin [--system TEXT] [-n N] [sampling flags as for run]
 //   llmrt inspect plan.bin [--verify]
 //   llmrt tokenize plan.bin TEXT [--special] [--ids-only]   (see tokenize.cc)
@@ -46,6 +46,7 @@ constexpr char kUsage[] =
     "usage: llmrt run PLAN -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
     "                 [--verify] [--threads N (default: one per core)]\n"
     "                 [--kv-cache f32|f16|bf16|int8 (default: the plan's)]\n"
+    "                 [--quant-activations int8|f32 (default int8; f32: exact, slow)]\n"
     "       llmrt inspect PLAN [--verify]\n"
     "       llmrt bench PLAN [-p 512] [-n 128] [-t 1,2] [--reps 5] [--ubatch 512] [--json]\n"
     "       llmrt bench --bandwidth [-t 1,2] [--reps 5] [--bandwidth-mib 1024] [--json]\n"
@@ -129,8 +130,9 @@ struct GenerationSetup {
 // Returns 0 and fills `setup`, or the exit status to return (after printing why).
 int SetUpGeneration(int argc, char** argv, const std::vector<std::string>& extra_valued,
                     const std::vector<std::string>& extra_switches, GenerationSetup& setup) {
-  std::vector<std::string> valued = {"-n",     "--temp",    "--top-k",   "--top-p",
-                                     "--seed", "--threads", "--backend", "--kv-cache"};
+  std::vector<std::string> valued = {"-n",        "--temp",     "--top-k",
+                                     "--top-p",   "--seed",     "--threads",
+                                     "--backend", "--kv-cache", "--quant-activations"};
   valued.insert(valued.end(), extra_valued.begin(), extra_valued.end());
   std::vector<std::string> switches = {"--verify"};
   switches.insert(switches.end(), extra_switches.begin(), extra_switches.end());
@@ -166,6 +168,12 @@ int SetUpGeneration(int argc, char** argv, const std::vector<std::string>& extra
     absl::StatusOr<plan::DType> kv_dtype = kv::ParseKvDType(arguments.values["--kv-cache"]);
     if (!kv_dtype.ok()) return UsageError(std::string(kv_dtype.status().message()));
     options.kv_cache_dtype = *kv_dtype;
+  }
+  if (arguments.values.count("--quant-activations")) {
+    absl::StatusOr<QuantizedActivations> mode =
+        engine::ParseQuantizedActivations(arguments.values["--quant-activations"]);
+    if (!mode.ok()) return UsageError(std::string(mode.status().message()));
+    options.quantized_activations = *mode;
   }
 
   absl::StatusOr<std::unique_ptr<engine::Model>> model =

@@ -28,14 +28,17 @@ namespace {
 
 constexpr char kServeUsage[] =
     "usage: llmrt serve PLAN [--host 127.0.0.1] [--port 8080] [--api-key K] [--max-queued N]\n"
-    "                        [--max-seqs N] [--max-batched-tokens N] [--kv-memory BYTES]\n"
-    "                        [--kv-memory-fraction F] [--max-seq-len N] [--kv-block-size N]\n"
+    "                        [--max-seqs N] [--max-batched-tokens N] [--prefill-chunk-tokens N]\n"
+    "                        [--kv-memory BYTES]"
+    " [--kv-memory-fraction F] [--max-seq-len N] [--kv-block-size N]\n"
     "                        [--threads N] [--drain-timeout S] [--kv-cache f32|f16|bf16|int8]\n"
     "                        [--model-name NAME] [--chat-template FILE] [--max-body-bytes N]\n"
     "                        [--mem-bandwidth GB/s] [--verify]\n"
     "  --port 0 picks a free port; the address is printed as 'listening on http://HOST:PORT'.\n"
     "  KV pool: --kv-memory bytes, else --kv-memory-fraction of the memory available now, else\n"
     "  one context of the model's length (at most 8192 tokens). --max-seq-len caps one sequence.\n"
+    "  --prefill-chunk-tokens: prompt tokens a step may run while sequences decode (0: 32;\n"
+    "  -1: no cap beyond --max-batched-tokens); smaller keeps inter-token latency low.\n"
     "  --mem-bandwidth: this machine's read bandwidth (`llmrt bench --bandwidth`) for the\n"
     "  llmrt:decode_mbu gauge of /metrics.\n"
     "  Without --api-key, the key is read from LLMRT_API_KEY if set (keeps it out of `ps`).\n"
@@ -68,7 +71,7 @@ int Serve(int argc, char** argv) {
       "--kv-memory",      "--kv-block-size", "--threads",
       "--drain-timeout",  "--model-name",    "--chat-template",
       "--max-body-bytes", "--mem-bandwidth", "--kv-memory-fraction",
-      "--max-seq-len",    "--kv-cache"};
+      "--max-seq-len",    "--kv-cache",      "--prefill-chunk-tokens"};
   std::map<std::string, std::string> values;
   bool verify = false;
   std::string plan_path;
@@ -117,11 +120,12 @@ int Serve(int argc, char** argv) {
   server::ServerOptions options;
   int64_t port = 8080, max_queued = 256, max_seqs = 0, max_batched_tokens = 0, kv_memory = 0,
           kv_block_size = 0, threads = 0, max_body_bytes = options.max_body_bytes;
-  int64_t max_seq_len = 0;
+  int64_t max_seq_len = 0, prefill_chunk_tokens = 0;
   double drain_timeout = 30.0, mem_bandwidth_gbps = 0.0, kv_memory_fraction = 0.0;
   if (!integer("--port", 0, 65535, port) || !integer("--max-queued", 0, 1 << 20, max_queued) ||
       !integer("--max-seqs", 0, 4096, max_seqs) ||
       !integer("--max-batched-tokens", 0, 1 << 20, max_batched_tokens) ||
+      !integer("--prefill-chunk-tokens", -1, 1 << 20, prefill_chunk_tokens) ||
       !integer("--kv-memory", 0, int64_t{1} << 50, kv_memory) ||
       !integer("--kv-block-size", 0, 4096, kv_block_size) ||
       !integer("--threads", 0, 4096, threads) ||
@@ -196,6 +200,7 @@ int Serve(int argc, char** argv) {
   engine::EngineOptions engine_options;
   engine_options.max_batched_tokens = static_cast<int32_t>(max_batched_tokens);
   engine_options.max_seqs = static_cast<int32_t>(max_seqs);
+  engine_options.prefill_chunk_tokens = static_cast<int32_t>(prefill_chunk_tokens);
   // EngineOptions::max_seqs 0 means 256 (engine.h).
   options.max_seqs = max_seqs > 0 ? static_cast<int32_t>(max_seqs) : 256;
   engine::Engine engine(**model, tokenizer->get(), engine_options);

@@ -4,13 +4,16 @@
 // compiles, built for the host) through the CUDA backend's step program, and must give the
 // CPU backend's logits: for every transformers fixture in tests/fixtures, with f16 and bf16
 // weights, over prefill steps (MMA GEMM), decode steps (GEMV), paged KV across non-contiguous
-// blocks, and two sequences sharing a step. stories260K must tell its documented story.
+// blocks, and two sequences sharing a step; over f32, 16-bit and int8 KV caches (the int8
+// kv_write stores the CPU cache's very codes). stories260K must tell its documented story.
+// Quantized plans: QuantizedFixtureTest.cpp.
 //
 //===----------------------------------------------------------------------===//
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -21,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda/EmitCuda.h"
+#include "codegen/cuda/emulation/EmulatedBackends.h"
 #include "codegen/cuda/emulation/EmulatedDevice.h"
 #include "codegen/cuda/emulation/StepScript.h"
 #include "compiler/pipeline/compile.h"
@@ -28,6 +32,7 @@
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cuda/kernel_backend.h"
 #include "runtime/backend/testing/tiny_llama.h"
+#include "runtime/kv/kv_storage.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/plan_reader.h"
 #include "gtest/gtest.h"
@@ -36,90 +41,6 @@ namespace llmc::cuda {
 namespace {
 
 namespace plan = llmrt::plan;
-
-struct Backends {
-  std::unique_ptr<plan::Plan> plan;
-  CudaEmission emission;
-  std::unique_ptr<llmrt::Backend> cpu;
-  std::unique_ptr<llmrt::cuda::KernelStepBackend> emulated;
-  const EmulatedDevice *device = nullptr; // owned by `emulated`
-
-  // Whether a kernel whose entry name starts with llmc_<prefix> was launched.
-  bool launched(const std::string &prefix) const {
-    for (const std::string &name : device->launches())
-      if (name.rfind("llmc_" + prefix, 0) == 0)
-        return true;
-    return false;
-  }
-};
-
-std::string compilePlan(const std::string &model, plan::DType dtype,
-                        std::optional<QuantizeOptions> quantize = std::nullopt) {
-  CompileOptions options;
-  options.quantize = quantize;
-  options.model_dir = std::string(LLMC_SOURCE_DIR) + "/" + model;
-  std::string name = model;
-  for (char &c : name)
-    if (c == '/')
-      c = '_';
-  options.output_path = ::testing::TempDir() + "/" + name + "_" + std::to_string(dtype) +
-                        (quantize ? "_q" + std::to_string(quantize->bits) : "") + ".plan";
-  options.weight_dtype = dtype;
-  // A bf16 KV cache keeps 8 bits: CPU and GPU sum k and v in different orders before rounding,
-  // so an element near a rounding boundary lands one bf16 ulp apart and logits move ~4e-3,
-  // beyond the 1e-3 kernel tolerance. Compare the kernels over an f32 cache here; KvDtypeTest
-  // checks reduced-precision caches against a tolerance derived from their format.
-  if (dtype == plan::BF16)
-    options.kv_cache_dtype = plan::F32;
-  absl::Status status = Compile(options, nullptr);
-  EXPECT_TRUE(status.ok()) << status;
-  return options.output_path;
-}
-
-// Emits `meta`'s kernels, builds them under emulation and creates both backends.
-bool createBackends(Backends &result, const plan::PlanMeta &meta, const llmrt::BlobLookup &blobs,
-                    int32_t maxTokens) {
-  auto emission = emitCuda(meta);
-  EXPECT_TRUE(emission.ok()) << emission.status();
-  if (!emission.ok())
-    return false;
-  result.emission = std::move(*emission);
-  auto module = EmulatedModule::build(result.emission.moduleSource(), LLMC_EMULATION_CACHE_DIR);
-  EXPECT_TRUE(module.ok()) << module.status();
-  if (!module.ok())
-    return false;
-  const plan::KernelTable table = result.emission.kernelTable("cuda:emulated");
-  llmrt::BackendOptions options;
-  options.max_tokens_per_step = maxTokens;
-  auto cpu = llmrt::cpu::CreateCpuBackend(meta, blobs, options);
-  EXPECT_TRUE(cpu.ok()) << cpu.status();
-  auto device = std::make_unique<EmulatedDevice>(*module, table);
-  result.device = device.get();
-  auto emulated = llmrt::cuda::CreateKernelBackend(meta, table, blobs, options, std::move(device));
-  EXPECT_TRUE(emulated.ok()) << emulated.status();
-  if (!cpu.ok() || !emulated.ok())
-    return false;
-  result.cpu = std::move(*cpu);
-  result.emulated = std::move(*emulated);
-  return true;
-}
-
-std::unique_ptr<Backends> makeBackends(const std::string &model, plan::DType dtype,
-                                       int32_t maxTokens = 64,
-                                       std::optional<QuantizeOptions> quantize = std::nullopt) {
-  auto result = std::make_unique<Backends>();
-  const std::string path = compilePlan(model, dtype, quantize);
-  auto opened = plan::Plan::Open(path, plan::PlanOpenOptions());
-  EXPECT_TRUE(opened.ok()) << opened.status();
-  if (!opened.ok())
-    return nullptr;
-  result->plan = std::move(*opened);
-  const plan::Plan *planPointer = result->plan.get();
-  llmrt::BlobLookup blobs = [planPointer](int index) { return planPointer->blob(index); };
-  if (!createBackends(*result, result->plan->meta(), blobs, maxTokens))
-    return nullptr;
-  return result;
-}
 
 struct FixtureCase {
   std::string model;
@@ -257,96 +178,6 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TransformersReferenceTest,
                                            "llama_rope_linear", "llama_sharded_bf16",
                                            "mistral_sliding", "qwen2_bias"));
 
-// The quantized plan with every I8 / I4 matrix replaced by its f32 values, dequantized here
-// from plan.proto's Quantization comment (w = (code - zero) * scale per group, I4 nibble runs,
-// input permutation folded into the column order): the CPU backend runs it in exact f32, the
-// reference for kernels that compute with f32 activations.
-struct DequantizedPlan {
-  plan::PlanMeta meta;
-  std::map<int, std::vector<float>> replaced; // tensor -> f32 values
-};
-
-DequantizedPlan dequantize(const plan::PlanMeta &meta, const llmrt::BlobLookup &blobs) {
-  DequantizedPlan result{meta, {}};
-  for (int t = 0; t < meta.tensors_size(); ++t) {
-    const plan::Tensor &tensor = meta.tensors(t);
-    if (tensor.dtype() != plan::I8 && tensor.dtype() != plan::I4)
-      continue;
-    const plan::Quantization &q = tensor.quantization();
-    const int64_t rows = tensor.shape(0), cols = tensor.shape(1), group = q.group_size();
-    const uint8_t *codes = blobs(t);
-    const uint16_t *scales = reinterpret_cast<const uint16_t *>(blobs(q.scales()));
-    const uint8_t *zeros = q.has_zero_points() ? blobs(q.zero_points()) : nullptr;
-    const int32_t *permutation =
-        q.has_input_permutation() ? reinterpret_cast<const int32_t *>(blobs(q.input_permutation()))
-                                  : nullptr;
-    std::vector<float> values(rows * cols);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t g = r * (cols / group) + c / group;
-        int code;
-        if (tensor.dtype() == plan::I8) {
-          code = static_cast<int8_t>(codes[r * cols + c]);
-        } else {
-          const uint8_t byte = codes[r * cols / 2 + (c / 32) * 16 + c % 16];
-          code = (c % 32 < 16 ? byte & 15 : byte >> 4) - (zeros ? zeros[g] : 8);
-        }
-        values[r * cols + (permutation ? permutation[c] : c)] =
-            static_cast<float>(code * static_cast<double>(llmrt::plan::F16ToF32(scales[g])));
-      }
-    plan::Tensor *out = result.meta.mutable_tensors(t);
-    out->set_dtype(plan::F32);
-    out->clear_quantization();
-    out->set_layout(plan::Tensor::ROW_MAJOR);
-    out->set_size_bytes(values.size() * 4);
-    result.replaced[t] = std::move(values);
-  }
-  return result;
-}
-
-// Quantized stories260K (llmc --quant): the plan's I8 / I4 matmuls run the quantized GEMV
-// (decode) and GEMM (prefill) under emulation, through the whole step script, against the CPU
-// backend on the same plan dequantized to f32 by the contract (the CPU backend's own quantized
-// path rounds activations to int8, so it is not an exact reference: its logits are printed).
-struct QuantCaseStories {
-  int bits;
-  bool asymmetric;
-};
-
-class QuantizedStoriesTest : public ::testing::TestWithParam<QuantCaseStories> {};
-
-TEST_P(QuantizedStoriesTest, KernelsMatchTheDequantizedPlan) {
-  QuantizeOptions quantize;
-  quantize.bits = GetParam().bits;
-  quantize.asymmetric = GetParam().asymmetric;
-  auto backends = makeBackends("tests/data/stories260K", plan::F32, 64, quantize);
-  ASSERT_NE(backends, nullptr);
-  const plan::Plan *quantizedPlan = backends->plan.get();
-  llmrt::BlobLookup blobs = [quantizedPlan](int index) { return quantizedPlan->blob(index); };
-  DequantizedPlan reference = dequantize(quantizedPlan->meta(), blobs);
-  ASSERT_FALSE(reference.replaced.empty()) << "the plan has no quantized matrix";
-  llmrt::BlobLookup referenceBlobs = [&](int index) -> const uint8_t * {
-    auto it = reference.replaced.find(index);
-    return it != reference.replaced.end() ? reinterpret_cast<const uint8_t *>(it->second.data())
-                                          : quantizedPlan->blob(index);
-  };
-  llmrt::BackendOptions options;
-  options.max_tokens_per_step = 64;
-  auto exact = llmrt::cpu::CreateCpuBackend(reference.meta, referenceBlobs, options);
-  ASSERT_TRUE(exact.ok()) << exact.status();
-  runStepScript(**exact, *backends->emulated);
-  EXPECT_TRUE(backends->launched(GetParam().bits == 8 ? "gemv_64x128_i8" : "gemv_64x128_i4"));
-  EXPECT_TRUE(
-      backends->launched(GetParam().bits == 8 ? "gemm_mma_64x128_i8" : "gemm_mma_64x128_i4"));
-}
-
-INSTANTIATE_TEST_SUITE_P(Quant, QuantizedStoriesTest,
-                         ::testing::Values(QuantCaseStories{8, false}, QuantCaseStories{4, true}),
-                         [](const ::testing::TestParamInfo<QuantCaseStories> &info) {
-                           return absl::StrCat("int", info.param.bits,
-                                               info.param.asymmetric ? "_asymmetric" : "");
-                         });
-
 // stories260K under emulation: greedy decoding gives the CPU backend's tokens, which for the
 // f32 plan are the README's documented story.
 class StoriesTest : public ::testing::TestWithParam<plan::DType> {};
@@ -468,27 +299,183 @@ INSTANTIATE_TEST_SUITE_P(Kv, KvDtypeTest, ::testing::Values(plan::F16, plan::BF1
                            return std::string(info.param == plan::F16 ? "f16" : "bf16");
                          });
 
-TEST(KvDtypeTest, AnInt8CacheIsRefusedWithTheReason) {
+// A cache dtype without kernels (I4) is refused by the emitter and by the backend (through the
+// program validation it shares with the CPU backend), each naming the dtype and what they keep.
+TEST(KvDtypeTest, ACacheDtypeWithoutKernelsIsRefusedWithTheReason) {
   llmrt::testing::TinyLlama model = llmrt::testing::BuildTinyLlama({});
-  model.meta.mutable_kv_cache()->set_dtype(plan::I8);
+  model.meta.mutable_kv_cache()->set_dtype(plan::I4);
   auto emission = emitCuda(model.meta);
   ASSERT_FALSE(emission.ok());
-  EXPECT_NE(emission.status().message().find("KV cache dtype I8"), std::string::npos)
+  EXPECT_NE(emission.status().message().find("KV cache dtype I4"), std::string::npos)
       << emission.status();
-  // A table emitted for an f32 cache does not make the backend accept an I8 plan either.
+  // A table emitted for an f32 cache does not make the backend accept an I4 plan either.
   model.meta.mutable_kv_cache()->set_dtype(plan::F32);
   auto f32Emission = emitCuda(model.meta);
   ASSERT_TRUE(f32Emission.ok());
   auto module = EmulatedModule::build(f32Emission->moduleSource(), LLMC_EMULATION_CACHE_DIR);
   ASSERT_TRUE(module.ok()) << module.status();
-  model.meta.mutable_kv_cache()->set_dtype(plan::I8);
+  model.meta.mutable_kv_cache()->set_dtype(plan::I4);
   const plan::KernelTable table = f32Emission->kernelTable("cuda:emulated");
   llmrt::BackendOptions backendOptions;
   auto backend = llmrt::cuda::CreateKernelBackend(model.meta, table, model.Lookup(), backendOptions,
                                                   std::make_unique<EmulatedDevice>(*module, table));
   ASSERT_FALSE(backend.ok());
-  EXPECT_NE(backend.status().message().find("kv_cache.dtype i8"), std::string::npos)
+  EXPECT_NE(backend.status().message().find("KV cache dtype I4"), std::string::npos)
       << backend.status();
+}
+
+// The int8 cache's kv_write kernel stores exactly the codes and scales runtime/kv's KvStorage
+// (the CPU backend's cache) stores for the same k and v rows: same max, same IEEE reciprocal
+// and product, same round-half-to-even. Rope positions are 0 (the rotation is the identity), so
+// both sides quantize the same values. One k head is all zeros (scale 0, codes 0); one v head
+// has max 127, so x * 127 / max = x and the halves 2.5, -3.5, 0.5, -0.5, 1.5 pin the rounding:
+// codes 2, -4, 0, 0, 2 (half away from zero would give 3, -4, 1, -1, 2).
+TEST(KvInt8Test, KvWriteStoresTheCpuCachesCodesAndScales) {
+  for (int headDim : {6, 40, 64}) {
+    SCOPED_TRACE("head_dim " + std::to_string(headDim));
+    llmrt::testing::TinyLlamaOptions options;
+    options.head_dim = headDim;
+    llmrt::testing::TinyLlama model = llmrt::testing::BuildTinyLlama(options);
+    model.meta.mutable_kv_cache()->set_dtype(plan::I8);
+    auto emission = emitCuda(model.meta);
+    ASSERT_TRUE(emission.ok()) << emission.status();
+    int32_t kvWrite = -1;
+    for (size_t i = 0; i < emission->kernels.size(); ++i)
+      if (emission->kernels[i].info.name().rfind("llmc_kv_write_", 0) == 0)
+        kvWrite = static_cast<int32_t>(i);
+    ASSERT_GE(kvWrite, 0);
+    EXPECT_NE(emission->kernels[kvWrite].info.name().find("_i8_"), std::string::npos);
+    auto module = EmulatedModule::build(emission->moduleSource(), LLMC_EMULATION_CACHE_DIR);
+    ASSERT_TRUE(module.ok()) << module.status();
+    const plan::KernelTable table = emission->kernelTable("cuda:emulated");
+    EmulatedDevice device(*module, table);
+
+    const int kvHeads = options.num_kv_heads, kvWidth = kvHeads * headDim;
+    constexpr int kTokens = 5, kSlots = 8;
+    const std::vector<int32_t> slots = {3, 0, 7, 5, 1};
+    std::mt19937 random(5);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> k(kTokens * kvWidth), v(kTokens * kvWidth);
+    for (float &x : k)
+      x = normal(random);
+    for (float &x : v)
+      x = normal(random);
+    std::fill(k.begin(), k.begin() + headDim, 0.0f); // token 0, head 0
+    const float halves[6] = {127.0f, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f};
+    float *special = v.data() + 1 * kvWidth + 1 * headDim; // token 1, head 1
+    std::fill(special, special + headDim, 0.0f);
+    std::copy(halves, halves + 6, special);
+    const std::vector<int32_t> positions(kTokens, 0);
+
+    auto upload = [&](const void *data, size_t bytes) {
+      auto pointer = device.Allocate(bytes);
+      EXPECT_TRUE(pointer.ok());
+      EXPECT_TRUE(device.CopyToDevice(*pointer, data, bytes).ok());
+      return *pointer;
+    };
+    // Unwritten slots keep this pattern, so a misplaced write shows up as a changed slot.
+    const std::vector<uint8_t> fill(kSlots * kvWidth * 4, 0x55);
+    LlmcKernelParams params = {};
+    params.input[1] = upload(k.data(), k.size() * 4);
+    params.input[2] = upload(v.data(), v.size() * 4);
+    params.positions = upload(positions.data(), kTokens * 4);
+    params.slot_mapping = upload(slots.data(), kTokens * 4);
+    params.key_cache = upload(fill.data(), kSlots * kvWidth);
+    params.value_cache = upload(fill.data(), kSlots * kvWidth);
+    params.key_scales = upload(fill.data(), kSlots * kvHeads * 4);
+    params.value_scales = upload(fill.data(), kSlots * kvHeads * 4);
+    params.num_tokens = kTokens;
+    llmrt::cuda::LaunchGeometry geometry;
+    geometry.grid[0] = kTokens;
+    geometry.block[0] = table.kernels(kvWrite).block_x();
+    ASSERT_TRUE(device.Launch(kvWrite, geometry, params).ok());
+
+    std::vector<uint8_t> keyCodes(kSlots * kvWidth), valueCodes(kSlots * kvWidth);
+    std::vector<float> keyScales(kSlots * kvHeads), valueScales(kSlots * kvHeads);
+    ASSERT_TRUE(device.CopyToHost(keyCodes.data(), params.key_cache, keyCodes.size()).ok());
+    ASSERT_TRUE(device.CopyToHost(valueCodes.data(), params.value_cache, valueCodes.size()).ok());
+    ASSERT_TRUE(device.CopyToHost(keyScales.data(), params.key_scales, keyScales.size() * 4).ok());
+    ASSERT_TRUE(
+        device.CopyToHost(valueScales.data(), params.value_scales, valueScales.size() * 4).ok());
+
+    llmrt::kv::KvStorageShape shape;
+    shape.num_layers = 1;
+    shape.num_kv_heads = kvHeads;
+    shape.head_dim = headDim;
+    shape.num_blocks = kSlots;
+    shape.block_size = 1;
+    shape.dtype = plan::I8;
+    auto storage = llmrt::kv::KvStorage::Create(shape);
+    ASSERT_TRUE(storage.ok()) << storage.status();
+    for (int t = 0; t < kTokens; ++t)
+      (*storage)->WriteToken(0, slots[t], k.data() + t * kvWidth, v.data() + t * kvWidth);
+    for (int slot = 0; slot < kSlots; ++slot) {
+      SCOPED_TRACE("slot " + std::to_string(slot));
+      const bool written = std::find(slots.begin(), slots.end(), slot) != slots.end();
+      if (!written) {
+        EXPECT_EQ(keyCodes[slot * kvWidth], 0x55);
+        continue;
+      }
+      EXPECT_EQ(
+          std::memcmp(keyCodes.data() + slot * kvWidth, (*storage)->key_bytes(0, slot), kvWidth),
+          0);
+      EXPECT_EQ(std::memcmp(valueCodes.data() + slot * kvWidth, (*storage)->value_bytes(0, slot),
+                            kvWidth),
+                0);
+      EXPECT_EQ(std::memcmp(keyScales.data() + slot * kvHeads, (*storage)->key_scales(0, slot),
+                            kvHeads * 4),
+                0);
+      EXPECT_EQ(std::memcmp(valueScales.data() + slot * kvHeads, (*storage)->value_scales(0, slot),
+                            kvHeads * 4),
+                0);
+    }
+    // The contract's numbers, independent of KvStorage: the zero head and the halves.
+    EXPECT_EQ(keyScales[slots[0] * kvHeads], 0.0f);
+    for (int d = 0; d < headDim; ++d)
+      EXPECT_EQ(keyCodes[slots[0] * kvWidth + d], 0);
+    const int8_t *rounded =
+        reinterpret_cast<const int8_t *>(valueCodes.data() + slots[1] * kvWidth + headDim);
+    EXPECT_EQ(std::vector<int>(rounded, rounded + 6), (std::vector<int>{127, 2, -4, 0, 0, 2}));
+    EXPECT_EQ(valueScales[slots[1] * kvHeads + 1], 1.0f);
+  }
+}
+
+// The whole step script (prefill through the tiled MMA attention, split-K decode, mixed steps,
+// a copied block) over an int8 cache on both backends: the CPU backend keeps the same codes
+// (KvStorage), so the only differences are summation order and where the scales multiply, and
+// logits stay within the kernels' 1e-3. Shapes: the tiny model (head_dim 6, GQA, window 5) and
+// head_dim 64 (two lanes' worth of elements per lane in the split kernel).
+class KvInt8Test : public ::testing::TestWithParam<int> {};
+
+TEST_P(KvInt8Test, StepScriptMatchesTheCpuBackendWithTheSameCache) {
+  llmrt::testing::TinyLlamaOptions options;
+  options.weight_dtype = plan::F16;
+  options.head_dim = GetParam();
+  options.sliding_window = GetParam() == 6 ? 5 : 0;
+  llmrt::testing::TinyLlama model = llmrt::testing::BuildTinyLlama(options);
+  model.meta.mutable_kv_cache()->set_dtype(plan::I8);
+  Backends backends;
+  ASSERT_TRUE(createBackends(backends, model.meta, model.Lookup(), 32));
+  runStepScript(*backends.cpu, *backends.emulated);
+  EXPECT_TRUE(backends.launched("attention_prefill_"));
+  EXPECT_TRUE(backends.launched("attention_combine_"));
+  // runStepScript's cache: 16 blocks of 4 tokens; K and V of 2 layers, per token 2 kv heads of
+  // head_dim 1-byte codes and 2 f32 scales.
+  EXPECT_EQ(backends.emulated->kv_cache_bytes(), 16 * 4 * 2 * 2 * (2 * GetParam() + 2 * 4));
+}
+
+INSTANTIATE_TEST_SUITE_P(Kv, KvInt8Test, ::testing::Values(6, 64));
+
+// llmc --kv-cache int8 on a transformers fixture (f16 weights, GQA, rope fused into the int8
+// kv_write): the emulated kernels against the CPU backend with the same cache.
+TEST(KvInt8Test, FixturePlanMatchesTheCpuBackend) {
+  auto backends =
+      makeBackends("tests/fixtures/llama_gqa_tied", plan::F16, 64, std::nullopt, plan::I8);
+  ASSERT_NE(backends, nullptr);
+  ASSERT_EQ(backends->plan->meta().kv_cache().dtype(), plan::I8);
+  runStepScript(*backends->cpu, *backends->emulated);
+  EXPECT_TRUE(backends->launched("kv_write_"));
+  EXPECT_TRUE(backends->launched("attention_prefill_"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Stories, StoriesTest, ::testing::Values(plan::F32, plan::F16, plan::BF16),

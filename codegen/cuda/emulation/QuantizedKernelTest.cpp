@@ -162,7 +162,12 @@ INSTANTIATE_TEST_SUITE_P(
                       // Per-channel int8 over K = 172 (stories260K's down_proj): one code per lane.
                       QuantCase{plan::I8, false, 172, 24, 172, false, true},
                       QuantCase{plan::I4, false, 96, 40, 32, false, false},
-                      QuantCase{plan::I4, true, 128, 36, 64, true, true}),
+                      QuantCase{plan::I4, true, 128, 36, 64, true, true},
+                      // Groups of 128 (no fixture has a 128-multiple input width) and int8 g32.
+                      QuantCase{plan::I4, false, 256, 24, 128, false, false},
+                      QuantCase{plan::I4, true, 256, 24, 128, false, true},
+                      QuantCase{plan::I8, false, 256, 24, 128, false, false},
+                      QuantCase{plan::I8, false, 96, 24, 32, true, true}),
     [](const ::testing::TestParamInfo<QuantCase> &info) {
       const QuantCase &c = info.param;
       return absl::StrCat(c.dtype == plan::I8 ? "i8" : "i4", c.asymmetric ? "_asym" : "_sym", "_g",

@@ -16,6 +16,7 @@
 #include "runtime/backend/cpu/kernels.h"
 #include "runtime/backend/cpu/quant_kv_attention.h"
 #include "runtime/backend/cpu/quant_matmul.h"
+#include "runtime/backend/cpu/quant_matmul_exact.h"
 #include "runtime/backend/step_batch_check.h"
 #include "runtime/kv/kv_storage.h"
 #include "runtime/plan/plan_reader.h"
@@ -112,6 +113,7 @@ class CpuBackend final : public Backend {
 
   int32_t max_tokens_ = 0;
   MatmulObserver matmul_observer_;  // BackendOptions::matmul_observer
+  QuantizedActivations quantized_mode_ = QuantizedActivations::kInt8;  // BackendOptions'
   int64_t vocab_size_ = 0;
   int64_t max_token_id_ = std::numeric_limits<int64_t>::max();  // exclusive, from EMBED tables
   int64_t arena_bytes_ = 0;
@@ -769,6 +771,7 @@ absl::Status CpuBackend::Compile(const plan::PlanMeta& meta, const BlobLookup& b
   }
   max_tokens_ = options.max_tokens_per_step;
   matmul_observer_ = options.matmul_observer;
+  quantized_mode_ = options.quantized_activations;
   const int64_t per_token = meta.program().arena_bytes_per_token();
   if (per_token < 0 || per_token > (int64_t{1} << 40) / max_tokens_) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -812,9 +815,12 @@ absl::Status CpuBackend::Compile(const plan::PlanMeta& meta, const BlobLookup& b
   scratch_ = AllocateFloats(scratch_stride_ * num_threads);
   if (scratch_ == nullptr) return absl::ResourceExhaustedError("cannot allocate kernel scratch");
   if (compiler.quantized_activation_bytes() > 0) {
-    quantized_activations_ = AllocateFloats(
-        (compiler.quantized_activation_bytes() + static_cast<int64_t>(sizeof(float)) - 1) /
-        static_cast<int64_t>(sizeof(float)));
+    // The exact mode (quant_matmul_exact.h) uses the same scratch for its per-thread rows.
+    const int64_t bytes = quantized_mode_ == QuantizedActivations::kF32
+                              ? QuantizedMatMulExactScratchBytes(num_threads, compiler.max_cols())
+                              : compiler.quantized_activation_bytes();
+    quantized_activations_ = AllocateFloats((bytes + static_cast<int64_t>(sizeof(float)) - 1) /
+                                            static_cast<int64_t>(sizeof(float)));
     if (quantized_activations_ == nullptr) {
       return absl::ResourceExhaustedError("cannot allocate the quantized activation scratch");
     }
@@ -920,7 +926,10 @@ void CpuBackend::RunAttention(const CompiledOp& op, const StepBatch& batch) {
 
 void CpuBackend::RunMatMul(const CompiledOp& op, int64_t num_rows, const int32_t* input_rows,
                            const MatMulOutput* outputs, int32_t num_outputs) {
-  if (IsQuantizedMatrix(op.weight.dtype)) {
+  if (IsQuantizedMatrix(op.weight.dtype) && quantized_mode_ == QuantizedActivations::kF32) {
+    QuantizedMatMulExact(*pool_, op.input[0], num_rows, input_rows, op.weight, op.vector_weight,
+                         outputs, num_outputs, quantized_activations_.get());
+  } else if (IsQuantizedMatrix(op.weight.dtype)) {
     QuantizedMatMul(*pool_, op.input[0], num_rows, input_rows, op.weight, op.vector_weight, outputs,
                     num_outputs, quantized_activations_.get());
   } else {

@@ -14,8 +14,8 @@
 // target of the CPU, or to the one LLMRT_CPU_TARGET names (dispatch.h); creation fails when
 // that target cannot run here.
 //
-// Threads: BackendOptions.num_threads (0: one per hardware thread) share every op through one
-// runtime/threading pool, spinning between ops.
+// Threads: BackendOptions.num_threads (0, the default: one per allowed CPU) share every op through
+// one runtime/threading pool, spinning between ops.
 //
 // Memory: the arena (max_tokens_per_step * arena_bytes_per_token), per-thread scratch, and
 // the KV cache are allocated at creation / AllocateKvCache; RunStep does not allocate.

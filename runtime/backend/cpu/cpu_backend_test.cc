@@ -166,6 +166,31 @@ TEST(CpuBackendTest, ChunkedPrefillAndDecodeMatchWholeSequence) {
   }
 }
 
+// The KV cache is not cleared when it is created or when blocks change hands (kv_storage.h):
+// a sequence must never read a slot it did not write. Sequence A fills five blocks; sequence
+// B then gets three of them (its last block only half used, the rest still holding A's rows)
+// and must produce the reference logits of its own tokens, chunked prefill and decode alike.
+// Any read of one of A's leftover rows (past B's context, or before B overwrote it) would
+// change B's logits.
+TEST(CpuBackendTest, ReusedBlocksNeverLeakStaleData) {
+  for (const ModelCase& model_case : ModelCases()) {
+    TinyLlama model = BuildTinyLlama(model_case.options);
+    std::unique_ptr<Backend> backend = MakeBackend(model, 8, 4);
+    ASSERT_NE(backend, nullptr) << model_case.name;
+    const std::vector<int32_t> first = Tokens(19, model_case.options.vocab_size, 5);
+    const std::vector<int32_t> first_blocks = {6, 1, 4, 0, 7};
+    RunStep(*backend, 4, {{&first, &first_blocks, 0, 19}});
+    const std::vector<int32_t> second = Tokens(10, model_case.options.vocab_size, 9);
+    const std::vector<int32_t> second_blocks = {0, 7, 4};
+    std::vector<float> logits;
+    for (auto [start, count] : std::vector<std::pair<int, int>>{{0, 3}, {3, 5}, {8, 1}, {9, 1}}) {
+      std::vector<float> part = RunStep(*backend, 4, {{&second, &second_blocks, start, count}});
+      logits.insert(logits.end(), part.begin(), part.end());
+    }
+    ExpectNear(logits, model.ReferenceLogits(second), kTolerance, model_case.name);
+  }
+}
+
 // Packs a row-major [rows, cols] blob into ROW_PANELS of `panel_rows`, written from the layout
 // formula in plan.proto (element (r, c) at (r / P) * P * cols + c * P + r % P; rows a multiple
 // of P), independently of codegen's packer.

@@ -42,11 +42,9 @@ using VF = hn::Vec<DF>;
 #define LLMRT_QUANT_NEON 0
 #endif
 
-// Activation rows per pass over a weight row. Each AVX2 pass keeps two f32 accumulators per row
-// (even and odd blocks: one FMA chain at 4 cycles per 32-column block would cap decode of an
-// I4 row at 4 bytes per cycle, below one core's bandwidth) next to the weight vector, its
-// magnitude, one activation and one product: 4 rows use 12 of the 16 ymm registers. Every
-// token count splits alike, so a token's result never depends on the tokens beside it.
+// Activation rows per pass over the weights (with RowsPerPass weight rows: the tile). Every
+// token count splits alike and each (weight row, token) pair has one accumulator whatever the
+// tile, so a token's result never depends on the tokens or rows beside it.
 constexpr int kTokenTile = 4;
 // Weight rows per work item: 16 rows of K = 5632 I8 codes are 88 KiB, which stay in L2 while
 // all token tiles of the step pass over them.
@@ -55,6 +53,7 @@ constexpr int64_t kRowsPerItem = 16;
 struct ActivationTile {
   const int8_t* codes[kTokenTile];
   const float* scales[kTokenTile];
+  const float* sums[kTokenTile];  // scale * sum of the block's codes (I4 on AVX2 only)
 };
 
 // The weight codes and per-group parameters of one matrix row.
@@ -116,33 +115,9 @@ HWY_INLINE float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(sum2, _mm_movehdup_ps(sum2)));
 }
 
-// The 32 codes of one block in column order: I8 codes as stored; I4 codes 0..15 unpacked.
-template <bool kInt4>
+// The 32 I8 codes of one block.
 HWY_INLINE __m256i LoadBlock(const uint8_t* row_codes, int64_t block) {
-  if constexpr (kInt4) {
-    const __m128i packed =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_codes + block * (kQuantBlock / 2)));
-    const __m128i mask = _mm_set1_epi8(0x0f);
-    const __m128i low = _mm_and_si128(packed, mask);                      // columns 0..15
-    const __m128i high = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);  // columns 16..31
-    return _mm256_set_m128i(high, low);
-  } else {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_codes + block * kQuantBlock));
-  }
-}
-
-// I4: blocks `block` and `block + 1` from one 32-byte load (one shift and two masks for 64
-// codes instead of two of each): the low nibbles hold columns 0..15 of both blocks, the high
-// nibbles columns 16..31, and a lane permute regroups them per block.
-HWY_INLINE void LoadInt4BlockPair(const uint8_t* row_codes, int64_t block, __m256i* first,
-                                  __m256i* second) {
-  const __m256i packed =
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_codes + block * (kQuantBlock / 2)));
-  const __m256i mask = _mm256_set1_epi8(0x0f);
-  const __m256i low = _mm256_and_si256(packed, mask);
-  const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
-  *first = _mm256_permute2x128_si256(low, high, 0x20);
-  *second = _mm256_permute2x128_si256(low, high, 0x31);
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_codes + block * kQuantBlock));
 }
 
 // Eight int32 lanes summing to the block's exact integer dot product.
@@ -154,7 +129,7 @@ HWY_INLINE __m256i BlockProducts(__m256i weights, __m256i magnitudes, const int8
 }
 
 // Blocks per chunk of a row whose combined scales are computed up front (64 blocks: 2048
-// columns; the stack buffer is kTokenTile x 64 floats).
+// columns; the stack buffer is at most 8 (row, token) pairs x 64 floats, 2 KiB).
 constexpr int64_t kScaleChunk = 64;
 
 // combined[t][b - begin] = weight scale of block b * activation scale of token t's block b,
@@ -184,18 +159,10 @@ HWY_INLINE void CombineScales(const WeightRow& row, int64_t begin, int64_t end, 
   }
 }
 
-// One block's contribution to every token's accumulator in `acc`, from its codes as LoadBlock
-// returns them. kZeroPoints: I4 with a zero point per group (else I4 subtracts 8).
-template <int kTokens, bool kInt4, bool kZeroPoints>
-HWY_INLINE void AccumulateBlock(const WeightRow& row, int64_t block, __m256i codes, int group_shift,
-                                const int8_t* const* x_codes, const float* combined, __m256* acc) {
-  __m256i weights = codes;
-  if constexpr (kZeroPoints) {
-    weights = _mm256_sub_epi8(
-        codes, _mm256_set1_epi8(static_cast<char>(row.zero_points[block >> group_shift])));
-  } else if constexpr (kInt4) {
-    weights = _mm256_sub_epi8(codes, _mm256_set1_epi8(8));
-  }
+// One I8 block's contribution to every token's accumulator in `acc`.
+template <int kTokens>
+HWY_INLINE void AccumulateBlock(__m256i weights, int64_t block, const int8_t* const* x_codes,
+                                const float* combined, __m256* acc) {
   const __m256i magnitudes = _mm256_sign_epi8(weights, weights);
 #pragma GCC unroll 8
   for (int t = 0; t < kTokens; ++t) {
@@ -205,61 +172,257 @@ HWY_INLINE void AccumulateBlock(const WeightRow& row, int64_t block, __m256i cod
   }
 }
 
-template <int kTokens, bool kInt4, bool kZeroPoints>
-void RowTileAvx2(const WeightRow& row, int64_t cols, int32_t group_size, const ActivationTile& tile,
-                 float* result) {
+// result[r][t] = the dot product of weight row r of the group with token t of the tile. Each
+// activation block is loaded once per pass for all kRows rows, and each (row, token) pair keeps
+// one f32 accumulator: a pass of 4 rows x 1 token has 4 independent FMA chains (one 4-cycle
+// chain alone caps an I8 row at 16 bytes per 4 cycles, below one core's bandwidth), and a
+// result never depends on the rows or tokens beside it (one chain, blocks in column order).
+// prefetch_distance (0: none): bytes ahead of each row's codes to prefetch at the pace of the
+// loads, one cache line per row per step — the next group's rows, so that memory delivers them
+// across 4 KiB page boundaries (where the hardware prefetcher stops) while this group computes.
+template <int kRows, int kTokens>
+void RowGroupAvx2(const WeightRow* rows, int64_t cols, int32_t group_size,
+                  const ActivationTile& tile, int64_t prefetch_distance,
+                  float (*result)[kTokenTile]) {
   // Copied into locals so the compiler keeps pointers and accumulators in registers (the
   // stores through `result` could alias the tile otherwise).
   const int8_t* x_codes[kTokens];
   const float* x_scales[kTokens];
-  __m256 even[kTokens], odd[kTokens];
+  WeightRow w[kRows];
+  __m256 acc[kRows][kTokens];
 #pragma GCC unroll 8
   for (int t = 0; t < kTokens; ++t) {
     x_codes[t] = tile.codes[t];
     x_scales[t] = tile.scales[t];
-    even[t] = _mm256_setzero_ps();
-    odd[t] = _mm256_setzero_ps();
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    w[r] = rows[r];
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) acc[r][t] = _mm256_setzero_ps();
   }
   // group = block >> shift: group sizes are 32, 64 or 128 columns (1, 2, 4 blocks), or the
   // whole row (shift 63: every block in group 0).
   const int group_shift = group_size == cols ? 63 : group_size == 128 ? 2 : group_size == 64;
   const int64_t full_blocks = cols / kQuantBlock;
-  alignas(32) float combined[kTokens][kScaleChunk];
-  // Even and odd blocks into separate accumulators (see kTokenTile); chunks start at even
-  // blocks, so a block's accumulator never depends on the chunking.
+  // Blocks per step: 64 code bytes of each row, one cache line to prefetch.
+  constexpr int64_t kStep = 2;
+  alignas(32) float combined[kRows][kTokens][kScaleChunk];
   for (int64_t chunk = 0; chunk < full_blocks; chunk += kScaleChunk) {
     const int64_t chunk_end = std::min(full_blocks, chunk + kScaleChunk);
-    CombineScales<kTokens>(row, chunk, chunk_end, group_shift, x_scales, combined);
-    int64_t block = chunk;
-    for (; block + 2 <= chunk_end; block += 2) {
-      __m256i first, second;
-      if constexpr (kInt4) {
-        LoadInt4BlockPair(row.codes, block, &first, &second);
-      } else {
-        first = LoadBlock<false>(row.codes, block);
-        second = LoadBlock<false>(row.codes, block + 1);
-      }
-      AccumulateBlock<kTokens, kInt4, kZeroPoints>(row, block, first, group_shift, x_codes,
-                                                   &combined[0][block - chunk], even);
-      AccumulateBlock<kTokens, kInt4, kZeroPoints>(row, block + 1, second, group_shift, x_codes,
-                                                   &combined[0][block + 1 - chunk], odd);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      CombineScales<kTokens>(w[r], chunk, chunk_end, group_shift, x_scales, combined[r]);
     }
-    if (block < chunk_end) {
-      AccumulateBlock<kTokens, kInt4, kZeroPoints>(row, block, LoadBlock<kInt4>(row.codes, block),
-                                                   group_shift, x_codes,
-                                                   &combined[0][block - chunk], even);
+    int64_t block = chunk;
+    for (; block + kStep <= chunk_end; block += kStep) {
+      if (prefetch_distance != 0) {
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r) {
+          __builtin_prefetch(w[r].codes + block * kQuantBlock + prefetch_distance, /*rw=*/0,
+                             /*locality=*/3);
+        }
+      }
+#pragma GCC unroll 4
+      for (int64_t step_block = block; step_block < block + kStep; ++step_block) {
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r) {
+          AccumulateBlock<kTokens>(LoadBlock(w[r].codes, step_block), step_block, x_codes,
+                                   &combined[r][0][step_block - chunk], acc[r]);
+        }
+      }
+    }
+    for (; block < chunk_end; ++block) {
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        AccumulateBlock<kTokens>(LoadBlock(w[r].codes, block), block, x_codes,
+                                 &combined[r][0][block - chunk], acc[r]);
+      }
     }
   }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 8
-  for (int t = 0; t < kTokens; ++t) result[t] = HorizontalSum(_mm256_add_ps(even[t], odd[t]));
+    for (int t = 0; t < kTokens; ++t) result[r][t] = HorizontalSum(acc[r][t]);
+  }
   // I8 with one scale per row and cols not a multiple of 32: the partial last block.
-  if (!kInt4 && full_blocks * kQuantBlock < cols) {
-    const float weight_scale = _cvtsh_ss(row.scales[0]);
+  if (full_blocks * kQuantBlock < cols) {
+    for (int r = 0; r < kRows; ++r) {
+      const float weight_scale = _cvtsh_ss(w[r].scales[0]);
+      for (int t = 0; t < kTokens; ++t) {
+        const int32_t isum =
+            BlockDot<false>(w[r].codes, full_blocks, 0, x_codes[t] + full_blocks * kQuantBlock,
+                            cols - full_blocks * kQuantBlock);
+        result[r][t] += weight_scale * x_scales[t][full_blocks] * static_cast<float>(isum);
+      }
+    }
+  }
+}
+
+// I4 on AVX2 multiplies the unsigned codes (0..15) directly, sum_c code_c * q_c, and subtracts
+// zero * sum_c q_c once per block through precomputed activation sums (ActivationTile::sums):
+// no per-block zero subtraction or sign trick. It also reads activations interleaved per pair
+// of blocks (InterleaveInt4Activations), so that one 32-byte load of two packed blocks gives
+// its low nibbles (columns 0..15 of both blocks) and high nibbles (columns 16..31) with no lane
+// permute: 6 vector instructions per block instead of 12, below one core's bandwidth (AVX2
+// issues 4 per cycle: ~10 bytes of I4 per cycle, ~19 GB/s one core). maddubs pairs reach
+// 2 * 15 * 127 = 3810 and the two halves' sum 7620, far from the int16 limit.
+constexpr int64_t kInt4Chunk = 32;  // blocks per chunk of expanded scales (16 pairs)
+
+// For blocks [begin, end) (begin even): scale_pairs[t][8 * p ...] = the combined scales of pair
+// p (blocks begin + 2p, +1), each repeated over the 4 lanes its products land in; and
+// correction[t] += weight scale * zero * activation scale * activation sum, per lane.
+template <int kTokens, bool kZeroPoints>
+HWY_INLINE void CombineInt4Scales(const WeightRow& row, int64_t begin, int64_t end, int group_shift,
+                                  const float* const* x_scales, const float* const* x_sums,
+                                  float (*scale_pairs)[kInt4Chunk * 4], float (*correction)[8]) {
+  const __m256i pair_lanes[4] = {
+      _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
+      _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7)};
+  for (int64_t block = begin; block < end; block += 8) {
+    const int64_t count = std::min<int64_t>(8, end - block);
+    __m256 weight_scales, zeros;
+    alignas(32) float activation_scales[kTokens][8], activation_sums[kTokens][8];
+    const bool whole = count == 8 && group_shift == 0;
+    if (whole) {
+      weight_scales =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.scales + block)));
+      if constexpr (kZeroPoints) {
+        zeros = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.zero_points + block))));
+      } else {
+        zeros = _mm256_set1_ps(8.0f);
+      }
+    } else {
+      // Larger groups, or the row's last blocks (zero beyond `end`).
+      alignas(32) float scale_lanes[8] = {}, zero_lanes[8] = {};
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t group = (block + i) >> group_shift;
+        scale_lanes[i] = _cvtsh_ss(row.scales[group]);
+        zero_lanes[i] = kZeroPoints ? row.zero_points[group] : 8.0f;
+      }
+      weight_scales = _mm256_load_ps(scale_lanes);
+      zeros = _mm256_load_ps(zero_lanes);
+      for (int t = 0; t < kTokens; ++t) {
+        for (int64_t i = 0; i < 8; ++i) {
+          activation_scales[t][i] = i < count ? x_scales[t][block + i] : 0.0f;
+          activation_sums[t][i] = i < count ? x_sums[t][block + i] : 0.0f;
+        }
+      }
+    }
+    const __m256 weighted_zeros = _mm256_mul_ps(weight_scales, zeros);
+#pragma GCC unroll 8
     for (int t = 0; t < kTokens; ++t) {
-      const int32_t isum =
-          BlockDot<false>(row.codes, full_blocks, 0, x_codes[t] + full_blocks * kQuantBlock,
-                          cols - full_blocks * kQuantBlock);
-      result[t] += weight_scale * x_scales[t][full_blocks] * static_cast<float>(isum);
+      // Read in place for whole runs of 8 blocks (the common case), else from the copies.
+      const float* activation_scale = whole ? x_scales[t] + block : activation_scales[t];
+      const float* activation_sum = whole ? x_sums[t] + block : activation_sums[t];
+      const __m256 combined = _mm256_mul_ps(weight_scales, _mm256_loadu_ps(activation_scale));
+      float* out = scale_pairs[t] + (block - begin) * 4;
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        _mm256_store_ps(out + 8 * q, _mm256_permutevar8x32_ps(combined, pair_lanes[q]));
+      }
+      // In memory, not registers: touched once per 8 blocks, it leaves the registers to the
+      // accumulators.
+      _mm256_store_ps(correction[t],
+                      _mm256_fmadd_ps(weighted_zeros, _mm256_loadu_ps(activation_sum),
+                                      _mm256_load_ps(correction[t])));
+    }
+  }
+}
+
+// RowGroupAvx2 for I4 (see above): `tile` holds interleaved codes and activation sums.
+template <int kRows, int kTokens, bool kZeroPoints>
+void RowGroupInt4Avx2(const WeightRow* rows, int64_t cols, int32_t group_size,
+                      const ActivationTile& tile, int64_t prefetch_distance,
+                      float (*result)[kTokenTile]) {
+  const int8_t* x_codes[kTokens];
+  const float* x_scales[kTokens];
+  const float* x_sums[kTokens];
+  WeightRow w[kRows];
+  __m256 acc[kRows][kTokens];
+  alignas(32) float correction[kRows][kTokens][8] = {};
+#pragma GCC unroll 8
+  for (int t = 0; t < kTokens; ++t) {
+    x_codes[t] = tile.codes[t];
+    x_scales[t] = tile.scales[t];
+    x_sums[t] = tile.sums[t];
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    w[r] = rows[r];
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) {
+      acc[r][t] = _mm256_setzero_ps();
+    }
+  }
+  const int group_shift = group_size == cols ? 63 : group_size == 128 ? 2 : group_size == 64;
+  const int64_t blocks = cols / kQuantBlock;
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  alignas(32) float scale_pairs[kRows][kTokens][kInt4Chunk * 4];
+  // Both blocks of a pair: packed holds 16 bytes of each (the second half zero for a lone last
+  // block, whose activation pair partner is zero padding).
+  auto accumulate_pair = [&](int r, __m256i packed, int64_t block, int64_t chunk) HWY_ATTR {
+    const __m256i low = _mm256_and_si256(packed, mask);
+    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) {
+      const int8_t* x = x_codes[t] + block * kQuantBlock;
+      const __m256i pairs = _mm256_add_epi16(
+          _mm256_maddubs_epi16(low, _mm256_load_si256(reinterpret_cast<const __m256i*>(x))),
+          _mm256_maddubs_epi16(high, _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 32))));
+      acc[r][t] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)),
+                          _mm256_load_ps(scale_pairs[r][t] + (block - chunk) * 4), acc[r][t]);
+    }
+  };
+  for (int64_t chunk = 0; chunk < blocks; chunk += kInt4Chunk) {
+    const int64_t chunk_end = std::min(blocks, chunk + kInt4Chunk);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      CombineInt4Scales<kTokens, kZeroPoints>(w[r], chunk, chunk_end, group_shift, x_scales, x_sums,
+                                              scale_pairs[r], correction[r]);
+    }
+    int64_t block = chunk;
+    // Two pairs (64 bytes of each row, one cache line to prefetch) per step.
+    for (; block + 4 <= chunk_end; block += 4) {
+      if (prefetch_distance != 0) {
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r) {
+          __builtin_prefetch(w[r].codes + block * (kQuantBlock / 2) + prefetch_distance,
+                             /*rw=*/0, /*locality=*/3);
+        }
+      }
+#pragma GCC unroll 2
+      for (int64_t pair = block; pair < block + 4; pair += 2) {
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r) {
+          accumulate_pair(r,
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                              w[r].codes + pair * (kQuantBlock / 2))),
+                          pair, chunk);
+        }
+      }
+    }
+    for (; block < chunk_end; block += 2) {
+      for (int r = 0; r < kRows; ++r) {
+        const uint8_t* packed = w[r].codes + block * (kQuantBlock / 2);
+        // Never read past the row's last block (the end of the mapped plan may follow).
+        accumulate_pair(
+            r,
+            block + 1 < chunk_end
+                ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed))
+                : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed))),
+            block, chunk);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) {
+      result[r][t] = HorizontalSum(acc[r][t]) - HorizontalSum(_mm256_load_ps(correction[r][t]));
     }
   }
 }
@@ -332,35 +495,60 @@ void RowTileNeon(const WeightRow& row, int64_t cols, int32_t group_size, const A
 }
 #endif  // LLMRT_QUANT_NEON
 
-template <int kTokens, bool kInt4, bool kZeroPoints>
-void RowTile(const WeightRow& row, int64_t cols, int32_t group_size, const ActivationTile& tile,
-             float* result) {
+// Weight rows per pass for a tile of `tokens` activation rows: 4 x 1 or 4 x 2 accumulators for
+// decode and small batches (4 weight streams, each activation block reused 4 times), 2 x 3 or
+// 2 x 4 for prefill (8 accumulators, with the weights, magnitudes and products: 13 of the 16
+// ymm registers).
+constexpr int RowsPerPass(int tokens) { return tokens <= 2 ? 4 : 2; }
+constexpr int kMaxRowsPerPass = RowsPerPass(1);
+
+template <int kRows, int kTokens, bool kInt4, bool kZeroPoints>
+void RowGroup(const WeightRow* rows, int64_t cols, int32_t group_size, const ActivationTile& tile,
+              int64_t prefetch_distance, float (*result)[kTokenTile]) {
 #if LLMRT_QUANT_AVX2
-  RowTileAvx2<kTokens, kInt4, kZeroPoints>(row, cols, group_size, tile, result);
-#elif LLMRT_QUANT_NEON
-  RowTileNeon<kTokens, kInt4>(row, cols, group_size, tile, result);
+  if constexpr (kInt4) {
+    RowGroupInt4Avx2<kRows, kTokens, kZeroPoints>(rows, cols, group_size, tile, prefetch_distance,
+                                                  result);
+  } else {
+    RowGroupAvx2<kRows, kTokens>(rows, cols, group_size, tile, prefetch_distance, result);
+  }
 #else
-  RowTileScalar<kTokens, kInt4>(row, cols, group_size, tile, result);
+  (void)prefetch_distance;
+  for (int r = 0; r < kRows; ++r) {
+#if LLMRT_QUANT_NEON
+    RowTileNeon<kTokens, kInt4>(rows[r], cols, group_size, tile, result[r]);
+#else
+    RowTileScalar<kTokens, kInt4>(rows[r], cols, group_size, tile, result[r]);
+#endif
+  }
 #endif
 }
 
+// `rows_per_pass` is RowsPerPass(count), or 1 for the rows left over at the end of a chunk.
 template <bool kInt4, bool kZeroPoints>
-void RunRowTile(int count, const WeightRow& row, int64_t cols, int32_t group_size,
-                const ActivationTile& tile, float* result) {
+void RunRowGroup(int count, int rows_per_pass, const WeightRow* rows, int64_t cols,
+                 int32_t group_size, const ActivationTile& tile, int64_t prefetch_distance,
+                 float (*result)[kTokenTile]) {
+#define LLMRT_QUANT_ROW_GROUP(kRows, kTokens)                                                   \
+  RowGroup<kRows, kTokens, kInt4, kZeroPoints>(rows, cols, group_size, tile, prefetch_distance, \
+                                               result)
+  const bool single = rows_per_pass == 1;
   switch (count) {
     case 1:
-      RowTile<1, kInt4, kZeroPoints>(row, cols, group_size, tile, result);
+      single ? LLMRT_QUANT_ROW_GROUP(1, 1) : LLMRT_QUANT_ROW_GROUP(RowsPerPass(1), 1);
       break;
     case 2:
-      RowTile<2, kInt4, kZeroPoints>(row, cols, group_size, tile, result);
+      single ? LLMRT_QUANT_ROW_GROUP(1, 2) : LLMRT_QUANT_ROW_GROUP(RowsPerPass(2), 2);
       break;
     case 3:
-      RowTile<3, kInt4, kZeroPoints>(row, cols, group_size, tile, result);
+      single ? LLMRT_QUANT_ROW_GROUP(1, 3) : LLMRT_QUANT_ROW_GROUP(RowsPerPass(3), 3);
       break;
     default:
-      RowTile<kTokenTile, kInt4, kZeroPoints>(row, cols, group_size, tile, result);
+      single ? LLMRT_QUANT_ROW_GROUP(1, kTokenTile)
+             : LLMRT_QUANT_ROW_GROUP(RowsPerPass(kTokenTile), kTokenTile);
       break;
   }
+#undef LLMRT_QUANT_ROW_GROUP
 }
 
 // Where each output column goes (outputs sorted by begin and covering [0, w.rows)).
@@ -372,15 +560,18 @@ struct ColumnDestination {
 template <bool kInt4, bool kZeroPoints>
 void QuantizedMatMulTyped(ThreadPool& pool, int64_t num_rows, const MatrixView& w,
                           const float* bias, const MatMulOutput* outputs, int32_t num_outputs,
-                          const int8_t* codes, const float* scales, int64_t padded_cols) {
+                          const int8_t* codes, const float* scales, const float* sums,
+                          int64_t padded_cols) {
   const int64_t blocks = padded_cols / kQuantBlock;
   const int64_t num_items = (w.rows + kRowsPerItem - 1) / kRowsPerItem;
+  const int64_t row_bytes = kInt4 ? w.cols / 2 : w.cols;
   pool.ParallelFor(num_items, [&](int64_t item_begin, int64_t item_end, int32_t) {
     const int64_t row_begin = item_begin * kRowsPerItem;
     const int64_t row_end = std::min(w.rows, item_end * kRowsPerItem);
     ColumnDestination destinations[kRowsPerItem];
     ActivationTile tile;
-    float result[kTokenTile];
+    WeightRow rows[kMaxRowsPerPass];
+    float result[kMaxRowsPerPass][kTokenTile];
     int32_t output = 0;
     for (int64_t chunk = row_begin; chunk < row_end; chunk += kRowsPerItem) {
       const int64_t chunk_end = std::min(row_end, chunk + kRowsPerItem);
@@ -396,14 +587,26 @@ void QuantizedMatMulTyped(ThreadPool& pool, int64_t num_rows, const MatrixView& 
         for (int t = 0; t < count; ++t) {
           tile.codes[t] = codes + (token + t) * padded_cols;
           tile.scales[t] = scales + (token + t) * blocks;
+          tile.sums[t] = sums + (token + t) * blocks;
         }
-        for (int64_t n = chunk; n < chunk_end; ++n) {
-          RunRowTile<kInt4, kZeroPoints>(count, RowOf(w, n), w.cols, w.group_size, tile, result);
-          const float row_bias = bias != nullptr ? bias[n] : 0.0f;
-          const ColumnDestination& destination = destinations[n - chunk];
-          for (int t = 0; t < count; ++t) {
-            destination.column[(token + t) * destination.stride] = result[t] + row_bias;
+        const int rows_per_pass = RowsPerPass(count);
+        for (int64_t n = chunk; n < chunk_end;) {
+          const int group = chunk_end - n >= rows_per_pass ? rows_per_pass : 1;
+          for (int r = 0; r < group; ++r) rows[r] = RowOf(w, n + r);
+          // The first token tile prefetches the next group of rows this thread computes; later
+          // tiles find the chunk in L2.
+          const int64_t prefetch_distance =
+              token == 0 && n + 2 * group <= row_end ? group * row_bytes : 0;
+          RunRowGroup<kInt4, kZeroPoints>(count, group, rows, w.cols, w.group_size, tile,
+                                          prefetch_distance, result);
+          for (int r = 0; r < group; ++r) {
+            const float row_bias = bias != nullptr ? bias[n + r] : 0.0f;
+            const ColumnDestination& destination = destinations[n + r - chunk];
+            for (int t = 0; t < count; ++t) {
+              destination.column[(token + t) * destination.stride] = result[r][t] + row_bias;
+            }
           }
+          n += group;
         }
       }
     }
@@ -450,18 +653,68 @@ void QuantizeActivationRowImpl(const float* x, const int32_t* permutation, int64
   }
 }
 
-void QuantizedMatMulImpl(ThreadPool& pool, int64_t num_rows, const MatrixView& w, const float* bias,
-                         const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
-                         const float* scales, int64_t padded_cols) {
+// The I4 AVX2 kernel's activation layout (RowGroupInt4Avx2): per pair of blocks, columns 0..15
+// of both blocks, then columns 16..31 of both; and sums[b] = scale * sum of block b's codes.
+void InterleaveInt4Activations(int8_t* codes, const float* scales, int64_t blocks, float* sums) {
+  for (int64_t block = 0; block < blocks; ++block) {
+    int32_t sum = 0;
+    for (int64_t c = 0; c < kQuantBlock; ++c) sum += codes[block * kQuantBlock + c];
+    sums[block] = scales[block] * static_cast<float>(sum);
+  }
+  for (int64_t block = 0; block + 1 < blocks; block += 2) {
+    int8_t* pair = codes + block * kQuantBlock;
+    int8_t swap[16];
+    std::memcpy(swap, pair + 16, 16);
+    std::memcpy(pair + 16, pair + 32, 16);
+    std::memcpy(pair + 32, swap, 16);
+  }
+}
+
+// Below this many activation rows quantizing them (~1 ns per element) is cheaper than waking
+// the other threads.
+constexpr int64_t kParallelQuantizeRows = 16;
+
+void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
+                         const int32_t* input_rows, const MatrixView& w, const float* bias,
+                         const MatMulOutput* outputs, int32_t num_outputs, void* scratch) {
+  // Scratch (QuantizedActivationBytes): codes, scales and sums of each row, padded to whole
+  // pairs of blocks.
+  const int64_t padded = (w.cols + 2 * kQuantBlock - 1) / (2 * kQuantBlock) * (2 * kQuantBlock);
+  const int64_t blocks = padded / kQuantBlock;
+  int8_t* codes = static_cast<int8_t*>(scratch);
+  float* scales = reinterpret_cast<float*>(codes + num_rows * padded);
+  float* sums = scales + num_rows * blocks;
+  const bool interleave = LLMRT_QUANT_AVX2 && w.dtype == plan::I4;
+  auto quantize = [&](int64_t begin, int64_t end, int32_t) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t source = input_rows != nullptr ? input_rows[row] : row;
+      int8_t* row_codes = codes + row * padded;
+      float* row_scales = scales + row * blocks;
+      QuantizeActivationRowImpl(x + source * w.cols, w.input_permutation, w.cols, row_codes,
+                                row_scales);
+      // The block that pads an odd count to a pair: zero codes and scale.
+      const int64_t used = (w.cols + kQuantBlock - 1) / kQuantBlock;
+      if (used < blocks) {
+        std::memset(row_codes + used * kQuantBlock, 0, kQuantBlock);
+        row_scales[used] = 0.0f;
+      }
+      if (interleave) InterleaveInt4Activations(row_codes, row_scales, blocks, sums + row * blocks);
+    }
+  };
+  if (num_rows < kParallelQuantizeRows) {
+    quantize(0, num_rows, 0);
+  } else {
+    pool.ParallelFor(num_rows, quantize);
+  }
   if (w.dtype == plan::I4 && w.zero_points != nullptr) {
     QuantizedMatMulTyped<true, true>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
-                                     padded_cols);
+                                     sums, padded);
   } else if (w.dtype == plan::I4) {
     QuantizedMatMulTyped<true, false>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
-                                      padded_cols);
+                                      sums, padded);
   } else {
     QuantizedMatMulTyped<false, false>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
-                                       padded_cols);
+                                       sums, padded);
   }
 }
 
@@ -477,11 +730,10 @@ HWY_EXPORT(QuantizeActivationRowImpl);
 
 namespace {
 
-int64_t PaddedCols(int64_t cols) { return (cols + kQuantBlock - 1) / kQuantBlock * kQuantBlock; }
-
-// Below this many activation rows quantizing them (~1 ns per element) is cheaper than waking
-// the other threads.
-constexpr int64_t kParallelQuantizeRows = 16;
+// Whole pairs of blocks (the I4 AVX2 kernel reads activations a pair at a time).
+int64_t PaddedCols(int64_t cols) {
+  return (cols + 2 * kQuantBlock - 1) / (2 * kQuantBlock) * (2 * kQuantBlock);
+}
 
 }  // namespace
 
@@ -493,7 +745,8 @@ int64_t QuantizedMatrixBytes(plan::DType dtype, int64_t rows, int64_t cols) {
 
 int64_t QuantizedActivationBytes(int64_t num_rows, int64_t cols) {
   const int64_t padded = PaddedCols(cols);
-  return num_rows * (padded + padded / kQuantBlock * static_cast<int64_t>(sizeof(float)));
+  // Codes, then a scale and a sum per block.
+  return num_rows * (padded + padded / kQuantBlock * 2 * static_cast<int64_t>(sizeof(float)));
 }
 
 void QuantizeActivationRow(const float* x, const int32_t* permutation, int64_t cols, int8_t* codes,
@@ -505,23 +758,8 @@ void QuantizedMatMul(ThreadPool& pool, const float* x, int64_t num_rows, const i
                      const MatrixView& w, const float* bias, const MatMulOutput* outputs,
                      int32_t num_outputs, void* scratch) {
   if (num_rows <= 0 || w.rows <= 0) return;
-  const int64_t padded = PaddedCols(w.cols);
-  int8_t* codes = static_cast<int8_t*>(scratch);
-  float* scales = reinterpret_cast<float*>(codes + num_rows * padded);
-  auto quantize = [&](int64_t begin, int64_t end, int32_t) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t source = input_rows != nullptr ? input_rows[row] : row;
-      QuantizeActivationRow(x + source * w.cols, w.input_permutation, w.cols, codes + row * padded,
-                            scales + row * (padded / kQuantBlock));
-    }
-  };
-  if (num_rows < kParallelQuantizeRows) {
-    quantize(0, num_rows, 0);
-  } else {
-    pool.ParallelFor(num_rows, quantize);
-  }
   HWY_DYNAMIC_DISPATCH(QuantizedMatMulImpl)
-  (pool, num_rows, w, bias, outputs, num_outputs, codes, scales, padded);
+  (pool, x, num_rows, input_rows, w, bias, outputs, num_outputs, scratch);
 }
 
 void QuantizedRowToF32(const MatrixView& w, int64_t row, float* out) {

@@ -8,16 +8,21 @@
 // block) then contributes
 //   weight_scale[row, group] * d[block] * isum,  isum = sum_c (code_c - zero) * q_c,
 // where isum is an exact int32 (|code - zero| <= 128 and |q| <= 127: 32 products fit easily).
-// On AVX2 (and AVX-512 targets, which run the same 256-bit code) isum comes from
+// On AVX2 (and AVX-512 targets, which run the same 256-bit code) I8 isum comes from
 // _mm256_maddubs_epi16 over |w| and sign(q, w) (the u8 x s8 instruction made s8 x s8: pairs
 // sum to at most 2 * 128 * 127 = 32512, below the int16 saturation at 32767) and
-// _mm256_madd_epi16; other targets run the portable scalar loop, which is the reference. The
-// integer sums are identical on every target; only the order of the f32 accumulation differs
+// _mm256_madd_epi16; I4 multiplies the unsigned codes directly and subtracts
+// zero * sum(q) * scales per block, from sums computed once per activation row; other targets
+// run the portable scalar loop, which is the reference. The integer products are exact on
+// every target; only the order (and for I4 on AVX2 the split) of the f32 accumulation differs
 // (relative differences ~1e-7 of the sum of the terms' magnitudes).
 //
-// Several activation rows (prefill, batched decode) share each pass over a weight row, so a
-// weight block is loaded and unpacked once per up to kQuantTokenTile rows; threads split the
-// weight rows in static chunks, so each weight byte is read from memory once per matmul.
+// Each pass over the weights computes a tile of weight rows x activation rows (4 x 1 or 4 x 2
+// at decode: four weight streams with the next rows prefetched; 2 x 4 for prefill and batched
+// decode), so a weight block is loaded and unpacked once per up to 4 activation rows and an
+// activation block once per 2-4 weight rows; a result never depends on the tile it was
+// computed in. Threads split the weight rows in static chunks, so each weight byte is read
+// from memory once per matmul.
 //
 // Thread-safety: like kernels.h (pure apart from outputs and scratch; one call per pool).
 #ifndef LLMRT_BACKEND_CPU_QUANT_MATMUL_H_
@@ -39,8 +44,8 @@ bool IsQuantizedMatrix(plan::DType dtype);
 int64_t QuantizedMatrixBytes(plan::DType dtype, int64_t rows, int64_t cols);
 
 // Scratch bytes QuantizedMatMul needs for `num_rows` activation rows of `cols` columns: int8
-// codes padded to whole blocks plus one f32 scale per block. Size it at load for the largest
-// step (max tokens x largest K) so a step never allocates.
+// codes padded to whole pairs of blocks plus an f32 scale and an f32 sum per block. Size it at load
+// for the largest step (max tokens x largest K) so a step never allocates.
 int64_t QuantizedActivationBytes(int64_t num_rows, int64_t cols);
 
 // One activation row quantized per block of 32 (see the file comment): codes[c] is the code of

@@ -123,7 +123,7 @@ void CheckScheme(const Scheme& scheme, int64_t out_rows, int64_t cols, bool perm
       power_of_two ? std::ldexp(1.0f, -3) : 0.0f);
   const MatrixView w = q.View();
   const std::string name = Name(scheme, cols, permuted);
-  for (int64_t tokens : {1, 3, 17}) {
+  for (int64_t tokens : {1, 3, 18}) {  // 18: tiles of 4 and a last one of 2
     const std::vector<float> x = power_of_two ? PowerOfTwoActivations(tokens, cols, q.permutation)
                                               : RandomActivations(tokens, cols);
     std::vector<float> bias(out_rows);
@@ -181,6 +181,18 @@ TEST(QuantMatMulTest, RandomScalesMatchReferenceWithinF32Rounding) {
     for (bool permuted : {false, true}) CheckScheme(scheme, 37, 384, permuted, false);
   }
   CheckScheme({8, false, 0}, 21, 172, true, false);
+}
+
+// Rows long enough for several chunks of precomputed scales (64 blocks for I8, 32 for I4) and
+// an odd number of blocks (the I4 AVX2 kernel reads blocks in pairs), and enough rows for
+// whole 4-row passes with the next rows prefetched, then a remainder of single rows.
+TEST(QuantMatMulTest, LongRowsMatchReference) {
+  for (const Scheme& scheme : AllSchemes()) {
+    CheckScheme(scheme, 45, 2176, false, false);  // 68 blocks
+    if (scheme.group_size == 32 || scheme.group_size == 0) {
+      CheckScheme(scheme, 45, 2080, scheme.bits == 4, false);  // 65 blocks
+    }
+  }
 }
 
 // The activation quantizer follows its definition: per 32 columns, scale max|x| / 127 and

@@ -24,9 +24,9 @@ uint64_t AlignUp(uint64_t value) {
   return (value + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
 }
 
-// The layout every generated kernel was compiled against (kernel_params.h): 18 addresses and
-// 4 ints.
-static_assert(sizeof(LlmcKernelParams) == 192, "kernel_params.h changed: update its comment");
+// The layout every generated kernel was compiled against (kernel_params.h): 18 addresses, 4
+// ints, then the 2 addresses added for int8 KV caches.
+static_assert(sizeof(LlmcKernelParams) == 208, "kernel_params.h changed: update its comment");
 
 // Metadata arrays of a step, max_tokens i32 each (RunStep): token ids, positions, slots,
 // query index, block table offset, logit rows, then the prefill tiles as (first, count) pairs
@@ -40,7 +40,7 @@ struct OpLaunch {
   int32_t layer = 0;
 };
 
-// Bytes per KV cache element for KvCacheSpec.dtype.
+// Bytes per KV cache element for KvCacheSpec.dtype (I8: the codes; scales come on top).
 absl::StatusOr<int> KvElementBytes(plan::DType dtype) {
   switch (dtype) {
     case plan::DTYPE_UNSPECIFIED:
@@ -49,10 +49,12 @@ absl::StatusOr<int> KvElementBytes(plan::DType dtype) {
     case plan::F16:
     case plan::BF16:
       return 2;
+    case plan::I8:
+      return 1;
     default:
       return absl::UnimplementedError(
-          absl::StrFormat("kv_cache.dtype %s: the CUDA kernels keep the KV cache in F32, F16 or "
-                          "BF16",
+          absl::StrFormat("kv_cache.dtype %s: the CUDA kernels keep the KV cache in F32, F16, "
+                          "BF16 or I8",
                           plan::DTypeName(dtype)));
   }
 }
@@ -90,6 +92,16 @@ class KernelBackend final : public KernelStepBackend {
     if (pointer.ok()) allocations_.push_back(*pointer);
     return pointer;
   }
+  // An I8 cache's f32 scales per slot, for K (or V) of one layer; 0 for other dtypes.
+  int64_t KvScaleBytesPerSlot() const {
+    return kv_scaled_ ? int64_t{kv_heads_} * static_cast<int64_t>(sizeof(float)) : 0;
+  }
+  // Where the scale planes start: after every code plane, at a device-aligned offset (the
+  // int8 code planes may end anywhere; f32 loads need 4-byte alignment).
+  uint64_t KvScalesOffset() const {
+    return AlignUp(uint64_t{2} * kv_layers_ * num_blocks_ * block_size_ * kv_width_ *
+                   kv_element_bytes_);
+  }
   absl::Status CheckBatch(const StepBatch& batch) const;
   // Uploads the step's metadata and launches every op's kernels.
   absl::Status Execute(const StepBatch& batch);
@@ -113,11 +125,14 @@ class KernelBackend final : public KernelStepBackend {
   int32_t top_k_ = 0;
   DevicePointer top_values_ = 0;
   DevicePointer top_ids_ = 0;
-  // KV cache: kv_layers_ x {K, V} x num_slots x kv_width_ elements of kv_bytes_per_element_,
-  // one allocation.
+  // KV cache: kv_layers_ x {K, V} x num_slots x kv_width_ elements of kv_element_bytes_,
+  // then, for an I8 cache, at KvScalesOffset(), kv_layers_ x {K, V} x num_slots x kv_heads_ f32
+  // scales (the layout of runtime/kv/kv_storage.h), one allocation.
   int32_t kv_layers_ = 0;
   int64_t kv_width_ = 0;
+  int32_t kv_heads_ = 0;
   int kv_element_bytes_ = 4;
+  bool kv_scaled_ = false;
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 0;
   DevicePointer kv_ = 0;
@@ -158,6 +173,7 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
   absl::StatusOr<int> kv_element_bytes = KvElementBytes(meta.kv_cache().dtype());
   if (!kv_element_bytes.ok()) return kv_element_bytes.status();
   kv_element_bytes_ = *kv_element_bytes;
+  kv_scaled_ = meta.kv_cache().dtype() == plan::I8;
   const plan::Program& program = meta.program();
   if (table.op_kernels_size() != program.ops_size()) {
     return absl::InvalidArgumentError(
@@ -319,6 +335,7 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
     if (op.kind() == plan::ATTENTION) {
       kv_layers_ = std::max(kv_layers_, op.layer() + 1);
       kv_width_ = static_cast<int64_t>(op.num_kv_heads()) * op.head_dim();
+      kv_heads_ = op.num_kv_heads();
     }
     params.scratch = scratch_;
     ops_.push_back(std::move(launch));
@@ -339,7 +356,7 @@ absl::Status KernelBackend::AllocateKvCache(int32_t num_blocks, int32_t block_si
   block_size_ = block_size;
   if (kv_layers_ == 0) return absl::OkStatus();
   const uint64_t bytes =
-      uint64_t{2} * kv_layers_ * num_blocks * block_size * kv_width_ * kv_element_bytes_;
+      KvScalesOffset() + uint64_t{2} * kv_layers_ * num_blocks * block_size * KvScaleBytesPerSlot();
   absl::StatusOr<DevicePointer> kv = device_->Allocate(bytes);
   if (!kv.ok()) return kv.status();
   kv_ = *kv;
@@ -359,6 +376,18 @@ absl::Status KernelBackend::CopyKvBlock(int32_t source, int32_t destination) {
     const DevicePointer base = kv_ + plane * plane_bytes;
     if (absl::Status status = device_->CopyOnDevice(base + destination * block_bytes,
                                                     base + source * block_bytes, block_bytes);
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (!kv_scaled_) return absl::OkStatus();
+  const uint64_t scale_block_bytes = static_cast<uint64_t>(block_size_) * KvScaleBytesPerSlot();
+  const uint64_t scale_plane_bytes = scale_block_bytes * num_blocks_;
+  for (int plane = 0; plane < 2 * kv_layers_; ++plane) {
+    const DevicePointer base = kv_ + KvScalesOffset() + plane * scale_plane_bytes;
+    if (absl::Status status =
+            device_->CopyOnDevice(base + destination * scale_block_bytes,
+                                  base + source * scale_block_bytes, scale_block_bytes);
         !status.ok()) {
       return status;
     }
@@ -514,6 +543,12 @@ absl::Status KernelBackend::Execute(const StepBatch& batch) {
     if (op.kind == plan::ATTENTION) {
       params.key_cache = kv_ + 2 * op.layer * plane_bytes;
       params.value_cache = params.key_cache + plane_bytes;
+      if (kv_scaled_) {
+        const uint64_t scale_plane_bytes =
+            static_cast<uint64_t>(num_blocks_) * block_size_ * KvScaleBytesPerSlot();
+        params.key_scales = kv_ + KvScalesOffset() + 2 * op.layer * scale_plane_bytes;
+        params.value_scales = params.key_scales + scale_plane_bytes;
+      }
       // [kv write, split, combine, prefill]: the write, then either attention.
       std::vector<int32_t> chosen = {op.kernels[0]};
       if (prefill && op.kernels.size() == 4) {

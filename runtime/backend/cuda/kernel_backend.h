@@ -7,7 +7,8 @@
 // arena (max_tokens_per_step * arena_bytes_per_token, laid out per token exactly as on the
 // CPU), the step metadata buffer, the attention scratch and, in AllocateKvCache, the paged KV
 // cache: per layer K and V of [num_slots, kv_heads * head_dim] in KvCacheSpec.dtype (F32,
-// F16 or BF16; I8 is refused).
+// F16, BF16, or I8 codes plus an f32 scale per slot and kv head, runtime/kv/kv_storage.h's
+// layout).
 //
 // A step uploads its metadata (token ids, positions, slots, per-token sequence index and block
 // table offset, logit rows, prefill query tiles, block tables) in one copy, launches each op's

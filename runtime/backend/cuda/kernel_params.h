@@ -3,9 +3,9 @@
 // Shared verbatim by the host (the CUDA backend fills it) and the device: codegen/cuda pastes
 // this file's text into every kernel's source, so the two layouts cannot drift apart. Plain C,
 // fixed-width fields, no pointers (device addresses are 64-bit integers whatever the host's
-// pointer size), 8-byte fields first so no padding differs between compilers. 192 bytes: far
-// under CUDA's 4 KiB kernel-parameter limit, and one layout for all kernels keeps the launch
-// code free of per-kernel argument lists.
+// pointer size), 8-byte fields first so no padding differs between compilers (fields added
+// later go at the end, 8-byte aligned). 208 bytes: far under CUDA's 4 KiB kernel-parameter
+// limit, and one layout for all kernels keeps the launch code free of per-kernel argument lists.
 //
 // Which fields a kernel reads depends on the op it implements (see codegen/cuda/KernelLibrary.cuh).
 #ifndef LLMRT_BACKEND_CUDA_KERNEL_PARAMS_H_
@@ -40,6 +40,12 @@ struct LlmcKernelParams {
   int num_rows;    // LOGITS rows
   int block_size;  // KV tokens per block
   int num_tiles;   // pairs in tiles
+  // Added after the first 192 bytes, so kernels compiled against the older layout read every
+  // field they know at the same offset (still 8-byte aligned: 192 = 24 * 8).
+  // KvCacheSpec.dtype I8 only: f32 [num_slots, kv_heads] scales of key_cache's (value_cache's)
+  // codes, this layer (runtime/kv/kv_storage.h's layout); 0 for other dtypes
+  unsigned long long key_scales;
+  unsigned long long value_scales;
 };
 
 #endif  // LLMRT_BACKEND_CUDA_KERNEL_PARAMS_H_

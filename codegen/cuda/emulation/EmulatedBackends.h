@@ -1,0 +1,198 @@
+//===- EmulatedBackends.h - A plan on the CPU backend and under emulation -*- C++ -*-===//
+//
+// Test support shared by the emulation tests: compile a model directory with llmc, emit its
+// CUDA kernels, build them under emulation and create both backends over the same plan; and
+// the dequantized twin of a quantized plan (the CPU reference for the quantized kernels).
+// Needs LLMC_SOURCE_DIR and LLMC_EMULATION_CACHE_DIR defined by the test target.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_CODEGEN_CUDA_EMULATION_EMULATEDBACKENDS_H_
+#define LLMC_CODEGEN_CUDA_EMULATION_EMULATEDBACKENDS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/cuda/EmitCuda.h"
+#include "codegen/cuda/emulation/EmulatedDevice.h"
+#include "compiler/pipeline/compile.h"
+#include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/cuda/kernel_backend.h"
+#include "runtime/plan/dtype.h"
+#include "runtime/plan/plan_reader.h"
+#include "gtest/gtest.h"
+
+namespace llmc::cuda {
+
+struct Backends {
+  std::unique_ptr<llmrt::plan::Plan> plan;
+  CudaEmission emission;
+  std::unique_ptr<llmrt::Backend> cpu;
+  std::unique_ptr<llmrt::cuda::KernelStepBackend> emulated;
+  const EmulatedDevice *device = nullptr; // owned by `emulated`
+
+  // Whether a kernel whose entry name starts with llmc_<prefix> was launched.
+  bool launched(const std::string &prefix) const {
+    for (const std::string &name : device->launches())
+      if (name.rfind("llmc_" + prefix, 0) == 0)
+        return true;
+    return false;
+  }
+};
+
+// llmc compile of `model` (a directory under the source tree) into the test's temporary
+// directory; `cudaSmVersions` adds `--target cuda:sm_XX` kernel tables (NVRTC, cached in the
+// build tree).
+inline std::string compilePlan(const std::string &model, llmrt::plan::DType dtype,
+                               std::optional<QuantizeOptions> quantize = std::nullopt,
+                               std::optional<llmrt::plan::DType> kvDtype = std::nullopt,
+                               const std::vector<int> &cudaSmVersions = {}) {
+  CompileOptions options;
+  options.quantize = quantize;
+  options.model_dir = std::string(LLMC_SOURCE_DIR) + "/" + model;
+  std::string name = model;
+  for (char &c : name)
+    if (c == '/')
+      c = '_';
+  options.output_path = ::testing::TempDir() + "/" + name + "_" + std::to_string(dtype) +
+                        (quantize ? absl::StrCat("_q", quantize->bits, "g", quantize->group_size,
+                                                 quantize->asymmetric ? "a" : "",
+                                                 quantize->quantize_lm_head ? "h" : "")
+                                  : "") +
+                        (kvDtype ? "_kv" + std::to_string(*kvDtype) : "") + ".plan";
+  options.weight_dtype = dtype;
+  // A bf16 KV cache keeps 8 bits: CPU and GPU sum k and v in different orders before rounding,
+  // so an element near a rounding boundary lands one bf16 ulp apart and logits move ~4e-3,
+  // beyond the 1e-3 kernel tolerance. Compare the kernels over an f32 cache here; KvDtypeTest
+  // checks reduced-precision caches against a tolerance derived from their format.
+  if (dtype == llmrt::plan::BF16)
+    options.kv_cache_dtype = llmrt::plan::F32;
+  if (kvDtype)
+    options.kv_cache_dtype = kvDtype;
+  options.cuda_sm_versions = cudaSmVersions;
+  options.cuda_cache_dir = std::string(LLMC_EMULATION_CACHE_DIR) + "/nvrtc";
+  absl::Status status = Compile(options, nullptr);
+  EXPECT_TRUE(status.ok()) << status;
+  return options.output_path;
+}
+
+// Emits `meta`'s kernels, builds them under emulation and creates both backends.
+inline bool createBackends(Backends &result, const llmrt::plan::PlanMeta &meta,
+                           const llmrt::BlobLookup &blobs, int32_t maxTokens) {
+  auto emission = emitCuda(meta);
+  EXPECT_TRUE(emission.ok()) << emission.status();
+  if (!emission.ok())
+    return false;
+  result.emission = std::move(*emission);
+  auto module = EmulatedModule::build(result.emission.moduleSource(), LLMC_EMULATION_CACHE_DIR);
+  EXPECT_TRUE(module.ok()) << module.status();
+  if (!module.ok())
+    return false;
+  const llmrt::plan::KernelTable table = result.emission.kernelTable("cuda:emulated");
+  llmrt::BackendOptions options;
+  options.max_tokens_per_step = maxTokens;
+  auto cpu = llmrt::cpu::CreateCpuBackend(meta, blobs, options);
+  EXPECT_TRUE(cpu.ok()) << cpu.status();
+  auto device = std::make_unique<EmulatedDevice>(*module, table);
+  result.device = device.get();
+  auto emulated = llmrt::cuda::CreateKernelBackend(meta, table, blobs, options, std::move(device));
+  EXPECT_TRUE(emulated.ok()) << emulated.status();
+  if (!cpu.ok() || !emulated.ok())
+    return false;
+  result.cpu = std::move(*cpu);
+  result.emulated = std::move(*emulated);
+  return true;
+}
+
+inline std::unique_ptr<Backends>
+makeBackends(const std::string &model, llmrt::plan::DType dtype, int32_t maxTokens = 64,
+             std::optional<QuantizeOptions> quantize = std::nullopt,
+             std::optional<llmrt::plan::DType> kvDtype = std::nullopt,
+             const std::vector<int> &cudaSmVersions = {}) {
+  auto result = std::make_unique<Backends>();
+  const std::string path = compilePlan(model, dtype, quantize, kvDtype, cudaSmVersions);
+  auto opened = llmrt::plan::Plan::Open(path, llmrt::plan::PlanOpenOptions());
+  EXPECT_TRUE(opened.ok()) << opened.status();
+  if (!opened.ok())
+    return nullptr;
+  result->plan = std::move(*opened);
+  const llmrt::plan::Plan *planPointer = result->plan.get();
+  llmrt::BlobLookup blobs = [planPointer](int index) { return planPointer->blob(index); };
+  if (!createBackends(*result, result->plan->meta(), blobs, maxTokens))
+    return nullptr;
+  return result;
+}
+
+// The quantized plan with every I8 / I4 matrix replaced by its f32 values, dequantized here
+// from plan.proto's Quantization comment (w = (code - zero) * scale per group, I4 nibble runs,
+// input permutation folded into the column order): the CPU backend runs it in exact f32, the
+// reference for kernels that compute with f32 activations.
+struct DequantizedPlan {
+  llmrt::plan::PlanMeta meta;
+  std::map<int, std::vector<float>> replaced; // tensor -> f32 values
+};
+
+inline DequantizedPlan dequantize(const llmrt::plan::PlanMeta &meta,
+                                  const llmrt::BlobLookup &blobs) {
+  DequantizedPlan result{meta, {}};
+  for (int t = 0; t < meta.tensors_size(); ++t) {
+    const llmrt::plan::Tensor &tensor = meta.tensors(t);
+    if (tensor.dtype() != llmrt::plan::I8 && tensor.dtype() != llmrt::plan::I4)
+      continue;
+    const llmrt::plan::Quantization &q = tensor.quantization();
+    const int64_t rows = tensor.shape(0), cols = tensor.shape(1), group = q.group_size();
+    const uint8_t *codes = blobs(t);
+    const uint16_t *scales = reinterpret_cast<const uint16_t *>(blobs(q.scales()));
+    const uint8_t *zeros = q.has_zero_points() ? blobs(q.zero_points()) : nullptr;
+    const int32_t *permutation =
+        q.has_input_permutation() ? reinterpret_cast<const int32_t *>(blobs(q.input_permutation()))
+                                  : nullptr;
+    std::vector<float> values(rows * cols);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t g = r * (cols / group) + c / group;
+        int code;
+        if (tensor.dtype() == llmrt::plan::I8) {
+          code = static_cast<int8_t>(codes[r * cols + c]);
+        } else {
+          const uint8_t byte = codes[r * cols / 2 + (c / 32) * 16 + c % 16];
+          code = (c % 32 < 16 ? byte & 15 : byte >> 4) - (zeros ? zeros[g] : 8);
+        }
+        values[r * cols + (permutation ? permutation[c] : c)] =
+            static_cast<float>(code * static_cast<double>(llmrt::plan::F16ToF32(scales[g])));
+      }
+    llmrt::plan::Tensor *out = result.meta.mutable_tensors(t);
+    out->set_dtype(llmrt::plan::F32);
+    out->clear_quantization();
+    out->set_layout(llmrt::plan::Tensor::ROW_MAJOR);
+    out->set_size_bytes(values.size() * 4);
+    result.replaced[t] = std::move(values);
+  }
+  return result;
+}
+
+// The CPU backend over `reference` (a quantized plan's dequantized twin): the matrices
+// `reference` replaced, every other blob from `quantized`. Both must outlive the backend.
+inline std::unique_ptr<llmrt::Backend>
+createDequantizedCpuBackend(const llmrt::plan::Plan &quantized, const DequantizedPlan &reference,
+                            int32_t maxTokens) {
+  llmrt::BlobLookup blobs = [&quantized, &reference](int index) -> const uint8_t * {
+    auto it = reference.replaced.find(index);
+    return it != reference.replaced.end() ? reinterpret_cast<const uint8_t *>(it->second.data())
+                                          : quantized.blob(index);
+  };
+  llmrt::BackendOptions options;
+  options.max_tokens_per_step = maxTokens;
+  auto backend = llmrt::cpu::CreateCpuBackend(reference.meta, blobs, options);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return backend.ok() ? std::move(*backend) : nullptr;
+}
+
+} // namespace llmc::cuda
+
+#endif // LLMC_CODEGEN_CUDA_EMULATION_EMULATEDBACKENDS_H_

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Configures the one clang build that CI compiles: the runtime, its tests and the libFuzzer
+# targets, all with clang-16, ASan + UBSan and libFuzzer's coverage instrumentation
+# (-fsanitize=fuzzer-no-link on every object; the fuzzers link with -fsanitize=fuzzer).
+# `make test-sanitize` (scripts/test-sanitize.sh) builds everything in it and runs the tests;
+# scripts/fuzz.sh (ctest's fuzz_smoke) builds only the fuzzers when the build is missing.
+# Before, the fuzzers had a clang build of their own, compiling the runtime a second time.
+#
+#   bash scripts/configure-sanitize.sh BUILD_DIR [LLMC]
+#
+# LLMC: the llmc binary the tests take their plans from (the compiler, MLIR-based, is not built
+# here, except its parsers of untrusted input, which the fuzzers drive). Configuring again with
+# the same settings is a no-op.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$1
+llmc=${2:-}
+
+# -O1: sanitizer reports stay readable and the build is faster than -O2.
+sanitize="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+args=(-DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only"
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only"
+  -DCMAKE_C_FLAGS="$sanitize" -DCMAKE_CXX_FLAGS="$sanitize"
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined"
+  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined"
+  -DLLMC_BUILD_COMPILER=OFF -DLLMRT_BUILD_FUZZERS=ON)
+if [ -n "$llmc" ]; then args+=(-DLLMRT_TEST_LLMC="$llmc"); fi
+cmake -S "$root" -B "$build" -G Ninja "${args[@]}" >/dev/null
