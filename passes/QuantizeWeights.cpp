@@ -54,9 +54,10 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsPassBase<QuantizeWeightsPass> 
     if (scheme == "asymmetric" && bits != 4)
       return module.emitError()
              << "llm-quantize-weights: the asymmetric scheme (zero points) is int4 only";
-    if (method != "rtn" && method != "awq" && method != "gptq")
-      return module.emitError() << "llm-quantize-weights: method must be rtn, awq or gptq, found \""
-                                << method << "\"";
+    if (method != "rtn" && method != "awq" && method != "gptq" && method != "awq+gptq")
+      return module.emitError()
+             << "llm-quantize-weights: method must be rtn, awq, gptq or awq+gptq, found \""
+             << method << "\"";
     return success();
   }
 

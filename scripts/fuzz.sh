@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer target (clang, ASan + UBSan + coverage) for SECONDS each, one after the
-# other, from seed corpora taken from the test data. CI runs it briefly through ctest (fuzz_smoke).
-# The fuzzers live in the sanitizer build (scripts/configure-sanitize.sh, default build-asan/),
-# which `make test-sanitize` builds; when it is missing this configures it and builds only the
-# fuzzers. Long runs (docs/reliability.md has the figures of the last one):
+# Runs every libFuzzer target (clang, ASan + UBSan + coverage) for SECONDS each, FUZZ_JOBS at a
+# time (default one per CPU), from seed corpora taken from the test data. CI runs it briefly
+# through ctest (fuzz_smoke). The fuzzers live in the sanitizer build
+# (scripts/configure-sanitize.sh, default build-asan/), which `make test-sanitize` builds; when
+# it is missing this configures it and builds only the fuzzers. Long runs (docs/reliability.md
+# has the figures of the last one):
 #
 #   nice -n 10 bash scripts/fuzz.sh 3600        # an hour per fuzzer, corpora kept between runs
 #
@@ -54,16 +55,37 @@ for dir in "$root"/tests/fuzz/corpus/regressions/*/; do
   [ -d "$dir" ] && seed "$(basename "$dir")" "$dir"*
 done
 
-status=0
-for fuzzer in "$build"/bin/*_fuzzer; do
+# FUZZ_JOBS fuzzers at a time (default: one per CPU; fuzz_smoke is RUN_SERIAL, so the CPUs are
+# its own). Each stops after SECONDS, so on 2 cores two at a time halve fuzz_smoke's wall time
+# (7 fuzzers x 10 s: ~75 s -> ~40 s) and each still has a core for its SECONDS; more jobs than
+# CPUs would only split the cores and leave each fuzzer fewer executions.
+fuzz_jobs=${FUZZ_JOBS:-$(nproc)}
+run_fuzzer() {  # run_fuzzer BINARY: its exit status goes to $work/NAME.status
+  local fuzzer=$1 name max_len
   name=$(basename "$fuzzer")
   mkdir -p "$work/corpus/$name" "$work/$name"
   # 64 KiB inputs: past every header and into the data, small enough to mutate quickly; whole
   # plans for the plan reader (1.5 MiB holds the stories260K seed).
   max_len=65536
   [ "$name" = llmrt_plan_reader_fuzzer ] && max_len=1572864
-  if (cd "$work/$name" && "$fuzzer" -max_total_time="$seconds" -max_len="$max_len" -timeout=10 \
-        -rss_limit_mb=2048 -print_final_stats=1 "$work/corpus/$name" >"$work/$name.log" 2>&1); then
+  local result=0
+  (cd "$work/$name" && "$fuzzer" -max_total_time="$seconds" -max_len="$max_len" -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 "$work/corpus/$name" >"$work/$name.log" 2>&1) ||
+    result=$?
+  echo "$result" >"$work/$name.status"
+}
+fuzzers=("$build"/bin/*_fuzzer)
+for fuzzer in "${fuzzers[@]}"; do
+  rm -f "$work/$(basename "$fuzzer").status"
+  while [ "$(jobs -rp | wc -l)" -ge "$fuzz_jobs" ]; do wait -n || true; done
+  run_fuzzer "$fuzzer" &
+done
+wait
+
+status=0
+for fuzzer in "${fuzzers[@]}"; do
+  name=$(basename "$fuzzer")
+  if [ "$(cat "$work/$name.status" 2>/dev/null)" = 0 ]; then
     echo "fuzz: $name ok: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$work/$name.log" | grep -o '[0-9]*$') executions in ${seconds}s"
   else
     echo "fuzz: $name FAILED (log: $work/$name.log)"

@@ -59,13 +59,15 @@ RandomQuantizedMatrix MakeMatrix(plan::DType dtype, bool asymmetric, int32_t gro
 }
 
 // Args: N (output rows), K, M (tokens), threads. kBits 8: I8 per group of 32 (llama.cpp
-// Q8_0's shape of scales); kBits 4: I4 g32, symmetric (like Q4_0) or with zero points.
-template <int kBits, bool kAsymmetric>
+// Q8_0's shape of scales) or, kPerChannel, one scale per row (llmc's int8 default); kBits 4:
+// I4 g32, symmetric (like Q4_0) or with zero points.
+template <int kBits, bool kAsymmetric, bool kPerChannel = false>
 void BM_QuantMatMul(benchmark::State& state) {
   const int64_t n = state.range(0), k = state.range(1), m = state.range(2);
   ThreadPool pool(static_cast<int32_t>(state.range(3)));
   std::vector<RandomQuantizedMatrix> copies(1);
-  copies[0] = MakeMatrix(kBits == 8 ? plan::I8 : plan::I4, kAsymmetric, 32, n, k);
+  copies[0] = MakeMatrix(kBits == 8 ? plan::I8 : plan::I4, kAsymmetric,
+                         kPerChannel ? static_cast<int32_t>(k) : 32, n, k);
   const int64_t bytes = copies[0].weight_bytes();
   // (Not the L2-sized kernel shape below.)
   while (bytes > (int64_t{1} << 20) &&
@@ -108,6 +110,7 @@ void QuantShapes(benchmark::internal::Benchmark* b) {
   b->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 BENCHMARK_TEMPLATE(BM_QuantMatMul, 8, false)->Apply(QuantShapes);
+BENCHMARK_TEMPLATE(BM_QuantMatMul, 8, false, true)->Apply(QuantShapes);
 BENCHMARK_TEMPLATE(BM_QuantMatMul, 4, false)->Apply(QuantShapes);
 BENCHMARK_TEMPLATE(BM_QuantMatMul, 4, true)->Apply(QuantShapes);
 

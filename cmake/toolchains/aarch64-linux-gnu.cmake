@@ -2,8 +2,8 @@
 # multiarch arm64 libraries (dpkg --add-architecture arm64; libabsl-dev:arm64 ...), which live
 # in /usr/lib/aarch64-linux-gnu beside the amd64 ones: no sysroot, CMake finds them through
 # CMAKE_LIBRARY_ARCHITECTURE. Programs (protoc) stay the build machine's. Tests run under
-# qemu-aarch64 (qemu-user), with the arm64 loader and libraries found in /usr/aarch64-linux-gnu
-# (the cross libc) and /usr/lib/aarch64-linux-gnu (multiarch).
+# qemu-aarch64 (qemu-user) with the loader and libc of libc6:arm64 (/lib/ld-linux-aarch64.so.1,
+# /lib/aarch64-linux-gnu), see LLMRT_QEMU_AARCH64 below.
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
@@ -22,5 +22,10 @@ set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgc
 
 find_program(LLMRT_QEMU_AARCH64 NAMES qemu-aarch64 qemu-aarch64-static)
 if(LLMRT_QEMU_AARCH64)
-  set(CMAKE_CROSSCOMPILING_EMULATOR ${LLMRT_QEMU_AARCH64} -L /usr/aarch64-linux-gnu)
+  # -L /, not -L /usr/aarch64-linux-gnu: with the cross prefix, qemu takes the loader from
+  # libc6-arm64-cross (2.36-8cross1) while the loader, reading the host's ld.so.cache, takes
+  # libc.so.6 from libc6:arm64 (2.36-9+deb12u14). The two share the GLIBC_PRIVATE _rtld_global
+  # (4,512 vs 4,520 bytes): pthread_create then walks its stack cache list at the wrong offset
+  # and spins forever, so every multi-thread test hung. One package's loader and libc agree.
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${LLMRT_QEMU_AARCH64} -L /)
 endif()

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/quant/gptq.h"
 #include "ir/LlmDialect.h"
 #include "mlir/IR/Builders.h"
 #include "passes/QuantAttr.h"
@@ -67,6 +68,26 @@ absl::StatusOr<std::vector<float>> OverlayWeightSource::Values(const std::string
   return ToF32(*view);
 }
 
+absl::StatusOr<const quant::QuantizedMatrix*> OverlayWeightSource::getQuantizedWeight(
+    const std::string& name) const {
+  auto it = quantized_.find(name);
+  if (it == quantized_.end()) {
+    last_method_.clear();
+    return base_.getQuantizedWeight(name);
+  }
+  last_method_ = it->second.method;
+  return &it->second.matrix;
+}
+
+std::string OverlayWeightSource::quantizationMethod() const {
+  return last_method_.empty() ? base_.quantizationMethod() : last_method_;
+}
+
+void OverlayWeightSource::SetQuantized(const std::string& name, quant::QuantizedMatrix matrix,
+                                       std::string method) {
+  quantized_[name] = Quantized{std::move(matrix), std::move(method)};
+}
+
 void OverlayWeightSource::Replace(const std::string& name, std::vector<int64_t> shape,
                                   std::vector<float> values) {
   replaced_[name] = Tensor{std::move(shape), std::move(values)};
@@ -81,9 +102,13 @@ absl::StatusOr<AwqSummary> ApplyAwq(mlir::ModuleOp module,
   module.walk([&](llm::MatmulOp op) { matmuls.push_back(op); });
   for (llm::MatmulOp op : matmuls) {
     std::optional<QuantSpec> spec = getQuantSpec(op);
-    if (!spec || spec->method != "awq") continue;
-    auto relabel_rtn = [&]() {
-      spec->method = "rtn";
+    if (!spec || (spec->method != "awq" && spec->method != "gptq" && spec->method != "awq+gptq")) {
+      continue;
+    }
+    bool scale = spec->method != "gptq";
+    const bool feedback = spec->method != "awq";
+    auto relabel = [&](const char* method) {
+      spec->method = method;
       op->setAttr(kQuantAttr, spec->toAttr(builder));
     };
     std::vector<std::string> names;
@@ -107,7 +132,9 @@ absl::StatusOr<AwqSummary> ApplyAwq(mlir::ModuleOp module,
       return true;
     };
     bool foldable = false;
-    if (auto norm = mlir::dyn_cast_or_null<llm::RmsNormOp>(producer)) {
+    if (!scale) {
+      // GPTQ alone: nothing to fold.
+    } else if (auto norm = mlir::dyn_cast_or_null<llm::RmsNormOp>(producer)) {
       gamma = norm.getWeight().str();
       foldable = true;
     } else if (auto fused_norm = mlir::dyn_cast_or_null<llm::FusedAddRmsNormOp>(producer)) {
@@ -133,10 +160,15 @@ absl::StatusOr<AwqSummary> ApplyAwq(mlir::ModuleOp module,
       foldable = matmul_part(mul.getRhs());
     }
     auto samples = calibration.find(fused);
-    // A norm output read by several matmuls would get several scales folded into one gamma.
-    if (!foldable || !op.getX().hasOneUse() || samples == calibration.end()) {
-      relabel_rtn();
+    if (samples == calibration.end()) {
+      relabel("rtn");
       continue;
+    }
+    // A norm output read by several matmuls would get several scales folded into one gamma.
+    if (scale && (!foldable || !op.getX().hasOneUse())) {
+      scale = false;
+      relabel(feedback ? "gptq" : "rtn");
+      if (!feedback) continue;
     }
 
     // W: the op's parts concatenated along rows.
@@ -151,67 +183,93 @@ absl::StatusOr<AwqSummary> ApplyAwq(mlir::ModuleOp module,
     }
     const int64_t cols = shapes[0][1];
     const int64_t rows = static_cast<int64_t>(w.size()) / cols;
-    absl::StatusOr<quant::AwqScales> scales = quant::SearchScales(
-        w, rows, cols, samples->second,
-        {static_cast<int>(spec->bits), spec->groupSize, spec->asymmetric}, tie_groups);
-    if (!scales.ok()) {
-      return absl::Status(scales.status().code(),
-                          absl::StrCat("AWQ for ", fused, ": ", scales.status().message()));
-    }
-    if (std::getenv("LLMC_AWQ_TRACE")) {
-      std::fprintf(stderr, "awq %s alpha %.2f loss %.4g rtn %.4g\n", fused.c_str(), scales->alpha,
-                   scales->loss, scales->rtn_loss);
-    }
-    summary.matmuls += 1;
-    summary.rtn_loss += scales->rtn_loss;
-    summary.awq_loss += scales->loss;
-    const std::vector<float>& s = scales->scales;
-
-    // W diag(s), part by part.
-    int64_t offset = 0;
-    for (size_t i = 0; i < names.size(); ++i) {
-      const int64_t part_rows = shapes[i][0];
-      std::vector<float> part(w.begin() + offset * cols, w.begin() + (offset + part_rows) * cols);
-      for (int64_t r = 0; r < part_rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) part[r * cols + c] *= s[c];
+    // Folds AWQ's scales: W diag(s) (already in w) part by part, 1 / s into the producer.
+    auto fold = [&](const std::vector<float>& s) -> absl::Status {
+      int64_t offset = 0;
+      for (size_t i = 0; i < names.size(); ++i) {
+        const int64_t part_rows = shapes[i][0];
+        std::vector<float> part(w.begin() + offset * cols, w.begin() + (offset + part_rows) * cols);
+        weights.Replace(names[i], shapes[i], std::move(part));
+        MarkF32(module, names[i]);
+        offset += part_rows;
       }
-      weights.Replace(names[i], shapes[i], std::move(part));
-      MarkF32(module, names[i]);
-      offset += part_rows;
-    }
-    // 1 / s into the producer.
-    auto divide = [&](const std::string& name, bool whole_rows) -> absl::Status {
-      std::vector<int64_t> shape;
-      absl::StatusOr<std::vector<float>> values = weights.Values(name, &shape);
-      if (!values.ok()) return values.status();
-      // Rows of the producer <-> input channels of this op; tied channels share one row.
-      const int64_t row_count = shape[0];
-      const int64_t row_width = whole_rows && shape.size() == 2 ? shape[1] : 1;
-      std::vector<float> per_row(row_count, 0.0f);
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t row = tie_groups.empty() ? c : tie_groups[c];
-        if (row >= row_count) {
-          return absl::InternalError(absl::StrCat("AWQ: ", name, " has ", row_count,
-                                                  " rows, channel ", c, " maps to row ", row));
+      // 1 / s into the producer.
+      auto divide = [&](const std::string& name, bool whole_rows) -> absl::Status {
+        std::vector<int64_t> shape;
+        absl::StatusOr<std::vector<float>> values = weights.Values(name, &shape);
+        if (!values.ok()) return values.status();
+        // Rows of the producer <-> input channels of this op; tied channels share one row.
+        const int64_t row_count = shape[0];
+        const int64_t row_width = whole_rows && shape.size() == 2 ? shape[1] : 1;
+        std::vector<float> per_row(row_count, 0.0f);
+        for (int64_t c = 0; c < cols; ++c) {
+          const int64_t row = tie_groups.empty() ? c : tie_groups[c];
+          if (row >= row_count) {
+            return absl::InternalError(absl::StrCat("AWQ: ", name, " has ", row_count,
+                                                    " rows, channel ", c, " maps to row ", row));
+          }
+          per_row[row] = s[c];
         }
-        per_row[row] = s[c];
+        for (int64_t r = 0; r < row_count; ++r) {
+          if (per_row[r] == 0.0f) continue;
+          for (int64_t k = 0; k < row_width; ++k) (*values)[r * row_width + k] /= per_row[r];
+        }
+        weights.Replace(name, shape, *std::move(values));
+        MarkF32(module, name);
+        return absl::OkStatus();
+      };
+      if (!gamma.empty()) {
+        if (absl::Status status = divide(gamma, false); !status.ok()) return status;
       }
-      for (int64_t r = 0; r < row_count; ++r) {
-        if (per_row[r] == 0.0f) continue;
-        for (int64_t k = 0; k < row_width; ++k) (*values)[r * row_width + k] /= per_row[r];
+      for (const Part& part : divided_rows) {
+        if (absl::Status status = divide(part.name, true); !status.ok()) return status;
       }
-      weights.Replace(name, shape, *std::move(values));
-      MarkF32(module, name);
+      if (!divided_bias.empty()) {
+        if (absl::Status status = divide(divided_bias, false); !status.ok()) return status;
+      }
       return absl::OkStatus();
     };
-    if (!gamma.empty()) {
-      if (absl::Status status = divide(gamma, false); !status.ok()) return status;
+    const quant::QuantFormat format{static_cast<int>(spec->bits), spec->groupSize,
+                                    spec->asymmetric};
+    std::vector<float> s;  // AWQ's scales; empty: none
+    if (scale) {
+      absl::StatusOr<quant::AwqScales> scales =
+          quant::SearchScales(w, rows, cols, samples->second, format, tie_groups);
+      if (!scales.ok()) {
+        return absl::Status(scales.status().code(),
+                            absl::StrCat("AWQ for ", fused, ": ", scales.status().message()));
+      }
+      if (std::getenv("LLMC_AWQ_TRACE")) {
+        std::fprintf(stderr, "awq %s alpha %.2f loss %.4g rtn %.4g\n", fused.c_str(), scales->alpha,
+                     scales->loss, scales->rtn_loss);
+      }
+      summary.matmuls += 1;
+      summary.rtn_loss += scales->rtn_loss;
+      summary.awq_loss += scales->loss;
+      s = scales->scales;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) w[r * cols + c] *= s[c];
+      }
+      if (absl::Status status = fold(s); !status.ok()) return status;
     }
-    for (const Part& part : divided_rows) {
-      if (absl::Status status = divide(part.name, true); !status.ok()) return status;
-    }
-    if (!divided_bias.empty()) {
-      if (absl::Status status = divide(divided_bias, false); !status.ok()) return status;
+    if (feedback) {
+      // The op reads X / s after the fold: its Hessian is that of the divided inputs.
+      absl::StatusOr<quant::ErrorFeedback> errors = quant::ComputeErrorFeedback(samples->second, s);
+      if (!errors.ok()) {
+        return absl::Status(errors.status().code(),
+                            absl::StrCat("GPTQ for ", fused, ": ", errors.status().message()));
+      }
+      int64_t offset = 0;
+      for (size_t i = 0; i < names.size(); ++i) {
+        const int64_t part_rows = shapes[i][0];
+        absl::StatusOr<quant::QuantizedMatrix> matrix =
+            quant::QuantizeMatrix(absl::MakeConstSpan(w).subspan(offset * cols, part_rows * cols),
+                                  part_rows, cols, format, &*errors);
+        if (!matrix.ok()) return matrix.status();
+        weights.SetQuantized(names[i], *std::move(matrix), spec->method);
+        offset += part_rows;
+      }
+      summary.gptq_matmuls += 1;
     }
   }
   return summary;

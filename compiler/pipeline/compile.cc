@@ -61,7 +61,9 @@ QuantizeWeightsPassOptions PassOptions(const QuantizeOptions& quantize) {
   pass.bits = quantize.bits;
   pass.groupSize = quantize.bits == 4 && quantize.group_size == 0 ? 32 : quantize.group_size;
   pass.scheme = quantize.asymmetric ? "asymmetric" : "symmetric";
-  pass.method = quantize.awq ? "awq" : "rtn";
+  pass.method = quantize.awq    ? (quantize.gptq ? "awq+gptq" : "awq")
+                : quantize.gptq ? "gptq"
+                                : "rtn";
   pass.keepFloat = quantize.keep_float;
   pass.quantizeLmHead = quantize.quantize_lm_head;
   return pass;
@@ -195,7 +197,8 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
     weight_dtype = plan::F32;
   }
 
-  const bool awq = options.quantize && options.quantize->awq;
+  // Calibration-based methods (AWQ scaling, GPTQ error feedback): both run in ApplyAwq.
+  const bool awq = options.quantize && (options.quantize->awq || options.quantize->gptq);
   std::map<std::string, quant::Activations> calibration;
   if (awq) {
     absl::Status calibrated = RunStage(progress, "calibrate", [&]() -> absl::Status {

@@ -25,7 +25,10 @@ struct QuantizeOptions {
   // Activation-aware per-input-channel scales searched on a calibration text and folded into
   // the preceding op (compiler/quant/awq.h).
   bool awq = false;
-  std::string calib_path;               // calibration text for awq; empty: the built-in one
+  // GPTQ-style error feedback from the same calibration rows (compiler/quant/gptq.h); with awq,
+  // after the scaling.
+  bool gptq = false;
+  std::string calib_path;               // calibration text for awq / gptq; empty: the built-in one
   std::vector<std::string> keep_float;  // weights whose name contains one of these stay float
   bool quantize_lm_head = false;
 };

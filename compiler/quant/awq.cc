@@ -6,15 +6,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "compiler/quant/gptq.h"
 #include "runtime/engine/model.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace llmc::quant {
 namespace {
 
-// Calibration tokens: at most this many (and at most the model's context). 512 tokens give
-// 512 rows per matmul, subsampled to kMaxCalibrationRows.
-constexpr int64_t kMaxCalibrationTokens = 512;
+// Calibration tokens: at most kMaxCalibrationRows in all, run in windows of at most this many
+// (and at most the model's context), each in a fresh session: the built-in text is 1,065
+// tokens with stories260K's tokenizer, whose context is 512.
+constexpr int64_t kCalibrationWindow = 512;
 // Floor of mean|x| before the power: channels that are always ~0 would get scales ~0 and blow
 // up their weights.
 constexpr float kMinMeanMagnitude = 1e-4f;
@@ -34,22 +36,6 @@ Activations Subsample(const Activations& all, int64_t keep) {
   return kept;
 }
 
-// sum_t sum_n (x_t . d_n)^2: the squared output error of weights that differ by `difference`.
-double OutputError(const std::vector<float>& difference, int64_t rows, int64_t cols,
-                   const Activations& activations) {
-  double total = 0;
-  for (int64_t t = 0; t < activations.num_rows; ++t) {
-    const float* x = activations.rows.data() + t * cols;
-    for (int64_t n = 0; n < rows; ++n) {
-      const float* d = difference.data() + n * cols;
-      float dot = 0;
-      for (int64_t k = 0; k < cols; ++k) dot += x[k] * d[k];
-      total += static_cast<double>(dot) * dot;
-    }
-  }
-  return total;
-}
-
 }  // namespace
 
 absl::StatusOr<std::map<std::string, Activations>> CollectActivations(
@@ -58,8 +44,8 @@ absl::StatusOr<std::map<std::string, Activations>> CollectActivations(
   std::vector<std::string> op_weight_names;
   llmrt::engine::ModelOptions options;
   options.backend = llmrt::engine::BackendChoice::kCpu;
-  options.max_tokens_per_step = static_cast<int32_t>(kMaxCalibrationTokens);
-  options.kv_cache_tokens = kMaxCalibrationTokens;
+  options.max_tokens_per_step = static_cast<int32_t>(kCalibrationWindow);
+  options.kv_cache_tokens = kCalibrationWindow;
   options.matmul_observer = [&](int32_t op_index, const float* input, int64_t num_rows,
                                 int64_t width) {
     if (op_index < 0 || op_index >= static_cast<int32_t>(op_weight_names.size())) return;
@@ -79,14 +65,25 @@ absl::StatusOr<std::map<std::string, Activations>> CollectActivations(
       llmrt::Tokenizer::Create(meta.tokenizer());
   if (!tokenizer.ok()) return tokenizer.status();
   std::vector<int32_t> tokens = (*tokenizer)->Encode(text);
-  const int64_t limit = std::min<int64_t>(kMaxCalibrationTokens, (*model)->max_context());
-  if (static_cast<int64_t>(tokens.size()) > limit) tokens.resize(limit);
+  if (static_cast<int64_t>(tokens.size()) > kMaxCalibrationRows) {
+    tokens.resize(kMaxCalibrationRows);
+  }
   if (tokens.size() < 2) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "AWQ calibration: the text gives %d tokens; at least 2 are needed", tokens.size()));
   }
-  absl::StatusOr<std::vector<float>> logits = (*model)->NewSession()->Append(tokens, false);
-  if (!logits.ok()) return logits.status();
+  const int64_t window = std::min<int64_t>(kCalibrationWindow, (*model)->max_context());
+  size_t begin = 0;
+  while (begin < tokens.size()) {
+    // Later windows start with BOS, as every sequence the model saw in training.
+    std::vector<int32_t> chunk;
+    if (begin > 0 && (*tokenizer)->bos_id() >= 0) chunk.push_back((*tokenizer)->bos_id());
+    const size_t end = std::min(tokens.size(), begin + window - chunk.size());
+    chunk.insert(chunk.end(), tokens.begin() + begin, tokens.begin() + end);
+    absl::StatusOr<std::vector<float>> logits = (*model)->NewSession()->Append(chunk, false);
+    if (!logits.ok()) return logits.status();
+    begin = end;
+  }
   for (auto& [name, activations] : collected) {
     activations = Subsample(activations, kMaxCalibrationRows);
   }
@@ -94,8 +91,10 @@ absl::StatusOr<std::map<std::string, Activations>> CollectActivations(
 }
 
 absl::StatusOr<AwqScales> SearchScales(absl::Span<const float> weights, int64_t rows, int64_t cols,
-                                       const Activations& activations, const QuantFormat& format,
+                                       const Activations& all_activations,
+                                       const QuantFormat& format,
                                        absl::Span<const int32_t> tie_groups) {
+  const Activations activations = Subsample(all_activations, kAwqSearchRows);
   if (activations.width != cols || activations.num_rows == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "AWQ: calibration rows have width %d, the weights %d columns", activations.width, cols));
@@ -143,7 +142,7 @@ absl::StatusOr<AwqScales> SearchScales(absl::Span<const float> weights, int64_t 
   }
 
   AwqScales best;
-  std::vector<float> scaled(rows * cols), difference(rows * cols), scales(cols);
+  std::vector<float> scaled(rows * cols), unscaled(rows * cols), scales(cols);
   // Point -1 is s = 1 (plain RTN); then s = mean|x|^alpha / weight_mean^(1 - alpha).
   for (int point = -1; point < kAlphaGridPoints; ++point) {
     const double alpha = point < 0 ? 0.0 : static_cast<double>(point) / (kAlphaGridPoints - 1);
@@ -165,10 +164,10 @@ absl::StatusOr<AwqScales> SearchScales(absl::Span<const float> weights, int64_t 
     const std::vector<float> restored = DequantizeMatrix(*quantized);
     for (int64_t n = 0; n < rows; ++n) {
       for (int64_t k = 0; k < cols; ++k) {
-        difference[n * cols + k] = weights[n * cols + k] - restored[n * cols + k] / scales[k];
+        unscaled[n * cols + k] = restored[n * cols + k] / scales[k];
       }
     }
-    const double loss = OutputError(difference, rows, cols, activations);
+    const double loss = LinearOutputError(weights, unscaled, rows, cols, activations);
     if (point < 0) best.rtn_loss = loss;
     if (point < 0 || loss < best.loss) {
       best.loss = loss;

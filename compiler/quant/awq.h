@@ -2,7 +2,7 @@
 //
 //   1. CollectActivations runs the f32 plan of the model on a calibration text with the real
 //      runtime (llmrt's Model, the CPU backend's matmul observer) and keeps, per matmul weight
-//      tensor, up to kMaxCalibrationRows of its input rows;
+//      tensor, up to kMaxCalibrationRows of its input rows (SearchScales uses kAwqSearchRows);
 //   2. SearchScales finds per-input-channel scales s = mean|x|^alpha / mean|w~|^(1 - alpha)
 //      (w~: weights relative to their group's maximum, AutoAWQ's "duo scaling"; s normalised so
 //      that max(s) * min(s) = 1), alpha from a grid over [0, 1], minimising
@@ -26,10 +26,14 @@
 
 namespace llmc::quant {
 
-// 256 rows: enough for stable per-channel means (the AWQ paper uses 128 sequences of 512
-// tokens on 7B+ models, but finds results saturate early); the search's cost grows linearly
-// with it (rows x weights x grid points).
-inline constexpr int64_t kMaxCalibrationRows = 256;
+// Calibration tokens, and so rows kept per matmul: GPTQ's Hessian (compiler/quant/gptq.h) uses
+// them all. Memory: rows x the model's summed matmul input widths x 4 bytes (TinyLlama-1.1B:
+// 2,048 x 259,072 x 4 = 2.1 GB at most; its tokenizer makes ~450 tokens of the built-in text).
+inline constexpr int64_t kMaxCalibrationRows = 2048;
+// Rows SearchScales uses (evenly subsampled): enough for stable per-channel means (the AWQ
+// paper uses 128 sequences of 512 tokens on 7B+ models, but finds results saturate early); the
+// search's cost grows linearly with it (rows x weights x grid points).
+inline constexpr int64_t kAwqSearchRows = 256;
 // alpha in {0, 0.1, ..., 1}: the AWQ paper's grid is 20 points; 11 loses < 1% of the gain on
 // the models we measured and halves the search time.
 inline constexpr int kAlphaGridPoints = 11;
@@ -56,7 +60,8 @@ struct AwqScales {
   double rtn_loss = 0;  // the same with s = 1 (plain round-to-nearest)
 };
 
-// `weights` [rows, cols] f32; `activations` of width cols. `tie_groups`, when not empty, maps
+// `weights` [rows, cols] f32; `activations` of width cols (kAwqSearchRows of them, evenly
+// subsampled, are used). `tie_groups`, when not empty, maps
 // each column to a group whose columns must share one scale (the o_proj inputs of query heads
 // that read the same kv head: their 1/s is folded into one v_proj row).
 absl::StatusOr<AwqScales> SearchScales(absl::Span<const float> weights, int64_t rows, int64_t cols,

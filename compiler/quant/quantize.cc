@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "compiler/quant/gptq.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/threading/thread_pool.h"
 
@@ -112,6 +113,12 @@ double GroupError(const float* values, int64_t count, const GroupChoice& choice,
   return error;
 }
 
+// Error feedback (GPTQ): columns per lazy-batch block (rounded up to whole groups), and rows
+// per tile, which share each block's read of the coefficient rows (16 rows x 5632 columns of
+// updated values, 360 KiB, stay in L2).
+constexpr int64_t kFeedbackBlock = 128;
+constexpr int64_t kRowsPerTile = 16;
+
 // Candidates per group: kClipSteps shrunk ranges, plus Q4_0's for symmetric int4.
 constexpr int kMaxCandidates = kClipSteps + 1;
 
@@ -211,7 +218,8 @@ absl::Status CheckFormat(const QuantFormat& format, int64_t cols, const std::str
 }
 
 absl::StatusOr<QuantizedMatrix> QuantizeMatrix(absl::Span<const float> weights, int64_t rows,
-                                               int64_t cols, const QuantFormat& format) {
+                                               int64_t cols, const QuantFormat& format,
+                                               const ErrorFeedback* feedback) {
   if (absl::Status status = CheckFormat(format, cols, "quantize"); !status.ok()) return status;
   if (static_cast<int64_t>(weights.size()) != rows * cols) {
     return absl::InvalidArgumentError(
@@ -225,26 +233,69 @@ absl::StatusOr<QuantizedMatrix> QuantizeMatrix(absl::Span<const float> weights, 
   matrix.scales.resize(rows * groups);
   if (format.asymmetric) matrix.zero_points.resize(rows * groups);
   matrix.codes.resize(format.bits == 8 ? rows * cols : rows * cols / 2);
+  if (feedback != nullptr && feedback->cols != cols) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "quantize: error feedback for %d columns, the matrix has %d", feedback->cols, cols));
+  }
+  // With error feedback, columns are processed in blocks: within a block each error goes to the
+  // block's later columns at once, at the block's end all of them go to the rest of the row in
+  // one AddProducts (the paper's "lazy batch" updates: the coefficient rows are read once per
+  // tile of rows and block instead of once per row and column). Blocks hold whole groups.
+  const int64_t block = feedback == nullptr        ? cols
+                        : format.group_size < cols ? (kFeedbackBlock + format.group_size - 1) /
+                                                         format.group_size * format.group_size
+                                                   : kFeedbackBlock;
   // Rows are independent: split them across the cores in contiguous chunks (each thread
   // writes only its rows' codes, scales and zero points).
   auto quantize_rows = [&](int64_t begin, int64_t end) {
-    std::vector<uint8_t> row_codes(cols);
-    for (int64_t row = begin; row < end; ++row) {
-      const float* values = weights.data() + row * cols;
-      for (int64_t group = 0; group < groups; ++group) {
-        const float* group_values = values + group * format.group_size;
-        const GroupChoice choice = ChooseGroup(group_values, format.group_size, format);
-        matrix.scales[row * groups + group] = llmrt::plan::F32ToF16(choice.scale);
-        if (format.asymmetric) matrix.zero_points[row * groups + group] = choice.zero;
-        for (int64_t i = 0; i < format.group_size; ++i) {
-          row_codes[group * format.group_size + i] =
-              static_cast<uint8_t>(QuantizeValue(group_values[i], choice, format));
+    std::vector<uint8_t> row_codes(kRowsPerTile * cols);
+    std::vector<float> target, errors;  // error feedback: updated values, a block's errors
+    if (feedback != nullptr) {
+      target.resize(kRowsPerTile * cols);
+      errors.resize(kRowsPerTile * block);
+    }
+    GroupChoice choices[kRowsPerTile];
+    for (int64_t first = begin; first < end; first += kRowsPerTile) {
+      const int64_t tile = std::min(kRowsPerTile, end - first);
+      const float* original = weights.data() + first * cols;
+      if (feedback != nullptr) std::copy(original, original + tile * cols, target.begin());
+      const float* values = feedback != nullptr ? target.data() : original;
+      for (int64_t b0 = 0; b0 < cols; b0 += block) {
+        const int64_t b1 = std::min(cols, b0 + block);
+        for (int64_t r = 0; r < tile; ++r) {
+          const int64_t row = first + r;
+          for (int64_t j = b0; j < b1; ++j) {
+            if (j % format.group_size == 0) {
+              // The group's scale from its values as they are now (updated by the feedback).
+              choices[r] = ChooseGroup(values + r * cols + j, format.group_size, format);
+              const int64_t group = row * groups + j / format.group_size;
+              matrix.scales[group] = llmrt::plan::F32ToF16(choices[r].scale);
+              if (format.asymmetric) matrix.zero_points[group] = choices[r].zero;
+            }
+            const int code = QuantizeValue(values[r * cols + j], choices[r], format);
+            row_codes[r * cols + j] = static_cast<uint8_t>(code);
+            if (feedback == nullptr) continue;
+            const float error = original[r * cols + j] -
+                                static_cast<float>(code - choices[r].zero) * choices[r].scale;
+            errors[r * block + j - b0] = error;
+            const float* coefficients = feedback->coefficients.data() + j * cols;
+            float* row_target = target.data() + r * cols;
+            for (int64_t k = j + 1; k < b1; ++k) row_target[k] += coefficients[k] * error;
+          }
+        }
+        if (feedback != nullptr && b1 < cols) {
+          AddProducts(errors.data(), block, feedback->coefficients.data() + b0 * cols + b1, cols,
+                      target.data() + b1, cols, tile, b1 - b0, cols - b1, 1.0f);
         }
       }
-      if (format.bits == 8) {
-        std::copy(row_codes.begin(), row_codes.end(), matrix.codes.begin() + row * cols);
-      } else {
-        PackI4Row(row_codes.data(), cols, matrix.codes.data() + row * cols / 2);
+      for (int64_t r = 0; r < tile; ++r) {
+        if (format.bits == 8) {
+          std::copy_n(row_codes.begin() + r * cols, cols,
+                      matrix.codes.begin() + (first + r) * cols);
+        } else {
+          PackI4Row(row_codes.data() + r * cols, cols,
+                    matrix.codes.data() + (first + r) * cols / 2);
+        }
       }
     }
   };

@@ -54,10 +54,16 @@ struct QuantizedMatrix {
 // cols, I4 and grouped I8 multiples of 32, asymmetric only for I4); the message names `what`.
 absl::Status CheckFormat(const QuantFormat& format, int64_t cols, const std::string& what);
 
+struct ErrorFeedback;  // compiler/quant/gptq.h
+
 // Quantizes `weights` ([rows, cols] f32, row-major) by round-to-nearest with the clipping
-// search described above.
+// search described above. With `feedback` (GPTQ, compiler/quant/gptq.h; its cols must equal
+// `cols`), each row's columns are quantized in order and every column's rounding error is fed
+// forward to the columns not yet quantized; each group's clipping search then runs on the
+// updated values when the group starts. The encoding is the same either way.
 absl::StatusOr<QuantizedMatrix> QuantizeMatrix(absl::Span<const float> weights, int64_t rows,
-                                               int64_t cols, const QuantFormat& format);
+                                               int64_t cols, const QuantFormat& format,
+                                               const ErrorFeedback* feedback = nullptr);
 
 // The f32 weights the codes stand for, [rows, cols] in ORIGINAL column order (an input
 // permutation is undone), i.e. what x * W^T multiplies.

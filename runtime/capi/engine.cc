@@ -47,8 +47,7 @@ void llmrt_engine_options_init(llmrt_engine_options* options) {
   if (options == nullptr) return;
   std::memset(options, 0, sizeof(*options));
   options->struct_size = sizeof(*options);
-  // One thread, unlike the tools: an embedding app owns its threads (see llmrt.h).
-  options->num_threads = 1;
+  options->num_threads = 0;  // one per allowed CPU, as everywhere else
   options->max_tokens_per_step = 256;
 }
 

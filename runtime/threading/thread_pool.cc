@@ -52,21 +52,32 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
 #endif
 }
 
-// Waits until *word != value (spin, then futex).
-uint32_t WaitWhileEqual(std::atomic<uint32_t>* word, uint32_t value) {
+// Waits until *word != value: spins for kSpinNanoseconds, then sleeps on the futex, counted in
+// *sleepers while it does, so that the thread changing *word makes the wake-up system call only
+// when someone sleeps (a FUTEX_WAKE without waiters still costs ~1 us here, twice per
+// ParallelFor). After every wake-up it spins again, so WakeSleepers() can turn sleepers back
+// into spinners ahead of a burst of work.
+//
+// No lost wake-up: the waiter increments *sleepers and then the futex re-checks *word in the
+// kernel; the changer modifies *word and then reads *sleepers; all four are sequentially
+// consistent, so either the changer sees the sleeper or the futex sees the new value.
+uint32_t WaitWhileEqual(std::atomic<uint32_t>* word, uint32_t value,
+                        std::atomic<int32_t>* sleepers) {
   using Clock = std::chrono::steady_clock;
-  const Clock::time_point deadline = Clock::now() + std::chrono::nanoseconds(kSpinNanoseconds);
-  do {
-    for (int i = 0; i < kPausesPerClockRead; ++i) {
-      const uint32_t now = word->load(std::memory_order_acquire);
-      if (now != value) return now;
-      CpuRelax();
-    }
-  } while (Clock::now() < deadline);
   while (true) {
-    const uint32_t now = word->load(std::memory_order_acquire);
+    const Clock::time_point deadline = Clock::now() + std::chrono::nanoseconds(kSpinNanoseconds);
+    do {
+      for (int i = 0; i < kPausesPerClockRead; ++i) {
+        const uint32_t now = word->load(std::memory_order_acquire);
+        if (now != value) return now;
+        CpuRelax();
+      }
+    } while (Clock::now() < deadline);
+    sleepers->fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t now = word->load(std::memory_order_seq_cst);
+    if (now == value) FutexWait(word, value);
+    sleepers->fetch_sub(1, std::memory_order_seq_cst);
     if (now != value) return now;
-    FutexWait(word, value);
   }
 }
 
@@ -91,7 +102,7 @@ ThreadPool::ThreadPool(int32_t num_threads)
 }
 
 ThreadPool::~ThreadPool() {
-  generation_.fetch_or(kStopBit, std::memory_order_release);
+  generation_.fetch_or(kStopBit, std::memory_order_seq_cst);
   FutexWakeAll(&generation_);
   for (std::thread& worker : workers_) worker.join();
 }
@@ -125,12 +136,17 @@ void ThreadPool::Run(int64_t num_items, int64_t grain, bool dynamic, Function fu
   dynamic_ = dynamic;
   next_item_.store(0, std::memory_order_relaxed);
   pending_.store(static_cast<uint32_t>(workers_.size()), std::memory_order_relaxed);
-  // Release: the fields above are visible to a worker that sees the new generation.
-  generation_.fetch_add(1, std::memory_order_release);
-  FutexWakeAll(&generation_);
+  // Release (and sequentially consistent, see WaitWhileEqual): the fields above are visible to
+  // a worker that sees the new generation.
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleeping_workers_.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&generation_);
   RunShare(0);
   uint32_t pending = pending_.load(std::memory_order_acquire);
-  while (pending != 0) pending = WaitWhileEqual(&pending_, pending);
+  while (pending != 0) pending = WaitWhileEqual(&pending_, pending, &sleeping_caller_);
+}
+
+void ThreadPool::WakeSleepers() {
+  if (sleeping_workers_.load(std::memory_order_relaxed) != 0) FutexWakeAll(&generation_);
 }
 
 void ThreadPool::WorkerLoop(int32_t thread_index) {
@@ -138,10 +154,13 @@ void ThreadPool::WorkerLoop(int32_t thread_index) {
   // ParallelFor that started before this thread got scheduled.
   uint32_t seen = 0;
   while (true) {
-    seen = WaitWhileEqual(&generation_, seen);
+    seen = WaitWhileEqual(&generation_, seen, &sleeping_workers_);
     if (seen & kStopBit) return;
     RunShare(thread_index);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) FutexWakeAll(&pending_);
+    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        sleeping_caller_.load(std::memory_order_seq_cst) != 0) {
+      FutexWakeAll(&pending_);
+    }
   }
 }
 

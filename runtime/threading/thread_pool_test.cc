@@ -137,5 +137,26 @@ TEST(ThreadPoolTest, WakesAfterSleeping) {
   }
 }
 
+// The wake-up system calls are skipped unless a thread sleeps: gaps around the 100 us spin
+// limit make workers (and, with a slow worker, the caller) fall asleep just as work arrives,
+// where a lost wake-up would hang this test. WakeSleepers() before some calls must neither run
+// anything nor leave a worker behind.
+TEST(ThreadPoolTest, NoWakeUpIsLostAroundTheSpinLimit) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 300; ++round) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50 + (round * 37) % 150));
+    if (round % 3 == 0) pool.WakeSleepers();
+    std::atomic<int> items{0};
+    pool.ParallelFor(3, [&](int64_t begin, int64_t end, int32_t thread) {
+      // A worker slower than the spin limit makes the caller sleep on the join.
+      if (thread != 0 && round % 5 == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(150));
+      }
+      items.fetch_add(static_cast<int>(end - begin));
+    });
+    ASSERT_EQ(items.load(), 3) << round;
+  }
+}
+
 }  // namespace
 }  // namespace llmrt::threading

@@ -219,6 +219,27 @@ TEST(CapiSessionTest, GreedyMatchesTheReferenceStory) {
   EXPECT_EQ(llmrt_session_num_tokens(session.get()), 45);
 }
 
+// The default is one thread per allowed CPU, as in the tools; a pinned thread count gives the
+// same tokens (a step's work split never changes its arithmetic).
+TEST(CapiSessionTest, DefaultThreadsAreOnePerCpuAndGiveTheOneThreadTokens) {
+  llmrt_session_options session_options;
+  llmrt_session_options_init(&session_options);
+  EXPECT_EQ(session_options.num_threads, 0);
+  llmrt_engine_options engine_options;
+  llmrt_engine_options_init(&engine_options);
+  EXPECT_EQ(engine_options.num_threads, 0);
+  PlanPtr plan = OpenPlan(LLMRT_TEST_PLAN_F32);
+  for (int32_t threads : {0, 1, 3}) {
+    session_options.num_threads = threads;
+    llmrt_session_t* raw = nullptr;
+    Status created(llmrt_session_create(plan.get(), &session_options, &raw));
+    ASSERT_TRUE(created.ok()) << created;
+    SessionPtr session(raw);
+    AppendPrompt(session.get(), "Once upon a time");
+    EXPECT_EQ(Generate(session.get(), Greedy(40)).tokens, kGreedyIds) << threads << " threads";
+  }
+}
+
 TEST(CapiSessionTest, GreedyEqualsLlmrtRun) {
   // Long enough to reach EOS or the context: every path of the token loop.
   const int kTokens = 300;

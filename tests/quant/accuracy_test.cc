@@ -94,8 +94,9 @@ TEST_P(QuantAccuracyTest, Int8KlBelowOneHundredth) {
   EXPECT_GE(row.top1, 0.85);
 }
 
-// int4 g32: issue 5 asks for KL <= 0.05. Measured (docs/quantization.md): stories260K 0.061
-// (symmetric) / 0.064 (asymmetric): NOT met. The weights alone give 0.060 / 0.064 (exact mode),
+// int4 g32 round-to-nearest (no calibration). Issue 5's KL <= 0.05 is met with calibration
+// (ErrorFeedbackInt4G32); plain RTN measures (docs/quantization.md) stories260K 0.061
+// (symmetric) / 0.064 (asymmetric). The weights alone give 0.060 / 0.064 (exact mode),
 // the same as this quantizer simulated in transformers, so the int8 activations add ~1%; the
 // random-init fixtures 0.40-0.58, where plain absmax RTN of the same weights evaluated in
 // transformers gives 0.66 (llama_mha), so their sensitivity, not the quantizer, sets the
@@ -142,6 +143,39 @@ TEST_P(QuantAccuracyTest, AwqNoWorseThanRoundToNearest) {
   }
 }
 
+// GPTQ-style error feedback (compiler/quant/gptq.h), alone (--gptq) and after AWQ's scaling
+// (--awq --gptq), int4 g32: issue 5's KL <= 0.05 on the trained model, for both schemes, and
+// no worse than round-to-nearest. Measured on stories260K (docs/quantization.md): symmetric
+// RTN 0.0607, GPTQ 0.0453, AWQ + GPTQ 0.0434; asymmetric 0.0640, 0.0427, 0.0408. On the random
+// fixtures, whose absolute KL is set by their initializer range rather than by the quantizer
+// (docs/quantization.md, "The fixtures"), both are 3-28% below RTN (every fixture, both
+// schemes): checked, with RTN's regression guard.
+TEST_P(QuantAccuracyTest, ErrorFeedbackInt4G32) {
+  const bool trained = GetParam() == "tests/data/stories260K";
+  for (const bool asymmetric : {false, true}) {
+    QuantizeOptions int4;
+    int4.bits = 4;
+    int4.group_size = 32;
+    int4.asymmetric = asymmetric;
+    const std::string suffix = asymmetric ? "-asym" : "";
+    const AccuracyRow rtn = MeasureQuantized(int4, "int4-g32" + suffix);
+    int4.gptq = true;
+    const AccuracyRow gptq = MeasureQuantized(int4, "int4-g32" + suffix + "-gptq");
+    int4.awq = true;
+    const AccuracyRow awq_gptq = MeasureQuantized(int4, "int4-g32" + suffix + "-awq-gptq");
+    EXPECT_LE(gptq.mean_kl, rtn.mean_kl);
+    EXPECT_LE(awq_gptq.mean_kl, rtn.mean_kl);
+    if (trained) {
+      EXPECT_LE(gptq.mean_kl, 0.05);
+      EXPECT_LE(awq_gptq.mean_kl, 0.05);
+      EXPECT_GE(gptq.top1, 0.85);
+    } else {
+      EXPECT_LE(gptq.mean_kl, 0.68);
+      EXPECT_LE(awq_gptq.mean_kl, 0.68);
+    }
+  }
+}
+
 // The exact mode (f32 activations, runtime/backend/cpu/quant_matmul_exact.h) computes the
 // dequantized model: for every quantization mode of stories260K, its logits equal those of the
 // plan's dequantized f32 twin (built in memory from the plan's codes by plan.proto's formulas)
@@ -155,14 +189,18 @@ TEST(QuantExactModeTest, EveryModeEqualsItsDequantizedPlan) {
     int64_t group_size;  // 0: the default (int8 per channel, int4 32)
     bool asymmetric;
     bool awq;
+    bool gptq;
   };
-  const Mode modes[] = {{"int8", 8, 0, false, false},
-                        {"int8-g32", 8, 32, false, false},
-                        {"int4-g32", 4, 32, false, false},
-                        {"int4-g32-asym", 4, 32, true, false},
-                        {"int4-g64", 4, 64, false, false},
-                        {"int4-g32-awq", 4, 32, false, true},
-                        {"int4-g32-asym-awq", 4, 32, true, true}};
+  const Mode modes[] = {{"int8", 8, 0, false, false, false},
+                        {"int8-g32", 8, 32, false, false, false},
+                        {"int4-g32", 4, 32, false, false, false},
+                        {"int4-g32-asym", 4, 32, true, false, false},
+                        {"int4-g64", 4, 64, false, false, false},
+                        {"int4-g32-awq", 4, 32, false, true, false},
+                        {"int4-g32-asym-awq", 4, 32, true, true, false},
+                        {"int8-gptq", 8, 0, false, false, true},
+                        {"int4-g32-gptq", 4, 32, false, false, true},
+                        {"int4-g32-asym-awq-gptq", 4, 32, true, true, true}};
   std::vector<int32_t> tokens;
   for (const Mode& mode : modes) {
     QuantizeOptions quantize;
@@ -170,6 +208,7 @@ TEST(QuantExactModeTest, EveryModeEqualsItsDequantizedPlan) {
     if (mode.group_size > 0) quantize.group_size = mode.group_size;
     quantize.asymmetric = mode.asymmetric;
     quantize.awq = mode.awq;
+    quantize.gptq = mode.gptq;
     const std::string plan = scratch + "/" + mode.label + ".plan";
     ASSERT_TRUE(CompilePlan(dir, plan, quantize).ok()) << mode.label;
     if (tokens.empty()) {

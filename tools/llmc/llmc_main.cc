@@ -1,7 +1,7 @@
 // llmc: the ahead-of-time compiler's command line.
 //
 //   llmc compile MODEL_DIR -o PLAN [--dtype f32|f16|bf16] [--target LIST] [--dump-ir=DIR]
-//                [--quant int8|int4 [--group-size N] [--scheme S] [--awq [--calib FILE]]
+//                [--quant int8|int4 [--group-size N] [--scheme S] [--awq] [--gptq] [--calib FILE]
 //                 [--keep-float PATTERNS] [--quantize-lm-head]] [--kv-cache T] [--quiet]
 //                [--max-memory SIZE [--quant auto]]
 //   llmc synth --preset NAME|CONFIG_JSON -o DIR [--dtype f16|bf16|f32] [--seed S]
@@ -30,8 +30,9 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: llmc compile MODEL_DIR -o PLAN [--dtype f32|f16|bf16] [--target LIST] [--dump-ir=DIR]\n"
-    "                    [--quant int8|int4 [--group-size N] [--scheme S] [--awq [--calib FILE]]\n"
-    "                     [--keep-float LIST] [--quantize-lm-head]] [--kv-cache T] [--quiet]\n"
+    "                    [--quant int8|int4 [--group-size N] [--scheme S] [--awq] [--gptq]\n"
+    "                     [--calib FILE] [--keep-float LIST] [--quantize-lm-head]] [--kv-cache T]\n"
+    "                    [--quiet]\n"
     "                    [--max-memory SIZE [--quant auto]]\n"
     "\n"
     "  MODEL_DIR     a HuggingFace model directory (config.json, *.safetensors, tokenizer.json)\n"
@@ -47,7 +48,9 @@ constexpr char kUsage[] =
     "                        per output channel, int4 32)\n"
     "  --scheme S            symmetric (default) or asymmetric (int4: a zero point per group)\n"
     "  --awq                 activation-aware scales searched on a calibration text\n"
-    "  --calib FILE          calibration text for --awq (default: a built-in English text)\n"
+    "  --gptq                error feedback (GPTQ) from the calibration text; with --awq, after\n"
+    "                        the scaling\n"
+    "  --calib FILE          calibration text for --awq / --gptq (default: built-in English)\n"
     "  --keep-float LIST     comma-separated name substrings whose weights stay float\n"
     "  --quantize-lm-head    quantize an untied lm_head too\n"
     "  --kv-cache T          KV cache dtype: f32, f16, bf16 or int8 (default: the weights')\n"
@@ -244,6 +247,9 @@ int Compile(const std::vector<std::string>& args) {
     } else if (arg == "--awq") {
       quantize.awq = true;
       quant_modifier = arg;
+    } else if (arg == "--gptq") {
+      quantize.gptq = true;
+      quant_modifier = arg;
     } else if (arg == "--calib") {
       const std::string* path = value();
       if (!path) return UsageError("--calib needs a text file");
@@ -291,7 +297,9 @@ int Compile(const std::vector<std::string>& args) {
   if (quant_requested && quantize.asymmetric && quantize.bits == 8) {
     return UsageError("--scheme asymmetric is int4 only (int8 is symmetric)");
   }
-  if (!quantize.calib_path.empty() && !quantize.awq) return UsageError("--calib needs --awq");
+  if (!quantize.calib_path.empty() && !quantize.awq && !quantize.gptq) {
+    return UsageError("--calib needs --awq or --gptq");
+  }
   if (options.quant_auto && options.max_memory_bytes == 0) {
     return UsageError("--quant auto chooses the weight format for a budget: add --max-memory");
   }

@@ -14,6 +14,10 @@
 //   tg_tok_s   n decode steps of one token each after a one-token (BOS) prompt, each step
 //              feeding back the previous step's argmax (llama-bench's tg: n single-token
 //              decodes from an empty cache), tokens / seconds. ms_per_token = 1000 / tg_tok_s.
+//              With -d D (llama-bench's -d), the BOS prompt is followed by D random tokens,
+//              prefilled once (not timed) and kept: each repetition's n steps continue the
+//              previous one's, so they attend over D + 2 + k n ... positions (k: repetitions
+//              before; keep n * reps small against D).
 //   mbu        bytes the n decode steps must read (every weight once per step, except that an
 //              untied embedding table contributes one row, plus the KV cache up to each step's
 //              position) / their time / the machine's read bandwidth at this thread count.
@@ -73,7 +77,7 @@ using Clock = std::chrono::steady_clock;
 constexpr int kUsageError = 2;
 constexpr int kError = 1;
 constexpr char kBenchUsage[] =
-    "usage: llmrt bench PLAN [-p 512] [-n 128] [-t 1,2] [--reps 5] [--ubatch 512] [--json]\n"
+    "usage: llmrt bench PLAN [-p 512] [-n 128] [-d 0] [-t 1,2] [--reps 5] [--ubatch 512] [--json]\n"
     "                        [--kv-cache f32|f16|bf16|int8] [--quant-activations int8|f32]\n"
     "       llmrt bench --bandwidth [-t 1,2] [--reps 5] [--bandwidth-mib 1024] [--json]\n";
 
@@ -317,6 +321,7 @@ struct BenchOptions {
   std::string plan_path;
   int64_t prompt_tokens = 512;
   int64_t generated_tokens = 128;
+  int64_t depth = 0;  // -d: context tokens before the timed decode steps
   std::vector<int> thread_counts;
   int reps = 5;
   int32_t ubatch = 512;
@@ -349,6 +354,12 @@ int32_t ArgMax(const std::vector<float>& logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+// Positions the tg phase needs: BOS, then with -d the context and every repetition's steps
+// (which continue one another), else one repetition's steps.
+int64_t DecodePositions(const BenchOptions& options) {
+  return 1 + options.generated_tokens * (options.depth > 0 ? options.reps + 1 : 1) + options.depth;
+}
+
 absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int threads,
                                          double bandwidth) {
   BenchResult result;
@@ -356,7 +367,7 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
   engine::ModelOptions model_options;
   model_options.num_threads = threads;
   model_options.max_tokens_per_step = options.ubatch;
-  model_options.kv_cache_tokens = std::max(options.prompt_tokens, options.generated_tokens + 1);
+  model_options.kv_cache_tokens = std::max(options.prompt_tokens, DecodePositions(options));
   model_options.kv_cache_dtype = options.kv_cache_dtype;
   model_options.quantized_activations = options.quantized_activations;
 
@@ -367,11 +378,12 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
   result.load_ms = Seconds(load_start, Clock::now()) * 1e3;
   const plan::PlanMeta& meta = (*model)->meta();
   const int64_t vocab = (*model)->vocab_size();
-  const int64_t needed = std::max(options.prompt_tokens, options.generated_tokens + 1);
+  const int64_t needed = std::max(options.prompt_tokens, DecodePositions(options));
   if (needed > (*model)->max_context()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: -p %d / -n %d need %d positions; the model holds %d", options.plan_path,
-        options.prompt_tokens, options.generated_tokens, needed, (*model)->max_context()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: -p %d / -d %d / -n %d need %d positions; the model holds %d",
+                        options.plan_path, options.prompt_tokens, options.depth,
+                        options.generated_tokens, needed, (*model)->max_context()));
   }
   int32_t bos = static_cast<int32_t>(meta.generation().bos_token_id());
   if (bos < 0 || bos >= vocab) bos = 0;
@@ -402,11 +414,19 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
 
   // Generation.
   std::vector<double> tg_seconds;
+  std::vector<int32_t> context(options.depth);
+  for (int32_t& id : context) id = token(random);
   if (options.generated_tokens > 0) {
     for (int rep = -1; rep < options.reps; ++rep) {
-      session->Reset();
-      logits = session->Append({bos}, false);
-      if (!logits.ok()) return logits.status();
+      if (rep == -1 || context.empty()) {
+        session->Reset();
+        logits = session->Append({bos}, false);
+        if (!logits.ok()) return logits.status();
+        if (!context.empty()) {
+          logits = session->Append(context, false);
+          if (!logits.ok()) return logits.status();
+        }
+      }
       const Clock::time_point start = Clock::now();
       for (int64_t step = 0; step < options.generated_tokens; ++step) {
         logits = session->Append({ArgMax(*logits)}, false);
@@ -418,12 +438,14 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
     result.tg_tok_s = options.generated_tokens / seconds;
     result.ms_per_token = 1e3 / result.tg_tok_s;
 
-    // Step s (0-based) appends the token at position s + 1 and attends over s + 2 positions.
+    // Step s (0-based) appends the token at position d + s + 1 and attends over d + s + 2
+    // positions.
     // In the cache's dtype, I8 scales included.
     const double kv_bytes_per_position = static_cast<double>((*model)->kv_block_bytes()) /
                                          static_cast<double>((*model)->kv_block_size());
     const double n = static_cast<double>(options.generated_tokens);
-    const double positions_read = n * (n + 3) / 2;  // sum over s of (s + 2)
+    const double depth = static_cast<double>(options.depth);
+    const double positions_read = n * (n + 3) / 2 + n * depth;  // sum over s of (d + s + 2)
     const double total_bytes = n * static_cast<double>(engine::DecodeWeightBytes(meta)) +
                                kv_bytes_per_position * positions_read;
     result.decode_bytes_per_token = total_bytes / n;
@@ -461,6 +483,8 @@ int Bench(int argc, char** argv) {
     };
     if (argument == "-p") {
       if (!number(options.prompt_tokens, 0)) return BenchUsageError("-p needs a count >= 0");
+    } else if (argument == "-d" || argument == "--depth") {
+      if (!number(options.depth, 0)) return BenchUsageError("-d needs a count >= 0");
     } else if (argument == "-n") {
       if (!number(options.generated_tokens, 0)) return BenchUsageError("-n needs a count >= 0");
     } else if (argument == "--reps") {
@@ -543,6 +567,7 @@ int Bench(int argc, char** argv) {
                              {"mbu", result->mbu},
                              {"prompt_tokens", options.prompt_tokens},
                              {"generated_tokens", options.generated_tokens},
+                             {"depth", options.depth},
                              {"reps", options.reps},
                              {"load_ms", result->load_ms},
                              {"load_to_first_token_ms", result->load_to_first_token_ms},
@@ -553,9 +578,10 @@ int Bench(int argc, char** argv) {
     }
   }
   if (!options.json) {
-    std::printf("plan %s, pp%lld / tg%lld, median of %d\n", options.plan_path.c_str(),
+    std::printf("plan %s, pp%lld / tg%lld @ d%lld, median of %d\n", options.plan_path.c_str(),
                 static_cast<long long>(options.prompt_tokens),
-                static_cast<long long>(options.generated_tokens), options.reps);
+                static_cast<long long>(options.generated_tokens),
+                static_cast<long long>(options.depth), options.reps);
     std::printf("%7s %11s %11s %9s %12s %12s %12s %6s\n", "threads", "pp tok/s", "tg tok/s",
                 "ms/token", "load->1st ms", "peak RSS MB", "read GB/s", "MBU");
     for (const BenchResult& result : results) {

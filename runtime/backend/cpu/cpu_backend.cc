@@ -942,6 +942,9 @@ absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
   if (absl::Status status = CheckBatch(batch); !status.ok()) return status;
   const int64_t num_tokens = batch.num_tokens();
   if (num_tokens == 0) return absl::OkStatus();
+  // Workers idle since the last step (sampling, detokenization) are asleep; waking them now
+  // overlaps their wake-up with the embedding and first norm instead of the first matmul.
+  pool_->WakeSleepers();
   for (size_t index = 0; index < batch.sequences.size(); ++index) {
     const StepSequence& sequence = batch.sequences[index];
     for (int32_t i = 0; i < sequence.num_tokens; ++i) {

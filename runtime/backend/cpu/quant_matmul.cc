@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/backend/cpu/quant_gemm.h"
 #include "runtime/plan/dtype.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -53,7 +54,7 @@ constexpr int64_t kRowsPerItem = 16;
 struct ActivationTile {
   const int8_t* codes[kTokenTile];
   const float* scales[kTokenTile];
-  const float* sums[kTokenTile];  // scale * sum of the block's codes (I4 on AVX2 only)
+  const float* sums[kTokenTile];  // I4 on AVX2: the int32 sum of each block's codes
 };
 
 // The weight codes and per-group parameters of one matrix row.
@@ -68,6 +69,12 @@ WeightRow RowOf(const MatrixView& w, int64_t row) {
   const int64_t row_bytes = w.dtype == plan::I4 ? w.cols / 2 : w.cols;
   return {w.data + row * row_bytes, w.scales + row * groups,
           w.zero_points != nullptr ? w.zero_points + row * groups : nullptr};
+}
+
+// block >> GroupShift(group_size, cols) is a block's group: groups of 32, 64 or 128 columns
+// (1, 2, 4 blocks), or the whole row (63: every block in group 0).
+int GroupShift(int32_t group_size, int64_t cols) {
+  return group_size == cols ? 63 : group_size == 128 ? 2 : group_size == 64 ? 1 : 0;
 }
 
 // The integer dot product of `count` (<= 32) columns of block `block` with activation codes.
@@ -259,171 +266,252 @@ void RowGroupAvx2(const WeightRow* rows, int64_t cols, int32_t group_size,
   }
 }
 
-// I4 on AVX2 multiplies the unsigned codes (0..15) directly, sum_c code_c * q_c, and subtracts
-// zero * sum_c q_c once per block through precomputed activation sums (ActivationTile::sums):
-// no per-block zero subtraction or sign trick. It also reads activations interleaved per pair
-// of blocks (InterleaveInt4Activations), so that one 32-byte load of two packed blocks gives
-// its low nibbles (columns 0..15 of both blocks) and high nibbles (columns 16..31) with no lane
-// permute: 6 vector instructions per block instead of 12, below one core's bandwidth (AVX2
-// issues 4 per cycle: ~10 bytes of I4 per cycle, ~19 GB/s one core). maddubs pairs reach
-// 2 * 15 * 127 = 3810 and the two halves' sum 7620, far from the int16 limit.
-constexpr int64_t kInt4Chunk = 32;  // blocks per chunk of expanded scales (16 pairs)
+// ---- Decode GEMV: one activation row (kernels for QuantizedGemvAvx2) ----
+//
+// A decode step reads each weight byte once, from DRAM, and a core keeps enough misses in
+// flight to use its bandwidth only if it spends few instructions per byte: the row-group kernels
+// above spent 12.9 (I8) and 12.5 (I4) instructions per 32 weights at M = 1 (callgrind,
+// 5632 x 2048, g32), half of them outside the inner loop (scale expansion per chunk and
+// per row group), and moved ~10 GB/s of the ~19 GB/s a core reads. These kernels:
+// - I8: |x| once per block for all kRows rows and sign(w, x) per row (codes are in
+//   [-127, 127], plan.proto, so the sign never meets -128): 3 integer instructions, a convert
+//   and an FMA per row and block; with one scale per row (the compiler's default for int8) the
+//   FMA takes the activation block scale, shared by the rows, and the row scale multiplies the
+//   sum once at the end.
+// - I4: the exact integer sums of 8 blocks (4 pairs of packed blocks) reduced into one vector
+//   in block order, the zero point subtracted in int32 (isum - zero * sum(q): exact, the same
+//   integer as the scalar kernel's), then one convert and one FMA with the 8 combined scales
+//   per 8 blocks.
 
-// For blocks [begin, end) (begin even): scale_pairs[t][8 * p ...] = the combined scales of pair
-// p (blocks begin + 2p, +1), each repeated over the 4 lanes its products land in; and
-// correction[t] += weight scale * zero * activation scale * activation sum, per lane.
-template <int kTokens, bool kZeroPoints>
-HWY_INLINE void CombineInt4Scales(const WeightRow& row, int64_t begin, int64_t end, int group_shift,
-                                  const float* const* x_scales, const float* const* x_sums,
-                                  float (*scale_pairs)[kInt4Chunk * 4], float (*correction)[8]) {
-  const __m256i pair_lanes[4] = {
-      _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
-      _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7)};
-  for (int64_t block = begin; block < end; block += 8) {
-    const int64_t count = std::min<int64_t>(8, end - block);
-    __m256 weight_scales, zeros;
-    alignas(32) float activation_scales[kTokens][8], activation_sums[kTokens][8];
-    const bool whole = count == 8 && group_shift == 0;
-    if (whole) {
-      weight_scales =
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.scales + block)));
-      if constexpr (kZeroPoints) {
-        zeros = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.zero_points + block))));
-      } else {
-        zeros = _mm256_set1_ps(8.0f);
-      }
-    } else {
-      // Larger groups, or the row's last blocks (zero beyond `end`).
-      alignas(32) float scale_lanes[8] = {}, zero_lanes[8] = {};
-      for (int64_t i = 0; i < count; ++i) {
-        const int64_t group = (block + i) >> group_shift;
-        scale_lanes[i] = _cvtsh_ss(row.scales[group]);
-        zero_lanes[i] = kZeroPoints ? row.zero_points[group] : 8.0f;
-      }
-      weight_scales = _mm256_load_ps(scale_lanes);
-      zeros = _mm256_load_ps(zero_lanes);
-      for (int t = 0; t < kTokens; ++t) {
-        for (int64_t i = 0; i < 8; ++i) {
-          activation_scales[t][i] = i < count ? x_scales[t][block + i] : 0.0f;
-          activation_sums[t][i] = i < count ? x_sums[t][block + i] : 0.0f;
-        }
+// The f32 weight scales of blocks [block, block + count) of `row` (count <= 8; lanes beyond
+// count are 0, and nothing past the row is read).
+HWY_INLINE __m256 BlockScales8(const WeightRow& row, int64_t block, int64_t count,
+                               int group_shift) {
+  if (group_shift == 0 && count == 8) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.scales + block)));
+  }
+  alignas(16) uint16_t halves[8] = {};
+  for (int64_t i = 0; i < count; ++i) halves[i] = row.scales[(block + i) >> group_shift];
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(halves)));
+}
+
+// The zero points of blocks [block, block + count) of `row` as int32 lanes (see BlockScales8).
+HWY_INLINE __m256i BlockZeros8(const WeightRow& row, int64_t block, int64_t count,
+                               int group_shift) {
+  if (group_shift == 0 && count == 8) {
+    return _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.zero_points + block)));
+  }
+  alignas(32) int32_t zeros[8] = {};
+  for (int64_t i = 0; i < count; ++i) zeros[i] = row.zero_points[(block + i) >> group_shift];
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(zeros));
+}
+
+// Eight int32 lanes of a pair of packed I4 blocks times their interleaved activations
+// (InterleaveInt4Activations): lanes 0-3 sum to the first block's sum_c code_c * q_c, lanes
+// 4-7 to the second's.
+HWY_INLINE __m256i PairProducts(__m256i packed, const int8_t* x) {
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m256i low = _mm256_and_si256(packed, mask);
+  const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
+  const __m256i pairs = _mm256_add_epi16(
+      _mm256_maddubs_epi16(low, _mm256_load_si256(reinterpret_cast<const __m256i*>(x))),
+      _mm256_maddubs_epi16(high, _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 32))));
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+// The 8 block sums of four consecutive pairs' PairProducts, in block order: two levels of
+// unpack + add (blocks 0 2 4 6 | 1 3 5 7 in the lanes) and one lane permute.
+HWY_INLINE __m256i ReduceQuad(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+  const __m256i t01 =
+      _mm256_add_epi32(_mm256_unpacklo_epi32(p0, p1), _mm256_unpackhi_epi32(p0, p1));
+  const __m256i t23 =
+      _mm256_add_epi32(_mm256_unpacklo_epi32(p2, p3), _mm256_unpackhi_epi32(p2, p3));
+  const __m256i sums =
+      _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
+  return _mm256_permutevar8x32_epi32(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// result[r] = dot(weight row r, x) for a group of kRows I8 rows. kRowScale: one scale per row
+// (group_shift 63), else combined scales per block. prefetch_distance as RowGroupAvx2's.
+template <int kRows, bool kRowScale>
+void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const int8_t* x_codes,
+                  const float* x_scales, int64_t prefetch_distance, float* result) {
+  WeightRow w[kRows];
+  __m256 acc[kRows];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    w[r] = rows[r];
+    acc[r] = _mm256_setzero_ps();
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t full_blocks = cols / kQuantBlock;
+  alignas(32) float combined[kRows][1][kScaleChunk];
+  for (int64_t chunk = 0; chunk < full_blocks; chunk += kScaleChunk) {
+    const int64_t chunk_end = std::min(full_blocks, chunk + kScaleChunk);
+    if constexpr (!kRowScale) {
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        CombineScales<1>(w[r], chunk, chunk_end, group_shift, &x_scales, combined[r]);
       }
     }
-    const __m256 weighted_zeros = _mm256_mul_ps(weight_scales, zeros);
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) {
-      // Read in place for whole runs of 8 blocks (the common case), else from the copies.
-      const float* activation_scale = whole ? x_scales[t] + block : activation_scales[t];
-      const float* activation_sum = whole ? x_sums[t] + block : activation_sums[t];
-      const __m256 combined = _mm256_mul_ps(weight_scales, _mm256_loadu_ps(activation_scale));
-      float* out = scale_pairs[t] + (block - begin) * 4;
+    auto accumulate = [&](int64_t block) HWY_ATTR {
+      const __m256i x =
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(x_codes + block * kQuantBlock));
+      const __m256i magnitudes = _mm256_abs_epi8(x);
+      const __m256 activation_scale = _mm256_broadcast_ss(x_scales + block);
 #pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q) {
-        _mm256_store_ps(out + 8 * q, _mm256_permutevar8x32_ps(combined, pair_lanes[q]));
+      for (int r = 0; r < kRows; ++r) {
+        const __m256i products = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(LoadBlock(w[r].codes, block), x)),
+            ones);
+        acc[r] = _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(products),
+            kRowScale ? activation_scale : _mm256_broadcast_ss(&combined[r][0][block - chunk]),
+            acc[r]);
       }
-      // In memory, not registers: touched once per 8 blocks, it leaves the registers to the
-      // accumulators.
-      _mm256_store_ps(correction[t],
-                      _mm256_fmadd_ps(weighted_zeros, _mm256_loadu_ps(activation_sum),
-                                      _mm256_load_ps(correction[t])));
+    };
+    int64_t block = chunk;
+    for (; block + 2 <= chunk_end; block += 2) {
+      if (prefetch_distance != 0) {
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r) {
+          __builtin_prefetch(w[r].codes + block * kQuantBlock + prefetch_distance, /*rw=*/0,
+                             /*locality=*/3);
+        }
+      }
+      accumulate(block);
+      accumulate(block + 1);
+    }
+    if (block < chunk_end) accumulate(block);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    result[r] = HorizontalSum(acc[r]);
+    if constexpr (kRowScale) result[r] *= _cvtsh_ss(w[r].scales[0]);
+  }
+  // One scale per row and cols not a multiple of 32: the partial last block.
+  if (full_blocks * kQuantBlock < cols) {
+    for (int r = 0; r < kRows; ++r) {
+      const int32_t isum =
+          BlockDot<false>(w[r].codes, full_blocks, 0, x_codes + full_blocks * kQuantBlock,
+                          cols - full_blocks * kQuantBlock);
+      result[r] += _cvtsh_ss(w[r].scales[0]) * x_scales[full_blocks] * static_cast<float>(isum);
     }
   }
 }
 
-// RowGroupAvx2 for I4 (see above): `tile` holds interleaved codes and activation sums.
+// result[r][t] = dot(weight row r, token t) for a group of kRows I4 rows, 8 blocks at a time:
+// per (row, token) the exact integer sums of 8 blocks (ReduceQuad), minus zero * sum(q) in
+// int32, times the 8 combined scales, into one f32 accumulator. Every (row, token) pair runs the
+// same operations in the same order whatever kRows and kTokens, so a result never depends on the
+// tile (batch invariance). The tile's codes are interleaved per pair of blocks and its sums are
+// int32 (InterleaveInt4Activations). prefetch_distance as RowGroupAvx2's (two lines per row per
+// 8 blocks).
 template <int kRows, int kTokens, bool kZeroPoints>
 void RowGroupInt4Avx2(const WeightRow* rows, int64_t cols, int32_t group_size,
                       const ActivationTile& tile, int64_t prefetch_distance,
                       float (*result)[kTokenTile]) {
   const int8_t* x_codes[kTokens];
   const float* x_scales[kTokens];
-  const float* x_sums[kTokens];
+  const int32_t* x_sums[kTokens];
   WeightRow w[kRows];
   __m256 acc[kRows][kTokens];
-  alignas(32) float correction[kRows][kTokens][8] = {};
 #pragma GCC unroll 8
   for (int t = 0; t < kTokens; ++t) {
     x_codes[t] = tile.codes[t];
     x_scales[t] = tile.scales[t];
-    x_sums[t] = tile.sums[t];
+    x_sums[t] = reinterpret_cast<const int32_t*>(tile.sums[t]);
   }
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
     w[r] = rows[r];
 #pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) {
-      acc[r][t] = _mm256_setzero_ps();
-    }
+    for (int t = 0; t < kTokens; ++t) acc[r][t] = _mm256_setzero_ps();
   }
-  const int group_shift = group_size == cols ? 63 : group_size == 128 ? 2 : group_size == 64;
+  const int group_shift = GroupShift(group_size, cols);
   const int64_t blocks = cols / kQuantBlock;
-  const __m256i mask = _mm256_set1_epi8(0x0f);
-  const __m256i ones = _mm256_set1_epi16(1);
-  alignas(32) float scale_pairs[kRows][kTokens][kInt4Chunk * 4];
-  // Both blocks of a pair: packed holds 16 bytes of each (the second half zero for a lone last
-  // block, whose activation pair partner is zero padding).
-  auto accumulate_pair = [&](int r, __m256i packed, int64_t block, int64_t chunk) HWY_ATTR {
-    const __m256i low = _mm256_and_si256(packed, mask);
-    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
+  constexpr int64_t kPackedBlock = kQuantBlock / 2;
+  // Blocks [block, block + count) of row r (its 4 pairs in `packed`) against every token;
+  // activation_scales / activation_sums: per token, the blocks' scales and integer sums.
+  auto accumulate = [&](int r, const __m256i* packed, int64_t block, int64_t count,
+                        const __m256* activation_scales, const __m256i* activation_sums) HWY_ATTR {
+    const __m256 weight_scales = BlockScales8(w[r], block, count, group_shift);
+    __m256i zeros = _mm256_setzero_si256();
+    if constexpr (kZeroPoints) zeros = BlockZeros8(w[r], block, count, group_shift);
 #pragma GCC unroll 8
     for (int t = 0; t < kTokens; ++t) {
       const int8_t* x = x_codes[t] + block * kQuantBlock;
-      const __m256i pairs = _mm256_add_epi16(
-          _mm256_maddubs_epi16(low, _mm256_load_si256(reinterpret_cast<const __m256i*>(x))),
-          _mm256_maddubs_epi16(high, _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 32))));
-      acc[r][t] =
-          _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)),
-                          _mm256_load_ps(scale_pairs[r][t] + (block - chunk) * 4), acc[r][t]);
+      const __m256i isums =
+          ReduceQuad(PairProducts(packed[0], x), PairProducts(packed[1], x + 2 * kQuantBlock),
+                     PairProducts(packed[2], x + 4 * kQuantBlock),
+                     PairProducts(packed[3], x + 6 * kQuantBlock));
+      const __m256i corrections = kZeroPoints ? _mm256_mullo_epi32(zeros, activation_sums[t])
+                                              : _mm256_slli_epi32(activation_sums[t], 3);  // zero 8
+      acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isums, corrections)),
+                                  _mm256_mul_ps(weight_scales, activation_scales[t]), acc[r][t]);
     }
   };
-  for (int64_t chunk = 0; chunk < blocks; chunk += kInt4Chunk) {
-    const int64_t chunk_end = std::min(blocks, chunk + kInt4Chunk);
+  __m256 activation_scales[kTokens];
+  __m256i activation_sums[kTokens];
+  int64_t block = 0;
+  for (; block + 8 <= blocks; block += 8) {
+    if (prefetch_distance != 0) {
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        const uint8_t* next = w[r].codes + block * kPackedBlock + prefetch_distance;
+        __builtin_prefetch(next, /*rw=*/0, /*locality=*/3);
+        __builtin_prefetch(next + 64, /*rw=*/0, /*locality=*/3);
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) {
+      activation_scales[t] = _mm256_loadu_ps(x_scales[t] + block);
+      activation_sums[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_sums[t] + block));
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
-      CombineInt4Scales<kTokens, kZeroPoints>(w[r], chunk, chunk_end, group_shift, x_scales, x_sums,
-                                              scale_pairs[r], correction[r]);
-    }
-    int64_t block = chunk;
-    // Two pairs (64 bytes of each row, one cache line to prefetch) per step.
-    for (; block + 4 <= chunk_end; block += 4) {
-      if (prefetch_distance != 0) {
+      __m256i packed[4];
 #pragma GCC unroll 4
-        for (int r = 0; r < kRows; ++r) {
-          __builtin_prefetch(w[r].codes + block * (kQuantBlock / 2) + prefetch_distance,
-                             /*rw=*/0, /*locality=*/3);
-        }
+      for (int q = 0; q < 4; ++q) {
+        packed[q] = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(w[r].codes + (block + 2 * q) * kPackedBlock));
       }
-#pragma GCC unroll 2
-      for (int64_t pair = block; pair < block + 4; pair += 2) {
-#pragma GCC unroll 4
-        for (int r = 0; r < kRows; ++r) {
-          accumulate_pair(r,
-                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                              w[r].codes + pair * (kQuantBlock / 2))),
-                          pair, chunk);
-        }
-      }
+      accumulate(r, packed, block, 8, activation_scales, activation_sums);
     }
-    for (; block < chunk_end; block += 2) {
-      for (int r = 0; r < kRows; ++r) {
-        const uint8_t* packed = w[r].codes + block * (kQuantBlock / 2);
-        // Never read past the row's last block (the end of the mapped plan may follow).
-        accumulate_pair(
-            r,
-            block + 1 < chunk_end
-                ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed))
-                : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed))),
-            block, chunk);
+  }
+  if (block < blocks) {
+    // Fewer than 8 blocks left: missing pairs are zero, a lone last block is loaded alone (the
+    // end of the mapped plan may follow), missing blocks have zero scales and sums.
+    const int64_t count = blocks - block;
+    for (int t = 0; t < kTokens; ++t) {
+      alignas(32) float scales[8] = {};
+      alignas(32) int32_t sums[8] = {};
+      for (int64_t i = 0; i < count; ++i) {
+        scales[i] = x_scales[t][block + i];
+        sums[i] = x_sums[t][block + i];
       }
+      activation_scales[t] = _mm256_load_ps(scales);
+      activation_sums[t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(sums));
+    }
+    for (int r = 0; r < kRows; ++r) {
+      __m256i packed[4];
+      for (int q = 0; q < 4; ++q) {
+        const int64_t first = block + 2 * q;
+        const uint8_t* bytes = w[r].codes + first * kPackedBlock;
+        packed[q] =
+            first >= blocks ? _mm256_setzero_si256()
+            : first + 1 < blocks
+                ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes))
+                : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
+      }
+      accumulate(r, packed, block, count, activation_scales, activation_sums);
     }
   }
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) {
-      result[r][t] = HorizontalSum(acc[r][t]) - HorizontalSum(_mm256_load_ps(correction[r][t]));
-    }
+    for (int t = 0; t < kTokens; ++t) result[r][t] = HorizontalSum(acc[r][t]);
   }
 }
 #endif  // LLMRT_QUANT_AVX2
@@ -613,6 +701,79 @@ void QuantizedMatMulTyped(ThreadPool& pool, int64_t num_rows, const MatrixView& 
   });
 }
 
+#if LLMRT_QUANT_AVX2
+// Rows per work item of the decode GEMV: 32 rows of K = 2048 are 64 KiB of I8 (32 KiB of I4),
+// ~3 us of one core's bandwidth, so claiming items from a shared counter costs little.
+constexpr int64_t kGemvRowsPerItem = 32;
+
+// QuantizedMatMul for one activation row on AVX2 (decode): items of kGemvRowsPerItem weight rows
+// claimed dynamically by the threads (nothing of a step's weights is in cache, so a static split
+// buys no locality, and a thread slowed by the memory system or an interrupt then takes fewer
+// rows instead of holding the other at the join); each group of 4 rows prefetches the next
+// group's rows (also across item boundaries: the next item is most often this thread's or the
+// other's, both served from the shared L3).
+template <bool kInt4, bool kZeroPoints>
+void QuantizedGemvAvx2(ThreadPool& pool, const MatrixView& w, const float* bias,
+                       const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
+                       const float* scales, const int32_t* sums) {
+  constexpr int kRows = 4;
+  const int group_shift = GroupShift(w.group_size, w.cols);
+  const int64_t row_bytes = kInt4 ? w.cols / 2 : w.cols;
+  const int64_t groups = w.cols / w.group_size;
+  const int64_t num_items = (w.rows + kGemvRowsPerItem - 1) / kGemvRowsPerItem;
+  pool.ParallelForDynamic(
+      num_items,
+      [&](int64_t item_begin, int64_t item_end, int32_t) {
+        const int64_t row_end = std::min(w.rows, item_end * kGemvRowsPerItem);
+        int32_t output = 0;
+        WeightRow rows[kRows];
+        float result[kRows];
+        float tile_result[kRows][kTokenTile];
+        ActivationTile tile;
+        tile.codes[0] = codes;
+        tile.scales[0] = scales;
+        tile.sums[0] = reinterpret_cast<const float*>(sums);
+        for (int64_t n = item_begin * kGemvRowsPerItem; n < row_end;) {
+          const int group = row_end - n >= kRows ? kRows : 1;
+          // RowOf without its two divisions per row (~5% of the instructions at K = 2048).
+          for (int r = 0; r < group; ++r) {
+            rows[r] = {w.data + (n + r) * row_bytes, w.scales + (n + r) * groups,
+                       w.zero_points != nullptr ? w.zero_points + (n + r) * groups : nullptr};
+          }
+          const int64_t prefetch_distance = n + 2 * group <= w.rows ? group * row_bytes : 0;
+          if constexpr (kInt4) {
+            if (group == kRows) {
+              RowGroupInt4Avx2<kRows, 1, kZeroPoints>(rows, w.cols, w.group_size, tile,
+                                                      prefetch_distance, tile_result);
+            } else {
+              RowGroupInt4Avx2<1, 1, kZeroPoints>(rows, w.cols, w.group_size, tile,
+                                                  prefetch_distance, tile_result);
+            }
+            for (int r = 0; r < group; ++r) result[r] = tile_result[r][0];
+          } else if (group_shift == 63) {
+            group == kRows ? GemvInt8Avx2<kRows, true>(rows, w.cols, group_shift, codes, scales,
+                                                       prefetch_distance, result)
+                           : GemvInt8Avx2<1, true>(rows, w.cols, group_shift, codes, scales,
+                                                   prefetch_distance, result);
+          } else {
+            group == kRows ? GemvInt8Avx2<kRows, false>(rows, w.cols, group_shift, codes, scales,
+                                                        prefetch_distance, result)
+                           : GemvInt8Avx2<1, false>(rows, w.cols, group_shift, codes, scales,
+                                                    prefetch_distance, result);
+          }
+          for (int r = 0; r < group; ++r) {
+            const int64_t row = n + r;
+            while (output + 1 < num_outputs && row >= outputs[output + 1].begin) ++output;
+            outputs[output].data[row - outputs[output].begin] =
+                result[r] + (bias != nullptr ? bias[row] : 0.0f);
+          }
+          n += group;
+        }
+      },
+      1);
+}
+#endif  // LLMRT_QUANT_AVX2
+
 // One 32-column block of activations to codes and a scale (quant_matmul.h). NearestInt rounds
 // to nearest even on every target, like std::nearbyint in the default rounding mode.
 void QuantizeBlock(const float* HWY_RESTRICT block, int8_t* HWY_RESTRICT codes, float* scale) {
@@ -653,13 +814,19 @@ void QuantizeActivationRowImpl(const float* x, const int32_t* permutation, int64
   }
 }
 
-// The I4 AVX2 kernel's activation layout (RowGroupInt4Avx2): per pair of blocks, columns 0..15
-// of both blocks, then columns 16..31 of both; and sums[b] = scale * sum of block b's codes.
-void InterleaveInt4Activations(int8_t* codes, const float* scales, int64_t blocks, float* sums) {
+// The I4 AVX2 kernels' activation layout (RowGroupInt4Avx2, GemvInt4Avx2): per pair of blocks,
+// columns 0..15 of both blocks, then columns 16..31 of both; and sums[b] = scale * sum of block
+// b's codes, or with `integer_sums` (the GEMV) the int32 sum itself in the same slot.
+void InterleaveInt4Activations(int8_t* codes, const float* scales, int64_t blocks, float* sums,
+                               bool integer_sums) {
   for (int64_t block = 0; block < blocks; ++block) {
     int32_t sum = 0;
     for (int64_t c = 0; c < kQuantBlock; ++c) sum += codes[block * kQuantBlock + c];
-    sums[block] = scales[block] * static_cast<float>(sum);
+    if (integer_sums) {
+      std::memcpy(sums + block, &sum, sizeof(sum));
+    } else {
+      sums[block] = scales[block] * static_cast<float>(sum);
+    }
   }
   for (int64_t block = 0; block + 1 < blocks; block += 2) {
     int8_t* pair = codes + block * kQuantBlock;
@@ -685,6 +852,10 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
   float* scales = reinterpret_cast<float*>(codes + num_rows * padded);
   float* sums = scales + num_rows * blocks;
   const bool interleave = LLMRT_QUANT_AVX2 && w.dtype == plan::I4;
+  // One activation row (decode) on AVX2: the GEMV kernels (QuantizedGemvAvx2).
+  const bool gemv = LLMRT_QUANT_AVX2 && num_rows == 1;
+  // Several rows (prefill, batched decode) on AVX2: the register-tiled GEMM (quant_gemm.h).
+  const bool gemm = LLMRT_QUANT_AVX2 && num_rows >= kQuantGemmMinRows;
   auto quantize = [&](int64_t begin, int64_t end, int32_t) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t source = input_rows != nullptr ? input_rows[row] : row;
@@ -698,7 +869,9 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
         std::memset(row_codes + used * kQuantBlock, 0, kQuantBlock);
         row_scales[used] = 0.0f;
       }
-      if (interleave) InterleaveInt4Activations(row_codes, row_scales, blocks, sums + row * blocks);
+      if (interleave) {
+        InterleaveInt4Activations(row_codes, row_scales, blocks, sums + row * blocks, gemv || gemm);
+      }
     }
   };
   if (num_rows < kParallelQuantizeRows) {
@@ -706,6 +879,27 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
   } else {
     pool.ParallelFor(num_rows, quantize);
   }
+#if LLMRT_QUANT_AVX2
+  if (gemv) {
+    const int32_t* integer_sums = reinterpret_cast<const int32_t*>(sums);
+    if (w.dtype == plan::I4 && w.zero_points != nullptr) {
+      QuantizedGemvAvx2<true, true>(pool, w, bias, outputs, num_outputs, codes, scales,
+                                    integer_sums);
+    } else if (w.dtype == plan::I4) {
+      QuantizedGemvAvx2<true, false>(pool, w, bias, outputs, num_outputs, codes, scales,
+                                     integer_sums);
+    } else {
+      QuantizedGemvAvx2<false, false>(pool, w, bias, outputs, num_outputs, codes, scales,
+                                      integer_sums);
+    }
+    return;
+  }
+  if (gemm) {
+    QuantizedGemm(pool, {codes, scales, reinterpret_cast<const int32_t*>(sums), num_rows, padded},
+                  w, bias, outputs, num_outputs);
+    return;
+  }
+#endif
   if (w.dtype == plan::I4 && w.zero_points != nullptr) {
     QuantizedMatMulTyped<true, true>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
                                      sums, padded);

@@ -9,20 +9,21 @@
 //   weight_scale[row, group] * d[block] * isum,  isum = sum_c (code_c - zero) * q_c,
 // where isum is an exact int32 (|code - zero| <= 128 and |q| <= 127: 32 products fit easily).
 // On AVX2 (and AVX-512 targets, which run the same 256-bit code) I8 isum comes from
-// _mm256_maddubs_epi16 over |w| and sign(q, w) (the u8 x s8 instruction made s8 x s8: pairs
-// sum to at most 2 * 128 * 127 = 32512, below the int16 saturation at 32767) and
-// _mm256_madd_epi16; I4 multiplies the unsigned codes directly and subtracts
-// zero * sum(q) * scales per block, from sums computed once per activation row; other targets
-// run the portable scalar loop, which is the reference. The integer products are exact on
-// every target; only the order (and for I4 on AVX2 the split) of the f32 accumulation differs
-// (relative differences ~1e-7 of the sum of the terms' magnitudes).
+// _mm256_maddubs_epi16 over |q| and sign(w, q) (the u8 x s8 instruction made s8 x s8; codes
+// are in [-127, 127], so pairs sum to at most 2 * 127 * 127, below the int16 saturation) and
+// _mm256_madd_epi16, one f32 FMA per block into 8 lanes; with one scale per row the FMA takes
+// the activation scale alone and the row scale multiplies the lane sum once at the end. I4
+// multiplies the unsigned codes directly, reduces 8 blocks' exact sums into one vector,
+// subtracts zero * sum(q) in int32 (the same integer as the scalar kernel's) and takes one FMA
+// with the 8 combined scales. Other targets run the portable scalar loop, which is the
+// reference. The integer products are exact on every target; only the order and grouping of
+// the f32 accumulation differ (relative differences ~1e-7 of the sum of the terms' magnitudes).
 //
-// Each pass over the weights computes a tile of weight rows x activation rows (4 x 1 or 4 x 2
-// at decode: four weight streams with the next rows prefetched; 2 x 4 for prefill and batched
-// decode), so a weight block is loaded and unpacked once per up to 4 activation rows and an
-// activation block once per 2-4 weight rows; a result never depends on the tile it was
-// computed in. Threads split the weight rows in static chunks, so each weight byte is read
-// from memory once per matmul.
+// One activation row (decode) runs the GEMV (quant_matmul.cc, QuantizedGemvAvx2): 4 weight
+// rows per pass (4 streams, the next 4 rows prefetched), items of 32 rows claimed dynamically
+// by the threads. From kQuantGemmMinRows rows on, AVX2 runs QuantizedGemm (quant_gemm.h) with
+// the same per-(row, token) arithmetic, so a result never depends on the rows or tokens
+// computed beside it.
 //
 // Thread-safety: like kernels.h (pure apart from outputs and scratch; one call per pool).
 #ifndef LLMRT_BACKEND_CPU_QUANT_MATMUL_H_

@@ -18,6 +18,7 @@ namespace {
 
 using testing::QuantizedMatrix;
 using testing::QuantizeReference;
+using testing::ReferenceDot;
 
 class SelectTarget : public ::testing::Environment {
  public:
@@ -87,26 +88,6 @@ std::vector<float> RandomActivations(int64_t rows, int64_t cols) {
   std::vector<float> x(rows * cols);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.37f * static_cast<float>(i)) * 2.5f;
   return x;
-}
-
-// Reference result in double from the matrix's integer weights and the activation codes of
-// QuantizeActivationRow; `magnitude` receives sum |term| for a relative tolerance.
-double ReferenceDot(const QuantizedMatrix& q, int64_t row, const std::vector<int8_t>& codes,
-                    const std::vector<float>& scales, double* magnitude) {
-  const int64_t groups = q.cols / q.group_size;
-  double sum = 0;
-  *magnitude = 0;
-  for (int64_t block = 0; block * 32 < q.cols; ++block) {
-    int64_t isum = 0;
-    for (int64_t c = block * 32; c < std::min<int64_t>(q.cols, block * 32 + 32); ++c) {
-      isum += static_cast<int64_t>(q.centered[row * q.cols + c]) * codes[c];
-    }
-    const float weight_scale = plan::F16ToF32(q.scales[row * groups + block * 32 / q.group_size]);
-    const double term = static_cast<double>(weight_scale * scales[block]) * isum;
-    sum += term;
-    *magnitude += std::fabs(term);
-  }
-  return sum;
 }
 
 // power_of_two: weight scales 2^-3 and activation scales 2^-e, so every f32 product and sum is

@@ -112,6 +112,28 @@ inline QuantizedMatrix QuantizeReference(const std::vector<float>& weights, int6
   return q;
 }
 
+// The exact result of one row of an M-token quantized matmul, in double, from the matrix's
+// integer weights and the activation codes and scales of QuantizeActivationRow: per block the
+// exact integer sum times the f32 product of the two scales (as the kernels form it);
+// `magnitude` receives sum |term| for a relative tolerance.
+inline double ReferenceDot(const QuantizedMatrix& q, int64_t row, const std::vector<int8_t>& codes,
+                           const std::vector<float>& scales, double* magnitude) {
+  const int64_t groups = q.cols / q.group_size;
+  double sum = 0;
+  *magnitude = 0;
+  for (int64_t block = 0; block * 32 < q.cols; ++block) {
+    int64_t isum = 0;
+    for (int64_t c = block * 32; c < std::min<int64_t>(q.cols, block * 32 + 32); ++c) {
+      isum += static_cast<int64_t>(q.centered[row * q.cols + c]) * codes[c];
+    }
+    const float weight_scale = plan::F16ToF32(q.scales[row * groups + block * 32 / q.group_size]);
+    const double term = static_cast<double>(weight_scale * scales[block]) * isum;
+    sum += term;
+    *magnitude += std::fabs(term);
+  }
+  return sum;
+}
+
 }  // namespace llmrt::cpu::testing
 
 #endif  // LLMRT_BACKEND_CPU_QUANT_TEST_UTIL_H_

@@ -212,7 +212,8 @@ typedef struct llmrt_session_options {
    * compiled with --max-memory). Default 0 */
   int64_t context_tokens;
   /* Worker threads for a step, the calling thread included; 0: one per CPU the process may
-   * run on. Default 1: an embedding app decides how many of its cores inference gets */
+   * run on (its affinity mask), as in the llmrt tools. An app that keeps cores for its own
+   * work sets a number. Default 0 */
   int32_t num_threads;
   /* Most tokens one step processes (a longer prompt is prefilled in chunks). Default 256 */
   int32_t max_tokens_per_step;
@@ -304,7 +305,7 @@ typedef struct llmrt_engine_options {
   int64_t kv_cache_tokens;
   /* Requests running at once; 0: 256. Default 0 */
   int32_t max_seqs;
-  int32_t num_threads;         /* as in llmrt_session_options. Default 1 */
+  int32_t num_threads;         /* as in llmrt_session_options. Default 0 */
   int32_t max_tokens_per_step; /* tokens of one step over all requests. Default 256 */
 } llmrt_engine_options;
 LLMRT_API void llmrt_engine_options_init(llmrt_engine_options* options);

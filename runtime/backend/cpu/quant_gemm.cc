@@ -1,0 +1,484 @@
+// The multi-row quantized GEMM (see quant_gemm.h), compiled per SIMD target by Highway; only
+// the x86 AVX2 and AVX-512 bodies have a kernel (AVX2 intrinsics, as in quant_matmul.cc).
+#include "runtime/backend/cpu/quant_gemm.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "runtime/plan/dtype.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "runtime/backend/cpu/quant_gemm.cc"
+#include "hwy/aligned_allocator.h"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace llmrt::cpu {
+namespace HWY_NAMESPACE {
+namespace {
+
+#undef LLMRT_GEMM_AVX2
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define LLMRT_GEMM_AVX2 1
+#else
+#define LLMRT_GEMM_AVX2 0
+#endif
+
+#if LLMRT_GEMM_AVX2
+
+constexpr int64_t kBlock = 32;  // columns per activation block (kQuantBlock)
+// Blocks per chunk whose scale products are precomputed (2048 columns; at most
+// kGemmRows x kGemmTokens x 64 floats = 2 KiB for I8, 4 x that for I4's expanded pairs).
+constexpr int64_t kChunk = 64;
+// The register tile: weight rows x tokens per pass, 8 f32 accumulators. I8 per pair: sign,
+// maddubs, madd, cvt, fma (5 vector ops per 32 MACs) with the weight block and its magnitudes
+// reused by 4 tokens and each activation block by 2 rows; 8 accumulators + ones + 2 weights +
+// 2 magnitudes + activation + product + scale = 16 ymm registers.
+constexpr int kGemmRows = 2;
+constexpr int kGemmTokens = 4;
+// Weight rows per work item: 16 rows of K = 5632 I8 codes are 88 KiB, which stay in L2 while
+// all token tiles pass over them; each token tile (4 x K bytes) stays in L1 for the 8 passes.
+constexpr int64_t kPanelRows = 16;
+
+struct GemmRow {
+  const uint8_t* codes;
+  const uint16_t* scales;
+  const uint8_t* zero_points;  // nullptr: symmetric (I4 zero 8)
+};
+
+struct TokenTile {
+  const int8_t* codes[kGemmTokens];
+  const float* scales[kGemmTokens];
+  const int32_t* sums[kGemmTokens];
+};
+
+// This thread's buffer of at least `bytes` for unpacked I4 panels (kPanelRows x K bytes: 88 KiB
+// at K = 5632), kept so that a step allocates only for a matrix wider than any before.
+uint8_t* UnpackBuffer(int64_t bytes) {
+  static thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> buffer;
+  static thread_local int64_t capacity = 0;
+  if (capacity < bytes) {
+    buffer = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(bytes));
+    capacity = bytes;
+  }
+  return buffer.get();
+}
+
+// The same reduction, in the same order, as quant_matmul.cc's HorizontalSum.
+HWY_INLINE float SumLanes(__m256 v) {
+  const __m128 sum4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 sum2 = _mm_add_ps(sum4, _mm_movehl_ps(sum4, sum4));
+  return _mm_cvtss_f32(_mm_add_ss(sum2, _mm_movehdup_ps(sum2)));
+}
+
+// out[i] = the f32 weight scale of block begin + i, for blocks [begin, end) (group = block >>
+// group_shift; shift 63: one scale per row). F16C is exact, so vector and scalar agree.
+HWY_INLINE void BlockWeightScales(const uint16_t* scales, int64_t begin, int64_t end,
+                                  int group_shift, float* out) {
+  int64_t block = begin;
+  if (group_shift == 0) {
+    for (; block + 8 <= end; block += 8) {
+      _mm256_storeu_ps(
+          out + (block - begin),
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + block))));
+    }
+  } else if (group_shift == 63) {
+    const __m256 scale = _mm256_set1_ps(_cvtsh_ss(scales[0]));
+    for (; block + 8 <= end; block += 8) _mm256_storeu_ps(out + (block - begin), scale);
+  }
+  for (; block < end; ++block) out[block - begin] = _cvtsh_ss(scales[block >> group_shift]);
+}
+
+// combined[i] = weight[i] * activation[i] for i < count: one f32 rounding, as the GEMV's.
+HWY_INLINE void MultiplyScales(const float* weight, const float* activation, int64_t count,
+                               float* combined) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    _mm256_store_ps(combined + i,
+                    _mm256_mul_ps(_mm256_loadu_ps(weight + i), _mm256_loadu_ps(activation + i)));
+  }
+  for (; i < count; ++i) combined[i] = weight[i] * activation[i];
+}
+
+// result[r][t] = the I8 dot product of weight row r with token t of the tile, in the decode
+// GEMV's order (GemvInt8Avx2): per block, 8 exact int32 lanes of 4 columns each (|x| times
+// sign(w, x), pairs at most 2 * 127 * 127: codes are in [-127, 127]) into one FMA per block;
+// with one scale per row (kRowScale) the FMA takes the activation scale and the row scale
+// multiplies the lane sum once at the end, else the FMA takes weight x activation scale.
+template <int kRows, int kTokens, bool kRowScale>
+void TileI8(const GemmRow* rows, const TokenTile& tile, int64_t cols, int group_shift,
+            float (*result)[kGemmTokens]) {
+  // Locals, so that the compiler keeps pointers and accumulators in registers.
+  const int8_t* x_codes[kTokens];
+  const float* x_scales[kTokens];
+  const int8_t* w_codes[kRows];
+  __m256 acc[kRows][kTokens];
+#pragma GCC unroll 8
+  for (int t = 0; t < kTokens; ++t) {
+    x_codes[t] = tile.codes[t];
+    x_scales[t] = tile.scales[t];
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    w_codes[r] = reinterpret_cast<const int8_t*>(rows[r].codes);
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
+  const int64_t full_blocks = cols / kBlock;
+  const __m256i ones = _mm256_set1_epi16(1);
+  alignas(32) float weight_scales[kChunk];
+  alignas(32) float combined[kRowScale ? 1 : kRows][kTokens][kChunk];
+  for (int64_t chunk = 0; chunk < full_blocks; chunk += kChunk) {
+    const int64_t chunk_end = std::min(full_blocks, chunk + kChunk);
+    if constexpr (!kRowScale) {
+      for (int r = 0; r < kRows; ++r) {
+        BlockWeightScales(rows[r].scales, chunk, chunk_end, group_shift, weight_scales);
+        for (int t = 0; t < kTokens; ++t) {
+          MultiplyScales(weight_scales, x_scales[t] + chunk, chunk_end - chunk, combined[r][t]);
+        }
+      }
+    }
+    for (int64_t block = chunk; block < chunk_end; ++block) {
+      __m256i weights[kRows];
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        weights[r] =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_codes[r] + block * kBlock));
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < kTokens; ++t) {
+        const __m256i activations =
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(x_codes[t] + block * kBlock));
+        const __m256i magnitudes = _mm256_abs_epi8(activations);
+        __m256 activation_scale;
+        if constexpr (kRowScale) activation_scale = _mm256_broadcast_ss(x_scales[t] + block);
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r) {
+          const __m256i products = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(weights[r], activations)), ones);
+          acc[r][t] = _mm256_fmadd_ps(
+              _mm256_cvtepi32_ps(products),
+              kRowScale ? activation_scale
+                        : _mm256_broadcast_ss(&combined[kRowScale ? 0 : r][t][block - chunk]),
+              acc[r][t]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) {
+      result[r][t] = SumLanes(acc[r][t]);
+      if constexpr (kRowScale) result[r][t] *= _cvtsh_ss(rows[r].scales[0]);
+    }
+  }
+  // One scale per row and cols not a multiple of 32: the partial last block, as the GEMV adds it.
+  if (full_blocks * kBlock < cols) {
+    for (int r = 0; r < kRows; ++r) {
+      const float weight_scale = _cvtsh_ss(rows[r].scales[0]);
+      for (int t = 0; t < kTokens; ++t) {
+        int32_t isum = 0;
+        for (int64_t c = full_blocks * kBlock; c < cols; ++c) isum += w_codes[r][c] * x_codes[t][c];
+        result[r][t] += weight_scale * x_scales[t][full_blocks] * static_cast<float>(isum);
+      }
+    }
+  }
+}
+
+// The f32 weight scales of blocks [block, block + count) (count <= 8; lanes past count 0).
+HWY_INLINE __m256 WeightScales8(const uint16_t* scales, int64_t block, int64_t count,
+                                int group_shift) {
+  if (group_shift == 0 && count == 8) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + block)));
+  }
+  alignas(16) uint16_t halves[8] = {};
+  for (int64_t i = 0; i < count; ++i) halves[i] = scales[(block + i) >> group_shift];
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(halves)));
+}
+
+// The zero points of blocks [block, block + count) as int32 lanes (lanes past count 0).
+HWY_INLINE __m256i Zeros8(const uint8_t* zero_points, int64_t block, int64_t count,
+                          int group_shift) {
+  if (group_shift == 0 && count == 8) {
+    return _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(zero_points + block)));
+  }
+  alignas(32) int32_t zeros[8] = {};
+  for (int64_t i = 0; i < count; ++i) zeros[i] = zero_points[(block + i) >> group_shift];
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(zeros));
+}
+
+// I4 codes of a panel row unpacked to one byte per code, per pair of blocks 32 low nibbles
+// (columns 0..15 of both blocks) then 32 high nibbles (16..31), matching the interleaved
+// activations; a lone last block has zero codes for its missing partner, and the row is padded
+// with zeros to whole 8-block steps. Done once per panel, it takes the nibble unpacking (3
+// instructions per pair) out of the (row, token) loop.
+void UnpackInt4Row(const uint8_t* packed, int64_t blocks, uint8_t* out) {
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const int64_t steps = (blocks + 7) / 8;
+  for (int64_t block = 0; block < steps * 8; block += 2) {
+    __m256i both = _mm256_setzero_si256();
+    if (block + 1 < blocks) {
+      both = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + block * (kBlock / 2)));
+    } else if (block < blocks) {
+      // Never read past the row's last block (the end of the mapped plan may follow).
+      both = _mm256_zextsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + block * (kBlock / 2))));
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out + block * kBlock),
+                       _mm256_and_si256(both, mask));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out + block * kBlock + 32),
+                       _mm256_and_si256(_mm256_srli_epi16(both, 4), mask));
+  }
+}
+
+// The 8 exact block sums sum_c code_c * q_c of blocks [block, block + 8) in block order, from
+// unpacked codes and interleaved activations; pairs >= num_pairs count as zero. maddubs pairs
+// reach 2 * 15 * 127 = 3810, so an int16 lane may sum up to 8 of them (30480 < 32767): the
+// pair vectors are first folded in int16 (4 products per lane, then 8), then widened.
+HWY_INLINE __m256i BlockSums8(const uint8_t* w, const int8_t* x, int num_pairs, __m256i ones) {
+  __m256i pair[4];
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    if (q >= num_pairs) {
+      pair[q] = _mm256_setzero_si256();
+      continue;
+    }
+    const __m256i low = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + q * 64));
+    const __m256i high = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + q * 64 + 32));
+    // 16-bit lanes: low half block 2q, high half block 2q + 1, 4 products each.
+    pair[q] = _mm256_add_epi16(
+        _mm256_maddubs_epi16(low, _mm256_load_si256(reinterpret_cast<const __m256i*>(x + q * 64))),
+        _mm256_maddubs_epi16(high,
+                             _mm256_load_si256(reinterpret_cast<const __m256i*>(x + q * 64 + 32))));
+  }
+  // Per 128-bit half, 64-bit quarters: [pair0 q0 + q1, pair1 q0 + q1]: blocks 0 | 2 (low half)
+  // and 1 | 3 (high half), 4 lanes of 8 products each; likewise blocks 4 | 6 and 5 | 7.
+  const __m256i folded01 = _mm256_add_epi16(_mm256_unpacklo_epi64(pair[0], pair[1]),
+                                            _mm256_unpackhi_epi64(pair[0], pair[1]));
+  const __m256i folded23 = _mm256_add_epi16(_mm256_unpacklo_epi64(pair[2], pair[3]),
+                                            _mm256_unpackhi_epi64(pair[2], pair[3]));
+  // int32 lanes: [b0 b0 b2 b2 | b1 b1 b3 b3] and [b4 b4 b6 b6 | b5 b5 b7 b7] (partial sums).
+  const __m256 wide01 = _mm256_castsi256_ps(_mm256_madd_epi16(folded01, ones));
+  const __m256 wide23 = _mm256_castsi256_ps(_mm256_madd_epi16(folded23, ones));
+  // [b0 b2 b4 b6 | b1 b3 b5 b7], then block order.
+  const __m256i sums = _mm256_add_epi32(
+      _mm256_castps_si256(_mm256_shuffle_ps(wide01, wide23, _MM_SHUFFLE(2, 0, 2, 0))),
+      _mm256_castps_si256(_mm256_shuffle_ps(wide01, wide23, _MM_SHUFFLE(3, 1, 3, 1))));
+  return _mm256_permutevar8x32_epi32(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// result[t] for I4 in the decode GEMV's order (GemvInt4Avx2): per 8 blocks, the exact integer
+// sums minus zero * sum(q) in int32, one convert and one FMA with the 8 weight x activation
+// scales. `unpacked` holds the row's codes (UnpackInt4Row), tile.sums the integer sums of the
+// activation blocks' codes. One weight row per call: a (row, token) pair costs ~30 vector
+// instructions per 8 blocks with the weights already unpacked, so a wider tile would save
+// little and spill its accumulators (4 accumulators + 9 temporaries fit the 16 registers).
+template <int kTokens, bool kZeroPoints>
+void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, int64_t cols,
+            int group_shift, float* result) {
+  const int8_t* x_codes[kTokens];
+  const float* x_scales[kTokens];
+  const int32_t* x_sums[kTokens];
+  __m256 acc[kTokens];
+#pragma GCC unroll 8
+  for (int t = 0; t < kTokens; ++t) {
+    x_codes[t] = tile.codes[t];
+    x_scales[t] = tile.scales[t];
+    x_sums[t] = tile.sums[t];
+    acc[t] = _mm256_setzero_ps();
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  // One step of 8 blocks; kFull: all 8 present (every step but a row's last when K is no
+  // multiple of 256), so that the step has no branches.
+  auto step = [&](auto full, int64_t block, int64_t count) HWY_ATTR {
+    constexpr bool kFull = decltype(full)::value;
+    const __m256 weight_scales = WeightScales8(row.scales, block, kFull ? 8 : count, group_shift);
+    __m256i zeros = _mm256_setzero_si256();
+    if constexpr (kZeroPoints) {
+      zeros = Zeros8(row.zero_points, block, kFull ? 8 : count, group_shift);
+    }
+    const uint8_t* w = unpacked + block * kBlock;
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) {
+      __m256 activation_scales;
+      __m256i activation_sums;
+      if constexpr (kFull) {
+        activation_scales = _mm256_loadu_ps(x_scales[t] + block);
+        activation_sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_sums[t] + block));
+      } else {
+        // The row's last blocks: zero scales and sums past them, as in the GEMV.
+        alignas(32) float scale_lanes[8] = {};
+        alignas(32) int32_t sum_lanes[8] = {};
+        for (int64_t i = 0; i < count; ++i) {
+          scale_lanes[i] = x_scales[t][block + i];
+          sum_lanes[i] = x_sums[t][block + i];
+        }
+        activation_scales = _mm256_load_ps(scale_lanes);
+        activation_sums = _mm256_load_si256(reinterpret_cast<const __m256i*>(sum_lanes));
+      }
+      const __m256i isums = BlockSums8(w, x_codes[t] + block * kBlock,
+                                       kFull ? 4 : static_cast<int>((count + 1) / 2), ones);
+      // Symmetric codes have zero point 8: zero * sum(q) = sum(q) << 3.
+      const __m256i corrections = kZeroPoints ? _mm256_mullo_epi32(zeros, activation_sums)
+                                              : _mm256_slli_epi32(activation_sums, 3);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isums, corrections)),
+                               _mm256_mul_ps(weight_scales, activation_scales), acc[t]);
+    }
+  };
+  const int64_t blocks = cols / kBlock;
+  int64_t block = 0;
+  for (; block + 8 <= blocks; block += 8) step(std::true_type(), block, 8);
+  if (block < blocks) step(std::false_type(), block, blocks - block);
+#pragma GCC unroll 8
+  for (int t = 0; t < kTokens; ++t) result[t] = SumLanes(acc[t]);
+}
+
+// kKind: 0 I8 with combined scales, 1 I8 with one scale per row, 2 I4, 3 I4 with zero points.
+template <int kRows, int kTokens, int kKind>
+void Tile(const GemmRow* rows, const uint8_t* const* unpacked, const TokenTile& tile, int64_t cols,
+          int group_shift, float (*result)[kGemmTokens]) {
+  if constexpr (kKind >= 2) {
+    for (int r = 0; r < kRows; ++r) {
+      TileI4<kTokens, kKind == 3>(rows[r], unpacked[r], tile, cols, group_shift, result[r]);
+    }
+  } else {
+    TileI8<kRows, kTokens, kKind == 1>(rows, tile, cols, group_shift, result);
+  }
+}
+
+// A tile of `num_rows` (kGemmRows, or 1 for the panel's last odd row) x `tokens` (1 to
+// kGemmTokens: the last token tile may be short).
+template <int kKind>
+void RunTile(int num_rows, int tokens, const GemmRow* rows, const uint8_t* const* unpacked,
+             const TokenTile& tile, int64_t cols, int group_shift, float (*result)[kGemmTokens]) {
+#define LLMRT_GEMM_TILE(kTokens)                                                          \
+  (num_rows == kGemmRows                                                                  \
+       ? Tile<kGemmRows, kTokens, kKind>(rows, unpacked, tile, cols, group_shift, result) \
+       : Tile<1, kTokens, kKind>(rows, unpacked, tile, cols, group_shift, result))
+  static_assert(kGemmTokens == 4, "one case per token count");
+  switch (tokens) {
+    case 1:
+      LLMRT_GEMM_TILE(1);
+      break;
+    case 2:
+      LLMRT_GEMM_TILE(2);
+      break;
+    case 3:
+      LLMRT_GEMM_TILE(3);
+      break;
+    default:
+      LLMRT_GEMM_TILE(4);
+      break;
+  }
+#undef LLMRT_GEMM_TILE
+}
+
+template <int kKind>
+void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
+               const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
+  constexpr bool kInt4 = kKind >= 2;
+  const int64_t blocks = x.padded_cols / kBlock;
+  const int64_t groups = w.cols / w.group_size;
+  const int64_t row_bytes = kInt4 ? w.cols / 2 : w.cols;
+  // Unpacked I4 row: whole 8-block steps of one byte per code.
+  const int64_t unpacked_bytes = (w.cols / kBlock + 7) / 8 * 8 * kBlock;
+  // group = block >> shift: groups of 32, 64 or 128 columns, or the whole row (shift 63).
+  const int group_shift = w.group_size == w.cols ? 63
+                          : w.group_size == 128  ? 2
+                          : w.group_size == 64   ? 1
+                                                 : 0;
+  const int64_t num_panels = (w.rows + kPanelRows - 1) / kPanelRows;
+  pool.ParallelFor(num_panels, [&](int64_t panel_begin, int64_t panel_end, int32_t) {
+    // I4 panels unpacked (kPanelRows x K bytes: 88 KiB at K = 5632), kept per thread so that a
+    // step allocates only when a matrix is wider than any before.
+    uint8_t* unpacked_panel = kInt4 ? UnpackBuffer(kPanelRows * unpacked_bytes) : nullptr;
+    float* columns[kPanelRows];
+    int64_t strides[kPanelRows];
+    int32_t output = 0;
+    for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
+      const int64_t row_begin = panel * kPanelRows;
+      const int64_t row_end = std::min(w.rows, row_begin + kPanelRows);
+      for (int64_t n = row_begin; n < row_end; ++n) {
+        while (output + 1 < num_outputs && n >= outputs[output + 1].begin) ++output;
+        columns[n - row_begin] = outputs[output].data + (n - outputs[output].begin);
+        strides[n - row_begin] = outputs[output].width;
+        if (kInt4) {
+          UnpackInt4Row(w.data + n * row_bytes, w.cols / kBlock,
+                        unpacked_panel + (n - row_begin) * unpacked_bytes);
+        }
+      }
+      // Token tiles outside, weight rows inside: a tile's codes (4 x K bytes) stay in L1 while
+      // the panel's rows stream through from L2.
+      for (int64_t token = 0; token < x.num_rows; token += kGemmTokens) {
+        const int tokens = static_cast<int>(std::min<int64_t>(kGemmTokens, x.num_rows - token));
+        TokenTile tile;
+        for (int t = 0; t < tokens; ++t) {
+          tile.codes[t] = x.codes + (token + t) * x.padded_cols;
+          tile.scales[t] = x.scales + (token + t) * blocks;
+          tile.sums[t] = x.sums + (token + t) * blocks;
+        }
+        for (int64_t n = row_begin; n < row_end;) {
+          const int num_rows = row_end - n >= kGemmRows ? kGemmRows : 1;
+          GemmRow rows[kGemmRows];
+          const uint8_t* unpacked[kGemmRows];
+          for (int r = 0; r < num_rows; ++r) {
+            rows[r] = {w.data + (n + r) * row_bytes, w.scales + (n + r) * groups,
+                       w.zero_points != nullptr ? w.zero_points + (n + r) * groups : nullptr};
+            unpacked[r] = unpacked_panel + (n + r - row_begin) * unpacked_bytes;
+          }
+          float result[kGemmRows][kGemmTokens];
+          RunTile<kKind>(num_rows, tokens, rows, unpacked, tile, w.cols, group_shift, result);
+          for (int r = 0; r < num_rows; ++r) {
+            const float row_bias = bias != nullptr ? bias[n + r] : 0.0f;
+            float* column = columns[n + r - row_begin];
+            const int64_t stride = strides[n + r - row_begin];
+            for (int t = 0; t < tokens; ++t) column[(token + t) * stride] = result[r][t] + row_bias;
+          }
+          n += num_rows;
+        }
+      }
+    }
+  });
+}
+
+#endif  // LLMRT_GEMM_AVX2
+
+}  // namespace
+
+void QuantizedGemmImpl(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
+                       const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
+#if LLMRT_GEMM_AVX2
+  if (w.dtype == plan::I4) {
+    w.zero_points != nullptr ? GemmTyped<3>(pool, x, w, bias, outputs, num_outputs)
+                             : GemmTyped<2>(pool, x, w, bias, outputs, num_outputs);
+  } else {
+    w.group_size == w.cols ? GemmTyped<1>(pool, x, w, bias, outputs, num_outputs)
+                           : GemmTyped<0>(pool, x, w, bias, outputs, num_outputs);
+  }
+#else
+  (void)pool, (void)x, (void)w, (void)bias, (void)outputs, (void)num_outputs;
+  HWY_ABORT("QuantizedGemm: no multi-row kernel for target %s", hwy::TargetName(HWY_TARGET));
+#endif
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace llmrt::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace llmrt::cpu {
+
+HWY_EXPORT(QuantizedGemmImpl);
+
+void QuantizedGemm(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
+                   const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
+  if (x.num_rows <= 0 || w.rows <= 0) return;
+  HWY_DYNAMIC_DISPATCH(QuantizedGemmImpl)(pool, x, w, bias, outputs, num_outputs);
+}
+
+}  // namespace llmrt::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,52 @@
+// Multi-row quantized matmul (prefill and batched decode) over I8 / I4 weights: the kernel
+// QuantizedMatMul (quant_matmul.h) hands activation rows to from kQuantGemmMinRows rows on, on
+// x86 targets with AVX2 (and AVX-512 targets, which run the same 256-bit code).
+//
+// Numerics: exactly those of quant_matmul.h's AVX2 kernels, to the bit. Each (weight row,
+// token) result is one f32 chain of 8 lanes over the blocks in column order, each block (I4:
+// each pair of blocks) contributing fma(float(exact int32 lane sums), weight_scale * act_scale)
+// with the same lane layout, then the same horizontal sum, so a token's output is the same
+// whether it runs alone through the decode GEMV or inside a prefill / batch of any size
+// (QuantGemmTest.* checks M = 1 against rows of M = 16 and 512).
+//
+// Speed: the decode GEMV tiles stream weights once per step and keep activations in L1; here
+// every weight block is unpacked once per tile of kGemmTokens tokens and every activation block
+// loaded once per kGemmRows weight rows, the activation scale products are precomputed per
+// chunk of 64 blocks (vectorized, whatever the group size), and threads split the rows into
+// panels whose weights stay in L2 while all token tiles pass over them.
+//
+// Thread-safety: like kernels.h (pure apart from outputs; one call per pool).
+#ifndef LLMRT_BACKEND_CPU_QUANT_GEMM_H_
+#define LLMRT_BACKEND_CPU_QUANT_GEMM_H_
+
+#include <cstdint>
+
+#include "runtime/backend/cpu/kernels.h"
+
+namespace llmrt::cpu {
+
+// Activation rows from which QuantizedMatMul runs QuantizedGemm rather than its GEMV tiles
+// (below it a step is bound by the weight stream, which the GEMV's 4-row prefetching serves).
+inline constexpr int64_t kQuantGemmMinRows = 2;
+
+// Activation rows as QuantizedMatMul quantized them (quant_matmul.h): per row `padded_cols`
+// int8 codes (I4: interleaved per pair of blocks, columns 0..15 of both blocks then 16..31),
+// padded_cols / 32 scales and, for I4, the int32 sum of each block's codes.
+struct QuantizedActivationRows {
+  const int8_t* codes = nullptr;
+  const float* scales = nullptr;
+  const int32_t* sums = nullptr;
+  int64_t num_rows = 0;
+  int64_t padded_cols = 0;
+};
+
+// out[r, n] = the quantized dot product of activation row r with weight row n + bias[n] (bias
+// may be nullptr), columns split across `outputs` (sorted by begin, covering [0, w.rows)), for
+// an I8 or I4 ROW_MAJOR `w`. Runs only on x86 AVX2 / AVX-512 targets: QuantizedMatMul calls it
+// from those bodies alone (elsewhere it aborts).
+void QuantizedGemm(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
+                   const float* bias, const MatMulOutput* outputs, int32_t num_outputs);
+
+}  // namespace llmrt::cpu
+
+#endif  // LLMRT_BACKEND_CPU_QUANT_GEMM_H_
