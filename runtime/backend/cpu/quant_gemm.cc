@@ -428,7 +428,10 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
           for (int r = 0; r < num_rows; ++r) {
             rows[r] = {w.data + (n + r) * row_bytes, w.scales + (n + r) * groups,
                        w.zero_points != nullptr ? w.zero_points + (n + r) * groups : nullptr};
-            unpacked[r] = unpacked_panel + (n + r - row_begin) * unpacked_bytes;
+            // I8 has no unpacked panel (null: no offset may be applied to it).
+            unpacked[r] = unpacked_panel != nullptr
+                              ? unpacked_panel + (n + r - row_begin) * unpacked_bytes
+                              : nullptr;
           }
           float result[kGemmRows][kGemmTokens];
           RunTile<kKind>(num_rows, tokens, rows, unpacked, tile, w.cols, group_shift, result);
