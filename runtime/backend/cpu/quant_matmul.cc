@@ -442,10 +442,14 @@ void RowGroupInt4Avx2(const WeightRow* rows, int64_t cols, int32_t group_size,
 #pragma GCC unroll 8
     for (int t = 0; t < kTokens; ++t) {
       const int8_t* x = x_codes[t] + block * kQuantBlock;
-      const __m256i isums =
-          ReduceQuad(PairProducts(packed[0], x), PairProducts(packed[1], x + 2 * kQuantBlock),
-                     PairProducts(packed[2], x + 4 * kQuantBlock),
-                     PairProducts(packed[3], x + 6 * kQuantBlock));
+      // Pairs past the row's last block (the tail) contribute zero; their activations lie
+      // beyond the row's padded codes and are never read.
+      const int64_t pairs = (count + 1) / 2;
+      auto products = [&](int q) HWY_ATTR {
+        return q < pairs ? PairProducts(packed[q], x + 2 * q * kQuantBlock)
+                         : _mm256_setzero_si256();
+      };
+      const __m256i isums = ReduceQuad(products(0), products(1), products(2), products(3));
       const __m256i corrections = kZeroPoints ? _mm256_mullo_epi32(zeros, activation_sums[t])
                                               : _mm256_slli_epi32(activation_sums[t], 3);  // zero 8
       acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isums, corrections)),
