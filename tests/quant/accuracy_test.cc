@@ -39,6 +39,15 @@ std::vector<std::string> ModelDirs() {
   return dirs;
 }
 
+// int4 with groups of 32 (issue 5's accuracy format), round-to-nearest unless a test sets more.
+QuantizeOptions Int4G32(bool asymmetric) {
+  QuantizeOptions int4;
+  int4.bits = 4;
+  int4.group_size = 32;
+  int4.asymmetric = asymmetric;
+  return int4;
+}
+
 class QuantAccuracyTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -105,9 +114,7 @@ TEST_P(QuantAccuracyTest, Int8KlBelowOneHundredth) {
 TEST_P(QuantAccuracyTest, Int4G32Kl) {
   const bool trained = GetParam() == "tests/data/stories260K";
   const double bound = trained ? 0.073 : 0.68;
-  QuantizeOptions int4;
-  int4.bits = 4;
-  int4.group_size = 32;
+  QuantizeOptions int4 = Int4G32(/*asymmetric=*/false);
   const AccuracyRow symmetric = MeasureQuantized(int4, "int4-g32");
   EXPECT_LE(symmetric.mean_kl, bound);
   int4.asymmetric = true;
@@ -127,10 +134,7 @@ TEST_P(QuantAccuracyTest, Int4G32Kl) {
 TEST_P(QuantAccuracyTest, AwqNoWorseThanRoundToNearest) {
   const bool trained = GetParam() == "tests/data/stories260K";
   for (const bool asymmetric : {false, true}) {
-    QuantizeOptions int4;
-    int4.bits = 4;
-    int4.group_size = 32;
-    int4.asymmetric = asymmetric;
+    QuantizeOptions int4 = Int4G32(asymmetric);
     const std::string suffix = asymmetric ? "-asym" : "";
     int4.awq = true;
     const AccuracyRow awq = MeasureQuantized(int4, "int4-g32" + suffix + "-awq");
@@ -153,10 +157,7 @@ TEST_P(QuantAccuracyTest, AwqNoWorseThanRoundToNearest) {
 TEST_P(QuantAccuracyTest, ErrorFeedbackInt4G32) {
   const bool trained = GetParam() == "tests/data/stories260K";
   for (const bool asymmetric : {false, true}) {
-    QuantizeOptions int4;
-    int4.bits = 4;
-    int4.group_size = 32;
-    int4.asymmetric = asymmetric;
+    QuantizeOptions int4 = Int4G32(asymmetric);
     const std::string suffix = asymmetric ? "-asym" : "";
     const AccuracyRow rtn = MeasureQuantized(int4, "int4-g32" + suffix);
     int4.gptq = true;
