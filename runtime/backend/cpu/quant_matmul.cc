@@ -127,14 +127,6 @@ HWY_INLINE __m256i LoadBlock(const uint8_t* row_codes, int64_t block) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_codes + block * kQuantBlock));
 }
 
-// Eight int32 lanes summing to the block's exact integer dot product.
-HWY_INLINE __m256i BlockProducts(__m256i weights, __m256i magnitudes, const int8_t* x) {
-  const __m256i activations = _mm256_load_si256(reinterpret_cast<const __m256i*>(x));
-  const __m256i signed_activations = _mm256_sign_epi8(activations, weights);
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, signed_activations),
-                           _mm256_set1_epi16(1));
-}
-
 // Blocks per chunk of a row whose combined scales are computed up front (64 blocks: 2048
 // columns; the stack buffer is at most 8 (row, token) pairs x 64 floats, 2 KiB).
 constexpr int64_t kScaleChunk = 64;
@@ -162,106 +154,6 @@ HWY_INLINE void CombineScales(const WeightRow& row, int64_t begin, int64_t end, 
     const float weight_scale = _cvtsh_ss(row.scales[block >> group_shift]);
     for (int t = 0; t < kTokens; ++t) {
       combined[t][block - begin] = weight_scale * x_scales[t][block];
-    }
-  }
-}
-
-// One I8 block's contribution to every token's accumulator in `acc`.
-template <int kTokens>
-HWY_INLINE void AccumulateBlock(__m256i weights, int64_t block, const int8_t* const* x_codes,
-                                const float* combined, __m256* acc) {
-  const __m256i magnitudes = _mm256_sign_epi8(weights, weights);
-#pragma GCC unroll 8
-  for (int t = 0; t < kTokens; ++t) {
-    const __m256i products = BlockProducts(weights, magnitudes, x_codes[t] + block * kQuantBlock);
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products),
-                             _mm256_broadcast_ss(combined + t * kScaleChunk), acc[t]);
-  }
-}
-
-// result[r][t] = the dot product of weight row r of the group with token t of the tile. Each
-// activation block is loaded once per pass for all kRows rows, and each (row, token) pair keeps
-// one f32 accumulator: a pass of 4 rows x 1 token has 4 independent FMA chains (one 4-cycle
-// chain alone caps an I8 row at 16 bytes per 4 cycles, below one core's bandwidth), and a
-// result never depends on the rows or tokens beside it (one chain, blocks in column order).
-// prefetch_distance (0: none): bytes ahead of each row's codes to prefetch at the pace of the
-// loads, one cache line per row per step — the next group's rows, so that memory delivers them
-// across 4 KiB page boundaries (where the hardware prefetcher stops) while this group computes.
-template <int kRows, int kTokens>
-void RowGroupAvx2(const WeightRow* rows, int64_t cols, int32_t group_size,
-                  const ActivationTile& tile, int64_t prefetch_distance,
-                  float (*result)[kTokenTile]) {
-  // Copied into locals so the compiler keeps pointers and accumulators in registers (the
-  // stores through `result` could alias the tile otherwise).
-  const int8_t* x_codes[kTokens];
-  const float* x_scales[kTokens];
-  WeightRow w[kRows];
-  __m256 acc[kRows][kTokens];
-#pragma GCC unroll 8
-  for (int t = 0; t < kTokens; ++t) {
-    x_codes[t] = tile.codes[t];
-    x_scales[t] = tile.scales[t];
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) {
-    w[r] = rows[r];
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) acc[r][t] = _mm256_setzero_ps();
-  }
-  // group = block >> shift: group sizes are 32, 64 or 128 columns (1, 2, 4 blocks), or the
-  // whole row (shift 63: every block in group 0).
-  const int group_shift = group_size == cols ? 63 : group_size == 128 ? 2 : group_size == 64;
-  const int64_t full_blocks = cols / kQuantBlock;
-  // Blocks per step: 64 code bytes of each row, one cache line to prefetch.
-  constexpr int64_t kStep = 2;
-  alignas(32) float combined[kRows][kTokens][kScaleChunk];
-  for (int64_t chunk = 0; chunk < full_blocks; chunk += kScaleChunk) {
-    const int64_t chunk_end = std::min(full_blocks, chunk + kScaleChunk);
-#pragma GCC unroll 4
-    for (int r = 0; r < kRows; ++r) {
-      CombineScales<kTokens>(w[r], chunk, chunk_end, group_shift, x_scales, combined[r]);
-    }
-    int64_t block = chunk;
-    for (; block + kStep <= chunk_end; block += kStep) {
-      if (prefetch_distance != 0) {
-#pragma GCC unroll 4
-        for (int r = 0; r < kRows; ++r) {
-          __builtin_prefetch(w[r].codes + block * kQuantBlock + prefetch_distance, /*rw=*/0,
-                             /*locality=*/3);
-        }
-      }
-#pragma GCC unroll 4
-      for (int64_t step_block = block; step_block < block + kStep; ++step_block) {
-#pragma GCC unroll 4
-        for (int r = 0; r < kRows; ++r) {
-          AccumulateBlock<kTokens>(LoadBlock(w[r].codes, step_block), step_block, x_codes,
-                                   &combined[r][0][step_block - chunk], acc[r]);
-        }
-      }
-    }
-    for (; block < chunk_end; ++block) {
-#pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r) {
-        AccumulateBlock<kTokens>(LoadBlock(w[r].codes, block), block, x_codes,
-                                 &combined[r][0][block - chunk], acc[r]);
-      }
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) {
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) result[r][t] = HorizontalSum(acc[r][t]);
-  }
-  // I8 with one scale per row and cols not a multiple of 32: the partial last block.
-  if (full_blocks * kQuantBlock < cols) {
-    for (int r = 0; r < kRows; ++r) {
-      const float weight_scale = _cvtsh_ss(w[r].scales[0]);
-      for (int t = 0; t < kTokens; ++t) {
-        const int32_t isum =
-            BlockDot<false>(w[r].codes, full_blocks, 0, x_codes[t] + full_blocks * kQuantBlock,
-                            cols - full_blocks * kQuantBlock);
-        result[r][t] += weight_scale * x_scales[t][full_blocks] * static_cast<float>(isum);
-      }
     }
   }
 }
@@ -333,7 +225,9 @@ HWY_INLINE __m256i ReduceQuad(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
 }
 
 // result[r] = dot(weight row r, x) for a group of kRows I8 rows. kRowScale: one scale per row
-// (group_shift 63), else combined scales per block. prefetch_distance as RowGroupAvx2's.
+// (group_shift 63), else combined scales per block. prefetch_distance (0: none): bytes ahead of
+// each row's codes to prefetch at the pace of the loads — the next group's rows, so that memory
+// delivers them across 4 KiB page boundaries (where the hardware prefetcher stops).
 template <int kRows, bool kRowScale>
 void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const int8_t* x_codes,
                   const float* x_scales, int64_t prefetch_distance, float* result) {
@@ -406,7 +300,7 @@ void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
 // int32, times the 8 combined scales, into one f32 accumulator. Every (row, token) pair runs the
 // same operations in the same order whatever kRows and kTokens, so a result never depends on the
 // tile (batch invariance). The tile's codes are interleaved per pair of blocks and its sums are
-// int32 (InterleaveInt4Activations). prefetch_distance as RowGroupAvx2's (two lines per row per
+// int32 (InterleaveInt4Activations). prefetch_distance as GemvInt8Avx2's (two lines per row per
 // 8 blocks).
 template <int kRows, int kTokens, bool kZeroPoints>
 void RowGroupInt4Avx2(const WeightRow* rows, int64_t cols, int32_t group_size,
@@ -597,14 +491,6 @@ constexpr int kMaxRowsPerPass = RowsPerPass(1);
 template <int kRows, int kTokens, bool kInt4, bool kZeroPoints>
 void RowGroup(const WeightRow* rows, int64_t cols, int32_t group_size, const ActivationTile& tile,
               int64_t prefetch_distance, float (*result)[kTokenTile]) {
-#if LLMRT_QUANT_AVX2
-  if constexpr (kInt4) {
-    RowGroupInt4Avx2<kRows, kTokens, kZeroPoints>(rows, cols, group_size, tile, prefetch_distance,
-                                                  result);
-  } else {
-    RowGroupAvx2<kRows, kTokens>(rows, cols, group_size, tile, prefetch_distance, result);
-  }
-#else
   (void)prefetch_distance;
   for (int r = 0; r < kRows; ++r) {
 #if LLMRT_QUANT_NEON
@@ -613,7 +499,6 @@ void RowGroup(const WeightRow* rows, int64_t cols, int32_t group_size, const Act
     RowTileScalar<kTokens, kInt4>(rows[r], cols, group_size, tile, result[r]);
 #endif
   }
-#endif
 }
 
 // `rows_per_pass` is RowsPerPass(count), or 1 for the rows left over at the end of a chunk.
@@ -819,18 +704,13 @@ void QuantizeActivationRowImpl(const float* x, const int32_t* permutation, int64
 }
 
 // The I4 AVX2 kernels' activation layout (RowGroupInt4Avx2, GemvInt4Avx2): per pair of blocks,
-// columns 0..15 of both blocks, then columns 16..31 of both; and sums[b] = scale * sum of block
-// b's codes, or with `integer_sums` (the GEMV) the int32 sum itself in the same slot.
-void InterleaveInt4Activations(int8_t* codes, const float* scales, int64_t blocks, float* sums,
-                               bool integer_sums) {
+// columns 0..15 of both blocks, then columns 16..31 of both; and sums[b] = the int32 sum of
+// block b's codes (stored in the f32 slot the scratch layout gives it).
+void InterleaveInt4Activations(int8_t* codes, int64_t blocks, float* sums) {
   for (int64_t block = 0; block < blocks; ++block) {
     int32_t sum = 0;
     for (int64_t c = 0; c < kQuantBlock; ++c) sum += codes[block * kQuantBlock + c];
-    if (integer_sums) {
-      std::memcpy(sums + block, &sum, sizeof(sum));
-    } else {
-      sums[block] = scales[block] * static_cast<float>(sum);
-    }
+    std::memcpy(sums + block, &sum, sizeof(sum));
   }
   for (int64_t block = 0; block + 1 < blocks; block += 2) {
     int8_t* pair = codes + block * kQuantBlock;
@@ -856,10 +736,6 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
   float* scales = reinterpret_cast<float*>(codes + num_rows * padded);
   float* sums = scales + num_rows * blocks;
   const bool interleave = LLMRT_QUANT_AVX2 && w.dtype == plan::I4;
-  // One activation row (decode) on AVX2: the GEMV kernels (QuantizedGemvAvx2).
-  const bool gemv = LLMRT_QUANT_AVX2 && num_rows == 1;
-  // Several rows (prefill, batched decode) on AVX2: the register-tiled GEMM (quant_gemm.h).
-  const bool gemm = LLMRT_QUANT_AVX2 && num_rows >= kQuantGemmMinRows;
   auto quantize = [&](int64_t begin, int64_t end, int32_t) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t source = input_rows != nullptr ? input_rows[row] : row;
@@ -874,7 +750,7 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
         row_scales[used] = 0.0f;
       }
       if (interleave) {
-        InterleaveInt4Activations(row_codes, row_scales, blocks, sums + row * blocks, gemv || gemm);
+        InterleaveInt4Activations(row_codes, blocks, sums + row * blocks);
       }
     }
   };
@@ -884,6 +760,10 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
     pool.ParallelFor(num_rows, quantize);
   }
 #if LLMRT_QUANT_AVX2
+  // One activation row (decode): the GEMV kernels (QuantizedGemvAvx2); several rows (prefill,
+  // batched decode): the register-tiled GEMM (quant_gemm.h); no rows: nothing to compute.
+  const bool gemv = num_rows == 1;
+  const bool gemm = num_rows >= kQuantGemmMinRows;
   if (gemv) {
     const int32_t* integer_sums = reinterpret_cast<const int32_t*>(sums);
     if (w.dtype == plan::I4 && w.zero_points != nullptr) {
@@ -903,7 +783,8 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
                   w, bias, outputs, num_outputs);
     return;
   }
-#endif
+#else
+  // Other targets: the portable row tiles (NEON or scalar), every row count.
   if (w.dtype == plan::I4 && w.zero_points != nullptr) {
     QuantizedMatMulTyped<true, true>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
                                      sums, padded);
@@ -914,6 +795,7 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
     QuantizedMatMulTyped<false, false>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
                                        sums, padded);
   }
+#endif
 }
 
 }  // namespace HWY_NAMESPACE
