@@ -211,64 +211,74 @@ HWY_INLINE __m256i Zeros8(const uint8_t* zero_points, int64_t block, int64_t cou
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(zeros));
 }
 
-// I4 codes of a panel row unpacked to one byte per code, per pair of blocks 32 low nibbles
-// (columns 0..15 of both blocks) then 32 high nibbles (16..31), matching the interleaved
-// activations; a lone last block has zero codes for its missing partner, and the row is padded
-// with zeros to whole 8-block steps. Done once per panel, it takes the nibble unpacking (3
-// instructions per pair) out of the (row, token) loop.
-void UnpackInt4Row(const uint8_t* packed, int64_t blocks, uint8_t* out) {
-  const __m256i mask = _mm256_set1_epi8(0x0f);
-  const int64_t steps = (blocks + 7) / 8;
-  for (int64_t block = 0; block < steps * 8; block += 2) {
-    __m256i both = _mm256_setzero_si256();
-    if (block + 1 < blocks) {
-      both = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + block * (kBlock / 2)));
-    } else if (block < blocks) {
-      // Never read past the row's last block (the end of the mapped plan may follow).
-      both = _mm256_zextsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + block * (kBlock / 2))));
-    }
-    _mm256_store_si256(reinterpret_cast<__m256i*>(out + block * kBlock),
-                       _mm256_and_si256(both, mask));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(out + block * kBlock + 32),
-                       _mm256_and_si256(_mm256_srli_epi16(both, 4), mask));
+// Lane order, the I4 GEMM's layout of a chunk of 8 blocks (256 codes, one byte each): 8 vectors,
+// vector v holding columns 4v..4v+3 of block j in its 32-bit lane j. A maddubs of two such
+// vectors leaves each block's products in its own lane, so the 8 blocks' sums need no shuffle
+// (LaneSums8). From natural order (block j's 32 codes at 32j) it is the transpose of the 8 x 8
+// matrix of 32-bit words (row j = block j).
+HWY_INLINE void LaneOrderChunk(uint8_t* chunk) {
+  __m256i r[8];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j)
+    r[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(chunk + 32 * j));
+  __m256i t[8];
+#pragma GCC unroll 4
+  for (int j = 0; j < 8; j += 2) {
+    t[j] = _mm256_unpacklo_epi32(r[j], r[j + 1]);
+    t[j + 1] = _mm256_unpackhi_epi32(r[j], r[j + 1]);
+  }
+  // t0 = r0w0 r1w0 r0w1 r1w1 | r0w4 r1w4 r0w5 r1w5; t1 = words 2, 3 | 6, 7 (likewise t2..t7).
+  __m256i u[8];
+#pragma GCC unroll 2
+  for (int j = 0; j < 8; j += 4) {
+    u[j] = _mm256_unpacklo_epi64(t[j], t[j + 2]);          // word 0 of r(j..j+3) | word 4
+    u[j + 1] = _mm256_unpackhi_epi64(t[j], t[j + 2]);      // word 1 | word 5
+    u[j + 2] = _mm256_unpacklo_epi64(t[j + 1], t[j + 3]);  // word 2 | word 6
+    u[j + 3] = _mm256_unpackhi_epi64(t[j + 1], t[j + 3]);  // word 3 | word 7
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) {
+    // Word v of rows 0..3 and 4..7 (low halves), then word v + 4 (high halves).
+    _mm256_store_si256(reinterpret_cast<__m256i*>(chunk + 32 * v),
+                       _mm256_permute2x128_si256(u[v], u[v + 4], 0x20));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(chunk + 32 * (v + 4)),
+                       _mm256_permute2x128_si256(u[v], u[v + 4], 0x31));
   }
 }
 
-// The 8 exact block sums sum_c code_c * q_c of blocks [block, block + 8) in block order, from
-// unpacked codes and interleaved activations; pairs >= num_pairs count as zero. maddubs pairs
-// reach 2 * 15 * 127 = 3810, so an int16 lane may sum up to 8 of them (30480 < 32767): the
-// pair vectors are first folded in int16 (4 products per lane, then 8), then widened.
-HWY_INLINE __m256i BlockSums8(const uint8_t* w, const int8_t* x, int num_pairs, __m256i ones) {
-  __m256i pair[4];
-#pragma GCC unroll 4
-  for (int q = 0; q < 4; ++q) {
-    if (q >= num_pairs) {
-      pair[q] = _mm256_setzero_si256();
-      continue;
+// I4 codes of a panel row unpacked to one byte per code in lane order, the row padded with zero
+// codes to whole chunks of 8 blocks. Done once per panel, it takes the nibble unpacking and the
+// reordering out of the (row, token) loop.
+void UnpackInt4Row(const uint8_t* packed, int64_t blocks, uint8_t* out) {
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const int64_t chunks = (blocks + 7) / 8;
+  for (int64_t block = 0; block < chunks * 8; ++block) {
+    __m128i bytes = _mm_setzero_si128();
+    // Never read past the row's last block (the end of the mapped plan may follow).
+    if (block < blocks) {
+      bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + block * (kBlock / 2)));
     }
-    const __m256i low = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + q * 64));
-    const __m256i high = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + q * 64 + 32));
-    // 16-bit lanes: low half block 2q, high half block 2q + 1, 4 products each.
-    pair[q] = _mm256_add_epi16(
-        _mm256_maddubs_epi16(low, _mm256_load_si256(reinterpret_cast<const __m256i*>(x + q * 64))),
-        _mm256_maddubs_epi16(high,
-                             _mm256_load_si256(reinterpret_cast<const __m256i*>(x + q * 64 + 32))));
+    _mm_store_si128(reinterpret_cast<__m128i*>(out + block * kBlock), _mm_and_si128(bytes, mask));
+    _mm_store_si128(reinterpret_cast<__m128i*>(out + block * kBlock + 16),
+                    _mm_and_si128(_mm_srli_epi16(bytes, 4), mask));
   }
-  // Per 128-bit half, 64-bit quarters: [pair0 q0 + q1, pair1 q0 + q1]: blocks 0 | 2 (low half)
-  // and 1 | 3 (high half), 4 lanes of 8 products each; likewise blocks 4 | 6 and 5 | 7.
-  const __m256i folded01 = _mm256_add_epi16(_mm256_unpacklo_epi64(pair[0], pair[1]),
-                                            _mm256_unpackhi_epi64(pair[0], pair[1]));
-  const __m256i folded23 = _mm256_add_epi16(_mm256_unpacklo_epi64(pair[2], pair[3]),
-                                            _mm256_unpackhi_epi64(pair[2], pair[3]));
-  // int32 lanes: [b0 b0 b2 b2 | b1 b1 b3 b3] and [b4 b4 b6 b6 | b5 b5 b7 b7] (partial sums).
-  const __m256 wide01 = _mm256_castsi256_ps(_mm256_madd_epi16(folded01, ones));
-  const __m256 wide23 = _mm256_castsi256_ps(_mm256_madd_epi16(folded23, ones));
-  // [b0 b2 b4 b6 | b1 b3 b5 b7], then block order.
-  const __m256i sums = _mm256_add_epi32(
-      _mm256_castps_si256(_mm256_shuffle_ps(wide01, wide23, _MM_SHUFFLE(2, 0, 2, 0))),
-      _mm256_castps_si256(_mm256_shuffle_ps(wide01, wide23, _MM_SHUFFLE(3, 1, 3, 1))));
-  return _mm256_permutevar8x32_epi32(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) LaneOrderChunk(out + chunk * 8 * kBlock);
+}
+
+// The 8 exact block sums sum_c code_c * q_c of a chunk in block order, from lane-ordered codes
+// and activations. maddubs pairs reach 2 * 15 * 127 = 3810, so an int16 lane may sum 8 of them
+// (30480 < 32767): the 8 products are folded in int16, then widened once.
+HWY_INLINE __m256i LaneSums8(const uint8_t* w, const int8_t* x, __m256i ones) {
+  __m256i sums = _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(w)),
+                                      _mm256_load_si256(reinterpret_cast<const __m256i*>(x)));
+#pragma GCC unroll 8
+  for (int v = 1; v < 8; ++v) {
+    sums = _mm256_add_epi16(
+        sums,
+        _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(w + 32 * v)),
+                             _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 32 * v))));
+  }
+  return _mm256_madd_epi16(sums, ones);
 }
 
 // result[t] for I4 in the decode GEMV's order (GemvInt4Avx2): per 8 blocks, the exact integer
@@ -320,8 +330,8 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
         activation_scales = _mm256_load_ps(scale_lanes);
         activation_sums = _mm256_load_si256(reinterpret_cast<const __m256i*>(sum_lanes));
       }
-      const __m256i isums = BlockSums8(w, x_codes[t] + block * kBlock,
-                                       kFull ? 4 : static_cast<int>((count + 1) / 2), ones);
+      // Past the row's last block codes and activations are zero (padding): zero sums.
+      const __m256i isums = LaneSums8(w, x_codes[t] + block * kBlock, ones);
       // Symmetric codes have zero point 8: zero * sum(q) = sum(q) << 3.
       const __m256i corrections = kZeroPoints ? _mm256_mullo_epi32(zeros, activation_sums)
                                               : _mm256_slli_epi32(activation_sums, 3);
@@ -452,6 +462,18 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
 
 }  // namespace
 
+void LaneOrderInt4ActivationsImpl(int8_t* codes, int64_t padded_cols) {
+#if LLMRT_GEMM_AVX2
+  for (int64_t chunk = 0; chunk < padded_cols; chunk += 8 * kBlock) {
+    LaneOrderChunk(reinterpret_cast<uint8_t*>(codes + chunk));
+  }
+#else
+  (void)codes, (void)padded_cols;
+  HWY_ABORT("LaneOrderInt4Activations: no multi-row kernel for target %s",
+            hwy::TargetName(HWY_TARGET));
+#endif
+}
+
 void QuantizedGemmImpl(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                        const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
 #if LLMRT_GEMM_AVX2
@@ -476,6 +498,11 @@ HWY_AFTER_NAMESPACE();
 namespace llmrt::cpu {
 
 HWY_EXPORT(QuantizedGemmImpl);
+HWY_EXPORT(LaneOrderInt4ActivationsImpl);
+
+void LaneOrderInt4Activations(int8_t* codes, int64_t padded_cols) {
+  HWY_DYNAMIC_DISPATCH(LaneOrderInt4ActivationsImpl)(codes, padded_cols);
+}
 
 void QuantizedGemm(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                    const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {

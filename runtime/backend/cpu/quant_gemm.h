@@ -30,7 +30,7 @@ namespace llmrt::cpu {
 inline constexpr int64_t kQuantGemmMinRows = 2;
 
 // Activation rows as QuantizedMatMul quantized them (quant_matmul.h): per row `padded_cols`
-// int8 codes (I4: interleaved per pair of blocks, columns 0..15 of both blocks then 16..31),
+// (QuantizedActivationCols) int8 codes (I4: in lane order, LaneOrderInt4Activations),
 // padded_cols / 32 scales and, for I4, the int32 sum of each block's codes.
 struct QuantizedActivationRows {
   const int8_t* codes = nullptr;
@@ -39,6 +39,12 @@ struct QuantizedActivationRows {
   int64_t num_rows = 0;
   int64_t padded_cols = 0;
 };
+
+// Reorders one I4 activation row of `padded_cols` codes (a multiple of 256, 32-byte aligned)
+// from natural order into the GEMM's lane order: per chunk of 8 blocks, vector v holds columns
+// 4v..4v+3 of block j in its 32-bit lane j (the weights are unpacked alike), so that each
+// block's products stay in their own lane. AVX2 / AVX-512 targets only, like QuantizedGemm.
+void LaneOrderInt4Activations(int8_t* codes, int64_t padded_cols);
 
 // out[r, n] = the quantized dot product of activation row r with weight row n + bias[n] (bias
 // may be nullptr), columns split across `outputs` (sorted by begin, covering [0, w.rows)), for

@@ -131,6 +131,14 @@ TEST(QuantGemmTest, PrefillOf512MatchesSingleRowsBitForBit) {
   }
 }
 
+// Enough rows for several work items per quarter of the I8 decode GEMV (see quant_matmul_test's
+// DecodeOverManyWorkItemsMatchesReference) and 3 rows past the quarters.
+TEST(QuantGemmTest, BatchMatchesSingleRowsOverManyDecodeWorkItems) {
+  for (const Case& c : {Case{8, false, 0}, Case{8, false, 32}}) {
+    CheckBatchedRowsMatchSingleRows(c, 603, 2176, false, 16);
+  }
+}
+
 // Token counts that leave short token tiles (1 to 3 tokens) and the smallest batch the GEMM
 // takes; one scale per row over a K that is no multiple of 32 (I8: a partial last block).
 TEST(QuantGemmTest, ShortTilesAndPartialBlocksMatchSingleRows) {

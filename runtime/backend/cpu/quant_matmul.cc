@@ -295,122 +295,140 @@ void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
   }
 }
 
-// result[r][t] = dot(weight row r, token t) for a group of kRows I4 rows, 8 blocks at a time:
-// per (row, token) the exact integer sums of 8 blocks (ReduceQuad), minus zero * sum(q) in
-// int32, times the 8 combined scales, into one f32 accumulator. Every (row, token) pair runs the
-// same operations in the same order whatever kRows and kTokens, so a result never depends on the
-// tile (batch invariance). The tile's codes are interleaved per pair of blocks and its sums are
-// int32 (InterleaveInt4Activations). prefetch_distance as GemvInt8Avx2's (two lines per row per
-// 8 blocks).
-template <int kRows, int kTokens, bool kZeroPoints>
-void RowGroupInt4Avx2(const WeightRow* rows, int64_t cols, int32_t group_size,
-                      const ActivationTile& tile, int64_t prefetch_distance,
-                      float (*result)[kTokenTile]) {
-  const int8_t* x_codes[kTokens];
-  const float* x_scales[kTokens];
-  const int32_t* x_sums[kTokens];
-  WeightRow w[kRows];
-  __m256 acc[kRows][kTokens];
-#pragma GCC unroll 8
-  for (int t = 0; t < kTokens; ++t) {
-    x_codes[t] = tile.codes[t];
-    x_scales[t] = tile.scales[t];
-    x_sums[t] = reinterpret_cast<const int32_t*>(tile.sums[t]);
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) {
-    w[r] = rows[r];
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) acc[r][t] = _mm256_setzero_ps();
-  }
-  const int group_shift = GroupShift(group_size, cols);
-  const int64_t blocks = cols / kQuantBlock;
-  constexpr int64_t kPackedBlock = kQuantBlock / 2;
-  // Blocks [block, block + count) of row r (its 4 pairs in `packed`) against every token;
-  // activation_scales / activation_sums: per token, the blocks' scales and integer sums.
-  auto accumulate = [&](int r, const __m256i* packed, int64_t block, int64_t count,
-                        const __m256* activation_scales, const __m256i* activation_sums) HWY_ATTR {
-    const __m256 weight_scales = BlockScales8(w[r], block, count, group_shift);
-    __m256i zeros = _mm256_setzero_si256();
-    if constexpr (kZeroPoints) zeros = BlockZeros8(w[r], block, count, group_shift);
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) {
-      const int8_t* x = x_codes[t] + block * kQuantBlock;
-      // Pairs past the row's last block (the tail) contribute zero; their activations lie
-      // beyond the row's padded codes and are never read.
-      const int64_t pairs = (count + 1) / 2;
-      auto products = [&](int q) HWY_ATTR {
-        return q < pairs ? PairProducts(packed[q], x + 2 * q * kQuantBlock)
-                         : _mm256_setzero_si256();
-      };
-      const __m256i isums = ReduceQuad(products(0), products(1), products(2), products(3));
-      const __m256i corrections = kZeroPoints ? _mm256_mullo_epi32(zeros, activation_sums[t])
-                                              : _mm256_slli_epi32(activation_sums[t], 3);  // zero 8
-      acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isums, corrections)),
-                                  _mm256_mul_ps(weight_scales, activation_scales[t]), acc[r][t]);
-    }
+// The I8 decode GEMV takes the rows of each GemvInt8Avx2 pass from kInt8Streams separate
+// regions of the matrix (rows i, i + Q, i + 2Q, i + 3Q with Q = rows / 4), so a thread reads 4
+// long sequential streams, as the bandwidth probe does, rather than 4 adjacent rows (4 streams
+// of K bytes, 2 KiB at K = 2048, which the hardware prefetcher keeps re-learning). Scratch
+// program, 1 GiB of I8 rows (K = 2048) in the page cache, medians of 15 at load ~3 (session 6,
+// 22:20): 21.0 / 31.3 GB/s at 1 / 2 threads against 12.6 / 17.9 for adjacent rows, and 16.7 /
+// 25.8 for a 4-row panel layout (one stream per thread, interleaved block by block).
+constexpr int kInt8Streams = 4;
+// Bytes of each stream per work item: items of 4 x 128 KiB (~20 us at 25 GB/s) claimed
+// dynamically, so the threads meet at the join within ~one item.
+constexpr int64_t kInt8StreamBytesPerItem = int64_t{128} << 10;
+// Prefetch distance within each stream: 1 KiB ahead, one line per 64 bytes read (as fast as
+// 512 B or 2 KiB in the scratch program; 1 KiB beat no prefetch by ~5% at 2 threads).
+constexpr int64_t kInt8PrefetchBytes = 1024;
+
+// QuantizedMatMul for one activation row of an I8 matrix on AVX2 (decode). Items: rows
+// [i, i + n) of each of the 4 regions, claimed in order by whichever thread is free; the rows
+// past the 4 regions (at most 3) go one at a time as the last item.
+template <bool kRowScale>
+void QuantizedGemvInt8Avx2(ThreadPool& pool, const MatrixView& w, const float* bias,
+                           const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
+                           const float* scales) {
+  const int group_shift = GroupShift(w.group_size, w.cols);
+  const int64_t groups = w.cols / w.group_size;
+  const int64_t region = w.rows / kInt8Streams;
+  const int64_t rows_per_item = std::max<int64_t>(1, kInt8StreamBytesPerItem / w.cols);
+  const int64_t region_items = (region + rows_per_item - 1) / rows_per_item;
+  const bool tail = region * kInt8Streams < w.rows;
+  // RowOf without its two divisions per row (~5% of the instructions at K = 2048).
+  auto row_of = [&](int64_t row) {
+    return WeightRow{w.data + row * w.cols, w.scales + row * groups, nullptr};
   };
-  __m256 activation_scales[kTokens];
-  __m256i activation_sums[kTokens];
+  pool.ParallelForDynamic(
+      region_items + (tail ? 1 : 0),
+      [&](int64_t item, int64_t, int32_t) {
+        // One output cursor per stream: rows rise within each stream.
+        int32_t output[kInt8Streams] = {};
+        auto store = [&](int stream, int64_t row, float value) {
+          int32_t& o = output[stream];
+          while (o + 1 < num_outputs && row >= outputs[o + 1].begin) ++o;
+          outputs[o].data[row - outputs[o].begin] = value + (bias != nullptr ? bias[row] : 0.0f);
+        };
+        WeightRow rows[kInt8Streams];
+        float result[kInt8Streams];
+        if (item == region_items) {
+          for (int64_t row = region * kInt8Streams; row < w.rows; ++row) {
+            rows[0] = row_of(row);
+            GemvInt8Avx2<1, kRowScale>(rows, w.cols, group_shift, codes, scales, 0, result);
+            store(0, row, result[0]);
+          }
+          return;
+        }
+        const int64_t end = std::min(region, (item + 1) * rows_per_item);
+        for (int64_t i = item * rows_per_item; i < end; ++i) {
+          for (int s = 0; s < kInt8Streams; ++s) rows[s] = row_of(s * region + i);
+          // Never past the region's last row.
+          const int64_t prefetch_distance = std::min(kInt8PrefetchBytes, (region - 1 - i) * w.cols);
+          GemvInt8Avx2<kInt8Streams, kRowScale>(rows, w.cols, group_shift, codes, scales,
+                                                prefetch_distance, result);
+          for (int s = 0; s < kInt8Streams; ++s) store(s, s * region + i, result[s]);
+        }
+      },
+      1);
+}
+
+// dot(weight row, x) for one I4 row, 8 blocks at a time: the exact integer sums of the 8 blocks
+// (4 packed pairs, ReduceQuad), minus zero * sum(q) in int32, times the 8 combined scales, into
+// one f32 accumulator — the same operations in the same order as QuantizedGemm's per (row, token),
+// so a token's result does not depend on the batch around it. x_codes are interleaved per pair of
+// blocks and x_sums are int32 (InterleaveInt4Activations). prefetch_distance as GemvInt8Avx2's
+// (two lines per 8 blocks).
+template <bool kZeroPoints>
+float GemvInt4Avx2(const WeightRow& row, int64_t cols, int group_shift, const int8_t* x_codes,
+                   const float* x_scales, const int32_t* x_sums, int64_t prefetch_distance) {
+  constexpr int64_t kPackedBlock = kQuantBlock / 2;
+  const int64_t blocks = cols / kQuantBlock;
+  __m256 acc = _mm256_setzero_ps();
+  // Blocks [block, block + count) (count <= 8; pairs past the row's last block are zero and
+  // their activations, beyond the row's padded codes, are never read).
+  auto accumulate = [&](const __m256i* packed, int64_t block, int64_t count,
+                        __m256 activation_scales, __m256i activation_sums) HWY_ATTR {
+    const int8_t* x = x_codes + block * kQuantBlock;
+    const int64_t pairs = (count + 1) / 2;
+    auto products = [&](int q) HWY_ATTR {
+      return q < pairs ? PairProducts(packed[q], x + 2 * q * kQuantBlock) : _mm256_setzero_si256();
+    };
+    const __m256i isums = ReduceQuad(products(0), products(1), products(2), products(3));
+    const __m256i corrections =
+        kZeroPoints
+            ? _mm256_mullo_epi32(BlockZeros8(row, block, count, group_shift), activation_sums)
+            : _mm256_slli_epi32(activation_sums, 3);  // zero point 8
+    acc = _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(_mm256_sub_epi32(isums, corrections)),
+        _mm256_mul_ps(BlockScales8(row, block, count, group_shift), activation_scales), acc);
+  };
   int64_t block = 0;
   for (; block + 8 <= blocks; block += 8) {
+    const uint8_t* codes = row.codes + block * kPackedBlock;
     if (prefetch_distance != 0) {
-#pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r) {
-        const uint8_t* next = w[r].codes + block * kPackedBlock + prefetch_distance;
-        __builtin_prefetch(next, /*rw=*/0, /*locality=*/3);
-        __builtin_prefetch(next + 64, /*rw=*/0, /*locality=*/3);
-      }
+      __builtin_prefetch(codes + prefetch_distance, /*rw=*/0, /*locality=*/3);
+      __builtin_prefetch(codes + prefetch_distance + 64, /*rw=*/0, /*locality=*/3);
     }
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) {
-      activation_scales[t] = _mm256_loadu_ps(x_scales[t] + block);
-      activation_sums[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_sums[t] + block));
-    }
+    __m256i packed[4];
 #pragma GCC unroll 4
-    for (int r = 0; r < kRows; ++r) {
-      __m256i packed[4];
-#pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q) {
-        packed[q] = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(w[r].codes + (block + 2 * q) * kPackedBlock));
-      }
-      accumulate(r, packed, block, 8, activation_scales, activation_sums);
+    for (int q = 0; q < 4; ++q) {
+      packed[q] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + q * 2 * kPackedBlock));
     }
+    accumulate(packed, block, 8, _mm256_loadu_ps(x_scales + block),
+               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_sums + block)));
   }
   if (block < blocks) {
     // Fewer than 8 blocks left: missing pairs are zero, a lone last block is loaded alone (the
     // end of the mapped plan may follow), missing blocks have zero scales and sums.
     const int64_t count = blocks - block;
-    for (int t = 0; t < kTokens; ++t) {
-      alignas(32) float scales[8] = {};
-      alignas(32) int32_t sums[8] = {};
-      for (int64_t i = 0; i < count; ++i) {
-        scales[i] = x_scales[t][block + i];
-        sums[i] = x_sums[t][block + i];
-      }
-      activation_scales[t] = _mm256_load_ps(scales);
-      activation_sums[t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(sums));
+    alignas(32) float scales[8] = {};
+    alignas(32) int32_t sums[8] = {};
+    for (int64_t i = 0; i < count; ++i) {
+      scales[i] = x_scales[block + i];
+      sums[i] = x_sums[block + i];
     }
-    for (int r = 0; r < kRows; ++r) {
-      __m256i packed[4];
-      for (int q = 0; q < 4; ++q) {
-        const int64_t first = block + 2 * q;
-        const uint8_t* bytes = w[r].codes + first * kPackedBlock;
-        packed[q] =
-            first >= blocks ? _mm256_setzero_si256()
-            : first + 1 < blocks
-                ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes))
-                : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
-      }
-      accumulate(r, packed, block, count, activation_scales, activation_sums);
+    __m256i packed[4];
+    for (int q = 0; q < 4; ++q) {
+      const int64_t first = block + 2 * q;
+      const uint8_t* bytes = row.codes + first * kPackedBlock;
+      packed[q] =
+          first >= blocks ? _mm256_setzero_si256()
+          : first + 1 < blocks
+              ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes))
+              : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
     }
+    accumulate(packed, block, count, _mm256_load_ps(scales),
+               _mm256_load_si256(reinterpret_cast<const __m256i*>(sums)));
   }
-#pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) {
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) result[r][t] = HorizontalSum(acc[r][t]);
-  }
+  return HorizontalSum(acc);
 }
 #endif  // LLMRT_QUANT_AVX2
 
@@ -598,9 +616,13 @@ constexpr int64_t kGemvRowsPerItem = 32;
 // QuantizedMatMul for one activation row on AVX2 (decode): items of kGemvRowsPerItem weight rows
 // claimed dynamically by the threads (nothing of a step's weights is in cache, so a static split
 // buys no locality, and a thread slowed by the memory system or an interrupt then takes fewer
-// rows instead of holding the other at the join); each group of 4 rows prefetches the next
+// rows instead of holding the other at the join); each group of rows prefetches the next
 // group's rows (also across item boundaries: the next item is most often this thread's or the
 // other's, both served from the shared L3).
+// I4 rows go one at a time, so a thread reads one sequential stream (consecutive rows are
+// contiguous): on this Zen 3, 1 GiB of I4 rows (K = 2048) streamed at 15.2 / 26.8 GB/s (1 / 2
+// threads) one row per pass against 10.3 / 17.7 four rows per pass (four interleaved streams of
+// 1 KiB each, which the hardware prefetcher keeps re-learning), scratch program, 22:17 session 6.
 template <bool kInt4, bool kZeroPoints>
 void QuantizedGemvAvx2(ThreadPool& pool, const MatrixView& w, const float* bias,
                        const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
@@ -617,39 +639,19 @@ void QuantizedGemvAvx2(ThreadPool& pool, const MatrixView& w, const float* bias,
         int32_t output = 0;
         WeightRow rows[kRows];
         float result[kRows];
-        float tile_result[kRows][kTokenTile];
-        ActivationTile tile;
-        tile.codes[0] = codes;
-        tile.scales[0] = scales;
-        tile.sums[0] = reinterpret_cast<const float*>(sums);
         for (int64_t n = item_begin * kGemvRowsPerItem; n < row_end;) {
-          const int group = row_end - n >= kRows ? kRows : 1;
+          // I4 rows one at a time: one sequential stream per thread (see above).
+          const int group = !kInt4 && row_end - n >= kRows ? kRows : 1;
           // RowOf without its two divisions per row (~5% of the instructions at K = 2048).
           for (int r = 0; r < group; ++r) {
             rows[r] = {w.data + (n + r) * row_bytes, w.scales + (n + r) * groups,
                        w.zero_points != nullptr ? w.zero_points + (n + r) * groups : nullptr};
           }
           const int64_t prefetch_distance = n + 2 * group <= w.rows ? group * row_bytes : 0;
-          if constexpr (kInt4) {
-            if (group == kRows) {
-              RowGroupInt4Avx2<kRows, 1, kZeroPoints>(rows, w.cols, w.group_size, tile,
-                                                      prefetch_distance, tile_result);
-            } else {
-              RowGroupInt4Avx2<1, 1, kZeroPoints>(rows, w.cols, w.group_size, tile,
-                                                  prefetch_distance, tile_result);
-            }
-            for (int r = 0; r < group; ++r) result[r] = tile_result[r][0];
-          } else if (group_shift == 63) {
-            group == kRows ? GemvInt8Avx2<kRows, true>(rows, w.cols, group_shift, codes, scales,
-                                                       prefetch_distance, result)
-                           : GemvInt8Avx2<1, true>(rows, w.cols, group_shift, codes, scales,
-                                                   prefetch_distance, result);
-          } else {
-            group == kRows ? GemvInt8Avx2<kRows, false>(rows, w.cols, group_shift, codes, scales,
-                                                        prefetch_distance, result)
-                           : GemvInt8Avx2<1, false>(rows, w.cols, group_shift, codes, scales,
-                                                    prefetch_distance, result);
-          }
+          // (I8 matrices go through QuantizedGemvInt8Avx2.)
+          static_assert(kInt4, "I8 decode: QuantizedGemvInt8Avx2");
+          result[0] = GemvInt4Avx2<kZeroPoints>(rows[0], w.cols, group_shift, codes, scales, sums,
+                                                prefetch_distance);
           for (int r = 0; r < group; ++r) {
             const int64_t row = n + r;
             while (output + 1 < num_outputs && row >= outputs[output + 1].begin) ++output;
@@ -703,15 +705,20 @@ void QuantizeActivationRowImpl(const float* x, const int32_t* permutation, int64
   }
 }
 
-// The I4 AVX2 kernels' activation layout (RowGroupInt4Avx2, GemvInt4Avx2): per pair of blocks,
-// columns 0..15 of both blocks, then columns 16..31 of both; and sums[b] = the int32 sum of
-// block b's codes (stored in the f32 slot the scratch layout gives it).
-void InterleaveInt4Activations(int8_t* codes, int64_t blocks, float* sums) {
+// sums[b] = the int32 sum of block b's codes, stored in the f32 slot the scratch layout gives it
+// (the I4 AVX2 kernels subtract zero * sum(q) in int32).
+void Int4ActivationSums(const int8_t* codes, int64_t blocks, float* sums) {
   for (int64_t block = 0; block < blocks; ++block) {
     int32_t sum = 0;
     for (int64_t c = 0; c < kQuantBlock; ++c) sum += codes[block * kQuantBlock + c];
     std::memcpy(sums + block, &sum, sizeof(sum));
   }
+}
+
+// The I4 AVX2 decode GEMV's activation layout (GemvInt4Avx2): per pair of blocks, columns 0..15
+// of both blocks, then columns 16..31 of both. (QuantizedGemm takes natural order and lays it
+// out for its own kernel.)
+void InterleaveInt4Activations(int8_t* codes, int64_t blocks) {
   for (int64_t block = 0; block + 1 < blocks; block += 2) {
     int8_t* pair = codes + block * kQuantBlock;
     int8_t swap[16];
@@ -728,14 +735,17 @@ constexpr int64_t kParallelQuantizeRows = 16;
 void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
                          const int32_t* input_rows, const MatrixView& w, const float* bias,
                          const MatMulOutput* outputs, int32_t num_outputs, void* scratch) {
-  // Scratch (QuantizedActivationBytes): codes, scales and sums of each row, padded to whole
-  // pairs of blocks.
-  const int64_t padded = (w.cols + 2 * kQuantBlock - 1) / (2 * kQuantBlock) * (2 * kQuantBlock);
+  // Scratch (QuantizedActivationBytes): codes, scales and sums of each row, padded with zero
+  // blocks to QuantizedActivationCols.
+  const int64_t padded = QuantizedActivationCols(w.cols);
   const int64_t blocks = padded / kQuantBlock;
   int8_t* codes = static_cast<int8_t*>(scratch);
   float* scales = reinterpret_cast<float*>(codes + num_rows * padded);
   float* sums = scales + num_rows * blocks;
-  const bool interleave = LLMRT_QUANT_AVX2 && w.dtype == plan::I4;
+  // I4 on AVX2: the GEMV's pair interleave for one row, the GEMM's lane order for more.
+  const bool int4_sums = LLMRT_QUANT_AVX2 && w.dtype == plan::I4;
+  const bool interleave = int4_sums && num_rows == 1;
+  const bool lane_order = int4_sums && num_rows >= kQuantGemmMinRows;
   auto quantize = [&](int64_t begin, int64_t end, int32_t) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t source = input_rows != nullptr ? input_rows[row] : row;
@@ -743,15 +753,13 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
       float* row_scales = scales + row * blocks;
       QuantizeActivationRowImpl(x + source * w.cols, w.input_permutation, w.cols, row_codes,
                                 row_scales);
-      // The block that pads an odd count to a pair: zero codes and scale.
+      // The padding blocks: zero codes and scales.
       const int64_t used = (w.cols + kQuantBlock - 1) / kQuantBlock;
-      if (used < blocks) {
-        std::memset(row_codes + used * kQuantBlock, 0, kQuantBlock);
-        row_scales[used] = 0.0f;
-      }
-      if (interleave) {
-        InterleaveInt4Activations(row_codes, blocks, sums + row * blocks);
-      }
+      std::memset(row_codes + used * kQuantBlock, 0, (blocks - used) * kQuantBlock);
+      std::fill(row_scales + used, row_scales + blocks, 0.0f);
+      if (int4_sums) Int4ActivationSums(row_codes, blocks, sums + row * blocks);
+      if (interleave) InterleaveInt4Activations(row_codes, blocks);
+      if (lane_order) LaneOrderInt4Activations(row_codes, padded);
     }
   };
   if (num_rows < kParallelQuantizeRows) {
@@ -772,9 +780,10 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
     } else if (w.dtype == plan::I4) {
       QuantizedGemvAvx2<true, false>(pool, w, bias, outputs, num_outputs, codes, scales,
                                      integer_sums);
+    } else if (GroupShift(w.group_size, w.cols) == 63) {
+      QuantizedGemvInt8Avx2<true>(pool, w, bias, outputs, num_outputs, codes, scales);
     } else {
-      QuantizedGemvAvx2<false, false>(pool, w, bias, outputs, num_outputs, codes, scales,
-                                      integer_sums);
+      QuantizedGemvInt8Avx2<false>(pool, w, bias, outputs, num_outputs, codes, scales);
     }
     return;
   }
@@ -811,9 +820,6 @@ HWY_EXPORT(QuantizeActivationRowImpl);
 namespace {
 
 // Whole pairs of blocks (the I4 AVX2 kernel reads activations a pair at a time).
-int64_t PaddedCols(int64_t cols) {
-  return (cols + 2 * kQuantBlock - 1) / (2 * kQuantBlock) * (2 * kQuantBlock);
-}
 
 }  // namespace
 
@@ -823,8 +829,12 @@ int64_t QuantizedMatrixBytes(plan::DType dtype, int64_t rows, int64_t cols) {
   return dtype == plan::I4 ? rows * cols / 2 : rows * cols;
 }
 
+int64_t QuantizedActivationCols(int64_t cols) {
+  return (cols + kQuantChunk - 1) / kQuantChunk * kQuantChunk;
+}
+
 int64_t QuantizedActivationBytes(int64_t num_rows, int64_t cols) {
-  const int64_t padded = PaddedCols(cols);
+  const int64_t padded = QuantizedActivationCols(cols);
   // Codes, then a scale and a sum per block.
   return num_rows * (padded + padded / kQuantBlock * 2 * static_cast<int64_t>(sizeof(float)));
 }

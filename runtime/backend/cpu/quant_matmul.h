@@ -44,9 +44,16 @@ bool IsQuantizedMatrix(plan::DType dtype);
 // Bytes of the codes of a [rows, cols] I8 (rows * cols) or I4 (rows * cols / 2) matrix.
 int64_t QuantizedMatrixBytes(plan::DType dtype, int64_t rows, int64_t cols);
 
+// Columns of 8 blocks: the I4 kernels reduce 8 blocks' integer sums into one vector.
+inline constexpr int64_t kQuantChunk = 8 * kQuantBlock;
+
+// Columns of a quantized activation row in QuantizedMatMul's scratch: `cols` padded with zero
+// blocks to whole chunks of 8 blocks.
+int64_t QuantizedActivationCols(int64_t cols);
+
 // Scratch bytes QuantizedMatMul needs for `num_rows` activation rows of `cols` columns: int8
-// codes padded to whole pairs of blocks plus an f32 scale and an f32 sum per block. Size it at load
-// for the largest step (max tokens x largest K) so a step never allocates.
+// codes (QuantizedActivationCols per row) plus an f32 scale and an f32 sum per block. Size it at
+// load for the largest step (max tokens x largest K) so a step never allocates.
 int64_t QuantizedActivationBytes(int64_t num_rows, int64_t cols);
 
 // One activation row quantized per block of 32 (see the file comment): codes[c] is the code of

@@ -176,6 +176,16 @@ TEST(QuantMatMulTest, LongRowsMatchReference) {
   }
 }
 
+// The I8 decode GEMV (AVX2) takes each pass's 4 rows from the 4 quarters of the matrix, in work
+// items of 128 KiB of each quarter (60 rows at K = 2176): 603 rows are quarters of 150 rows, 3
+// items each (60, 60, 30), and 3 rows past the quarters; the second destination starts inside
+// the third quarter's first item.
+TEST(QuantMatMulTest, DecodeOverManyWorkItemsMatchesReference) {
+  for (const Scheme& scheme : {Scheme{8, false, 0}, Scheme{8, false, 32}}) {
+    CheckScheme(scheme, 603, 2176, false, false);
+  }
+}
+
 // The activation quantizer follows its definition: per 32 columns, scale max|x| / 127 and
 // codes round-to-nearest-even(x * 127 / max|x|), permuted order, zero padding.
 TEST(QuantMatMulTest, ActivationQuantizerFollowsDefinition) {
