@@ -158,7 +158,8 @@ HWY_INLINE void CombineScales(const WeightRow& row, int64_t begin, int64_t end, 
   }
 }
 
-// ---- Decode GEMV: one activation row (kernels for QuantizedGemvAvx2) ----
+// ---- Decode GEMV: one activation row (kernels for QuantizedGemvInt8Avx2 / QuantizedGemvInt4Avx2)
+// ----
 //
 // A decode step reads each weight byte once, from DRAM, and a core keeps enough misses in
 // flight to use its bandwidth only if it spends few instructions per byte: the row-group kernels
@@ -400,7 +401,8 @@ float GemvInt4Avx2(const WeightRow& row, int64_t cols, int group_shift, const in
     __m256i packed[4];
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
-      packed[q] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + q * 2 * kPackedBlock));
+      packed[q] =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + q * 2 * kPackedBlock));
     }
     accumulate(packed, block, 8, _mm256_loadu_ps(x_scales + block),
                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_sums + block)));
@@ -609,56 +611,43 @@ void QuantizedMatMulTyped(ThreadPool& pool, int64_t num_rows, const MatrixView& 
 }
 
 #if LLMRT_QUANT_AVX2
-// Rows per work item of the decode GEMV: 32 rows of K = 2048 are 64 KiB of I8 (32 KiB of I4),
-// ~3 us of one core's bandwidth, so claiming items from a shared counter costs little.
-constexpr int64_t kGemvRowsPerItem = 32;
+// Rows per work item of the I4 decode GEMV: 32 rows of K = 2048 are 32 KiB, ~2 us of one
+// core's bandwidth, so claiming items from a shared counter costs little.
+constexpr int64_t kGemvInt4RowsPerItem = 32;
 
-// QuantizedMatMul for one activation row on AVX2 (decode): items of kGemvRowsPerItem weight rows
-// claimed dynamically by the threads (nothing of a step's weights is in cache, so a static split
-// buys no locality, and a thread slowed by the memory system or an interrupt then takes fewer
-// rows instead of holding the other at the join); each group of rows prefetches the next
-// group's rows (also across item boundaries: the next item is most often this thread's or the
-// other's, both served from the shared L3).
-// I4 rows go one at a time, so a thread reads one sequential stream (consecutive rows are
-// contiguous): on this Zen 3, 1 GiB of I4 rows (K = 2048) streamed at 15.2 / 26.8 GB/s (1 / 2
-// threads) one row per pass against 10.3 / 17.7 four rows per pass (four interleaved streams of
-// 1 KiB each, which the hardware prefetcher keeps re-learning), scratch program, 22:17 session 6.
-template <bool kInt4, bool kZeroPoints>
-void QuantizedGemvAvx2(ThreadPool& pool, const MatrixView& w, const float* bias,
-                       const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
-                       const float* scales, const int32_t* sums) {
-  constexpr int kRows = 4;
+// QuantizedMatMul for one activation row of an I4 matrix on AVX2 (decode): items of
+// kGemvInt4RowsPerItem rows claimed dynamically by the threads (nothing of a step's weights is in
+// cache, so a static split buys no locality, and a thread slowed by the memory system or an
+// interrupt then takes fewer rows instead of holding the other at the join). Rows go one at a
+// time, so a thread reads one sequential stream (consecutive rows are contiguous), each row
+// prefetching the next: on this Zen 3, 1 GiB of I4 rows (K = 2048) streamed at 15.2 / 26.8 GB/s
+// (1 / 2 threads) one row per pass against 10.3 / 17.7 with four adjacent rows per pass (four
+// interleaved streams of 1 KiB, which the hardware prefetcher keeps re-learning); scratch
+// program, session 6.
+template <bool kZeroPoints>
+void QuantizedGemvInt4Avx2(ThreadPool& pool, const MatrixView& w, const float* bias,
+                           const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
+                           const float* scales, const int32_t* sums) {
   const int group_shift = GroupShift(w.group_size, w.cols);
-  const int64_t row_bytes = kInt4 ? w.cols / 2 : w.cols;
+  const int64_t row_bytes = w.cols / 2;
   const int64_t groups = w.cols / w.group_size;
-  const int64_t num_items = (w.rows + kGemvRowsPerItem - 1) / kGemvRowsPerItem;
+  const int64_t num_items = (w.rows + kGemvInt4RowsPerItem - 1) / kGemvInt4RowsPerItem;
   pool.ParallelForDynamic(
       num_items,
       [&](int64_t item_begin, int64_t item_end, int32_t) {
-        const int64_t row_end = std::min(w.rows, item_end * kGemvRowsPerItem);
+        const int64_t row_end = std::min(w.rows, item_end * kGemvInt4RowsPerItem);
         int32_t output = 0;
-        WeightRow rows[kRows];
-        float result[kRows];
-        for (int64_t n = item_begin * kGemvRowsPerItem; n < row_end;) {
-          // I4 rows one at a time: one sequential stream per thread (see above).
-          const int group = !kInt4 && row_end - n >= kRows ? kRows : 1;
+        for (int64_t row = item_begin * kGemvInt4RowsPerItem; row < row_end; ++row) {
           // RowOf without its two divisions per row (~5% of the instructions at K = 2048).
-          for (int r = 0; r < group; ++r) {
-            rows[r] = {w.data + (n + r) * row_bytes, w.scales + (n + r) * groups,
-                       w.zero_points != nullptr ? w.zero_points + (n + r) * groups : nullptr};
-          }
-          const int64_t prefetch_distance = n + 2 * group <= w.rows ? group * row_bytes : 0;
-          // (I8 matrices go through QuantizedGemvInt8Avx2.)
-          static_assert(kInt4, "I8 decode: QuantizedGemvInt8Avx2");
-          result[0] = GemvInt4Avx2<kZeroPoints>(rows[0], w.cols, group_shift, codes, scales, sums,
-                                                prefetch_distance);
-          for (int r = 0; r < group; ++r) {
-            const int64_t row = n + r;
-            while (output + 1 < num_outputs && row >= outputs[output + 1].begin) ++output;
-            outputs[output].data[row - outputs[output].begin] =
-                result[r] + (bias != nullptr ? bias[row] : 0.0f);
-          }
-          n += group;
+          const WeightRow weights = {
+              w.data + row * row_bytes, w.scales + row * groups,
+              w.zero_points != nullptr ? w.zero_points + row * groups : nullptr};
+          const int64_t prefetch_distance = row + 1 < w.rows ? row_bytes : 0;
+          const float result = GemvInt4Avx2<kZeroPoints>(weights, w.cols, group_shift, codes,
+                                                         scales, sums, prefetch_distance);
+          while (output + 1 < num_outputs && row >= outputs[output + 1].begin) ++output;
+          outputs[output].data[row - outputs[output].begin] =
+              result + (bias != nullptr ? bias[row] : 0.0f);
         }
       },
       1);
@@ -768,18 +757,17 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
     pool.ParallelFor(num_rows, quantize);
   }
 #if LLMRT_QUANT_AVX2
-  // One activation row (decode): the GEMV kernels (QuantizedGemvAvx2); several rows (prefill,
-  // batched decode): the register-tiled GEMM (quant_gemm.h); no rows: nothing to compute.
+  // One activation row (decode): the GEMVs (QuantizedGemvInt8Avx2 / Int4Avx2); several rows
+  // (prefill, batched decode): the register-tiled GEMM (quant_gemm.h); no rows: nothing to compute.
   const bool gemv = num_rows == 1;
   const bool gemm = num_rows >= kQuantGemmMinRows;
   if (gemv) {
     const int32_t* integer_sums = reinterpret_cast<const int32_t*>(sums);
     if (w.dtype == plan::I4 && w.zero_points != nullptr) {
-      QuantizedGemvAvx2<true, true>(pool, w, bias, outputs, num_outputs, codes, scales,
-                                    integer_sums);
+      QuantizedGemvInt4Avx2<true>(pool, w, bias, outputs, num_outputs, codes, scales, integer_sums);
     } else if (w.dtype == plan::I4) {
-      QuantizedGemvAvx2<true, false>(pool, w, bias, outputs, num_outputs, codes, scales,
-                                     integer_sums);
+      QuantizedGemvInt4Avx2<false>(pool, w, bias, outputs, num_outputs, codes, scales,
+                                   integer_sums);
     } else if (GroupShift(w.group_size, w.cols) == 63) {
       QuantizedGemvInt8Avx2<true>(pool, w, bias, outputs, num_outputs, codes, scales);
     } else {

@@ -19,11 +19,11 @@
 // reference. The integer products are exact on every target; only the order and grouping of
 // the f32 accumulation differ (relative differences ~1e-7 of the sum of the terms' magnitudes).
 //
-// One activation row (decode) runs the GEMV (quant_matmul.cc, QuantizedGemvAvx2): 4 weight
-// rows per pass (4 streams, the next 4 rows prefetched), items of 32 rows claimed dynamically
-// by the threads. From kQuantGemmMinRows rows on, AVX2 runs QuantizedGemm (quant_gemm.h) with
-// the same per-(row, token) arithmetic, so a result never depends on the rows or tokens
-// computed beside it.
+// One activation row (decode) runs a GEMV (quant_matmul.cc) that reads long sequential streams:
+// I8 4 rows per pass taken from the 4 quarters of the matrix, I4 one row after another; work
+// items are claimed dynamically by the threads. From kQuantGemmMinRows rows on, AVX2 runs
+// QuantizedGemm (quant_gemm.h) with the same per-(row, token) arithmetic, so a result never depends
+// on the rows or tokens computed beside it.
 //
 // Thread-safety: like kernels.h (pure apart from outputs and scratch; one call per pool).
 #ifndef LLMRT_BACKEND_CPU_QUANT_MATMUL_H_
