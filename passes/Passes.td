@@ -47,12 +47,17 @@ def QuantizeWeightsPass : Pass<"llm-quantize-weights", "::mlir::ModuleOp"> {
   let summary = "Decide which matmul weights are stored as int8/int4 codes";
   let description = [{
     Sets `llm.quant = {bits, group_size, scheme, method}` on every llm.matmul (and, with
-    quantize-lm-head, the llm.logits) whose weights the policy quantizes; codegen turns the
+    lm-head-bits, the llm.logits) whose weights the policy quantizes; codegen turns the
     attribute into I8/I4 codes with F16 scales (plan.proto, message Quantization). Policy:
     embeddings, norms, biases and the lm_head stay float; so does a matmul any of whose weights
     contains a keep-float pattern, or whose input width the format cannot group (int4 and int8
     per-group need a multiple of 32 and of group-size). A fused matmul is quantized as a whole:
     its weights become one blob with one encoding.
+    The lm_head has its own format (lm-head-bits): 8 is symmetric int8 with one scale per
+    output channel, 4 is int4 with group-size (32 when the body is int8 per channel) and
+    scheme; its method is always rtn (calibration records no lm_head inputs), and keep-float
+    does not apply to it. A tied lm_head (the embedding table) or one whose width the format
+    cannot group is an error, not a silent float.
   }];
   let options = [
     Option<"bits", "bits", "int64_t", /*default=*/"8", "8 (int8) or 4 (int4)">,
@@ -64,8 +69,8 @@ def QuantizeWeightsPass : Pass<"llm-quantize-weights", "::mlir::ModuleOp"> {
            "rtn, awq (activation-aware scales folded upstream) or gptq (imported codes)">,
     ListOption<"keepFloat", "keep-float", "std::string",
                "weights whose name contains one of these substrings stay float">,
-    Option<"quantizeLmHead", "quantize-lm-head", "bool", /*default=*/"false",
-           "quantize an untied lm_head too">,
+    Option<"lmHeadBits", "lm-head-bits", "int64_t", /*default=*/"0",
+           "0: the lm_head stays float; 8: int8 per output channel; 4: int4 (group-size, scheme)">,
   ];
 }
 

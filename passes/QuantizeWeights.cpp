@@ -10,7 +10,9 @@
 //   - norms and biases: a few KiB in all, and their error is not averaged over a dot product;
 //   - lm_head: the widest matrix of small models and the one whose error goes straight into
 //     the logits (llama.cpp keeps it at Q6_K in Q4 files for the same reason); opt in with
-//     quantize-lm-head. A tied lm_head is the embedding table and always stays float.
+//     lm-head-bits, which gives it its own format (an int8 lm_head in an int4 plan is the
+//     like-for-like of llama.cpp's Q4_0 files). A tied lm_head is the embedding table and
+//     always stays float.
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,12 +41,13 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsPassBase<QuantizeWeightsPass> 
 
   LogicalResult checkOptions(ModuleOp module) {
     if (bits != 4 && bits != 8)
-      return module.emitError() << "llm-quantize-weights: bits must be 8 or 4, found " << bits;
+      return module.emitError() << "llm-quantize-weights: bits must be 8 or 4, found "
+                                << bits.getValue();
     if (groupSize != 0 && groupSize != 32 && groupSize != 64 && groupSize != 128)
       return module.emitError()
              << "llm-quantize-weights: group-size must be 32, 64 or 128 (or 0: per output "
                 "channel), found "
-             << groupSize;
+             << groupSize.getValue();
     if (bits == 4 && groupSize == 0)
       return module.emitError() << "llm-quantize-weights: int4 needs a group-size (32, 64 or 128)";
     if (scheme != "symmetric" && scheme != "asymmetric")
@@ -58,7 +61,41 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsPassBase<QuantizeWeightsPass> 
       return module.emitError()
              << "llm-quantize-weights: method must be rtn, awq, gptq or awq+gptq, found \""
              << method << "\"";
+    if (lmHeadBits != 0 && lmHeadBits != 4 && lmHeadBits != 8)
+      return module.emitError()
+             << "llm-quantize-weights: lm-head-bits must be 0 (float), 8 or 4, found "
+             << lmHeadBits.getValue();
     return success();
+  }
+
+  // The lm_head's own format (lm-head-bits), or failure (reported) when it cannot have it.
+  // int8: symmetric, one scale per output channel, any width; int4: the body's group size
+  // (32 when the body is int8 per channel, which has none) and scheme. Always "rtn": AWQ and
+  // GPTQ need the inputs of the op from calibration, which records matmul inputs only
+  // (compiler/quant/awq.h), and ApplyAwq rewrites llm.matmul ops only.
+  FailureOr<QuantSpec> lmHeadSpec(llm::LogitsOp op, const llvm::DenseSet<StringRef> &tables) {
+    if (tables.contains(op.getWeight()))
+      return op->emitError() << "lm-head-bits: the lm_head is tied to the embedding table @"
+                             << op.getWeight() << ", which stays float";
+    llm::ParamOp param = llm::lookupParam(op, op.getWeightAttr());
+    if (!param || param.getTensorType().getRank() != 2)
+      return op->emitError() << "lm-head-bits: the lm_head @" << op.getWeight()
+                             << " is not a 2-D llm.param";
+    const int64_t cols = param.getTensorType().getShape()[1];
+    QuantSpec spec;
+    spec.bits = lmHeadBits;
+    spec.method = "rtn";
+    if (lmHeadBits == 8) {
+      spec.groupSize = cols;
+      return spec;
+    }
+    spec.groupSize = groupSize == 0 ? kColumnBlock : groupSize.getValue();
+    spec.asymmetric = scheme == "asymmetric";
+    if (cols % kColumnBlock != 0 || cols % spec.groupSize != 0)
+      return op->emitError() << "lm-head-bits=4: the lm_head @" << op.getWeight() << " has " << cols
+                             << " input columns, not a multiple of the group size "
+                             << spec.groupSize;
+    return spec;
   }
 
   // The spec for a weight set of `cols` input columns, or nullopt when it stays float.
@@ -99,14 +136,11 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsPassBase<QuantizeWeightsPass> 
       if (auto matmul = dyn_cast<llm::MatmulOp>(op)) {
         if (std::optional<QuantSpec> spec = specFor(op, matmul.getWeightRefs()))
           op->setAttr(kQuantAttr, spec->toAttr(builder));
-      } else if (auto logits = dyn_cast<llm::LogitsOp>(op); logits && quantizeLmHead) {
-        if (embeddingTables.contains(logits.getWeight())) {
-          op->emitError() << "quantize-lm-head: the lm_head is tied to the embedding table @"
-                          << logits.getWeight() << ", which stays float";
+      } else if (auto logits = dyn_cast<llm::LogitsOp>(op); logits && lmHeadBits != 0) {
+        FailureOr<QuantSpec> spec = lmHeadSpec(logits, embeddingTables);
+        if (failed(spec))
           return WalkResult::interrupt();
-        }
-        if (std::optional<QuantSpec> spec = specFor(op, {logits.getWeightAttr()}))
-          op->setAttr(kQuantAttr, spec->toAttr(builder));
+        op->setAttr(kQuantAttr, spec->toAttr(builder));
       }
       return WalkResult::advance();
     });

@@ -65,7 +65,7 @@ QuantizeWeightsPassOptions PassOptions(const QuantizeOptions& quantize) {
                 : quantize.gptq ? "gptq"
                                 : "rtn";
   pass.keepFloat = quantize.keep_float;
-  pass.quantizeLmHead = quantize.quantize_lm_head;
+  pass.lmHeadBits = quantize.lm_head_bits;
   return pass;
 }
 
@@ -79,12 +79,14 @@ QuantizeWeightsPassOptions PrequantizedPassOptions(const quant::PrequantizedChec
   return pass;
 }
 
-// PlanMeta.quantization: "int4 g32 asymmetric awq", "int8 per-channel symmetric rtn".
+// PlanMeta.quantization: "int4 g32 asymmetric awq", "int8 per-channel symmetric rtn",
+// "int4 g32 symmetric rtn, lm_head int8" (the lm_head's own format, when it has one).
 std::string QuantizationRequest(const QuantizeWeightsPassOptions& pass) {
   return absl::StrCat(
       "int", pass.bits, " ",
       pass.groupSize == 0 ? std::string("per-channel") : absl::StrCat("g", pass.groupSize), " ",
-      pass.scheme, " ", pass.method);
+      pass.scheme, " ", pass.method,
+      pass.lmHeadBits == 0 ? std::string() : absl::StrCat(", lm_head int", pass.lmHeadBits));
 }
 
 // Serves a GPTQ/AWQ checkpoint: the repacked codes of each quantized linear, the float tensors
@@ -192,6 +194,23 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
   if (!imported.ok()) return imported;
 
   const plan::ModelConfig& config = checkpoint->config();
+  // Said here, with the flag and the field, rather than by the pass in IR terms.
+  if (options.quantize && options.quantize->lm_head_bits != 0 && config.tie_word_embeddings()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lm-head-quant int", options.quantize->lm_head_bits, ": ", options.model_dir,
+                     "/config.json has tie_word_embeddings true, so the lm_head is the embedding "
+                     "table, which stays float; expected an untied lm_head"));
+  }
+  if (options.quantize && options.quantize->lm_head_bits == 4) {
+    // 32 when --group-size is absent, for int4 and int8 per channel alike (the pass's rule).
+    const int64_t group = options.quantize->group_size == 0 ? 32 : options.quantize->group_size;
+    if (config.hidden_size() % group != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--lm-head-quant int4: ", options.model_dir, "/config.json has hidden_size ",
+                       config.hidden_size(),
+                       ", the lm_head's width; expected a multiple of the group size ", group));
+    }
+  }
   plan::DType weight_dtype = options.weight_dtype.value_or(config.checkpoint_dtype());
   if (weight_dtype != plan::F32 && weight_dtype != plan::F16 && weight_dtype != plan::BF16) {
     weight_dtype = plan::F32;

@@ -1,5 +1,9 @@
 // RUN: llmc-opt --llm-quantize-weights="bits=4 group-size=32 scheme=asymmetric" --llm-tile-cpu --split-input-file %s 2>&1 | FileCheck %s
-// RUN: llmc-opt --llm-quantize-weights="bits=8 keep-float=down_proj quantize-lm-head=true" --split-input-file --verify-diagnostics %s | FileCheck %s --check-prefix=INT8
+// RUN: llmc-opt --llm-quantize-weights="bits=8 keep-float=down_proj lm-head-bits=8" --split-input-file --verify-diagnostics %s | FileCheck %s --check-prefix=INT8
+// RUN: llmc-opt --llm-quantize-weights="bits=4 group-size=32 scheme=asymmetric method=awq keep-float=down_proj lm-head-bits=8" --split-input-file --verify-diagnostics %s | FileCheck %s --check-prefix=HEAD8
+// RUN: llmc-opt --llm-quantize-weights="bits=8 keep-float=down_proj lm-head-bits=4" --split-input-file --verify-diagnostics %s | FileCheck %s --check-prefix=HEAD4
+// RUN: not llmc-opt --llm-quantize-weights="bits=4 group-size=128 lm-head-bits=4" --split-input-file %s 2>&1 | FileCheck %s --check-prefix=HEADWIDTH
+// RUN: not llmc-opt --llm-quantize-weights="bits=4 group-size=32 lm-head-bits=2" --split-input-file %s 2>&1 | FileCheck %s --check-prefix=HEADBITS
 // RUN: not llmc-opt --llm-quantize-weights="bits=4" --split-input-file %s 2>&1 | FileCheck %s --check-prefix=NOGROUP
 // RUN: not llmc-opt --llm-quantize-weights="bits=8 scheme=asymmetric" --split-input-file %s 2>&1 | FileCheck %s --check-prefix=ASYM8
 
@@ -16,13 +20,26 @@
 // CHECK: llm.logits %{{.*}} {llm.cpu_tile = {layout = "row_panels", panel_rows = 16 : i64}, weight = @head}
 
 // int8 per channel (group_size = cols, any width): keep-float keeps down_proj, and
-// quantize-lm-head takes the lm_head too.
+// lm-head-bits=8 takes the lm_head too.
 // INT8-LABEL: func.func @untied
 // INT8: llm.matmul %{{.*}} {llm.quant = {bits = 8 : i64, group_size = 64 : i64, method = "rtn", scheme = "symmetric"}, weights = [@l.q_proj, @l.k_proj, @l.v_proj]}
 // INT8: llm.matmul %{{.*}} {llm.quant = {bits = 8 : i64, group_size = 64 : i64, method = "rtn", scheme = "symmetric"}, weights = [@l.o_proj]}
 // INT8: llm.matmul %{{.*}} {llm.quant = {bits = 8 : i64, group_size = 64 : i64, method = "rtn", scheme = "symmetric"}, weights = [@l.up_proj]}
 // INT8: llm.matmul %{{.*}} {weights = [@l.down_proj]}
 // INT8: llm.logits %{{.*}} {llm.quant = {bits = 8 : i64, group_size = 64 : i64, method = "rtn", scheme = "symmetric"}, weight = @head}
+
+// The lm_head has its own format: int8 per channel, symmetric and rtn in an asymmetric AWQ int4
+// plan (calibration records no lm_head inputs) ...
+// HEAD8-LABEL: func.func @untied
+// HEAD8: llm.matmul %{{.*}} {llm.quant = {bits = 4 : i64, group_size = 32 : i64, method = "awq", scheme = "asymmetric"}, weights = [@l.q_proj, @l.k_proj, @l.v_proj]}
+// HEAD8: llm.logits %{{.*}} {llm.quant = {bits = 8 : i64, group_size = 64 : i64, method = "rtn", scheme = "symmetric"}, weight = @head}
+// ... and int4 in an int8 per-channel plan, in groups of 32 (the body has no group size).
+// HEAD4-LABEL: func.func @untied
+// HEAD4: llm.matmul %{{.*}} {llm.quant = {bits = 8 : i64, group_size = 64 : i64, method = "rtn", scheme = "symmetric"}, weights = [@l.q_proj, @l.k_proj, @l.v_proj]}
+// HEAD4: llm.logits %{{.*}} {llm.quant = {bits = 4 : i64, group_size = 32 : i64, method = "rtn", scheme = "symmetric"}, weight = @head}
+// An lm_head the int4 groups do not divide is an error, not a silent float.
+// HEADWIDTH: lm-head-bits=4: the lm_head @head has 64 input columns, not a multiple of the group size 128
+// HEADBITS: lm-head-bits must be 0 (float), 8 or 4, found 2
 
 // NOGROUP: int4 needs a group-size (32, 64 or 128)
 // ASYM8: the asymmetric scheme (zero points) is int4 only
@@ -51,7 +68,7 @@ func.func @untied(%t: tensor<?xi32>, %pos: tensor<?xi32>) -> tensor<?x96xf32> {
 llm.param @table : tensor<96x64xf32>
 func.func @tied(%t: tensor<?xi32>, %pos: tensor<?xi32>) -> tensor<?x96xf32> {
   %x = llm.embed %t {table = @table} : tensor<?xi32> -> tensor<?x64xf32>
-  // expected-error @+1 {{quantize-lm-head: the lm_head is tied to the embedding table @table, which stays float}}
+  // expected-error @+1 {{lm-head-bits: the lm_head is tied to the embedding table @table, which stays float}}
   %l = llm.logits %x {weight = @table} : tensor<?x64xf32> -> tensor<?x96xf32>
   return %l : tensor<?x96xf32>
 }

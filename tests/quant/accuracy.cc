@@ -6,9 +6,11 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "runtime/engine/model.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tests/e2e/test_util.h"
 
 namespace llmc::quant_testing {
 namespace {
@@ -70,6 +72,41 @@ std::vector<float> DequantizePlanTensor(const llmrt::plan::Plan& plan, int tenso
     }
   }
   return weights;
+}
+
+absl::Status WriteUntiedCopy(const std::string& model_dir, const std::string& output_dir) {
+  using ::llmc::testing::ReadFile;
+  using ::llmc::testing::WriteFile;
+  ::llmc::testing::CopyDir(model_dir, output_dir);
+  const std::string config_path = output_dir + "/config.json";
+  nlohmann::json config = nlohmann::json::parse(ReadFile(config_path), nullptr, false);
+  if (config.is_discarded()) return absl::DataLossError(config_path + ": not JSON");
+  config["tie_word_embeddings"] = false;
+  WriteFile(config_path, config.dump(2));
+
+  // safetensors: u64 header length, the JSON header, then the data the offsets index.
+  const std::string weights_path = output_dir + "/model.safetensors";
+  const std::string bytes = ReadFile(weights_path);
+  uint64_t header_size = 0;
+  if (bytes.size() >= 8) std::memcpy(&header_size, bytes.data(), 8);
+  if (bytes.size() < 8 + header_size)
+    return absl::DataLossError(weights_path + ": shorter than its header");
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_size), nullptr, false);
+  const char kTable[] = "model.embed_tokens.weight";
+  if (header.is_discarded() || !header.contains(kTable) || header.contains("lm_head.weight"))
+    return absl::InvalidArgumentError(
+        absl::StrCat(weights_path, ": expected ", kTable, " and no lm_head.weight"));
+  std::string data = bytes.substr(8 + header_size);
+  const uint64_t begin = header[kTable]["data_offsets"][0], end = header[kTable]["data_offsets"][1];
+  header["lm_head.weight"] = header[kTable];
+  header["lm_head.weight"]["data_offsets"] = {data.size(), data.size() + end - begin};
+  data += data.substr(begin, end - begin);
+  std::string new_header = header.dump();
+  new_header.append((8 - new_header.size() % 8) % 8, ' ');
+  const uint64_t new_size = new_header.size();
+  std::string file(reinterpret_cast<const char*>(&new_size), 8);
+  WriteFile(weights_path, file + new_header + data);
+  return absl::OkStatus();
 }
 
 absl::Status CompilePlan(const std::string& model_dir, const std::string& output_path,

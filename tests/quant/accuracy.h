@@ -58,6 +58,12 @@ double Top1Agreement(const std::vector<float>& logits, const std::vector<int32_t
 // compiler/quant).
 std::vector<float> DequantizePlanTensor(const llmrt::plan::Plan& plan, int tensor_index);
 
+// Copies the checkpoint in `model_dir` (one model.safetensors) to `output_dir` untied:
+// config.json's tie_word_embeddings false and an lm_head.weight equal to
+// model.embed_tokens.weight. The same model (equal float logits) with an lm_head that
+// --lm-head-quant can quantize: stories260K, the one trained model here, is tied.
+absl::Status WriteUntiedCopy(const std::string& model_dir, const std::string& output_dir);
+
 struct AccuracyRow {
   std::string label;  // "int4 g32 asymmetric rtn"
   uint64_t plan_bytes = 0;

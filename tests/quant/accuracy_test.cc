@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/plan/plan_reader.h"
 #include "tests/e2e/test_util.h"
 
 namespace llmc::quant_testing {
@@ -177,12 +178,53 @@ TEST_P(QuantAccuracyTest, ErrorFeedbackInt4G32) {
   }
 }
 
+// --lm-head-quant int8 (the lm_head's own format, round-to-nearest per output channel) on
+// every model; a tied one (stories260K, llama_gqa_tied) is measured through its untied twin
+// (WriteUntiedCopy: the same float logits, so the f32 reference of SetUp holds). The bounds
+// are the int8 and int4 ones above; that an int8 lm_head adds little to an int4 plan is
+// checked against the float-head plan measured here (stories260K: docs/quantization.md).
+TEST_P(QuantAccuracyTest, LmHeadInt8) {
+  absl::StatusOr<std::unique_ptr<llmrt::plan::Plan>> float_plan =
+      llmrt::plan::Plan::Open(float_plan_);
+  ASSERT_TRUE(float_plan.ok()) << float_plan.status();
+  if ((*float_plan)->meta().config().tie_word_embeddings()) {
+    const std::string untied = scratch_ + "/untied";
+    const absl::Status written = WriteUntiedCopy(dir_, untied);
+    ASSERT_TRUE(written.ok()) << written;
+    dir_ = untied;
+  }
+  const bool trained = GetParam() == "tests/data/stories260K";
+  QuantizeOptions int8;
+  int8.bits = 8;
+  const AccuracyRow int8_float_head = MeasureQuantized(int8, "int8-untied");
+  int8.lm_head_bits = 8;
+  const AccuracyRow int8_head = MeasureQuantized(int8, "int8-lm-head-int8");
+  EXPECT_LE(int8_head.mean_kl, 0.01);
+  QuantizeOptions int4 = Int4G32(/*asymmetric=*/false);
+  const AccuracyRow int4_float_head = MeasureQuantized(int4, "int4-g32-untied");
+  int4.lm_head_bits = 8;
+  const AccuracyRow int4_head = MeasureQuantized(int4, "int4-g32-lm-head-int8");
+  EXPECT_LE(int4_head.mean_kl, trained ? 0.073 : 0.68);
+  // int8 codes of an f32 [vocab, hidden] lm_head: a quarter of its bytes, plus a scale a row.
+  EXPECT_LT(int8_head.plan_bytes, int8_float_head.plan_bytes);
+  EXPECT_LT(int4_head.plan_bytes, int4_float_head.plan_bytes);
+  // What the int8 lm_head adds: measured +0.00035 (stories260K's int8 plan), at most +0.0005
+  // elsewhere (-0.0003 to +0.0005 on int4 plans); a wrong scale or code gives KL >> 1.
+  EXPECT_LE(int8_head.mean_kl - int8_float_head.mean_kl, 0.001);
+  EXPECT_LE(int4_head.mean_kl - int4_float_head.mean_kl, 0.002);
+  // For the docs: an int4 lm_head (the body's format) in the same plan.
+  int4.lm_head_bits = 4;
+  const AccuracyRow int4_int4_head = MeasureQuantized(int4, "int4-g32-lm-head-int4");
+  EXPECT_LE(int4_int4_head.mean_kl, trained ? 0.095 : 0.68);
+}
+
 // The exact mode (f32 activations, runtime/backend/cpu/quant_matmul_exact.h) computes the
 // dequantized model: for every quantization mode of stories260K, its logits equal those of the
 // plan's dequantized f32 twin (built in memory from the plan's codes by plan.proto's formulas)
 // within 1e-3, while the default int8 activations differ measurably (the check has teeth).
+// The --lm-head-quant modes run on the untied llama_mha fixture (stories260K is tied): the
+// quantized lm_head's logits GEMV meets its dequantized twin too.
 TEST(QuantExactModeTest, EveryModeEqualsItsDequantizedPlan) {
-  const std::string dir = SourcePath("tests/data/stories260K");
   const std::string scratch = MakeScratchDir("exact-mode");
   struct Mode {
     const char* label;
@@ -191,7 +233,10 @@ TEST(QuantExactModeTest, EveryModeEqualsItsDequantizedPlan) {
     bool asymmetric;
     bool awq;
     bool gptq;
+    int lm_head_bits = 0;
+    const char* model = "tests/data/stories260K";
   };
+  constexpr char kUntied[] = "tests/fixtures/llama_mha";
   const Mode modes[] = {{"int8", 8, 0, false, false, false},
                         {"int8-g32", 8, 32, false, false, false},
                         {"int4-g32", 4, 32, false, false, false},
@@ -201,23 +246,26 @@ TEST(QuantExactModeTest, EveryModeEqualsItsDequantizedPlan) {
                         {"int4-g32-asym-awq", 4, 32, true, true, false},
                         {"int8-gptq", 8, 0, false, false, true},
                         {"int4-g32-gptq", 4, 32, false, false, true},
-                        {"int4-g32-asym-awq-gptq", 4, 32, true, true, true}};
-  std::vector<int32_t> tokens;
+                        {"int4-g32-asym-awq-gptq", 4, 32, true, true, true},
+                        {"int4-g32-head-int8", 4, 32, false, false, false, 8, kUntied},
+                        {"int4-g32-asym-head-int4", 4, 32, true, false, false, 4, kUntied},
+                        {"int8-head-int4", 8, 0, false, false, false, 4, kUntied},
+                        {"int4-g32-awq-head-int8", 4, 32, false, true, false, 8, kUntied}};
   for (const Mode& mode : modes) {
+    const std::string dir = SourcePath(mode.model);
     QuantizeOptions quantize;
     quantize.bits = mode.bits;
     if (mode.group_size > 0) quantize.group_size = mode.group_size;
     quantize.asymmetric = mode.asymmetric;
     quantize.awq = mode.awq;
     quantize.gptq = mode.gptq;
+    quantize.lm_head_bits = mode.lm_head_bits;
     const std::string plan = scratch + "/" + mode.label + ".plan";
     ASSERT_TRUE(CompilePlan(dir, plan, quantize).ok()) << mode.label;
-    if (tokens.empty()) {
-      absl::StatusOr<std::vector<int32_t>> text =
-          Tokenize(plan, ReadFile(SourcePath("tests/quant/data/heldout_story.txt")));
-      ASSERT_TRUE(text.ok()) << text.status();
-      tokens = *text;
-    }
+    absl::StatusOr<std::vector<int32_t>> text =
+        Tokenize(plan, ReadFile(SourcePath("tests/quant/data/heldout_story.txt")));
+    ASSERT_TRUE(text.ok()) << text.status();
+    const std::vector<int32_t>& tokens = *text;
     int64_t vocab = 0;
     absl::StatusOr<std::vector<float>> expected =
         DequantizedTeacherForcedLogits(plan, tokens, &vocab);

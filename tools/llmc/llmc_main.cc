@@ -2,7 +2,7 @@
 //
 //   llmc compile MODEL_DIR -o PLAN [--dtype f32|f16|bf16] [--target LIST] [--dump-ir=DIR]
 //                [--quant int8|int4 [--group-size N] [--scheme S] [--awq] [--gptq] [--calib FILE]
-//                 [--keep-float PATTERNS] [--quantize-lm-head]] [--kv-cache T] [--quiet]
+//                 [--keep-float PATTERNS] [--lm-head-quant int8|int4]] [--kv-cache T] [--quiet]
 //                [--max-memory SIZE [--quant auto]]
 //   llmc synth --preset NAME|CONFIG_JSON -o DIR [--dtype f16|bf16|f32] [--seed S]
 //              [--max-shard-size SIZE]
@@ -31,8 +31,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: llmc compile MODEL_DIR -o PLAN [--dtype f32|f16|bf16] [--target LIST] [--dump-ir=DIR]\n"
     "                    [--quant int8|int4 [--group-size N] [--scheme S] [--awq] [--gptq]\n"
-    "                     [--calib FILE] [--keep-float LIST] [--quantize-lm-head]] [--kv-cache T]\n"
-    "                    [--quiet]\n"
+    "                     [--calib FILE] [--keep-float LIST] [--lm-head-quant int8|int4]]\n"
+    "                    [--kv-cache T] [--quiet]\n"
     "                    [--max-memory SIZE [--quant auto]]\n"
     "\n"
     "  MODEL_DIR     a HuggingFace model directory (config.json, *.safetensors, tokenizer.json)\n"
@@ -52,7 +52,9 @@ constexpr char kUsage[] =
     "                        the scaling\n"
     "  --calib FILE          calibration text for --awq / --gptq (default: built-in English)\n"
     "  --keep-float LIST     comma-separated name substrings whose weights stay float\n"
-    "  --quantize-lm-head    quantize an untied lm_head too\n"
+    "  --lm-head-quant F     the untied lm_head's own format (default: float): int8 (one scale\n"
+    "                        per output channel) or int4 (--group-size, --scheme); round-to-\n"
+    "                        nearest even with --awq / --gptq\n"
     "  --kv-cache T          KV cache dtype: f32, f16, bf16 or int8 (default: the weights')\n"
     "  --max-memory SIZE     size the plan for a resident-memory budget (4G, 512M; binary units):\n"
     "                        the KV pool and maximum context fill what the weights and the\n"
@@ -262,9 +264,20 @@ int Compile(const std::vector<std::string>& args) {
         quantize.keep_float.emplace_back(part);
       }
       quant_modifier = arg;
-    } else if (arg == "--quantize-lm-head") {
-      quantize.quantize_lm_head = true;
-      quant_modifier = arg;
+    } else if (arg == "--lm-head-quant" || arg.rfind("--lm-head-quant=", 0) == 0) {
+      std::string format;
+      if (arg == "--lm-head-quant") {
+        const std::string* next = value();
+        if (!next) return UsageError("--lm-head-quant needs int8 or int4");
+        format = *next;
+      } else {
+        format = arg.substr(strlen("--lm-head-quant="));
+      }
+      if (format != "int8" && format != "int4") {
+        return UsageError("--lm-head-quant: expected int8 or int4, found \"" + format + "\"");
+      }
+      quantize.lm_head_bits = format == "int8" ? 8 : 4;
+      quant_modifier = "--lm-head-quant";
     } else if (arg == "--kv-cache") {
       const std::string* dtype = value();
       if (!dtype) return UsageError("--kv-cache needs one of f32, f16, bf16, int8");

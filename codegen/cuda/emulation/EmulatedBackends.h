@@ -59,12 +59,12 @@ inline std::string compilePlan(const std::string &model, llmrt::plan::DType dtyp
   for (char &c : name)
     if (c == '/')
       c = '_';
-  options.output_path = ::testing::TempDir() + "/" + name + "_" + std::to_string(dtype) +
-                        (quantize ? absl::StrCat("_q", quantize->bits, "g", quantize->group_size,
-                                                 quantize->asymmetric ? "a" : "",
-                                                 quantize->quantize_lm_head ? "h" : "")
-                                  : "") +
-                        (kvDtype ? "_kv" + std::to_string(*kvDtype) : "") + ".plan";
+  options.output_path =
+      ::testing::TempDir() + "/" + name + "_" + std::to_string(dtype) +
+      (quantize ? absl::StrCat("_q", quantize->bits, "g", quantize->group_size,
+                               quantize->asymmetric ? "a" : "", "h", quantize->lm_head_bits)
+                : "") +
+      (kvDtype ? "_kv" + std::to_string(*kvDtype) : "") + ".plan";
   options.weight_dtype = dtype;
   // A bf16 KV cache keeps 8 bits: CPU and GPU sum k and v in different orders before rounding,
   // so an element near a rounding boundary lands one bf16 ulp apart and logits move ~4e-3,

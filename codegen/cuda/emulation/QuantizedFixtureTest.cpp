@@ -98,7 +98,7 @@ TEST_P(QuantizedFixtureTest, EveryKernelMatchesTheDequantizedPlan) {
     quantize->bits = param.mode->bits;
     quantize->group_size = param.mode->groupSize;
     quantize->asymmetric = param.mode->asymmetric;
-    quantize->quantize_lm_head = param.mode->lmHead;
+    quantize->lm_head_bits = param.mode->lmHead ? 8 : 0;
   }
   const std::vector<int> cudaTargets =
       nvrtcVersion().empty() ? std::vector<int>{} : std::vector<int>{80, 90};
