@@ -226,12 +226,10 @@ HWY_INLINE __m256i ReduceQuad(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
 }
 
 // result[r] = dot(weight row r, x) for a group of kRows I8 rows. kRowScale: one scale per row
-// (group_shift 63), else combined scales per block. prefetch_distance (0: none): bytes ahead of
-// each row's codes to prefetch at the pace of the loads — the next group's rows, so that memory
-// delivers them across 4 KiB page boundaries (where the hardware prefetcher stops).
+// (group_shift 63), else combined scales per block.
 template <int kRows, bool kRowScale>
 void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const int8_t* x_codes,
-                  const float* x_scales, int64_t prefetch_distance, float* result) {
+                  const float* x_scales, float* result) {
   WeightRow w[kRows];
   __m256 acc[kRows];
 #pragma GCC unroll 4
@@ -266,19 +264,7 @@ void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
             acc[r]);
       }
     };
-    int64_t block = chunk;
-    for (; block + 2 <= chunk_end; block += 2) {
-      if (prefetch_distance != 0) {
-#pragma GCC unroll 4
-        for (int r = 0; r < kRows; ++r) {
-          __builtin_prefetch(w[r].codes + block * kQuantBlock + prefetch_distance, /*rw=*/0,
-                             /*locality=*/3);
-        }
-      }
-      accumulate(block);
-      accumulate(block + 1);
-    }
-    if (block < chunk_end) accumulate(block);
+    for (int64_t block = chunk; block < chunk_end; ++block) accumulate(block);
   }
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
@@ -304,12 +290,14 @@ void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
 // 22:20): 21.0 / 31.3 GB/s at 1 / 2 threads against 12.6 / 17.9 for adjacent rows, and 16.7 /
 // 25.8 for a 4-row panel layout (one stream per thread, interleaved block by block).
 constexpr int kInt8Streams = 4;
+// No software prefetch: with 4 long streams the hardware prefetcher keeps up. Prefetching
+// 256 B - 2 KiB ahead in each stream (prefetcht0, a line per 64 B read) made no difference
+// beyond the noise, in the scratch program or end to end (tl-int8.plan tg32 / tg64, 5
+// alternating pairs at load ~3.5-4.4: -10% to +8%, session 6 23:00-23:08).
 // Bytes of each stream per work item: items of 4 x 128 KiB (~20 us at 25 GB/s) claimed
-// dynamically, so the threads meet at the join within ~one item.
+// dynamically, so the threads meet at the join within ~one item (64 KiB - 512 KiB: the same
+// decode speed within the noise, 23:00).
 constexpr int64_t kInt8StreamBytesPerItem = int64_t{128} << 10;
-// Prefetch distance within each stream: 1 KiB ahead, one line per 64 bytes read (as fast as
-// 512 B or 2 KiB in the scratch program; 1 KiB beat no prefetch by ~5% at 2 threads).
-constexpr int64_t kInt8PrefetchBytes = 1024;
 
 // QuantizedMatMul for one activation row of an I8 matrix on AVX2 (decode). Items: rows
 // [i, i + n) of each of the 4 regions, claimed in order by whichever thread is free; the rows
@@ -343,7 +331,7 @@ void QuantizedGemvInt8Avx2(ThreadPool& pool, const MatrixView& w, const float* b
         if (item == region_items) {
           for (int64_t row = region * kInt8Streams; row < w.rows; ++row) {
             rows[0] = row_of(row);
-            GemvInt8Avx2<1, kRowScale>(rows, w.cols, group_shift, codes, scales, 0, result);
+            GemvInt8Avx2<1, kRowScale>(rows, w.cols, group_shift, codes, scales, result);
             store(0, row, result[0]);
           }
           return;
@@ -351,10 +339,7 @@ void QuantizedGemvInt8Avx2(ThreadPool& pool, const MatrixView& w, const float* b
         const int64_t end = std::min(region, (item + 1) * rows_per_item);
         for (int64_t i = item * rows_per_item; i < end; ++i) {
           for (int s = 0; s < kInt8Streams; ++s) rows[s] = row_of(s * region + i);
-          // Never past the region's last row.
-          const int64_t prefetch_distance = std::min(kInt8PrefetchBytes, (region - 1 - i) * w.cols);
-          GemvInt8Avx2<kInt8Streams, kRowScale>(rows, w.cols, group_shift, codes, scales,
-                                                prefetch_distance, result);
+          GemvInt8Avx2<kInt8Streams, kRowScale>(rows, w.cols, group_shift, codes, scales, result);
           for (int s = 0; s < kInt8Streams; ++s) store(s, s * region + i, result[s]);
         }
       },
@@ -365,8 +350,9 @@ void QuantizedGemvInt8Avx2(ThreadPool& pool, const MatrixView& w, const float* b
 // (4 packed pairs, ReduceQuad), minus zero * sum(q) in int32, times the 8 combined scales, into
 // one f32 accumulator — the same operations in the same order as QuantizedGemm's per (row, token),
 // so a token's result does not depend on the batch around it. x_codes are interleaved per pair of
-// blocks and x_sums are int32 (InterleaveInt4Activations). prefetch_distance as GemvInt8Avx2's
-// (two lines per 8 blocks).
+// blocks and x_sums are int32 (Int4ActivationSums). prefetch_distance (0: none): bytes ahead of
+// the codes to prefetch at the pace of the loads (two lines per 8 blocks) — the next row's, so
+// that memory delivers them across 4 KiB page boundaries, where the hardware prefetcher stops.
 template <bool kZeroPoints>
 float GemvInt4Avx2(const WeightRow& row, int64_t cols, int group_shift, const int8_t* x_codes,
                    const float* x_scales, const int32_t* x_sums, int64_t prefetch_distance) {
