@@ -26,7 +26,7 @@
 namespace llmrt::cpu {
 
 // Activation rows from which QuantizedMatMul runs QuantizedGemm rather than its GEMV tiles
-// (below it a step is bound by the weight stream, which the GEMV's 4-row prefetching serves).
+// (below it a step is bound by the weight stream, which the GEMV reads in long sequential runs).
 inline constexpr int64_t kQuantGemmMinRows = 2;
 
 // Activation rows as QuantizedMatMul quantized them (quant_matmul.h): per row `padded_cols`
