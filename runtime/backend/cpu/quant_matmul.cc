@@ -200,28 +200,31 @@ HWY_INLINE __m256i BlockZeros8(const WeightRow& row, int64_t block, int64_t coun
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(zeros));
 }
 
-// Eight int32 lanes of a pair of packed I4 blocks times their interleaved activations
-// (InterleaveInt4Activations): lanes 0-3 sum to the first block's sum_c code_c * q_c, lanes
-// 4-7 to the second's.
+// Sixteen int16 lanes of a pair of packed I4 blocks times their interleaved activations
+// (InterleaveInt4Activations): lanes 0-7 sum to the first block's sum_c code_c * q_c, lanes 8-15
+// to the second's, 4 products each (at most 4 * 15 * 127 = 7620).
 HWY_INLINE __m256i PairProducts(__m256i packed, const int8_t* x) {
   const __m256i mask = _mm256_set1_epi8(0x0f);
   const __m256i low = _mm256_and_si256(packed, mask);
   const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
-  const __m256i pairs = _mm256_add_epi16(
+  return _mm256_add_epi16(
       _mm256_maddubs_epi16(low, _mm256_load_si256(reinterpret_cast<const __m256i*>(x))),
       _mm256_maddubs_epi16(high, _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 32))));
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
-// The 8 block sums of four consecutive pairs' PairProducts, in block order: two levels of
-// unpack + add (blocks 0 2 4 6 | 1 3 5 7 in the lanes) and one lane permute.
+// The 8 int32 block sums of four consecutive pairs' PairProducts, in block order: the pairs
+// folded in int16 (64-bit quarters of pairs 0 and 1, 2 and 3: 8 products per lane, at most
+// 15240), widened by two vpmaddwd, blocks 0 2 4 6 | 1 3 5 7 gathered by two shuffles and an add,
+// then one lane permute.
 HWY_INLINE __m256i ReduceQuad(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
-  const __m256i t01 =
-      _mm256_add_epi32(_mm256_unpacklo_epi32(p0, p1), _mm256_unpackhi_epi32(p0, p1));
-  const __m256i t23 =
-      _mm256_add_epi32(_mm256_unpacklo_epi32(p2, p3), _mm256_unpackhi_epi32(p2, p3));
-  const __m256i sums =
-      _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256 wide01 = _mm256_castsi256_ps(_mm256_madd_epi16(
+      _mm256_add_epi16(_mm256_unpacklo_epi64(p0, p1), _mm256_unpackhi_epi64(p0, p1)), ones));
+  const __m256 wide23 = _mm256_castsi256_ps(_mm256_madd_epi16(
+      _mm256_add_epi16(_mm256_unpacklo_epi64(p2, p3), _mm256_unpackhi_epi64(p2, p3)), ones));
+  const __m256i sums = _mm256_add_epi32(
+      _mm256_castps_si256(_mm256_shuffle_ps(wide01, wide23, _MM_SHUFFLE(2, 0, 2, 0))),
+      _mm256_castps_si256(_mm256_shuffle_ps(wide01, wide23, _MM_SHUFFLE(3, 1, 3, 1))));
   return _mm256_permutevar8x32_epi32(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
