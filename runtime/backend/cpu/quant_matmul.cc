@@ -54,7 +54,6 @@ constexpr int64_t kRowsPerItem = 16;
 struct ActivationTile {
   const int8_t* codes[kTokenTile];
   const float* scales[kTokenTile];
-  const float* sums[kTokenTile];  // I4 on AVX2: the int32 sum of each block's codes
 };
 
 // The weight codes and per-group parameters of one matrix row.
@@ -499,8 +498,7 @@ constexpr int kMaxRowsPerPass = RowsPerPass(1);
 
 template <int kRows, int kTokens, bool kInt4, bool kZeroPoints>
 void RowGroup(const WeightRow* rows, int64_t cols, int32_t group_size, const ActivationTile& tile,
-              int64_t prefetch_distance, float (*result)[kTokenTile]) {
-  (void)prefetch_distance;
+              float (*result)[kTokenTile]) {
   for (int r = 0; r < kRows; ++r) {
 #if LLMRT_QUANT_NEON
     RowTileNeon<kTokens, kInt4>(rows[r], cols, group_size, tile, result[r]);
@@ -513,11 +511,9 @@ void RowGroup(const WeightRow* rows, int64_t cols, int32_t group_size, const Act
 // `rows_per_pass` is RowsPerPass(count), or 1 for the rows left over at the end of a chunk.
 template <bool kInt4, bool kZeroPoints>
 void RunRowGroup(int count, int rows_per_pass, const WeightRow* rows, int64_t cols,
-                 int32_t group_size, const ActivationTile& tile, int64_t prefetch_distance,
-                 float (*result)[kTokenTile]) {
-#define LLMRT_QUANT_ROW_GROUP(kRows, kTokens)                                                   \
-  RowGroup<kRows, kTokens, kInt4, kZeroPoints>(rows, cols, group_size, tile, prefetch_distance, \
-                                               result)
+                 int32_t group_size, const ActivationTile& tile, float (*result)[kTokenTile]) {
+#define LLMRT_QUANT_ROW_GROUP(kRows, kTokens) \
+  RowGroup<kRows, kTokens, kInt4, kZeroPoints>(rows, cols, group_size, tile, result)
   const bool single = rows_per_pass == 1;
   switch (count) {
     case 1:
@@ -546,11 +542,9 @@ struct ColumnDestination {
 template <bool kInt4, bool kZeroPoints>
 void QuantizedMatMulTyped(ThreadPool& pool, int64_t num_rows, const MatrixView& w,
                           const float* bias, const MatMulOutput* outputs, int32_t num_outputs,
-                          const int8_t* codes, const float* scales, const float* sums,
-                          int64_t padded_cols) {
+                          const int8_t* codes, const float* scales, int64_t padded_cols) {
   const int64_t blocks = padded_cols / kQuantBlock;
   const int64_t num_items = (w.rows + kRowsPerItem - 1) / kRowsPerItem;
-  const int64_t row_bytes = kInt4 ? w.cols / 2 : w.cols;
   pool.ParallelFor(num_items, [&](int64_t item_begin, int64_t item_end, int32_t) {
     const int64_t row_begin = item_begin * kRowsPerItem;
     const int64_t row_end = std::min(w.rows, item_end * kRowsPerItem);
@@ -573,18 +567,12 @@ void QuantizedMatMulTyped(ThreadPool& pool, int64_t num_rows, const MatrixView& 
         for (int t = 0; t < count; ++t) {
           tile.codes[t] = codes + (token + t) * padded_cols;
           tile.scales[t] = scales + (token + t) * blocks;
-          tile.sums[t] = sums + (token + t) * blocks;
         }
         const int rows_per_pass = RowsPerPass(count);
         for (int64_t n = chunk; n < chunk_end;) {
           const int group = chunk_end - n >= rows_per_pass ? rows_per_pass : 1;
           for (int r = 0; r < group; ++r) rows[r] = RowOf(w, n + r);
-          // The first token tile prefetches the next group of rows this thread computes; later
-          // tiles find the chunk in L2.
-          const int64_t prefetch_distance =
-              token == 0 && n + 2 * group <= row_end ? group * row_bytes : 0;
-          RunRowGroup<kInt4, kZeroPoints>(count, group, rows, w.cols, w.group_size, tile,
-                                          prefetch_distance, result);
+          RunRowGroup<kInt4, kZeroPoints>(count, group, rows, w.cols, w.group_size, tile, result);
           for (int r = 0; r < group; ++r) {
             const float row_bias = bias != nullptr ? bias[n + r] : 0.0f;
             const ColumnDestination& destination = destinations[n + r - chunk];
@@ -773,13 +761,13 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
   // Other targets: the portable row tiles (NEON or scalar), every row count.
   if (w.dtype == plan::I4 && w.zero_points != nullptr) {
     QuantizedMatMulTyped<true, true>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
-                                     sums, padded);
+                                     padded);
   } else if (w.dtype == plan::I4) {
     QuantizedMatMulTyped<true, false>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
-                                      sums, padded);
+                                      padded);
   } else {
     QuantizedMatMulTyped<false, false>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
-                                       sums, padded);
+                                       padded);
   }
 #endif
 }
