@@ -19,7 +19,9 @@ using ::testing::HasSubstr;
 class PrequantizedTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/prequantized_test";
+    // One directory per test: ctest runs the tests of this fixture in parallel processes.
+    dir_ = ::testing::TempDir() + "/prequantized_test_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::create_directories(dir_);
     WriteConfig(R"({"quantization_config": {"quant_method": "gptq", "bits": 4,
                     "group_size": 32, "desc_act": false, "sym": true}})");
