@@ -282,6 +282,10 @@ absl::StatusOr<int> Emitter::addQuantizedTensor(Operation *user, ArrayRef<FlatSy
       writeTensor(name, codeDtype, {rows, first.cols}, codes, codeBytes);
   if (!codesIndex.ok())
     return codesIndex.status();
+  // QuantizedMatrix packs I4 rows as plan.proto's LANE_CHUNKS (runtime/plan/int4_layout.h), and
+  // fused parts concatenate whole rows, which keeps every row's packing.
+  if (codeDtype == plan::I4)
+    (*tensors)[*codesIndex].set_layout(plan::Tensor::LANE_CHUNKS);
   plan::Quantization quantization;
   quantization.set_scheme(format.asymmetric ? plan::Quantization::ASYMMETRIC
                                             : plan::Quantization::SYMMETRIC);

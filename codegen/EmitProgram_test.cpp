@@ -310,8 +310,14 @@ float dequantizedFromPlan(const plan::Plan &opened, int index, int64_t row, int6
   const float scale = plan::F16ToF32(scaleBits);
   if (tensor.dtype() == plan::I8)
     return static_cast<float>(static_cast<int8_t>(codes[row * cols + col])) * scale;
-  const uint8_t byte = codes[row * cols / 2 + (col / 32) * 16 + col % 16];
-  const int code = col % 32 < 16 ? byte & 15 : byte >> 4;
+  // LANE_CHUNKS: chunks of 8 runs of 32 columns (the last holds the rest); in slice v of a chunk
+  // of n runs, byte 4j + i holds columns 8v + i (low nibble) and 8v + 4 + i (high) of run j.
+  EXPECT_EQ(tensor.layout(), plan::Tensor::LANE_CHUNKS) << tensor.name();
+  const int64_t run = col / 32, offset = col % 32, first = run / 8 * 8;
+  const int64_t chunkRuns = std::min<int64_t>(8, cols / 32 - first);
+  const uint8_t byte =
+      codes[row * cols / 2 + first * 16 + offset / 8 * 4 * chunkRuns + run % 8 * 4 + offset % 4];
+  const int code = offset % 8 < 4 ? byte & 15 : byte >> 4;
   const int zero = q.scheme() == plan::Quantization::ASYMMETRIC
                        ? opened.blob(q.zero_points())[row * groups + col / q.group_size()]
                        : 8;

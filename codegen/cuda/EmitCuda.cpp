@@ -332,9 +332,6 @@ private:
     if (*dtype != plan::F32 && *dtype != plan::F16 && *dtype != plan::BF16 && !quantized)
       return error(index,
                    absl::StrFormat("weight dtype %s has no CUDA matmul", plan::DType_Name(*dtype)));
-    auto panels = panelRows(index, op.weights(0));
-    if (!panels.ok())
-      return panels.status();
     const bool bias = op.weights_size() == 2;
     const int64_t k = (*in)->width();
     // The store helper maps column n to (output, column within it); widths are literals.
@@ -359,8 +356,12 @@ private:
         absl::StrFormat("llmc_store_%08x", XXH64(store.data(), store.size(), 0) & 0xffffffffu);
     store.replace(store.find("STORE"), 5, storeName);
     store = guarded(storeName, store);
+    // Quantized codes have layouts of their own (ROW_MAJOR I8, LANE_CHUNKS I4), checked there.
     if (quantized)
       return emitQuantizedMatmul(op, index, k, n, bias, store, storeName, kernels);
+    auto panels = panelRows(index, op.weights(0));
+    if (!panels.ok())
+      return panels.status();
     const std::string base =
         absl::StrCat(logits ? "logits_" : "gemv_", k, "x", n, "_", dtypeSuffix(*dtype));
 
@@ -407,8 +408,8 @@ private:
   }
 
   // MATMUL / LOGITS over an I8 or I4 matrix: checks the Quantization against plan.proto's
-  // contract (codes [N, K] row-major, f16 scales and U8 zero points [N, K / group], i32 [K]
-  // permutation) and emits gemvQuant, plus gemmMmaQuant for MATMUL.
+  // contract (codes [N, K]: I8 ROW_MAJOR, I4 LANE_CHUNKS; f16 scales and U8 zero points
+  // [N, K / group], i32 [K] permutation) and emits gemvQuant, plus gemmMmaQuant for MATMUL.
   absl::Status emitQuantizedMatmul(const plan::Op &op, int index, int64_t k, int64_t n, bool bias,
                                    const std::string &store, const std::string &storeName,
                                    std::vector<int32_t> &kernels) {
@@ -420,8 +421,13 @@ private:
     auto fail = [&](const std::string &what) {
       return error(index, absl::StrFormat("quantized weight %s: %s", weight.name(), what));
     };
-    if (weight.layout() != plan::Tensor::ROW_MAJOR)
-      return fail("the CUDA kernels read ROW_MAJOR codes only");
+    const plan::Tensor::Layout layout =
+        bits == 4 ? plan::Tensor::LANE_CHUNKS : plan::Tensor::ROW_MAJOR;
+    if (weight.layout() != layout)
+      return fail(absl::StrFormat("layout %s, the CUDA kernels read %s codes in layout %s",
+                                  plan::Tensor::Layout_Name(weight.layout()),
+                                  plan::DType_Name(weight.dtype()),
+                                  plan::Tensor::Layout_Name(layout)));
     if (weight.shape_size() != 2 || weight.shape(0) != n || weight.shape(1) != k)
       return fail(absl::StrFormat("shape must be [%d, %d]", n, k));
     if (quant.bits() != bits)

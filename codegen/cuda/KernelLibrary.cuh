@@ -845,16 +845,27 @@ template <int kVocab, int kTopK> __device__ void logitsTopK(const LlmcKernelPara
 
 // --- Quantized weights (plan.proto Quantization): I8 / I4 codes, f16 scales per group ---------
 // kBits 8: w = code * scale (signed codes). kBits 4: w = (code - zero) * scale, zero = 8
-// (symmetric) or the U8 zero point of (row, group) (kAsymmetric). I4 packing: run j of 32
-// columns is 16 bytes, byte b = column 32j + b (low nibble) and 32j + 16 + b (high nibble).
+// (symmetric) or the U8 zero point of (row, group) (kAsymmetric). I4 codes are in layout
+// LANE_CHUNKS: a row's runs of 32 columns form chunks of 8 runs (the last one the n <= 8 left);
+// a chunk of n runs is 4 slices of 4n bytes, and in slice v the 4 bytes at 4j hold run j's
+// columns 8v..8v+3 (low nibbles) and 8v+4..8v+7 (high nibbles). NVRTC sees no host headers, so
+// int4RunsInChunk and quantCode repeat Int4RunsInChunk / Int4PositionOf of
+// runtime/plan/int4_layout.h line for line (kInt4ChunkBytes = 128 bytes per full chunk).
 // kPermuted: stored column c multiplies activation element input_permutation[c].
+template <int kK> __device__ __forceinline__ int int4RunsInChunk(int run) {
+  const int left = kK / 32 - run / 8 * 8;
+  return left < 8 ? left : 8;
+}
+
 template <int kK, int kBits>
 __device__ __forceinline__ int quantCode(const void *codes, long long row, int col) {
   if (kBits == 8)
     return ((const signed char *)codes)[row * kK + col];
-  const unsigned char byte =
-      ((const unsigned char *)codes)[row * (kK / 2) + (col / 32) * 16 + (col % 16)];
-  return (col % 32) < 16 ? (byte & 15) : (byte >> 4);
+  const int run = col / 32, offset = col % 32;
+  const int byte =
+      run / 8 * 128 + offset / 8 * 4 * int4RunsInChunk<kK>(run) + run % 8 * 4 + offset % 4;
+  const unsigned char packed = ((const unsigned char *)codes)[row * (kK / 2) + byte];
+  return offset % 8 < 4 ? (packed & 15) : (packed >> 4);
 }
 
 template <int kK, int kGroup, int kBits, bool kAsymmetric>
@@ -873,10 +884,14 @@ __device__ __forceinline__ float quantScale(const LlmcKernelParams &p, long long
 
 // --- MATMUL / LOGITS over quantized weights, decode: GEMV (W8 / W4, f32 activations) ----------
 // The gemv above with dequantization in the inner loop: one warp per output column, each lane
-// loads 16 bytes of codes at once (32 I4 or 16 I8 columns, always inside one scale group as
-// group sizes are multiples of 32), sums (code - zero) * x for its kRows activation rows in
-// f32 and multiplies by the group's scale once per 16-byte load. I8 matrices whose K is not a
-// multiple of 16 (per-channel scales, e.g. stories260K's 172) read one code per lane instead.
+// takes 32 I4 or 16 I8 columns at once (always inside one scale group as group sizes are
+// multiples of 32), sums (code - zero) * x for its kRows activation rows in f32 and multiplies
+// by the group's scale once per load. I8: one 16-byte load of contiguous codes. I4: lane l
+// takes run l of the 32 runs in flight, i.e. run j = l % 8 of a LANE_CHUNKS chunk, and loads its
+// 4-byte word of each of the chunk's 4 slices, so per slice the 8 lanes of a full chunk read 32
+// contiguous bytes and the warp 4 x 32 (every 32-byte sector fully used, as the 16-byte loads
+// of a run-contiguous layout). I8 matrices whose K is not a multiple of 16 (per-channel scales,
+// e.g. stories260K's 172) read one code per lane instead.
 template <int kK, int kN, int kBits, bool kAsymmetric, int kGroup, bool kPermuted, bool kBias,
           bool kIndirect, int kWarps, int kRows, typename Store>
 __device__ void gemvQuant(const LlmcKernelParams &p) {
@@ -902,17 +917,25 @@ __device__ void gemvQuant(const LlmcKernelParams &p) {
       float weight[kVector];
       if constexpr (kVector == 1) {
         weight[0] = (float)quantCode<kK, kBits>((const void *)p.weight, n, c0);
-      } else {
-        const uint4 packed = *(const uint4 *)((const unsigned char *)p.weight +
-                                              ((long long)n * kK + c0) * kBits / 8);
+      } else if constexpr (kBits == 8) {
+        const uint4 packed =
+            *(const uint4 *)((const signed char *)p.weight + (long long)n * kK + c0);
         const u32 words[4] = {packed.x, packed.y, packed.z, packed.w};
-        for (int b = 0; b < 16; ++b) {
-          const u32 byte = (words[b / 4] >> (8 * (b % 4))) & 255u;
-          if constexpr (kBits == 8) {
-            weight[b] = (float)(int)(signed char)byte;
-          } else {
-            weight[b] = (float)(byte & 15u);
-            weight[b + 16] = (float)(byte >> 4);
+        for (int b = 0; b < 16; ++b)
+          weight[b] = (float)(int)(signed char)((words[b / 4] >> (8 * (b % 4))) & 255u);
+      } else {
+        // Word v of run `run` (quantCode's byte of column 8v, 4-byte aligned: rows are
+        // multiples of 16 bytes); its byte i holds columns 8v + i and 8v + 4 + i.
+        const int run = c0 / 32;
+        const int slice = 4 * int4RunsInChunk<kK>(run);
+        const unsigned char *base =
+            (const unsigned char *)p.weight + (long long)n * (kK / 2) + run / 8 * 128 + run % 8 * 4;
+        for (int v = 0; v < 4; ++v) {
+          const u32 word = *(const u32 *)(base + v * slice);
+          for (int i = 0; i < 4; ++i) {
+            const u32 byte = (word >> (8 * i)) & 255u;
+            weight[8 * v + i] = (float)(byte & 15u);
+            weight[8 * v + 4 + i] = (float)(byte >> 4);
           }
         }
       }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "runtime/plan/int4_layout.h"
 
 namespace llmc::quant {
 namespace {
@@ -289,7 +290,8 @@ absl::StatusOr<PrequantizedCheckpoint> ImportPrequantized(
     for (int64_t n = 0; n < linear.rows; ++n) {
       for (int64_t c = 0; c < linear.cols; ++c)
         stored[c] = linear.codes[n * linear.cols + permutation[c]];
-      PackI4Row(stored.data(), linear.cols, matrix.codes.data() + n * linear.cols / 2);
+      llmrt::plan::PackInt4Row(stored.data(), linear.cols,
+                               matrix.codes.data() + n * linear.cols / 2);
     }
     matrix.scales = std::move(linear.scales);
     if (result.format.asymmetric) matrix.zero_points = std::move(linear.zeros);

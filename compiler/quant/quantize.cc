@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "compiler/quant/gptq.h"
 #include "runtime/plan/dtype.h"
+#include "runtime/plan/int4_layout.h"
 #include "runtime/threading/thread_pool.h"
 
 namespace llmc::quant {
@@ -182,17 +183,7 @@ std::string QuantFormat::ToString() const {
 
 int QuantizedMatrix::Code(int64_t row, int64_t column) const {
   if (format.bits == 8) return static_cast<int8_t>(codes[row * cols + column]);
-  const uint8_t byte = codes[row * (cols / 2) + (column / kColumnBlock) * 16 + column % 16];
-  return (column % kColumnBlock) < 16 ? (byte & 0x0f) : (byte >> 4);
-}
-
-void PackI4Row(const uint8_t* codes, int64_t cols, uint8_t* packed) {
-  for (int64_t block = 0; block < cols; block += kColumnBlock) {
-    for (int64_t b = 0; b < 16; ++b) {
-      packed[block / 2 + b] =
-          static_cast<uint8_t>((codes[block + b] & 0x0f) | ((codes[block + 16 + b] & 0x0f) << 4));
-    }
-  }
+  return llmrt::plan::Int4CodeAt(codes.data() + row * (cols / 2), cols, column);
 }
 
 absl::Status CheckFormat(const QuantFormat& format, int64_t cols, const std::string& what) {
@@ -293,8 +284,8 @@ absl::StatusOr<QuantizedMatrix> QuantizeMatrix(absl::Span<const float> weights, 
           std::copy_n(row_codes.begin() + r * cols, cols,
                       matrix.codes.begin() + (first + r) * cols);
         } else {
-          PackI4Row(row_codes.data() + r * cols, cols,
-                    matrix.codes.data() + (first + r) * cols / 2);
+          llmrt::plan::PackInt4Row(row_codes.data() + r * cols, cols,
+                                   matrix.codes.data() + (first + r) * cols / 2);
         }
       }
     }

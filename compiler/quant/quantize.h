@@ -37,8 +37,8 @@ struct QuantizedMatrix {
   QuantFormat format;
   int64_t rows = 0;
   int64_t cols = 0;
-  // I8: rows * cols int8 codes (as bytes); I4: rows * cols / 2 bytes, each run of 32 columns
-  // packed into 16 bytes (low nibble: column b, high nibble: column 16 + b).
+  // I8: rows * cols int8 codes (as bytes); I4: rows * cols / 2 bytes, each row packed in
+  // plan.proto's LANE_CHUNKS layout (runtime/plan/int4_layout.h: plan::PackInt4Row).
   std::vector<uint8_t> codes;
   std::vector<uint16_t> scales;      // f16 bits, [rows, cols / group_size]
   std::vector<uint8_t> zero_points;  // asymmetric only, [rows, cols / group_size], 0..15
@@ -68,10 +68,6 @@ absl::StatusOr<QuantizedMatrix> QuantizeMatrix(absl::Span<const float> weights, 
 // The f32 weights the codes stand for, [rows, cols] in ORIGINAL column order (an input
 // permutation is undone), i.e. what x * W^T multiplies.
 std::vector<float> DequantizeMatrix(const QuantizedMatrix& matrix);
-
-// Stores I4 codes (one per column, 0..15) of one row in the packed layout; `cols` is a multiple
-// of 32. Shared by the quantizer and the GPTQ/AWQ importers.
-void PackI4Row(const uint8_t* codes, int64_t cols, uint8_t* packed);
 
 }  // namespace llmc::quant
 

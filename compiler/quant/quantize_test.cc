@@ -86,11 +86,15 @@ TEST(QuantizeTest, Int4PackingFollowsThePlanLayout) {
   ASSERT_EQ(matrix->codes.size(), 32u);
   // Scale 1 (-8 is the signed maximum: Q4_0's choice is exact), so code = value + 8 = c % 16.
   EXPECT_EQ(llmrt::plan::F16ToF32(matrix->scales[0]), 1.0f);
-  for (int64_t block = 0; block < 2; ++block) {
-    for (int64_t b = 0; b < 16; ++b) {
-      const uint8_t byte = matrix->codes[block * 16 + b];
-      EXPECT_EQ(byte & 0x0f, (block * 32 + b) % 16);
-      EXPECT_EQ(byte >> 4, (block * 32 + 16 + b) % 16);
+  // LANE_CHUNKS (plan.proto): 2 runs make one short chunk of 4 slices of 8 bytes; byte 4j + i
+  // of slice v holds columns 8v + i (low nibble) and 8v + 4 + i (high) of run j.
+  for (int64_t slice = 0; slice < 4; ++slice) {
+    for (int64_t run = 0; run < 2; ++run) {
+      for (int64_t i = 0; i < 4; ++i) {
+        const uint8_t byte = matrix->codes[slice * 8 + run * 4 + i];
+        EXPECT_EQ(byte & 0x0f, (run * 32 + slice * 8 + i) % 16);
+        EXPECT_EQ(byte >> 4, (run * 32 + slice * 8 + 4 + i) % 16);
+      }
     }
   }
   EXPECT_EQ(DequantizeMatrix(*matrix), weights);

@@ -254,6 +254,7 @@ TEST_F(PlanTest, WrongMajorVersionNamesBothVersions) {
   std::string bytes = bytes_;
   PlanHeader header = HeaderOf(bytes);
   header.major = 2;
+  header.minor = 0;
   SetHeader(bytes, header);
   EXPECT_THAT(OpenError(bytes),
               HasSubstr("corrupt.plan: plan format version 2.0 is not supported by this llmrt "

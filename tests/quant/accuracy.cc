@@ -9,6 +9,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/engine/model.h"
 #include "runtime/plan/dtype.h"
+#include "runtime/plan/int4_layout.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/e2e/test_util.h"
 
@@ -63,8 +64,7 @@ std::vector<float> DequantizePlanTensor(const llmrt::plan::Plan& plan, int tenso
       if (tensor.dtype() == llmrt::plan::I8) {
         level = static_cast<int8_t>(codes[r * cols + c]);
       } else {
-        const uint8_t byte = codes[r * cols / 2 + (c / 32) * 16 + c % 16];
-        level = (c % 32 < 16 ? byte & 15 : byte >> 4) - (zeros ? zeros[group] : 8);
+        level = llmrt::plan::Int4CodeAt(codes + r * cols / 2, cols, c) - (zeros ? zeros[group] : 8);
       }
       int32_t original = static_cast<int32_t>(c);
       if (permutation) std::memcpy(&original, permutation + 4 * c, 4);

@@ -24,6 +24,7 @@
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cuda/kernel_backend.h"
 #include "runtime/plan/dtype.h"
+#include "runtime/plan/int4_layout.h"
 #include "runtime/plan/plan_reader.h"
 #include "gtest/gtest.h"
 
@@ -129,9 +130,10 @@ makeBackends(const std::string &model, llmrt::plan::DType dtype, int32_t maxToke
 }
 
 // The quantized plan with every I8 / I4 matrix replaced by its f32 values, dequantized here
-// from plan.proto's Quantization comment (w = (code - zero) * scale per group, I4 nibble runs,
-// input permutation folded into the column order): the CPU backend runs it in exact f32, the
-// reference for kernels that compute with f32 activations.
+// from plan.proto's Quantization comment (w = (code - zero) * scale per group, I4 codes found
+// in LANE_CHUNKS by runtime/plan/int4_layout.h, input permutation folded into the column order):
+// the CPU backend runs it in exact f32, the reference for kernels that compute with f32
+// activations.
 struct DequantizedPlan {
   llmrt::plan::PlanMeta meta;
   std::map<int, std::vector<float>> replaced; // tensor -> f32 values
@@ -160,8 +162,7 @@ inline DequantizedPlan dequantize(const llmrt::plan::PlanMeta &meta,
         if (tensor.dtype() == llmrt::plan::I8) {
           code = static_cast<int8_t>(codes[r * cols + c]);
         } else {
-          const uint8_t byte = codes[r * cols / 2 + (c / 32) * 16 + c % 16];
-          code = (c % 32 < 16 ? byte & 15 : byte >> 4) - (zeros ? zeros[g] : 8);
+          code = llmrt::plan::Int4CodeAt(codes + r * cols / 2, cols, c) - (zeros ? zeros[g] : 8);
         }
         values[r * cols + (permutation ? permutation[c] : c)] =
             static_cast<float>(code * static_cast<double>(llmrt::plan::F16ToF32(scales[g])));

@@ -2,8 +2,9 @@
 //
 // The quantized matmul kernels codegen/cuda emits (gemvQuant for decode, gemmMmaQuant for
 // prefill), executed under emulation on small shapes and compared with a scalar reference
-// written here from plan.proto's Quantization comment (code -> value mapping, I4 nibble
-// packing, f16 scales per group, U8 zero points, input permutation), not from the kernels.
+// written here from plan.proto's Quantization comment (code -> value mapping, f16 scales per
+// group, U8 zero points, input permutation; I4 codes packed in LANE_CHUNKS by
+// runtime/plan/int4_layout.h, the compiler's packer), not from the kernels.
 // And the logits top-k prefilter on rows with ties and infinities.
 //
 //===----------------------------------------------------------------------===//
@@ -20,6 +21,7 @@
 #include "codegen/cuda/emulation/EmulatedDevice.h"
 #include "codegen/cuda/emulation/QuantizedMatmulMeta.h"
 #include "runtime/plan/dtype.h"
+#include "runtime/plan/int4_layout.h"
 #include "gtest/gtest.h"
 
 namespace llmc::cuda {
@@ -52,14 +54,12 @@ QuantizedMatrix makeMatrix(const QuantCase &c, std::mt19937 &random) {
     for (int value : code)
       m.codes.push_back(static_cast<uint8_t>(static_cast<int8_t>(value)));
   } else {
-    // Run j of 32 columns of a row: 16 bytes, byte b = column 32j + b (low nibble) and
-    // 32j + 16 + b (high nibble).
-    m.codes.assign(c.n * c.k / 2, 0);
-    for (int64_t row = 0; row < c.n; ++row)
-      for (int64_t col = 0; col < c.k; ++col) {
-        uint8_t &byte = m.codes[row * c.k / 2 + (col / 32) * 16 + col % 16];
-        byte |= static_cast<uint8_t>(code[row * c.k + col] << ((col % 32) < 16 ? 0 : 4));
-      }
+    m.codes.resize(c.n * c.k / 2);
+    std::vector<uint8_t> row(c.k);
+    for (int64_t r = 0; r < c.n; ++r) {
+      std::copy(code.begin() + r * c.k, code.begin() + (r + 1) * c.k, row.begin());
+      plan::PackInt4Row(row.data(), c.k, m.codes.data() + r * c.k / 2);
+    }
   }
   for (int64_t row = 0; row < c.n; ++row)
     for (int64_t col = 0; col < c.k; ++col) {
@@ -161,8 +161,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(QuantCase{plan::I8, false, 64, 40, 32, false, false},
                       // Per-channel int8 over K = 172 (stories260K's down_proj): one code per lane.
                       QuantCase{plan::I8, false, 172, 24, 172, false, true},
+                      // I4 K = 96 and 128: one partial LANE_CHUNKS chunk (3 and 4 runs).
                       QuantCase{plan::I4, false, 96, 40, 32, false, false},
                       QuantCase{plan::I4, true, 128, 36, 64, true, true},
+                      // K = 608: 2 full chunks + one of 3 runs. K = 1120: 35 runs, so lanes
+                      // 0..2 take a second run (runs 32..34, the partial chunk).
+                      QuantCase{plan::I4, false, 608, 24, 32, false, false},
+                      QuantCase{plan::I4, true, 1120, 12, 32, true, true},
                       // Groups of 128 (no fixture has a 128-multiple input width) and int8 g32.
                       QuantCase{plan::I4, false, 256, 24, 128, false, false},
                       QuantCase{plan::I4, true, 256, 24, 128, false, true},
@@ -173,6 +178,30 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(c.dtype == plan::I8 ? "i8" : "i4", c.asymmetric ? "_asym" : "_sym", "_g",
                           c.group, "_k", c.k, c.permuted ? "_perm" : "", c.bias ? "_bias" : "");
     });
+
+// The kernels read I4 codes in LANE_CHUNKS and I8 codes in ROW_MAJOR; any other layout (e.g. a
+// plan written before LANE_CHUNKS, with I4 runs contiguous) would decode to wrong values.
+TEST(QuantizedMatmulTest, AWeightInTheWrongLayoutIsRefused) {
+  struct Wrong {
+    plan::DType dtype;
+    plan::Tensor::Layout layout;
+    const char *message;
+  };
+  for (const Wrong &wrong :
+       {Wrong{plan::I4, plan::Tensor::ROW_MAJOR,
+              "quantized weight w: layout ROW_MAJOR, the CUDA kernels read I4 codes in layout "
+              "LANE_CHUNKS"},
+        Wrong{plan::I8, plan::Tensor::LANE_CHUNKS,
+              "quantized weight w: layout LANE_CHUNKS, the CUDA kernels read I8 codes in layout "
+              "ROW_MAJOR"}}) {
+    plan::PlanMeta meta = matmulMeta(QuantCase{wrong.dtype, false, 96, 40, 32, false, false});
+    meta.mutable_tensors(0)->set_layout(wrong.layout);
+    auto emission = emitCuda(meta);
+    ASSERT_FALSE(emission.ok());
+    EXPECT_NE(emission.status().message().find(wrong.message), std::string::npos)
+        << emission.status();
+  }
+}
 
 TEST(QuantizedMatmulTest, AContractViolationNamesTheTensor) {
   QuantCase c{plan::I4, false, 96, 40, 48, false, false}; // I4 groups must be multiples of 32

@@ -2,8 +2,9 @@
 //
 // Test support shared by the emulation tests and the NVRTC tests: a PlanMeta holding one
 // MATMUL over an I8 / I4 matrix laid out as plan.proto's Quantization comment says (tensor 0
-// the codes, 1 the f16 scales, 2 the U8 zero points, 3 the i32 input permutation, 4 an f32
-// bias), which is all codegen/cuda needs to emit the quantized GEMV and GEMM.
+// the codes, I8 ROW_MAJOR and I4 LANE_CHUNKS; 1 the f16 scales, 2 the U8 zero points, 3 the i32
+// input permutation, 4 an f32 bias), which is all codegen/cuda needs to emit the quantized GEMV
+// and GEMM.
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,6 +46,8 @@ inline llmrt::plan::PlanMeta matmulMeta(const QuantCase &c) {
   w->set_dtype(c.dtype);
   w->add_shape(c.n);
   w->add_shape(c.k);
+  if (c.dtype == llmrt::plan::I4)
+    w->set_layout(llmrt::plan::Tensor::LANE_CHUNKS);
   llmrt::plan::Quantization *q = w->mutable_quantization();
   q->set_scheme(c.asymmetric ? llmrt::plan::Quantization::ASYMMETRIC
                              : llmrt::plan::Quantization::SYMMETRIC);

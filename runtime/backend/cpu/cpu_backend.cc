@@ -587,11 +587,15 @@ class ProgramCompiler {
           "(a multiple of 32 columns for I4)",
           op_index_, plan::OpKind_Name(op_->kind()), t.name(), group, cols));
     }
-    if (t.layout() != plan::Tensor::ROW_MAJOR) {
+    const plan::Tensor::Layout layout =
+        t.dtype() == plan::I4 ? plan::Tensor::LANE_CHUNKS : plan::Tensor::ROW_MAJOR;
+    if (t.layout() != layout) {
       return absl::UnimplementedError(absl::StrFormat(
-          "program op %d (%s): tensor %s is quantized and has layout %d; quantized matrices are "
-          "read ROW_MAJOR",
-          op_index_, plan::OpKind_Name(op_->kind()), t.name(), static_cast<int>(t.layout())));
+          "program op %d (%s): tensor %s is %s in layout %s, expected %s%s", op_index_,
+          plan::OpKind_Name(op_->kind()), t.name(), plan::DType_Name(t.dtype()),
+          plan::Tensor::Layout_Name(t.layout()), plan::Tensor::Layout_Name(layout),
+          t.dtype() == plan::I4 ? " (plans before format 1.1 packed I4 otherwise: recompile)"
+                                : ""));
     }
     const int64_t bytes = QuantizedMatrixBytes(t.dtype(), rows, cols);
     if (t.size_bytes() != static_cast<uint64_t>(bytes)) {

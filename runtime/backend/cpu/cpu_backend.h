@@ -8,10 +8,10 @@
 // Supported: all OpKinds of plan.proto; weights F32, F16, BF16 (norm weights and biases F32),
 // matmul and lm_head weights ROW_MAJOR or ROW_PANELS of 16 rows (what codegen packs after
 // --llm-tile-cpu), embedding tables ROW_MAJOR; quantized I8 / I4 matmul, lm_head and
-// embedding weights ROW_MAJOR (plan.proto Quantization; quant_matmul.h); activations F32; the
-// KV cache in F32, F16, BF16 or I8 (BackendOptions.kv_cache_dtype, else KvCacheSpec.dtype;
-// kv/kv_storage.h). Kernels are Highway code dispatched at run time to the best SIMD
-// target of the CPU, or to the one LLMRT_CPU_TARGET names (dispatch.h); creation fails when
+// embedding weights I8 ROW_MAJOR or I4 LANE_CHUNKS (plan.proto Quantization; quant_matmul.h);
+// activations F32; the KV cache in F32, F16, BF16 or I8 (BackendOptions.kv_cache_dtype, else
+// KvCacheSpec.dtype; kv/kv_storage.h). Kernels are Highway code dispatched at run time to the best
+// SIMD target of the CPU, or to the one LLMRT_CPU_TARGET names (dispatch.h); creation fails when
 // that target cannot run here.
 //
 // Threads: BackendOptions.num_threads (0, the default: one per allowed CPU) share every op through

@@ -30,7 +30,7 @@ struct MatrixView {
   int64_t rows = 0;
   int64_t cols = 0;
   int32_t panel_rows = 0;  // 0: ROW_MAJOR; kPanelRows: ROW_PANELS (rows a multiple of it)
-  // I8 / I4 only (plan.proto, Quantization; ROW_MAJOR; kernels in quant_matmul.h):
+  // I8 / I4 only (plan.proto, Quantization; I8 ROW_MAJOR, I4 LANE_CHUNKS; quant_matmul.h):
   int32_t group_size = 0;                // columns per scale; == cols: one scale per row
   const uint16_t* scales = nullptr;      // F16 bits, [rows, cols / group_size]
   const uint8_t* zero_points = nullptr;  // I4 asymmetric: [rows, cols / group_size]; else null

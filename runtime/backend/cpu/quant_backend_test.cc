@@ -122,6 +122,7 @@ void Quantize(const QuantCase& c, TinyLlama& model, TinyLlama& dequantized) {
     }
     plan::Tensor* tensor = model.meta.mutable_tensors(index);
     tensor->set_dtype(q.dtype);
+    tensor->set_layout(q.dtype == plan::I4 ? plan::Tensor::LANE_CHUNKS : plan::Tensor::ROW_MAJOR);
     tensor->set_size_bytes(q.codes.size());
     *tensor->mutable_quantization() = quantization;
     model.blobs[index] = q.codes;
@@ -247,6 +248,12 @@ TEST(QuantBackendTest, RejectsMalformedQuantization) {
        "is not a permutation"},
       {"size", [](TinyLlama& m, int32_t i) { m.meta.mutable_tensors(i)->set_size_bytes(7); },
        "bytes, its shape and dtype need"},
+      // A format 1.0 plan's I4 codes: the same bytes, another packing.
+      {"layout",
+       [](TinyLlama& m, int32_t i) {
+         m.meta.mutable_tensors(i)->set_layout(plan::Tensor::ROW_MAJOR);
+       },
+       "I4 in layout ROW_MAJOR, expected LANE_CHUNKS"},
   };
   for (const Corruption& corruption : corruptions) {
     TinyLlama model = BuildTinyLlama(ModelOptions(false));

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "runtime/plan/dtype.h"
+#include "runtime/plan/int4_layout.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "runtime/backend/cpu/quant_gemm.cc"
@@ -247,22 +248,32 @@ HWY_INLINE void LaneOrderChunk(uint8_t* chunk) {
 }
 
 // I4 codes of a panel row unpacked to one byte per code in lane order, the row padded with zero
-// codes to whole chunks of 8 blocks. Done once per panel, it takes the nibble unpacking and the
-// reordering out of the (row, token) loop.
-void UnpackInt4Row(const uint8_t* packed, int64_t blocks, uint8_t* out) {
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  const int64_t chunks = (blocks + 7) / 8;
-  for (int64_t block = 0; block < chunks * 8; ++block) {
-    __m128i bytes = _mm_setzero_si128();
-    // Never read past the row's last block (the end of the mapped plan may follow).
-    if (block < blocks) {
-      bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + block * (kBlock / 2)));
+// codes to whole chunks of 8 blocks. The plan's LANE_CHUNKS layout is lane order already (the
+// low nibbles of slice v are vector 2v, the high nibbles vector 2v + 1), so unpacking is two
+// nibble masks per slice; done once per panel, it takes them out of the (row, token) loop.
+void UnpackInt4Row(const uint8_t* packed, int64_t cols, uint8_t* out) {
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const int64_t blocks = cols / kBlock;
+  for (int64_t block = 0; block < blocks; block += 8) {
+    const uint8_t* chunk = packed + block * (kBlock / 2);
+    alignas(32) uint8_t expanded[plan::kInt4ChunkBytes];
+    if (block + 8 > blocks) {
+      // The row's last, shorter chunk (never read past the row: the end of the mapped plan may
+      // follow).
+      plan::ExpandInt4Chunk(packed, cols, block, expanded);
+      chunk = expanded;
     }
-    _mm_store_si128(reinterpret_cast<__m128i*>(out + block * kBlock), _mm_and_si128(bytes, mask));
-    _mm_store_si128(reinterpret_cast<__m128i*>(out + block * kBlock + 16),
-                    _mm_and_si128(_mm_srli_epi16(bytes, 4), mask));
+    uint8_t* unpacked = out + block * kBlock;
+#pragma GCC unroll 4
+    for (int slice = 0; slice < 4; ++slice) {
+      const __m256i bytes =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32 * slice));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked + 64 * slice),
+                         _mm256_and_si256(bytes, mask));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked + 64 * slice + 32),
+                         _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask));
+    }
   }
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) LaneOrderChunk(out + chunk * 8 * kBlock);
 }
 
 // The 8 exact block sums sum_c code_c * q_c of a chunk in block order, from lane-ordered codes
@@ -417,7 +428,7 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
         columns[n - row_begin] = outputs[output].data + (n - outputs[output].begin);
         strides[n - row_begin] = outputs[output].width;
         if (kInt4) {
-          UnpackInt4Row(w.data + n * row_bytes, w.cols / kBlock,
+          UnpackInt4Row(w.data + n * row_bytes, w.cols,
                         unpacked_panel + (n - row_begin) * unpacked_bytes);
         }
       }

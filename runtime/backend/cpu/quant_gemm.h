@@ -42,14 +42,15 @@ struct QuantizedActivationRows {
 
 // Reorders one I4 activation row of `padded_cols` codes (a multiple of 256, 32-byte aligned)
 // from natural order into the GEMM's lane order: per chunk of 8 blocks, vector v holds columns
-// 4v..4v+3 of block j in its 32-bit lane j (the weights are unpacked alike), so that each
-// block's products stay in their own lane. AVX2 / AVX-512 targets only, like QuantizedGemm.
+// 4v..4v+3 of block j in its 32-bit lane j (plan.proto's LANE_CHUNKS weights meet it without
+// reordering), so that each block's products stay in their own lane. Read by the decode GEMV
+// too. AVX2 / AVX-512 targets only, like QuantizedGemm.
 void LaneOrderInt4Activations(int8_t* codes, int64_t padded_cols);
 
 // out[r, n] = the quantized dot product of activation row r with weight row n + bias[n] (bias
 // may be nullptr), columns split across `outputs` (sorted by begin, covering [0, w.rows)), for
-// an I8 or I4 ROW_MAJOR `w`. Runs only on x86 AVX2 / AVX-512 targets: QuantizedMatMul calls it
-// from those bodies alone (elsewhere it aborts).
+// an I8 (ROW_MAJOR) or I4 (LANE_CHUNKS) `w`. Runs only on x86 AVX2 / AVX-512 targets:
+// QuantizedMatMul calls it from those bodies alone (elsewhere it aborts).
 void QuantizedGemm(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                    const float* bias, const MatMulOutput* outputs, int32_t num_outputs);
 

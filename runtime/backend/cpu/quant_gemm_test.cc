@@ -114,9 +114,9 @@ const Case kCases[] = {{8, false, 0}, {8, false, 32}, {8, false, 128}, {4, false
                        {4, true, 32}, {4, false, 64}, {4, true, 128}};
 
 // 37 rows: two 16-row panels (one per thread) and a short one ending in a lone row; 2080
-// columns (groups of 32 or one per row): 65 blocks, more than one 64-block chunk, an odd block
-// count (I4 pairs) and a last step of one block; 2176 (larger groups): 68 blocks, a last step
-// of 4.
+// columns (groups of 32 or one per row): 65 blocks, more than one 64-block chunk and a last
+// step of one block (I4: a LANE_CHUNKS chunk of one run); 2176 (larger groups): 68 blocks, a
+// last step of 4.
 TEST(QuantGemmTest, BatchOf16MatchesSingleRowsBitForBit) {
   for (const Case& c : kCases) {
     const int64_t cols = c.group_size > 32 ? 2176 : 2080;

@@ -10,6 +10,7 @@
 
 #include "runtime/backend/cpu/quant_gemm.h"
 #include "runtime/plan/dtype.h"
+#include "runtime/plan/int4_layout.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "runtime/backend/cpu/quant_matmul.cc"
@@ -76,16 +77,19 @@ int GroupShift(int32_t group_size, int64_t cols) {
   return group_size == cols ? 63 : group_size == 128 ? 2 : group_size == 64 ? 1 : 0;
 }
 
-// The integer dot product of `count` (<= 32) columns of block `block` with activation codes.
+// The integer dot product of `count` (<= 32) columns of block `block` of a row of `cols`
+// columns with activation codes (I4: a whole block, from its 4 slices, plan::Int4SliceOffset).
 template <bool kInt4>
-int32_t BlockDot(const uint8_t* row_codes, int64_t block, int zero, const int8_t* x,
+int32_t BlockDot(const uint8_t* row_codes, int64_t cols, int64_t block, int zero, const int8_t* x,
                  int64_t count) {
   int32_t sum = 0;
   if constexpr (kInt4) {
-    const uint8_t* packed = row_codes + block * (kQuantBlock / 2);
-    for (int64_t c = 0; c < 16; ++c) {
-      sum += ((packed[c] & 0x0f) - zero) * x[c];
-      sum += ((packed[c] >> 4) - zero) * x[c + 16];
+    for (int64_t slice = 0; slice < 4; ++slice) {
+      const uint8_t* bytes = row_codes + plan::Int4SliceOffset(cols, block, slice);
+      for (int64_t i = 0; i < 4; ++i) {
+        sum += ((bytes[i] & 0x0f) - zero) * x[8 * slice + i];
+        sum += ((bytes[i] >> 4) - zero) * x[8 * slice + 4 + i];
+      }
     }
   } else {
     const int8_t* codes = reinterpret_cast<const int8_t*>(row_codes) + block * kQuantBlock;
@@ -107,7 +111,7 @@ void RowTileScalar(const WeightRow& row, int64_t cols, int32_t group_size,
     const int64_t count = std::min(kQuantBlock, cols - block * kQuantBlock);
     for (int t = 0; t < kTokens; ++t) {
       const int32_t isum =
-          BlockDot<kInt4>(row.codes, block, zero, tile.codes[t] + block * kQuantBlock, count);
+          BlockDot<kInt4>(row.codes, cols, block, zero, tile.codes[t] + block * kQuantBlock, count);
       acc[t] += weight_scale * tile.scales[t][block] * static_cast<float>(isum);
     }
   }
@@ -170,8 +174,8 @@ HWY_INLINE void CombineScales(const WeightRow& row, int64_t begin, int64_t end, 
 //   and an FMA per row and block; with one scale per row (the compiler's default for int8) the
 //   FMA takes the activation block scale, shared by the rows, and the row scale multiplies the
 //   sum once at the end.
-// - I4: the exact integer sums of 8 blocks (4 pairs of packed blocks) reduced into one vector
-//   in block order, the zero point subtracted in int32 (isum - zero * sum(q): exact, the same
+// - I4: the exact integer sums of 8 blocks, one per lane straight from the LANE_CHUNKS layout
+//   (plan.proto), the zero point subtracted in int32 (isum - zero * sum(q): exact, the same
 //   integer as the scalar kernel's), then one convert and one FMA with the 8 combined scales
 //   per 8 blocks.
 
@@ -199,32 +203,28 @@ HWY_INLINE __m256i BlockZeros8(const WeightRow& row, int64_t block, int64_t coun
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(zeros));
 }
 
-// Sixteen int16 lanes of a pair of packed I4 blocks times their interleaved activations
-// (InterleaveInt4Activations): lanes 0-7 sum to the first block's sum_c code_c * q_c, lanes 8-15
-// to the second's, 4 products each (at most 4 * 15 * 127 = 7620).
-HWY_INLINE __m256i PairProducts(__m256i packed, const int8_t* x) {
+// The 8 exact block sums sum_c code_c * q_c of a chunk of 8 I4 blocks, one per 32-bit lane:
+// codes in plan.proto's LANE_CHUNKS layout (4 slices of 32 bytes, block j in lane j), activation
+// codes in lane order (LaneOrderInt4Activations: the low nibbles of slice v meet vector 2v, the
+// high nibbles vector 2v + 1). maddubs pairs reach 2 * 15 * 127 = 3810, so the 8 products of a
+// lane are summed in int16 (30480 < 32767) and widened once.
+HWY_INLINE __m256i ChunkSumsInt4(const uint8_t* chunk, const int8_t* x) {
   const __m256i mask = _mm256_set1_epi8(0x0f);
-  const __m256i low = _mm256_and_si256(packed, mask);
-  const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
-  return _mm256_add_epi16(
-      _mm256_maddubs_epi16(low, _mm256_load_si256(reinterpret_cast<const __m256i*>(x))),
-      _mm256_maddubs_epi16(high, _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 32))));
-}
-
-// The 8 int32 block sums of four consecutive pairs' PairProducts, in block order: the pairs
-// folded in int16 (64-bit quarters of pairs 0 and 1, 2 and 3: 8 products per lane, at most
-// 15240), widened by two vpmaddwd, blocks 0 2 4 6 | 1 3 5 7 gathered by two shuffles and an add,
-// then one lane permute.
-HWY_INLINE __m256i ReduceQuad(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256 wide01 = _mm256_castsi256_ps(_mm256_madd_epi16(
-      _mm256_add_epi16(_mm256_unpacklo_epi64(p0, p1), _mm256_unpackhi_epi64(p0, p1)), ones));
-  const __m256 wide23 = _mm256_castsi256_ps(_mm256_madd_epi16(
-      _mm256_add_epi16(_mm256_unpacklo_epi64(p2, p3), _mm256_unpackhi_epi64(p2, p3)), ones));
-  const __m256i sums = _mm256_add_epi32(
-      _mm256_castps_si256(_mm256_shuffle_ps(wide01, wide23, _MM_SHUFFLE(2, 0, 2, 0))),
-      _mm256_castps_si256(_mm256_shuffle_ps(wide01, wide23, _MM_SHUFFLE(3, 1, 3, 1))));
-  return _mm256_permutevar8x32_epi32(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  __m256i sums = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int slice = 0; slice < 4; ++slice) {
+    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32 * slice));
+    const __m256i low = _mm256_and_si256(packed, mask);
+    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
+    sums = _mm256_add_epi16(
+        sums,
+        _mm256_add_epi16(
+            _mm256_maddubs_epi16(
+                low, _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 64 * slice))),
+            _mm256_maddubs_epi16(
+                high, _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 64 * slice + 32)))));
+  }
+  return _mm256_madd_epi16(sums, _mm256_set1_epi16(1));
 }
 
 // result[r] = dot(weight row r, x) for a group of kRows I8 rows. kRowScale: one scale per row
@@ -277,7 +277,7 @@ void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
   if (full_blocks * kQuantBlock < cols) {
     for (int r = 0; r < kRows; ++r) {
       const int32_t isum =
-          BlockDot<false>(w[r].codes, full_blocks, 0, x_codes + full_blocks * kQuantBlock,
+          BlockDot<false>(w[r].codes, cols, full_blocks, 0, x_codes + full_blocks * kQuantBlock,
                           cols - full_blocks * kQuantBlock);
       result[r] += _cvtsh_ss(w[r].scales[0]) * x_scales[full_blocks] * static_cast<float>(isum);
     }
@@ -348,29 +348,25 @@ void QuantizedGemvInt8Avx2(ThreadPool& pool, const MatrixView& w, const float* b
       1);
 }
 
-// dot(weight row, x) for one I4 row, 8 blocks at a time: the exact integer sums of the 8 blocks
-// (4 packed pairs, ReduceQuad), minus zero * sum(q) in int32, times the 8 combined scales, into
-// one f32 accumulator — the same operations in the same order as QuantizedGemm's per (row, token),
-// so a token's result does not depend on the batch around it. x_codes are interleaved per pair of
-// blocks and x_sums are int32 (Int4ActivationSums). prefetch_distance (0: none): bytes ahead of
-// the codes to prefetch at the pace of the loads (two lines per 8 blocks) — the next row's, so
-// that memory delivers them across 4 KiB page boundaries, where the hardware prefetcher stops.
+// dot(weight row, x) for one I4 row, a chunk of 8 blocks at a time: the exact integer sums of
+// the 8 blocks (ChunkSumsInt4), minus zero * sum(q) in int32, times the 8 combined scales, into
+// one f32 accumulator — the same operations in the same order as QuantizedGemm's per (row,
+// token), so a token's result does not depend on the batch around it. x_codes are in lane order,
+// x_sums int32 (Int4ActivationSums). prefetch_distance (0: none): bytes ahead of the codes to
+// prefetch at the pace of the loads (two lines per chunk) — the next row's, so that memory
+// delivers them across 4 KiB page boundaries, where the hardware prefetcher stops. ~31 instructions
+// per chunk of a row (4 loads, 12 nibble ops, 8 maddubs, 8 adds, 1 madd) against ~65 for runs of 32
+// contiguous columns, which needed a shuffle reduction to bring 8 block sums into 8 lanes.
 template <bool kZeroPoints>
 float GemvInt4Avx2(const WeightRow& row, int64_t cols, int group_shift, const int8_t* x_codes,
                    const float* x_scales, const int32_t* x_sums, int64_t prefetch_distance) {
-  constexpr int64_t kPackedBlock = kQuantBlock / 2;
   const int64_t blocks = cols / kQuantBlock;
   __m256 acc = _mm256_setzero_ps();
-  // Blocks [block, block + count) (count <= 8; pairs past the row's last block are zero and
-  // their activations, beyond the row's padded codes, are never read).
-  auto accumulate = [&](const __m256i* packed, int64_t block, int64_t count,
+  // Blocks [block, block + count) (count <= 8; lanes past count have zero codes, activations,
+  // scales and sums).
+  auto accumulate = [&](const uint8_t* chunk, int64_t block, int64_t count,
                         __m256 activation_scales, __m256i activation_sums) HWY_ATTR {
-    const int8_t* x = x_codes + block * kQuantBlock;
-    const int64_t pairs = (count + 1) / 2;
-    auto products = [&](int q) HWY_ATTR {
-      return q < pairs ? PairProducts(packed[q], x + 2 * q * kQuantBlock) : _mm256_setzero_si256();
-    };
-    const __m256i isums = ReduceQuad(products(0), products(1), products(2), products(3));
+    const __m256i isums = ChunkSumsInt4(chunk, x_codes + block * kQuantBlock);
     const __m256i corrections =
         kZeroPoints
             ? _mm256_mullo_epi32(BlockZeros8(row, block, count, group_shift), activation_sums)
@@ -381,41 +377,27 @@ float GemvInt4Avx2(const WeightRow& row, int64_t cols, int group_shift, const in
   };
   int64_t block = 0;
   for (; block + 8 <= blocks; block += 8) {
-    const uint8_t* codes = row.codes + block * kPackedBlock;
+    const uint8_t* codes = row.codes + block * (kQuantBlock / 2);
     if (prefetch_distance != 0) {
       __builtin_prefetch(codes + prefetch_distance, /*rw=*/0, /*locality=*/3);
       __builtin_prefetch(codes + prefetch_distance + 64, /*rw=*/0, /*locality=*/3);
     }
-    __m256i packed[4];
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) {
-      packed[q] =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + q * 2 * kPackedBlock));
-    }
-    accumulate(packed, block, 8, _mm256_loadu_ps(x_scales + block),
+    accumulate(codes, block, 8, _mm256_loadu_ps(x_scales + block),
                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_sums + block)));
   }
   if (block < blocks) {
-    // Fewer than 8 blocks left: missing pairs are zero, a lone last block is loaded alone (the
-    // end of the mapped plan may follow), missing blocks have zero scales and sums.
+    // The row's last, shorter chunk, laid out as a full one (nothing past the row is read: the
+    // end of the mapped plan may follow).
     const int64_t count = blocks - block;
+    alignas(32) uint8_t chunk[plan::kInt4ChunkBytes];
+    plan::ExpandInt4Chunk(row.codes, cols, block, chunk);
     alignas(32) float scales[8] = {};
     alignas(32) int32_t sums[8] = {};
     for (int64_t i = 0; i < count; ++i) {
       scales[i] = x_scales[block + i];
       sums[i] = x_sums[block + i];
     }
-    __m256i packed[4];
-    for (int q = 0; q < 4; ++q) {
-      const int64_t first = block + 2 * q;
-      const uint8_t* bytes = row.codes + first * kPackedBlock;
-      packed[q] =
-          first >= blocks ? _mm256_setzero_si256()
-          : first + 1 < blocks
-              ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes))
-              : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
-    }
-    accumulate(packed, block, count, _mm256_load_ps(scales),
+    accumulate(chunk, block, count, _mm256_load_ps(scales),
                _mm256_load_si256(reinterpret_cast<const __m256i*>(sums)));
   }
   return HorizontalSum(acc);
@@ -455,11 +437,20 @@ void RowTileNeon(const WeightRow& row, int64_t cols, int32_t group_size, const A
     const float weight_scale = plan::F16ToF32(row.scales[group]);
     int8x16_t w_low, w_high;
     if constexpr (kInt4) {
-      const uint8x16_t packed = vld1q_u8(row.codes + block * (kQuantBlock / 2));
+      // The block's 4 slices (plan::Int4SliceOffset): byte 4v + i holds column 8v + i (low
+      // nibble) and 8v + 4 + i (high); interleaving the words of the two nibble vectors restores
+      // column order (columns 0..15, then 16..31).
+      uint32_t words[4];
+      for (int64_t slice = 0; slice < 4; ++slice) {
+        std::memcpy(&words[slice], row.codes + plan::Int4SliceOffset(cols, block, slice), 4);
+      }
+      const uint8x16_t packed = vreinterpretq_u8_u32(vld1q_u32(words));
+      const uint32x4_t low = vreinterpretq_u32_u8(vandq_u8(packed, vdupq_n_u8(0x0f)));
+      const uint32x4_t high = vreinterpretq_u32_u8(vshrq_n_u8(packed, 4));
       const int8x16_t zero =
           vdupq_n_s8(static_cast<int8_t>(row.zero_points != nullptr ? row.zero_points[group] : 8));
-      w_low = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(0x0f))), zero);
-      w_high = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), zero);
+      w_low = vsubq_s8(vreinterpretq_s8_u32(vzip1q_u32(low, high)), zero);
+      w_high = vsubq_s8(vreinterpretq_s8_u32(vzip2q_u32(low, high)), zero);
     } else {
       const int8_t* codes = reinterpret_cast<const int8_t*>(row.codes) + block * kQuantBlock;
       w_low = vld1q_s8(codes);
@@ -480,9 +471,9 @@ void RowTileNeon(const WeightRow& row, int64_t cols, int32_t group_size, const A
   if (!kInt4 && full_blocks * kQuantBlock < cols) {
     const float weight_scale = plan::F16ToF32(row.scales[0]);
     for (int t = 0; t < kTokens; ++t) {
-      const int32_t isum =
-          BlockDot<false>(row.codes, full_blocks, 0, tile.codes[t] + full_blocks * kQuantBlock,
-                          cols - full_blocks * kQuantBlock);
+      const int32_t isum = BlockDot<false>(row.codes, cols, full_blocks, 0,
+                                           tile.codes[t] + full_blocks * kQuantBlock,
+                                           cols - full_blocks * kQuantBlock);
       result[t] += weight_scale * tile.scales[t][full_blocks] * static_cast<float>(isum);
     }
   }
@@ -681,19 +672,6 @@ void Int4ActivationSums(const int8_t* codes, int64_t blocks, float* sums) {
   }
 }
 
-// The I4 AVX2 decode GEMV's activation layout (GemvInt4Avx2): per pair of blocks, columns 0..15
-// of both blocks, then columns 16..31 of both. (QuantizedGemm takes natural order and lays it
-// out for its own kernel.)
-void InterleaveInt4Activations(int8_t* codes, int64_t blocks) {
-  for (int64_t block = 0; block + 1 < blocks; block += 2) {
-    int8_t* pair = codes + block * kQuantBlock;
-    int8_t swap[16];
-    std::memcpy(swap, pair + 16, 16);
-    std::memcpy(pair + 16, pair + 32, 16);
-    std::memcpy(pair + 32, swap, 16);
-  }
-}
-
 // Below this many activation rows quantizing them (~1 ns per element) is cheaper than waking
 // the other threads.
 constexpr int64_t kParallelQuantizeRows = 16;
@@ -708,10 +686,8 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
   int8_t* codes = static_cast<int8_t*>(scratch);
   float* scales = reinterpret_cast<float*>(codes + num_rows * padded);
   float* sums = scales + num_rows * blocks;
-  // I4 on AVX2: the GEMV's pair interleave for one row, the GEMM's lane order for more.
-  const bool int4_sums = LLMRT_QUANT_AVX2 && w.dtype == plan::I4;
-  const bool interleave = int4_sums && num_rows == 1;
-  const bool lane_order = int4_sums && num_rows >= kQuantGemmMinRows;
+  // I4 on AVX2: block sums, and the codes in lane order (the GEMV's and the GEMM's layout).
+  const bool int4_lanes = LLMRT_QUANT_AVX2 && w.dtype == plan::I4;
   auto quantize = [&](int64_t begin, int64_t end, int32_t) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t source = input_rows != nullptr ? input_rows[row] : row;
@@ -723,9 +699,10 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
       const int64_t used = (w.cols + kQuantBlock - 1) / kQuantBlock;
       std::memset(row_codes + used * kQuantBlock, 0, (blocks - used) * kQuantBlock);
       std::fill(row_scales + used, row_scales + blocks, 0.0f);
-      if (int4_sums) Int4ActivationSums(row_codes, blocks, sums + row * blocks);
-      if (interleave) InterleaveInt4Activations(row_codes, blocks);
-      if (lane_order) LaneOrderInt4Activations(row_codes, padded);
+      if (int4_lanes) {
+        Int4ActivationSums(row_codes, blocks, sums + row * blocks);
+        LaneOrderInt4Activations(row_codes, padded);
+      }
     }
   };
   if (num_rows < kParallelQuantizeRows) {
@@ -824,13 +801,10 @@ void QuantizedRowToF32(const MatrixView& w, int64_t row, float* out) {
   if (w.dtype == plan::I4) {
     const uint8_t* packed = w.data + row * (w.cols / 2);
     for (int64_t col = 0; col < w.cols; ++col) {
-      const int64_t run = col / kQuantBlock;
-      const int64_t offset = col % kQuantBlock;
-      const uint8_t byte = packed[run * (kQuantBlock / 2) + offset % 16];
-      const int code = offset < 16 ? (byte & 0x0f) : (byte >> 4);
       const int64_t group = col / w.group_size;
       const int zero = zero_points != nullptr ? zero_points[group] : 8;
-      out[col] = static_cast<float>(code - zero) * plan::F16ToF32(scales[group]);
+      out[col] = static_cast<float>(plan::Int4CodeAt(packed, w.cols, col) - zero) *
+                 plan::F16ToF32(scales[group]);
     }
   } else {
     const int8_t* codes = reinterpret_cast<const int8_t*>(w.data) + row * w.cols;

@@ -13,7 +13,8 @@
 // are in [-127, 127], so pairs sum to at most 2 * 127 * 127, below the int16 saturation) and
 // _mm256_madd_epi16, one f32 FMA per block into 8 lanes; with one scale per row the FMA takes
 // the activation scale alone and the row scale multiplies the lane sum once at the end. I4
-// multiplies the unsigned codes directly, reduces 8 blocks' exact sums into one vector,
+// multiplies the unsigned codes directly, in plan.proto's LANE_CHUNKS layout where each block of
+// a chunk of 8 keeps its exact sum in its own 32-bit lane (activations laid out alike),
 // subtracts zero * sum(q) in int32 (the same integer as the scalar kernel's) and takes one FMA
 // with the 8 combined scales. Other targets run the portable scalar loop, which is the
 // reference. The integer products are exact on every target; only the order and grouping of
@@ -35,7 +36,8 @@
 
 namespace llmrt::cpu {
 
-// Columns per activation block: one AVX2 vector of int8, and the I4 nibble-packing run.
+// Columns per activation block: one AVX2 vector of int8, and the I4 packing run
+// (plan::kInt4Run).
 inline constexpr int64_t kQuantBlock = 32;
 
 // Whether `dtype` is a quantized matrix dtype these kernels read (I8, I4).
@@ -63,8 +65,8 @@ void QuantizeActivationRow(const float* x, const int32_t* permutation, int64_t c
                            float* scales);
 
 // out[r, n] = sum_c w(n, c) * x[input_rows[r], perm(c)] + bias[n], like MatMul (kernels.h),
-// for a quantized `w` (I8 or I4 ROW_MAJOR with scales; see MatrixView). `scratch` holds
-// QuantizedActivationBytes(num_rows, w.cols) bytes, 32-byte aligned.
+// for a quantized `w` (I8 ROW_MAJOR or I4 LANE_CHUNKS, with scales; see MatrixView). `scratch`
+// holds QuantizedActivationBytes(num_rows, w.cols) bytes, 32-byte aligned.
 void QuantizedMatMul(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
                      const MatrixView& w, const float* bias, const MatMulOutput* outputs,
                      int32_t num_outputs, void* scratch);

@@ -25,7 +25,8 @@ namespace llmrt::cpu {
 int64_t QuantizedMatMulExactScratchBytes(int32_t num_threads, int64_t cols);
 
 // out[r, n] = sum_c w(n, c) * x[input_rows[r], perm(c)] + bias[n], like MatMul (kernels.h),
-// for a quantized `w` (I8 or I4 ROW_MAJOR with scales; see MatrixView), with x kept in f32.
+// for a quantized `w` (I8 ROW_MAJOR or I4 LANE_CHUNKS, with scales; see MatrixView), with x
+// kept in f32.
 // `scratch` holds QuantizedMatMulExactScratchBytes(pool.num_threads(), w.cols) bytes.
 void QuantizedMatMulExact(ThreadPool& pool, const float* x, int64_t num_rows,
                           const int32_t* input_rows, const MatrixView& w, const float* bias,

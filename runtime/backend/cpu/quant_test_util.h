@@ -13,6 +13,7 @@
 
 #include "runtime/backend/cpu/kernels.h"
 #include "runtime/plan/dtype.h"
+#include "runtime/plan/int4_layout.h"
 
 namespace llmrt::cpu::testing {
 
@@ -21,7 +22,7 @@ struct QuantizedMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   int32_t group_size = 0;
-  std::vector<uint8_t> codes;        // plan layout (I4: nibble-packed runs of 32)
+  std::vector<uint8_t> codes;        // plan layout (I4: LANE_CHUNKS)
   std::vector<uint16_t> scales;      // F16 bits [rows, cols / group_size]
   std::vector<uint8_t> zero_points;  // I4 asymmetric only
   std::vector<int32_t> permutation;  // empty: none
@@ -97,16 +98,11 @@ inline QuantizedMatrix QuantizeReference(const std::vector<float>& weights, int6
     q.codes.resize(rows * cols);
     for (int64_t i = 0; i < rows * cols; ++i) q.codes[i] = static_cast<uint8_t>(codes[i]);
   } else {
-    // Byte b of each 32-column run: column b in the low nibble, column b + 16 in the high one.
     q.codes.resize(rows * cols / 2);
+    std::vector<uint8_t> row_codes(cols);
     for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t run = 0; run < cols / 32; ++run) {
-        for (int64_t b = 0; b < 16; ++b) {
-          const int64_t column = run * 32 + b;
-          q.codes[r * cols / 2 + run * 16 + b] =
-              static_cast<uint8_t>(codes[r * cols + column] | (codes[r * cols + column + 16] << 4));
-        }
-      }
+      for (int64_t c = 0; c < cols; ++c) row_codes[c] = static_cast<uint8_t>(codes[r * cols + c]);
+      plan::PackInt4Row(row_codes.data(), cols, q.codes.data() + r * cols / 2);
     }
   }
   return q;
