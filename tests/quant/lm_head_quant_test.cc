@@ -146,23 +146,23 @@ INSTANTIATE_TEST_SUITE_P(
         // (64 + 2) / 64 bytes per weight.
         Expected{"Int4PlanInt8Head", "--quant int4 --lm-head-quant int8", plan::I8, 0,
                  plan::Quantization::SYMMETRIC, plan::I4, "int4 g32 symmetric rtn, lm_head int8",
-                 "i8 per-row sym (f16 scales) rtn 1.031 B/weight"},
+                 "bytes  i8 per-row sym (f16 scales) rtn 1.031 B/weight"},
         // int8 even in an asymmetric AWQ plan, and still rtn.
         Expected{"AsymmetricAwqInt4PlanInt8Head",
                  "--quant int4 --scheme asymmetric --awq --lm-head-quant=int8", plan::I8, 0,
                  plan::Quantization::SYMMETRIC, plan::I4, "int4 g32 asymmetric awq, lm_head int8",
-                 "i8 per-row sym (f16 scales) rtn 1.031 B/weight"},
+                 "bytes  i8 per-row sym (f16 scales) rtn 1.031 B/weight"},
         // int4 in an int8 per-channel plan: groups of 32 (0.5 + 2 / 32 bytes per weight).
         Expected{"Int8PlanInt4Head", "--quant int8 --lm-head-quant int4", plan::I4, 32,
                  plan::Quantization::SYMMETRIC, plan::I8,
                  "int8 per-channel symmetric rtn, lm_head int4",
-                 "i4 g32 sym (f16 scales) rtn 0.5625 B/weight"},
+                 "bytes, LANE_CHUNKS  i4 g32 sym (f16 scales) rtn 0.5625 B/weight"},
         // int4 takes the plan's group size and scheme.
         Expected{"Int4G64AsymmetricPlanInt4Head",
                  "--quant int4 --group-size 64 --scheme asymmetric --lm-head-quant int4", plan::I4,
                  64, plan::Quantization::ASYMMETRIC, plan::I4,
                  "int4 g64 asymmetric rtn, lm_head int4",
-                 "i4 per-row asym (f16 scales, u8 zeros) rtn 0.5469 B/weight"}),
+                 "bytes, LANE_CHUNKS  i4 per-row asym (f16 scales, u8 zeros) rtn 0.5469 B/weight"}),
     [](const ::testing::TestParamInfo<Expected>& info) { return std::string(info.param.name); });
 
 }  // namespace

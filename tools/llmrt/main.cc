@@ -478,9 +478,16 @@ int Inspect(int argc, char** argv) {
     const plan::Tensor& tensor = meta.tensors(index);
     weight_bytes += tensor.size_bytes();
     const std::string encoding = QuantizedEncoding(meta, tensor);
-    absl::StrAppendFormat(&out, "  %4d %-48s %-5s %-16s %d bytes%s\n", index, tensor.name(),
+    // Only packed layouts are named (ROW_PANELS of n rows, LANE_CHUNKS for I4 codes).
+    std::string layout;
+    if (tensor.layout() == plan::Tensor::ROW_PANELS) {
+      layout = absl::StrFormat(", ROW_PANELS/%d", tensor.panel_rows());
+    } else if (tensor.layout() != plan::Tensor::ROW_MAJOR) {
+      layout = ", " + plan::Tensor::Layout_Name(tensor.layout());
+    }
+    absl::StrAppendFormat(&out, "  %4d %-48s %-5s %-16s %d bytes%s%s\n", index, tensor.name(),
                           plan::DTypeName(tensor.dtype()), Shape(tensor.shape()),
-                          tensor.size_bytes(), encoding.empty() ? "" : "  " + encoding);
+                          tensor.size_bytes(), layout, encoding.empty() ? "" : "  " + encoding);
   }
   const plan::Program& program = meta.program();
   auto value_name = [&](int32_t id) {
