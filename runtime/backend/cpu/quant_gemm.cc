@@ -31,7 +31,7 @@ namespace {
 
 constexpr int64_t kBlock = 32;  // columns per activation block (kQuantBlock)
 // Blocks per chunk whose scale products are precomputed (2048 columns; at most
-// kGemmRows x kGemmTokens x 64 floats = 2 KiB for I8, 4 x that for I4's expanded pairs).
+// kGemmRows x kGemmTokens x 64 floats = 2 KiB; I8 only: the I4 tile scales per chunk of 8).
 constexpr int64_t kChunk = 64;
 // The register tile: weight rows x tokens per pass, 8 f32 accumulators. I8 per pair: sign,
 // maddubs, madd, cvt, fma (5 vector ops per 32 MACs) with the weight block and its magnitudes

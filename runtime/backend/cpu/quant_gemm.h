@@ -4,9 +4,9 @@
 //
 // Numerics: exactly those of quant_matmul.h's AVX2 kernels, to the bit. Each (weight row,
 // token) result is one f32 chain of 8 lanes over the blocks in column order, each block (I4:
-// each pair of blocks) contributing fma(float(exact int32 lane sums), weight_scale * act_scale)
-// with the same lane layout, then the same horizontal sum, so a token's output is the same
-// whether it runs alone through the decode GEMV or inside a prefill / batch of any size
+// each chunk of 8 blocks, one per lane) contributing fma(float(exact int32 lane sums), weight_scale
+// * act_scale) with the same lane layout, then the same horizontal sum, so a token's output is the
+// same whether it runs alone through the decode GEMV or inside a prefill / batch of any size
 // (QuantGemmTest.* checks M = 1 against rows of M = 16 and 512).
 //
 // Speed: the decode GEMV tiles stream weights once per step and keep activations in L1; here

@@ -759,12 +759,6 @@ namespace llmrt::cpu {
 HWY_EXPORT(QuantizedMatMulImpl);
 HWY_EXPORT(QuantizeActivationRowImpl);
 
-namespace {
-
-// Whole pairs of blocks (the I4 AVX2 kernel reads activations a pair at a time).
-
-}  // namespace
-
 bool IsQuantizedMatrix(plan::DType dtype) { return dtype == plan::I8 || dtype == plan::I4; }
 
 int64_t QuantizedMatrixBytes(plan::DType dtype, int64_t rows, int64_t cols) {
