@@ -101,7 +101,8 @@ private:
   absl::StatusOr<WeightView> checkedWeight(Operation *user, FlatSymbolRefAttr param);
   absl::StatusOr<int> writeTensor(const std::string &name, plan::DType dtype,
                                   std::vector<int64_t> shape, ArrayRef<const uint8_t *> parts,
-                                  ArrayRef<uint64_t> partBytes);
+                                  ArrayRef<uint64_t> partBytes,
+                                  plan::Tensor::Layout layout = plan::Tensor::ROW_MAJOR);
   absl::Status appendConverted(const WeightView &view, plan::DType dtype);
   absl::Status appendPanels(ArrayRef<WeightView> views, int64_t rows, int64_t cols,
                             plan::DType dtype, int64_t panelRows);
@@ -171,12 +172,14 @@ absl::Status Emitter::appendPanels(ArrayRef<WeightView> views, int64_t rows, int
   return absl::OkStatus();
 }
 
-// One blob made of `parts` (concatenated), as a ROW_MAJOR tensor entry; not registered in
-// tensorIndex (the caller decides under which name it is shared).
+// One blob made of `parts` (concatenated), as a tensor entry of `layout` (the parts' bytes are
+// already in it); not registered in tensorIndex (the caller decides under which name it is
+// shared).
 absl::StatusOr<int> Emitter::writeTensor(const std::string &name, plan::DType dtype,
                                          std::vector<int64_t> shape,
                                          ArrayRef<const uint8_t *> parts,
-                                         ArrayRef<uint64_t> partBytes) {
+                                         ArrayRef<uint64_t> partBytes,
+                                         plan::Tensor::Layout layout) {
   if (absl::Status status = writer.BeginBlob(); !status.ok())
     return status;
   for (auto [data, bytes] : llvm::zip(parts, partBytes))
@@ -190,7 +193,7 @@ absl::StatusOr<int> Emitter::writeTensor(const std::string &name, plan::DType dt
   tensor.set_dtype(dtype);
   for (int64_t dim : shape)
     tensor.add_shape(dim);
-  tensor.set_layout(plan::Tensor::ROW_MAJOR);
+  tensor.set_layout(layout);
   tensor.set_offset(range->offset);
   tensor.set_size_bytes(range->size_bytes);
   tensor.set_checksum(range->checksum);
@@ -278,14 +281,13 @@ absl::StatusOr<int> Emitter::addQuantizedTensor(Operation *user, ArrayRef<FlatSy
     zeroBytes.push_back(part->zero_points.size());
   }
   const int64_t groups = first.cols / format.group_size;
-  absl::StatusOr<int> codesIndex =
-      writeTensor(name, codeDtype, {rows, first.cols}, codes, codeBytes);
-  if (!codesIndex.ok())
-    return codesIndex.status();
   // QuantizedMatrix packs I4 rows as plan.proto's LANE_CHUNKS (runtime/plan/int4_layout.h), and
   // fused parts concatenate whole rows, which keeps every row's packing.
-  if (codeDtype == plan::I4)
-    (*tensors)[*codesIndex].set_layout(plan::Tensor::LANE_CHUNKS);
+  absl::StatusOr<int> codesIndex =
+      writeTensor(name, codeDtype, {rows, first.cols}, codes, codeBytes,
+                  codeDtype == plan::I4 ? plan::Tensor::LANE_CHUNKS : plan::Tensor::ROW_MAJOR);
+  if (!codesIndex.ok())
+    return codesIndex.status();
   plan::Quantization quantization;
   quantization.set_scheme(format.asymmetric ? plan::Quantization::ASYMMETRIC
                                             : plan::Quantization::SYMMETRIC);

@@ -57,19 +57,14 @@ inline int Int4CodeAt(const uint8_t* row, int64_t cols, int64_t col) {
 }
 
 // Packs a row of `cols` codes (one per byte, 0..15; cols a multiple of kInt4Run) into cols / 2
-// bytes: Int4PositionOf, unrolled into loops over chunks, runs and slices.
+// bytes, a slice of a run (4 bytes) at a time.
 inline void PackInt4Row(const uint8_t* codes, int64_t cols, uint8_t* packed) {
-  const int64_t runs = cols / kInt4Run;
-  for (int64_t first = 0; first < runs; first += kInt4ChunkRuns) {
-    const int64_t chunk_runs = std::min(kInt4ChunkRuns, runs - first);
-    uint8_t* chunk = packed + first * (kInt4Run / 2);
-    for (int64_t j = 0; j < chunk_runs; ++j) {
-      const uint8_t* run = codes + (first + j) * kInt4Run;
-      for (int64_t slice = 0; slice < 4; ++slice) {
-        for (int64_t i = 0; i < 4; ++i) {
-          chunk[slice * 4 * chunk_runs + 4 * j + i] = static_cast<uint8_t>(
-              (run[8 * slice + i] & 15) | ((run[8 * slice + 4 + i] & 15) << 4));
-        }
+  for (int64_t run = 0; run < cols / kInt4Run; ++run) {
+    for (int64_t slice = 0; slice < 4; ++slice) {
+      const uint8_t* columns = codes + run * kInt4Run + 8 * slice;
+      uint8_t* bytes = packed + Int4SliceOffset(cols, run, slice);
+      for (int64_t i = 0; i < 4; ++i) {
+        bytes[i] = static_cast<uint8_t>((columns[i] & 15) | ((columns[4 + i] & 15) << 4));
       }
     }
   }

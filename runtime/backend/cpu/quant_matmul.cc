@@ -794,11 +794,20 @@ void QuantizedRowToF32(const MatrixView& w, int64_t row, float* out) {
   const uint8_t* zero_points = w.zero_points != nullptr ? w.zero_points + row * groups : nullptr;
   if (w.dtype == plan::I4) {
     const uint8_t* packed = w.data + row * (w.cols / 2);
-    for (int64_t col = 0; col < w.cols; ++col) {
-      const int64_t group = col / w.group_size;
+    // A slice of a run (8 columns in 4 bytes, plan::Int4SliceOffset) at a time; groups are whole
+    // runs (plan.proto).
+    for (int64_t run = 0; run < w.cols / kQuantBlock; ++run) {
+      const int64_t group = run * kQuantBlock / w.group_size;
       const int zero = zero_points != nullptr ? zero_points[group] : 8;
-      out[col] = static_cast<float>(plan::Int4CodeAt(packed, w.cols, col) - zero) *
-                 plan::F16ToF32(scales[group]);
+      const float scale = plan::F16ToF32(scales[group]);
+      for (int64_t slice = 0; slice < 4; ++slice) {
+        const uint8_t* bytes = packed + plan::Int4SliceOffset(w.cols, run, slice);
+        float* columns = out + run * kQuantBlock + 8 * slice;
+        for (int64_t i = 0; i < 4; ++i) {
+          columns[i] = static_cast<float>((bytes[i] & 15) - zero) * scale;
+          columns[4 + i] = static_cast<float>((bytes[i] >> 4) - zero) * scale;
+        }
+      }
     }
   } else {
     const int8_t* codes = reinterpret_cast<const int8_t*>(w.data) + row * w.cols;
