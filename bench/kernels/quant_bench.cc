@@ -9,6 +9,8 @@
 // copies of the matrix to span 96 MiB, so the weights come from memory as at decode (a single
 // 4-12 MiB matrix would stay in the 32 MiB L3). Part of llmrt_kernels_bench, e.g.
 //   build/bin/llmrt_kernels_bench --benchmark_filter='QuantMatMul.*/2048/5632/1/'
+#include "bench/kernels/quant_bench.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -77,18 +79,14 @@ void BM_QuantMatMul(benchmark::State& state) {
     copies.back().view.scales = copies.back().scales.data();
     copies.back().view.zero_points = kAsymmetric ? copies.back().zero_points.data() : nullptr;
   }
-  std::vector<float> x(m * k);
-  for (int64_t i = 0; i < m * k; ++i) x[i] = static_cast<float>((i * 37) % 101) * 0.01f - 0.5f;
-  std::vector<float> out(m * n);
-  std::vector<uint8_t> scratch(QuantizedActivationBytes(m, k) + 32);
-  void* aligned = scratch.data() + (32 - reinterpret_cast<uintptr_t>(scratch.data()) % 32) % 32;
-  const MatMulOutput output{out.data(), 0, n};
+  QuantMatMulBuffers buffers(m, n, k);
+  void* scratch = buffers.aligned_scratch();
   size_t next = 0;
   for (auto _ : state) {
     const MatrixView& w = copies[next].view;
     next = next + 1 < copies.size() ? next + 1 : 0;
-    QuantizedMatMul(pool, x.data(), m, nullptr, w, nullptr, &output, 1, aligned);
-    benchmark::DoNotOptimize(out.data());
+    QuantizedMatMul(pool, buffers.x.data(), m, nullptr, w, nullptr, &buffers.output, 1, scratch);
+    benchmark::DoNotOptimize(buffers.out.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * bytes);

@@ -3,14 +3,17 @@
 // gate_up 11264x2048, down 2048x5632; M = 16 (a batch-16 decode step), 64 and 512 (prefill).
 //
 // Counters: GMACS = multiply-accumulates per second of wall time (activation quantization
-// included, as a step pays it), GMACS_per_core = that over the threads; compare with ~99 GMAC/s,
-// one Zen 3 core's ceiling for vpmaddubsw + vpmaddwd (32 int8 MACs per 2 multiply-pipe uops at
-// ~3.1 GHz). Weights are one copy (at M >= 16 a matmul reads them from memory once and then
-// from L2, so DRAM is not what bounds it). Part of llmrt_kernels_bench, e.g.
+// included, as a step pays it), GMACS_per_core = that over the threads. Register-only loops of
+// each tile's instruction mix on one Zen 3 core (~3.1 GHz; docs/performance.md, "Session 8"):
+// ~52 GMAC/s for I8 (vpsignb, vpmaddubsw and vpmaddwd all run on the two multiply pipes) and
+// ~80 for I4 (a 1 x 4 tile without its corrections). Weights are one copy (at M >= 16 a matmul
+// reads them from memory once and then from L2, so DRAM is not what bounds it). Part of
+// llmrt_kernels_bench, e.g.
 //   build/bin/llmrt_kernels_bench --benchmark_filter='QuantGemm.*/512/'
 #include <cstdint>
 #include <vector>
 
+#include "bench/kernels/quant_bench.h"
 #include "benchmark/benchmark.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/quant_gemm.h"
@@ -31,16 +34,12 @@ void BM_QuantGemm(benchmark::State& state) {
   for (int64_t i = 0; i < n * k; ++i) weights[i] = static_cast<float>((i * 7919) % 201) - 100.0f;
   const testing::QuantizedMatrix q = testing::QuantizeReference(
       weights, n, k, kFormat >= 2 ? 4 : 8, kFormat == 3, kFormat == 0 ? k : 32, {});
-  std::vector<float> x(m * k);
-  for (int64_t i = 0; i < m * k; ++i) x[i] = static_cast<float>((i * 37) % 101) * 0.01f - 0.5f;
-  std::vector<float> out(m * n);
-  std::vector<uint8_t> scratch(QuantizedActivationBytes(m, k) + 32);
-  void* aligned = scratch.data() + (32 - reinterpret_cast<uintptr_t>(scratch.data()) % 32) % 32;
-  const MatMulOutput output{out.data(), 0, n};
+  QuantMatMulBuffers buffers(m, n, k);
+  void* scratch = buffers.aligned_scratch();
   const MatrixView w = q.View();
   for (auto _ : state) {
-    QuantizedMatMul(pool, x.data(), m, nullptr, w, nullptr, &output, 1, aligned);
-    benchmark::DoNotOptimize(out.data());
+    QuantizedMatMul(pool, buffers.x.data(), m, nullptr, w, nullptr, &buffers.output, 1, scratch);
+    benchmark::DoNotOptimize(buffers.out.data());
     benchmark::ClobberMemory();
   }
   const double macs = static_cast<double>(m * n * k) * 1e-9;
