@@ -315,6 +315,44 @@ struct KvRows {
   }
 };
 
+// One block of a sequence's keys and values as f32 rows `stride` floats apart: `count` keys
+// from position `key` on, to the end of its cache block or `last_key`.
+struct KvBlockRows {
+  const float* keys;
+  const float* values;
+  int64_t stride;
+  int64_t count;
+};
+
+// The block from `key` (see KvBlockRows) of kv head `kv_head`: in the cache for f32, else widened
+// (and scaled) into block_keys and block_values.
+template <typename T>
+HWY_INLINE KvBlockRows BlockAsF32(const AttentionArgs& args, const KvRows<T>& rows, int32_t kv_head,
+                                  const int32_t* block_table, int64_t key, int64_t last_key,
+                                  float* block_keys, float* block_values) {
+  const int64_t head_dim = args.head_dim;
+  const int32_t block_size = args.block_size;
+  const int64_t offset = key % block_size;
+  const int64_t count = std::min<int64_t>(block_size - offset, last_key - key + 1);
+  const int64_t first_slot =
+      static_cast<int64_t>(block_table[key / block_size]) * block_size + offset;
+  const T* key_base = rows.keys + kv_head * head_dim;
+  const T* value_base = rows.values + kv_head * head_dim;
+  if constexpr (KvRows<T>::kInPlace) {
+    return {key_base + first_slot * args.token_stride, value_base + first_slot * args.token_stride,
+            args.token_stride, count};
+  } else {
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t slot = first_slot + j;
+      Widen(key_base + slot * args.token_stride, head_dim, rows.KeyScale(args, slot, kv_head),
+            block_keys + j * head_dim);
+      Widen(value_base + slot * args.token_stride, head_dim, rows.ValueScale(args, slot, kv_head),
+            block_values + j * head_dim);
+    }
+    return {block_keys, block_values, head_dim, count};
+  }
+}
+
 // One (token, kv head) item over a group of at least one vector of query heads: the query
 // heads of the group ride in the SIMD lanes (8 on AVX2, TinyLlama's group of 8 exactly), so
 // every score, softmax step and value FMA is a full vector with no horizontal reduction.
@@ -338,8 +376,6 @@ void AttendGroupVectorized(const AttentionArgs& args, const KvRows<T>& rows, con
   float* scores = acc_t + head_dim * lanes;
   float* block_keys = scratch + rows.widened_offset;
   float* block_values = block_keys + static_cast<int64_t>(block_size) * head_dim;
-  const T* key_base = rows.keys + kv_head * head_dim;
-  const T* value_base = rows.values + kv_head * head_dim;
   for (int32_t first_head = 0; first_head < group; first_head += static_cast<int32_t>(lanes)) {
     const int64_t heads = std::min<int64_t>(lanes, group - first_head);
     // Scaled here, once per query, rather than once per score: (q * scale) . k.
@@ -354,29 +390,8 @@ void AttendGroupVectorized(const AttentionArgs& args, const KvRows<T>& rows, con
     VF total = hn::Zero(df);
     bool first_block = true;
     for (int64_t key = first_key; key <= query_index;) {
-      const int64_t offset = key % block_size;
-      const int64_t count = std::min<int64_t>(block_size - offset, query_index - key + 1);
-      const int64_t first_slot =
-          static_cast<int64_t>(block_table[key / block_size]) * block_size + offset;
-      const float* keys;
-      const float* values;
-      int64_t stride;
-      if constexpr (KvRows<T>::kInPlace) {
-        keys = key_base + first_slot * args.token_stride;
-        values = value_base + first_slot * args.token_stride;
-        stride = args.token_stride;
-      } else {
-        for (int64_t j = 0; j < count; ++j) {
-          const int64_t slot = first_slot + j;
-          Widen(key_base + slot * args.token_stride, head_dim, rows.KeyScale(args, slot, kv_head),
-                block_keys + j * head_dim);
-          Widen(value_base + slot * args.token_stride, head_dim,
-                rows.ValueScale(args, slot, kv_head), block_values + j * head_dim);
-        }
-        keys = block_keys;
-        values = block_values;
-        stride = head_dim;
-      }
+      const auto [keys, values, stride, count] =
+          BlockAsF32(args, rows, kv_head, block_table, key, query_index, block_keys, block_values);
       int64_t j = 0;
       for (; j + 4 <= count; j += 4) {
         const float* k0 = keys + j * stride;
@@ -459,6 +474,196 @@ void AttendGroupVectorized(const AttentionArgs& args, const KvRows<T>& rows, con
   }
 }
 
+// For each token t of a tile: first[t] += x * b0 and second[t] += x * b1, x = the vector at
+// rows[t] + offset (one load shared by two FMAs, each broadcast by kTokens).
+template <int kTokens>
+HWY_INLINE void FmaTwoColumns(float* const* rows, int64_t offset, VF b0, VF b1, VF* first,
+                              VF* second) {
+  const DF df;
+#pragma GCC unroll 4
+  for (int t = 0; t < kTokens; ++t) {
+    const VF x = hn::LoadU(df, rows[t] + offset);
+    first[t] = hn::MulAdd(x, b0, first[t]);
+    second[t] = hn::MulAdd(x, b1, second[t]);
+  }
+}
+
+// For each token t of a tile: first[t] to rows[t] + first_offset, second[t] to rows[t] +
+// second_offset.
+template <int kTokens>
+HWY_INLINE void StoreTwoRows(const VF* first, const VF* second, float* const* rows,
+                             int64_t first_offset, int64_t second_offset) {
+  const DF df;
+#pragma GCC unroll 4
+  for (int t = 0; t < kTokens; ++t) {
+    hn::StoreU(first[t], df, rows[t] + first_offset);
+    hn::StoreU(second[t], df, rows[t] + second_offset);
+  }
+}
+
+// kTokens consecutive query tokens of one sequence (indices first_index + t; no sliding window)
+// and one kv head, heads in lanes as in AttendGroupVectorized, with the same arithmetic per
+// token — each score one FMA chain over the dimensions, the same blocks, the same softmax steps,
+// the values accumulated in key order — so a token's output does not depend on the tile around
+// it. What the tile shares: each block of keys and values is widened once for all kTokens, and
+// every key or value element is broadcast once for all of them (q . k: 2 keys x kTokens FMA
+// chains; p . v: 2 dimensions x kTokens), where one token at a time spends a broadcast load per
+// FMA. A block's keys past a token's own index are left out of its softmax, and their
+// probabilities are 0 in the shared value loop. Scratch per token: queries_t and acc_t
+// [head_dim][lanes], scores [block][lanes], running max and total [lanes].
+template <typename T, int kTokens>
+void AttendTileVectorized(const AttentionArgs& args, const KvRows<T>& rows,
+                          const float* const* queries, int32_t group, int64_t first_index,
+                          const int32_t* block_table, int32_t kv_head, float* scratch,
+                          float* const* out) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t head_dim = args.head_dim;
+  const int32_t block_size = args.block_size;
+  const int64_t per_token =
+      2 * head_dim * lanes + static_cast<int64_t>(block_size) * lanes + 2 * lanes;
+  float* queries_t[kTokens];
+  float* acc_t[kTokens];
+  float* scores[kTokens];
+  float* running_max[kTokens];
+  float* total[kTokens];
+#pragma GCC unroll 4
+  for (int t = 0; t < kTokens; ++t) {
+    queries_t[t] = scratch + t * per_token;
+    acc_t[t] = queries_t[t] + head_dim * lanes;
+    scores[t] = acc_t[t] + head_dim * lanes;
+    running_max[t] = scores[t] + static_cast<int64_t>(block_size) * lanes;
+    total[t] = running_max[t] + lanes;
+  }
+  float* block_keys = scratch + rows.widened_offset;
+  float* block_values = block_keys + static_cast<int64_t>(block_size) * head_dim;
+  const int64_t last_index = first_index + kTokens - 1;
+  for (int32_t first_head = 0; first_head < group; first_head += static_cast<int32_t>(lanes)) {
+    const int64_t heads = std::min<int64_t>(lanes, group - first_head);
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) {
+      for (int64_t d = 0; d < head_dim; ++d) {
+        for (int64_t i = 0; i < lanes; ++i) {
+          queries_t[t][d * lanes + i] =
+              i < heads ? queries[t][(first_head + i) * head_dim + d] * args.scale : 0.0f;
+        }
+      }
+      std::fill(acc_t[t], acc_t[t] + head_dim * lanes, 0.0f);
+      std::fill(total[t], total[t] + lanes, 0.0f);
+    }
+    bool first_block = true;
+    for (int64_t key = 0; key <= last_index;) {
+      const auto [keys, values, stride, count] =
+          BlockAsF32(args, rows, kv_head, block_table, key, last_index, block_keys, block_values);
+      // Keys of this block each token sees (token t: up to its own index; at least key 0 of the
+      // first block).
+      int64_t seen[kTokens];
+#pragma GCC unroll 4
+      for (int t = 0; t < kTokens; ++t) {
+        seen[t] = std::max<int64_t>(0, std::min<int64_t>(count, first_index + t - key + 1));
+      }
+      // Scores of every key of the block for every token (those a token does not see are
+      // computed, then ignored).
+      int64_t j = 0;
+      for (; j + 2 <= count; j += 2) {
+        const float* k0 = keys + j * stride;
+        const float* k1 = k0 + stride;
+        VF s0[kTokens], s1[kTokens];
+#pragma GCC unroll 4
+        for (int t = 0; t < kTokens; ++t) s0[t] = s1[t] = hn::Zero(df);
+        for (int64_t d = 0; d < head_dim; ++d) {
+          const VF b0 = hn::Set(df, k0[d]);
+          const VF b1 = hn::Set(df, k1[d]);
+          FmaTwoColumns<kTokens>(queries_t, d * lanes, b0, b1, s0, s1);
+        }
+        StoreTwoRows<kTokens>(s0, s1, scores, j * lanes, (j + 1) * lanes);
+      }
+      for (; j < count; ++j) {
+        const float* k0 = keys + j * stride;
+        VF s0[kTokens];
+#pragma GCC unroll 4
+        for (int t = 0; t < kTokens; ++t) s0[t] = hn::Zero(df);
+        for (int64_t d = 0; d < head_dim; ++d) {
+          const VF b0 = hn::Set(df, k0[d]);
+#pragma GCC unroll 4
+          for (int t = 0; t < kTokens; ++t) {
+            s0[t] = hn::MulAdd(hn::LoadU(df, queries_t[t] + d * lanes), b0, s0[t]);
+          }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < kTokens; ++t) hn::StoreU(s0[t], df, scores[t] + j * lanes);
+      }
+      // Online softmax per token over the keys it sees, as AttendGroupVectorized; the rest get
+      // probability 0.
+      VF correction[kTokens];
+#pragma GCC unroll 4
+      for (int t = 0; t < kTokens; ++t) {
+        correction[t] = hn::Set(df, 1.0f);
+        if (seen[t] == 0) {
+          for (j = 0; j < count; ++j) hn::StoreU(hn::Zero(df), df, scores[t] + j * lanes);
+          continue;
+        }
+        VF block_max = hn::LoadU(df, scores[t]);
+        for (j = 1; j < seen[t]; ++j) {
+          block_max = hn::Max(block_max, hn::LoadU(df, scores[t] + j * lanes));
+        }
+        const VF old_max = hn::LoadU(df, running_max[t]);
+        const VF new_max = first_block ? block_max : hn::Max(old_max, block_max);
+        if (!first_block) correction[t] = hn::Exp(df, hn::Sub(old_max, new_max));
+        hn::StoreU(new_max, df, running_max[t]);
+        VF block_total = hn::Zero(df);
+        for (j = 0; j < seen[t]; ++j) {
+          const VF p = hn::Exp(df, hn::Sub(hn::LoadU(df, scores[t] + j * lanes), new_max));
+          hn::StoreU(p, df, scores[t] + j * lanes);
+          block_total = hn::Add(block_total, p);
+        }
+        for (; j < count; ++j) hn::StoreU(hn::Zero(df), df, scores[t] + j * lanes);
+        hn::StoreU(hn::MulAdd(hn::LoadU(df, total[t]), correction[t], block_total), df, total[t]);
+      }
+      first_block = false;
+      // acc_t[d] = acc_t[d] * correction + sum_j p_j * v_j[d], 2 dimensions x kTokens at a time.
+      int64_t d = 0;
+      for (; d + 2 <= head_dim; d += 2) {
+        VF a0[kTokens], a1[kTokens];
+#pragma GCC unroll 4
+        for (int t = 0; t < kTokens; ++t) {
+          a0[t] = hn::Mul(hn::LoadU(df, acc_t[t] + d * lanes), correction[t]);
+          a1[t] = hn::Mul(hn::LoadU(df, acc_t[t] + (d + 1) * lanes), correction[t]);
+        }
+        for (j = 0; j < count; ++j) {
+          const float* v = values + j * stride + d;
+          const VF b0 = hn::Set(df, v[0]);
+          const VF b1 = hn::Set(df, v[1]);
+          FmaTwoColumns<kTokens>(scores, j * lanes, b0, b1, a0, a1);
+        }
+        StoreTwoRows<kTokens>(a0, a1, acc_t, d * lanes, (d + 1) * lanes);
+      }
+      for (; d < head_dim; ++d) {
+#pragma GCC unroll 4
+        for (int t = 0; t < kTokens; ++t) {
+          VF acc = hn::Mul(hn::LoadU(df, acc_t[t] + d * lanes), correction[t]);
+          for (j = 0; j < count; ++j) {
+            acc = hn::MulAdd(hn::LoadU(df, scores[t] + j * lanes),
+                             hn::Set(df, values[j * stride + d]), acc);
+          }
+          hn::StoreU(acc, df, acc_t[t] + d * lanes);
+        }
+      }
+      key += count;
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) {
+      alignas(64) float inverse_total[64];  // lanes <= 16
+      hn::StoreU(hn::Div(hn::Set(df, 1.0f), hn::LoadU(df, total[t])), df, inverse_total);
+      for (int64_t i = 0; i < heads; ++i) {
+        for (int64_t d = 0; d < head_dim; ++d) {
+          out[t][(first_head + i) * head_dim + d] = acc_t[t][d * lanes + i] * inverse_total[i];
+        }
+      }
+    }
+  }
+}
+
 // Attention and KvCacheAttention: the one loop over (token, kv head) items, with rows of T.
 template <typename T>
 void AttentionOverRows(ThreadPool& pool, const AttentionArgs& args, const KvRows<T>& rows) {
@@ -466,8 +671,19 @@ void AttentionOverRows(ThreadPool& pool, const AttentionArgs& args, const KvRows
   const int64_t head_dim = args.head_dim;
   const int64_t q_width = static_cast<int64_t>(args.num_heads) * head_dim;
   const int32_t block_size = args.block_size;
-  pool.ParallelFor(args.num_tokens * args.num_kv_heads, [&](int64_t begin, int64_t end,
-                                                            int32_t thread) {
+  // Query heads in lanes pay off once they fill half a vector (AVX2: groups of 4 or more;
+  // MHA's group of 1 would use one lane in 8 and keeps per-key dot products).
+  const bool vectorized = 2 * group >= static_cast<int32_t>(hn::Lanes(DF()));
+  // An item is (tile of rows, kv head); a tile of consecutive tokens of one sequence runs
+  // through AttendTileVectorized, any other tile one row at a time.
+  const int64_t tile_rows = vectorized && args.sliding_window == 0 ? kAttentionTile : 1;
+  const int64_t num_tiles = (args.num_tokens + tile_rows - 1) / tile_rows;
+  // Items are claimed dynamically, the last tokens first: under a causal mask a prefill's later
+  // tokens attend to more keys, so two fixed halves of the tokens would give one thread ~3/4 of
+  // the work; claimed one at a time, heaviest first, the threads finish within an item of each
+  // other (and a decode step's few items still spread over the threads).
+  const int64_t num_items = num_tiles * args.num_kv_heads;
+  auto attend = [&](int64_t begin, int64_t end, int32_t thread) {
     // Scratch: acc[group][head_dim], max[group], total[group], scores[group][block_size]; for
     // reduced-precision rows, then one block's keys and values widened to f32,
     // [block_size][head_dim] each, at rows.widened_offset.
@@ -477,95 +693,130 @@ void AttentionOverRows(ThreadPool& pool, const AttentionArgs& args, const KvRows
     float* scores = total + group;
     float* block_keys = acc + rows.widened_offset;
     float* block_values = block_keys + static_cast<int64_t>(block_size) * head_dim;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t row = item / args.num_kv_heads;
+    for (int64_t claimed = begin; claimed < end; ++claimed) {
+      const int64_t item = num_items - 1 - claimed;
+      const int64_t first_row = item / args.num_kv_heads * tile_rows;
       const int32_t kv_head = static_cast<int32_t>(item % args.num_kv_heads);
-      const int64_t query_index = args.token_index[row];
-      const int64_t first_key =
-          args.sliding_window > 0 ? std::max<int64_t>(0, query_index - args.sliding_window + 1) : 0;
-      const int32_t* block_table = args.token_block_table[row];
-      const float* queries = args.q + row * q_width + kv_head * group * head_dim;
-      // The group's queries are consumed before any output is written, so the output may share
-      // their buffer.
-      float* out = args.out + row * q_width + kv_head * group * head_dim;
-      // Query heads in lanes pay off once they fill half a vector (AVX2: groups of 4 or more;
-      // MHA's group of 1 would use one lane in 8 and keeps per-key dot products).
-      if (2 * group >= static_cast<int32_t>(hn::Lanes(DF()))) {
-        AttendGroupVectorized(args, rows, queries, group, first_key, query_index, block_table,
-                              kv_head, acc, out);
+      const int64_t end_row = std::min(args.num_tokens, first_row + tile_rows);
+      bool one_sequence = end_row - first_row > 1;
+      for (int64_t row = first_row + 1; row < end_row && one_sequence; ++row) {
+        one_sequence = args.token_block_table[row] == args.token_block_table[first_row] &&
+                       args.token_index[row] == args.token_index[first_row] + (row - first_row);
+      }
+      if (one_sequence) {
+        const float* queries[kAttentionTile];
+        float* outs[kAttentionTile];
+        for (int64_t row = first_row; row < end_row; ++row) {
+          queries[row - first_row] = args.q + row * q_width + kv_head * group * head_dim;
+          outs[row - first_row] = args.out + row * q_width + kv_head * group * head_dim;
+        }
+        const int64_t first_index = args.token_index[first_row];
+        const int32_t* block_table = args.token_block_table[first_row];
+        static_assert(kAttentionTile == 4, "one case per tile size");
+        switch (end_row - first_row) {
+          case 2:
+            AttendTileVectorized<T, 2>(args, rows, queries, group, first_index, block_table,
+                                       kv_head, acc, outs);
+            break;
+          case 3:
+            AttendTileVectorized<T, 3>(args, rows, queries, group, first_index, block_table,
+                                       kv_head, acc, outs);
+            break;
+          default:
+            AttendTileVectorized<T, 4>(args, rows, queries, group, first_index, block_table,
+                                       kv_head, acc, outs);
+            break;
+        }
         continue;
       }
-      std::fill(acc, acc + group * head_dim, 0.0f);
-      for (int32_t g = 0; g < group; ++g) {
-        running_max[g] = -std::numeric_limits<float>::infinity();
-        total[g] = 0.0f;
-      }
-      // Row j of the current block, as f32: in place for f32, else widened below.
-      auto value_row = [&](int64_t slot, int64_t j) -> const float* {
-        if constexpr (KvRows<T>::kInPlace) {
-          return rows.values + slot * args.token_stride + kv_head * head_dim;
-        } else {
-          return block_values + j * head_dim;
+      for (int64_t row = first_row; row < end_row; ++row) {
+        const int64_t query_index = args.token_index[row];
+        const int64_t first_key = args.sliding_window > 0
+                                      ? std::max<int64_t>(0, query_index - args.sliding_window + 1)
+                                      : 0;
+        const int32_t* block_table = args.token_block_table[row];
+        const float* queries = args.q + row * q_width + kv_head * group * head_dim;
+        // The group's queries are consumed before any output is written, so the output may share
+        // their buffer.
+        float* out = args.out + row * q_width + kv_head * group * head_dim;
+        if (vectorized) {
+          AttendGroupVectorized(args, rows, queries, group, first_key, query_index, block_table,
+                                kv_head, acc, out);
+          continue;
         }
-      };
-      // Online softmax one KV block at a time: one max/rescale per block, not per key.
-      for (int64_t key = first_key; key <= query_index;) {
-        const int64_t offset = key % block_size;
-        const int64_t count = std::min<int64_t>(block_size - offset, query_index - key + 1);
-        const int64_t first_slot =
-            static_cast<int64_t>(block_table[key / block_size]) * block_size + offset;
-        for (int64_t j = 0; j < count; ++j) {
-          const int64_t slot = first_slot + j;
-          const int64_t offset_in_cache = slot * args.token_stride + kv_head * head_dim;
-          const float* key_row;
+        std::fill(acc, acc + group * head_dim, 0.0f);
+        for (int32_t g = 0; g < group; ++g) {
+          running_max[g] = -std::numeric_limits<float>::infinity();
+          total[g] = 0.0f;
+        }
+        // Row j of the current block, as f32: in place for f32, else widened below.
+        auto value_row = [&](int64_t slot, int64_t j) -> const float* {
           if constexpr (KvRows<T>::kInPlace) {
-            key_row = rows.keys + offset_in_cache;
+            return rows.values + slot * args.token_stride + kv_head * head_dim;
           } else {
-            // Each row is widened once and then serves all `group` query heads.
-            Widen(rows.keys + offset_in_cache, head_dim, 1.0f, block_keys + j * head_dim);
-            Widen(rows.values + offset_in_cache, head_dim, 1.0f, block_values + j * head_dim);
-            key_row = block_keys + j * head_dim;
+            return block_values + j * head_dim;
           }
-          const float factor = rows.KeyScale(args, slot, kv_head) * args.scale;
+        };
+        // Online softmax one KV block at a time: one max/rescale per block, not per key.
+        for (int64_t key = first_key; key <= query_index;) {
+          const int64_t offset = key % block_size;
+          const int64_t count = std::min<int64_t>(block_size - offset, query_index - key + 1);
+          const int64_t first_slot =
+              static_cast<int64_t>(block_table[key / block_size]) * block_size + offset;
+          for (int64_t j = 0; j < count; ++j) {
+            const int64_t slot = first_slot + j;
+            const int64_t offset_in_cache = slot * args.token_stride + kv_head * head_dim;
+            const float* key_row;
+            if constexpr (KvRows<T>::kInPlace) {
+              key_row = rows.keys + offset_in_cache;
+            } else {
+              // Each row is widened once and then serves all `group` query heads.
+              Widen(rows.keys + offset_in_cache, head_dim, 1.0f, block_keys + j * head_dim);
+              Widen(rows.values + offset_in_cache, head_dim, 1.0f, block_values + j * head_dim);
+              key_row = block_keys + j * head_dim;
+            }
+            const float factor = rows.KeyScale(args, slot, kv_head) * args.scale;
+            for (int32_t g = 0; g < group; ++g) {
+              scores[g * block_size + j] = Dot(queries + g * head_dim, key_row, head_dim) * factor;
+            }
+          }
           for (int32_t g = 0; g < group; ++g) {
-            scores[g * block_size + j] = Dot(queries + g * head_dim, key_row, head_dim) * factor;
+            float* group_scores = scores + g * block_size;
+            float block_max = running_max[g];
+            for (int64_t j = 0; j < count; ++j) block_max = std::max(block_max, group_scores[j]);
+            // exp(-inf - finite) = 0 on the first block: nothing accumulated yet to rescale.
+            const float correction = std::exp(running_max[g] - block_max);
+            running_max[g] = block_max;
+            float block_total = 0.0f;
+            for (int64_t j = 0; j < count; ++j) {
+              group_scores[j] = std::exp(group_scores[j] - block_max);
+              block_total += group_scores[j];
+            }
+            total[g] = total[g] * correction + block_total;
+            ScaleAndAccumulate(acc + g * head_dim, correction,
+                               group_scores[0] * rows.ValueScale(args, first_slot, kv_head),
+                               value_row(first_slot, 0), head_dim);
           }
+          for (int64_t j = 1; j < count; ++j) {
+            const int64_t slot = first_slot + j;
+            const float row_scale = rows.ValueScale(args, slot, kv_head);
+            const float* values = value_row(slot, j);
+            for (int32_t g = 0; g < group; ++g) {
+              Accumulate(acc + g * head_dim, scores[g * block_size + j] * row_scale, values,
+                         head_dim);
+            }
+          }
+          key += count;
         }
         for (int32_t g = 0; g < group; ++g) {
-          float* group_scores = scores + g * block_size;
-          float block_max = running_max[g];
-          for (int64_t j = 0; j < count; ++j) block_max = std::max(block_max, group_scores[j]);
-          // exp(-inf - finite) = 0 on the first block: nothing accumulated yet to rescale.
-          const float correction = std::exp(running_max[g] - block_max);
-          running_max[g] = block_max;
-          float block_total = 0.0f;
-          for (int64_t j = 0; j < count; ++j) {
-            group_scores[j] = std::exp(group_scores[j] - block_max);
-            block_total += group_scores[j];
-          }
-          total[g] = total[g] * correction + block_total;
-          ScaleAndAccumulate(acc + g * head_dim, correction,
-                             group_scores[0] * rows.ValueScale(args, first_slot, kv_head),
-                             value_row(first_slot, 0), head_dim);
+          const float inverse_total = 1.0f / total[g];
+          for (int64_t i = 0; i < head_dim; ++i)
+            out[g * head_dim + i] = acc[g * head_dim + i] * inverse_total;
         }
-        for (int64_t j = 1; j < count; ++j) {
-          const int64_t slot = first_slot + j;
-          const float row_scale = rows.ValueScale(args, slot, kv_head);
-          const float* values = value_row(slot, j);
-          for (int32_t g = 0; g < group; ++g) {
-            Accumulate(acc + g * head_dim, scores[g * block_size + j] * row_scale, values,
-                       head_dim);
-          }
-        }
-        key += count;
-      }
-      for (int32_t g = 0; g < group; ++g) {
-        const float inverse_total = 1.0f / total[g];
-        for (int64_t i = 0; i < head_dim; ++i)
-          out[g * head_dim + i] = acc[g * head_dim + i] * inverse_total;
       }
     }
-  });
+  };
+  pool.ParallelForDynamic(num_items, attend, /*grain=*/1);
 }
 
 template <typename T>
@@ -636,10 +887,11 @@ void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows
 int64_t AttentionScratchFloats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                                int32_t block_size) {
   const int64_t group = num_heads / std::max(num_kv_heads, 1);
-  // Scalar path: acc, max, total, scores. Vectorized path (AttendGroupVectorized): queries_t,
-  // acc_t and scores of up to 16 lanes (AVX-512).
+  // Scalar path: acc, max, total, scores. Vectorized paths (AttendGroupVectorized,
+  // AttendTileVectorized): per token of a tile, queries_t, acc_t, scores, running max and total
+  // of up to 16 lanes (AVX-512).
   const int64_t floats = std::max(group * head_dim + 2 * group + group * block_size,
-                                  16 * (2 * int64_t{head_dim} + block_size));
+                                  kAttentionTile * 16 * (2 * int64_t{head_dim} + block_size + 2));
   // Rounded to 16 floats so threads do not share cache lines.
   return (floats + 15) / 16 * 16;
 }

@@ -115,6 +115,9 @@ struct AttentionArgs {
   const float* key_scales = nullptr;
   const float* value_scales = nullptr;
 };
+// Query tokens of one sequence that Attention takes together (a prefill's consecutive tokens
+// share each widened key / value block and each broadcast of its elements); sizes its scratch.
+inline constexpr int64_t kAttentionTile = 4;
 // Floats of per-thread scratch Attention needs.
 int64_t AttentionScratchFloats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                                int32_t block_size);

@@ -50,7 +50,13 @@ double RelativeStep(plan::DType dtype) {
   }
 }
 
-Result RunAttention(plan::DType dtype, int64_t window, int32_t threads) {
+// Query tokens of one sequence at indices 5, 200 and 380 (each attention item one token).
+const std::vector<int64_t> kSpreadTokens = {5, 200, 380};
+
+// Attention of the query tokens at `index` (query row r is row first_query + r of one fixed
+// sequence of rows, so that a token computed alone can be compared with itself in a batch).
+Result RunAttention(plan::DType dtype, int64_t window, int32_t threads,
+                    const std::vector<int64_t>& index = kSpreadTokens, int64_t first_query = 0) {
   auto storage = kv::KvStorage::Create({1, kKvHeads, kHeadDim, kBlocks, kBlock, dtype});
   EXPECT_TRUE(storage.ok()) << storage.status();
   kv::KvStorage& kv = **storage;
@@ -59,10 +65,11 @@ Result RunAttention(plan::DType dtype, int64_t window, int32_t threads) {
   }
   std::vector<int32_t> block_table(kBlocks);
   for (int32_t i = 0; i < kBlocks; ++i) block_table[i] = (i * 5 + 3) % kBlocks;
-  const std::vector<int64_t> index = {5, 200, 380};
   const int64_t tokens = static_cast<int64_t>(index.size());
   std::vector<float> q(tokens * kHeads * kHeadDim);
-  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.05f * i + 1.0f);
+  for (size_t i = 0; i < q.size(); ++i) {
+    q[i] = std::sin(0.05f * static_cast<float>(i + first_query * kHeads * kHeadDim) + 1.0f);
+  }
   Result result;
   result.out.resize(q.size());
   std::vector<const int32_t*> tables(tokens, block_table.data());
@@ -160,6 +167,35 @@ TEST(KvCacheAttentionTest, EveryDtypeMatchesItsCacheAndTheF32Cache) {
               << plan::DType_Name(dtype) << " window " << window << " output " << i;
           ASSERT_NEAR(result.out[i], f32.out[i], result.bound[i] + 2e-5)
               << plan::DType_Name(dtype) << " window " << window << " output " << i;
+        }
+      }
+    }
+  }
+}
+
+// A prefill's consecutive tokens go through Attention in tiles (kAttentionTile tokens sharing
+// each widened block and broadcast): every dtype still matches its reference, and each token's
+// output is bit-identical to the token attending alone. The tokens: the first 11 of the sequence
+// (tiles whose earlier tokens see only part of a block), then 14 from 150 on (crossing blocks);
+// the tile straddling the two runs is not one sequence of indices, so it goes token by token.
+TEST(KvCacheAttentionTest, ConsecutiveTokensMatchEachTokenAlone) {
+  std::vector<int64_t> index;
+  for (int64_t i = 0; i < 11; ++i) index.push_back(i);
+  for (int64_t i = 150; i < 164; ++i) index.push_back(i);
+  for (plan::DType dtype : {plan::F32, plan::F16, plan::BF16, plan::I8}) {
+    for (int32_t threads : {1, 2}) {
+      const Result result = RunAttention(dtype, 0, threads, index);
+      for (size_t i = 0; i < result.out.size(); ++i) {
+        ASSERT_NEAR(result.out[i], result.reference[i], 2e-5)
+            << plan::DType_Name(dtype) << " threads " << threads << " output " << i;
+      }
+      if (threads == 2) continue;
+      const int64_t row = kHeads * kHeadDim;
+      for (size_t t = 0; t < index.size(); ++t) {
+        const Result alone = RunAttention(dtype, 0, 1, {index[t]}, static_cast<int64_t>(t));
+        for (int64_t i = 0; i < row; ++i) {
+          ASSERT_EQ(result.out[t * row + i], alone.out[i])
+              << plan::DType_Name(dtype) << " token " << index[t] << " output " << i;
         }
       }
     }
