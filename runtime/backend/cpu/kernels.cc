@@ -664,6 +664,105 @@ void AttendTileVectorized(const AttentionArgs& args, const KvRows<T>& rows,
   }
 }
 
+// One token (row) and kv head: AttendGroupVectorized when the group fills the lanes, else per
+// query head with scalar dot products. Scratch: acc[group][head_dim], max[group], total[group],
+// scores[group][block_size]; for reduced-precision rows, then one block's keys and values
+// widened to f32, [block_size][head_dim] each, at rows.widened_offset.
+template <typename T>
+void AttendRow(const AttentionArgs& args, const KvRows<T>& rows, int64_t row, int32_t kv_head,
+               bool vectorized, float* acc) {
+  const int32_t group = args.num_heads / args.num_kv_heads;
+  const int64_t head_dim = args.head_dim;
+  const int64_t q_width = static_cast<int64_t>(args.num_heads) * head_dim;
+  const int32_t block_size = args.block_size;
+  float* running_max = acc + group * head_dim;
+  float* total = running_max + group;
+  float* scores = total + group;
+  float* block_keys = acc + rows.widened_offset;
+  float* block_values = block_keys + static_cast<int64_t>(block_size) * head_dim;
+  const int64_t query_index = args.token_index[row];
+  const int64_t first_key =
+      args.sliding_window > 0 ? std::max<int64_t>(0, query_index - args.sliding_window + 1) : 0;
+  const int32_t* block_table = args.token_block_table[row];
+  const float* queries = args.q + row * q_width + kv_head * group * head_dim;
+  // The group's queries are consumed before any output is written, so the output may share
+  // their buffer.
+  float* out = args.out + row * q_width + kv_head * group * head_dim;
+  if (vectorized) {
+    AttendGroupVectorized(args, rows, queries, group, first_key, query_index, block_table, kv_head,
+                          acc, out);
+    return;
+  }
+  std::fill(acc, acc + group * head_dim, 0.0f);
+  for (int32_t g = 0; g < group; ++g) {
+    running_max[g] = -std::numeric_limits<float>::infinity();
+    total[g] = 0.0f;
+  }
+  // Row j of the current block, as f32: in place for f32, else widened below.
+  auto value_row = [&](int64_t slot, int64_t j) -> const float* {
+    if constexpr (KvRows<T>::kInPlace) {
+      return rows.values + slot * args.token_stride + kv_head * head_dim;
+    } else {
+      return block_values + j * head_dim;
+    }
+  };
+  // Online softmax one KV block at a time: one max/rescale per block, not per key.
+  for (int64_t key = first_key; key <= query_index;) {
+    const int64_t offset = key % block_size;
+    const int64_t count = std::min<int64_t>(block_size - offset, query_index - key + 1);
+    const int64_t first_slot =
+        static_cast<int64_t>(block_table[key / block_size]) * block_size + offset;
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t slot = first_slot + j;
+      const int64_t offset_in_cache = slot * args.token_stride + kv_head * head_dim;
+      const float* key_row;
+      if constexpr (KvRows<T>::kInPlace) {
+        key_row = rows.keys + offset_in_cache;
+      } else {
+        // Each row is widened once and then serves all `group` query heads.
+        Widen(rows.keys + offset_in_cache, head_dim, 1.0f, block_keys + j * head_dim);
+        Widen(rows.values + offset_in_cache, head_dim, 1.0f, block_values + j * head_dim);
+        key_row = block_keys + j * head_dim;
+      }
+      const float factor = rows.KeyScale(args, slot, kv_head) * args.scale;
+      for (int32_t g = 0; g < group; ++g) {
+        scores[g * block_size + j] = Dot(queries + g * head_dim, key_row, head_dim) * factor;
+      }
+    }
+    for (int32_t g = 0; g < group; ++g) {
+      float* group_scores = scores + g * block_size;
+      float block_max = running_max[g];
+      for (int64_t j = 0; j < count; ++j) block_max = std::max(block_max, group_scores[j]);
+      // exp(-inf - finite) = 0 on the first block: nothing accumulated yet to rescale.
+      const float correction = std::exp(running_max[g] - block_max);
+      running_max[g] = block_max;
+      float block_total = 0.0f;
+      for (int64_t j = 0; j < count; ++j) {
+        group_scores[j] = std::exp(group_scores[j] - block_max);
+        block_total += group_scores[j];
+      }
+      total[g] = total[g] * correction + block_total;
+      ScaleAndAccumulate(acc + g * head_dim, correction,
+                         group_scores[0] * rows.ValueScale(args, first_slot, kv_head),
+                         value_row(first_slot, 0), head_dim);
+    }
+    for (int64_t j = 1; j < count; ++j) {
+      const int64_t slot = first_slot + j;
+      const float row_scale = rows.ValueScale(args, slot, kv_head);
+      const float* values = value_row(slot, j);
+      for (int32_t g = 0; g < group; ++g) {
+        Accumulate(acc + g * head_dim, scores[g * block_size + j] * row_scale, values, head_dim);
+      }
+    }
+    key += count;
+  }
+  for (int32_t g = 0; g < group; ++g) {
+    const float inverse_total = 1.0f / total[g];
+    for (int64_t i = 0; i < head_dim; ++i)
+      out[g * head_dim + i] = acc[g * head_dim + i] * inverse_total;
+  }
+}
+
 // Attention and KvCacheAttention: the one loop over (token, kv head) items, with rows of T.
 template <typename T>
 void AttentionOverRows(ThreadPool& pool, const AttentionArgs& args, const KvRows<T>& rows) {
@@ -684,15 +783,8 @@ void AttentionOverRows(ThreadPool& pool, const AttentionArgs& args, const KvRows
   // other (and a decode step's few items still spread over the threads).
   const int64_t num_items = num_tiles * args.num_kv_heads;
   auto attend = [&](int64_t begin, int64_t end, int32_t thread) {
-    // Scratch: acc[group][head_dim], max[group], total[group], scores[group][block_size]; for
-    // reduced-precision rows, then one block's keys and values widened to f32,
-    // [block_size][head_dim] each, at rows.widened_offset.
+    // This thread's scratch (AttentionScratchFloats + rows.widened_offset's block).
     float* acc = args.scratch + thread * args.scratch_stride;
-    float* running_max = acc + group * head_dim;
-    float* total = running_max + group;
-    float* scores = total + group;
-    float* block_keys = acc + rows.widened_offset;
-    float* block_values = block_keys + static_cast<int64_t>(block_size) * head_dim;
     for (int64_t claimed = begin; claimed < end; ++claimed) {
       const int64_t item = num_items - 1 - claimed;
       const int64_t first_row = item / args.num_kv_heads * tile_rows;
@@ -730,89 +822,7 @@ void AttentionOverRows(ThreadPool& pool, const AttentionArgs& args, const KvRows
         continue;
       }
       for (int64_t row = first_row; row < end_row; ++row) {
-        const int64_t query_index = args.token_index[row];
-        const int64_t first_key = args.sliding_window > 0
-                                      ? std::max<int64_t>(0, query_index - args.sliding_window + 1)
-                                      : 0;
-        const int32_t* block_table = args.token_block_table[row];
-        const float* queries = args.q + row * q_width + kv_head * group * head_dim;
-        // The group's queries are consumed before any output is written, so the output may share
-        // their buffer.
-        float* out = args.out + row * q_width + kv_head * group * head_dim;
-        if (vectorized) {
-          AttendGroupVectorized(args, rows, queries, group, first_key, query_index, block_table,
-                                kv_head, acc, out);
-          continue;
-        }
-        std::fill(acc, acc + group * head_dim, 0.0f);
-        for (int32_t g = 0; g < group; ++g) {
-          running_max[g] = -std::numeric_limits<float>::infinity();
-          total[g] = 0.0f;
-        }
-        // Row j of the current block, as f32: in place for f32, else widened below.
-        auto value_row = [&](int64_t slot, int64_t j) -> const float* {
-          if constexpr (KvRows<T>::kInPlace) {
-            return rows.values + slot * args.token_stride + kv_head * head_dim;
-          } else {
-            return block_values + j * head_dim;
-          }
-        };
-        // Online softmax one KV block at a time: one max/rescale per block, not per key.
-        for (int64_t key = first_key; key <= query_index;) {
-          const int64_t offset = key % block_size;
-          const int64_t count = std::min<int64_t>(block_size - offset, query_index - key + 1);
-          const int64_t first_slot =
-              static_cast<int64_t>(block_table[key / block_size]) * block_size + offset;
-          for (int64_t j = 0; j < count; ++j) {
-            const int64_t slot = first_slot + j;
-            const int64_t offset_in_cache = slot * args.token_stride + kv_head * head_dim;
-            const float* key_row;
-            if constexpr (KvRows<T>::kInPlace) {
-              key_row = rows.keys + offset_in_cache;
-            } else {
-              // Each row is widened once and then serves all `group` query heads.
-              Widen(rows.keys + offset_in_cache, head_dim, 1.0f, block_keys + j * head_dim);
-              Widen(rows.values + offset_in_cache, head_dim, 1.0f, block_values + j * head_dim);
-              key_row = block_keys + j * head_dim;
-            }
-            const float factor = rows.KeyScale(args, slot, kv_head) * args.scale;
-            for (int32_t g = 0; g < group; ++g) {
-              scores[g * block_size + j] = Dot(queries + g * head_dim, key_row, head_dim) * factor;
-            }
-          }
-          for (int32_t g = 0; g < group; ++g) {
-            float* group_scores = scores + g * block_size;
-            float block_max = running_max[g];
-            for (int64_t j = 0; j < count; ++j) block_max = std::max(block_max, group_scores[j]);
-            // exp(-inf - finite) = 0 on the first block: nothing accumulated yet to rescale.
-            const float correction = std::exp(running_max[g] - block_max);
-            running_max[g] = block_max;
-            float block_total = 0.0f;
-            for (int64_t j = 0; j < count; ++j) {
-              group_scores[j] = std::exp(group_scores[j] - block_max);
-              block_total += group_scores[j];
-            }
-            total[g] = total[g] * correction + block_total;
-            ScaleAndAccumulate(acc + g * head_dim, correction,
-                               group_scores[0] * rows.ValueScale(args, first_slot, kv_head),
-                               value_row(first_slot, 0), head_dim);
-          }
-          for (int64_t j = 1; j < count; ++j) {
-            const int64_t slot = first_slot + j;
-            const float row_scale = rows.ValueScale(args, slot, kv_head);
-            const float* values = value_row(slot, j);
-            for (int32_t g = 0; g < group; ++g) {
-              Accumulate(acc + g * head_dim, scores[g * block_size + j] * row_scale, values,
-                         head_dim);
-            }
-          }
-          key += count;
-        }
-        for (int32_t g = 0; g < group; ++g) {
-          const float inverse_total = 1.0f / total[g];
-          for (int64_t i = 0; i < head_dim; ++i)
-            out[g * head_dim + i] = acc[g * head_dim + i] * inverse_total;
-        }
+        AttendRow(args, rows, row, kv_head, vectorized, acc);
       }
     }
   };
