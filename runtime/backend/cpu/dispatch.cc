@@ -16,11 +16,13 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <atomic>
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/backend/cpu/cpu_features.h"
 
 namespace llmrt::cpu {
 
@@ -31,27 +33,64 @@ namespace {
 struct NamedTarget {
   const char* name;
   int64_t mask;
+  CpuExtensions extensions;  // required on top of `mask`, and the only ones kernels then use
 };
+
+constexpr CpuExtensions kVnni = {/*avx512_vnni=*/true, /*avx512_bf16=*/false};
+constexpr CpuExtensions kVnniBf16 = {/*avx512_vnni=*/true, /*avx512_bf16=*/true};
 
 constexpr NamedTarget kTargets[] = {
 #if HWY_ARCH_X86
-    {"sse4", HWY_SSE4},
-    {"avx2", HWY_AVX2},
-    {"avx3", HWY_AVX3},
+    {"sse4", HWY_SSE4, {}},
+    {"avx2", HWY_AVX2, {}},
+    {"avx3", HWY_AVX3, {}},
+    {"avx3_vnni", HWY_AVX3, kVnni},
+    {"avx3_zen4", HWY_AVX3, kVnniBf16},
 #elif HWY_ARCH_ARM
-    {"neon", HWY_NEON},
-    {"sve", HWY_SVE},
+    {"neon", HWY_NEON, {}},
+    {"sve", HWY_SVE, {}},
 #endif
-    {"scalar", HWY_SCALAR | HWY_EMU128},
+    {"scalar", HWY_SCALAR | HWY_EMU128, {}},
 };
 
+bool Includes(const CpuExtensions& have, const CpuExtensions& need) {
+  return (have.avx512_vnni || !need.avx512_vnni) && (have.avx512_bf16 || !need.avx512_bf16);
+}
+
+// The extensions kernels may use, as bits (vnni 1, bf16 2), or kUnset before the first
+// selection: then every extension the CPU has, when it runs AVX3. Atomic because kernels read it
+// on pool threads; it changes only between steps (SelectCpuTarget).
+constexpr uint32_t kUnset = ~uint32_t{0};
+std::atomic<uint32_t> active_extension_bits{kUnset};
+
+uint32_t ToBits(const CpuExtensions& extensions) {
+  return (extensions.avx512_vnni ? 1u : 0u) | (extensions.avx512_bf16 ? 2u : 0u);
+}
+
+CpuExtensions MachineExtensions() {
+  if ((hwy::SupportedTargets() & HWY_TARGETS & HWY_AVX3) == 0) return {};
+  return DetectCpuExtensions();
+}
+
 }  // namespace
+
+CpuExtensions ActiveCpuExtensions() {
+  uint32_t bits = active_extension_bits.load(std::memory_order_relaxed);
+  if (bits == kUnset) {
+    bits = ToBits(MachineExtensions());
+    active_extension_bits.store(bits, std::memory_order_relaxed);
+  }
+  return {(bits & 1u) != 0, (bits & 2u) != 0};
+}
 
 absl::Status SelectCpuTarget(absl::string_view name) {
   const std::string lower = absl::AsciiStrToLower(name);
   // Back to what the CPU really supports before checking a new restriction.
   hwy::SetSupportedTargetsForTest(0);
-  if (lower.empty() || lower == "best") return absl::OkStatus();
+  if (lower.empty() || lower == "best") {
+    active_extension_bits.store(ToBits(MachineExtensions()), std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
   for (const NamedTarget& target : kTargets) {
     if (lower != target.name) continue;
     const int64_t runnable = target.mask & HWY_TARGETS & hwy::SupportedTargets();
@@ -62,7 +101,14 @@ absl::Status SelectCpuTarget(absl::string_view name) {
           name, static_cast<uint64_t>(HWY_TARGETS),
           static_cast<uint64_t>(hwy::SupportedTargets())));
     }
+    const CpuExtensions machine = MachineExtensions();
+    if (!Includes(machine, target.extensions)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "LLMRT_CPU_TARGET=%s: this CPU lacks %s", name,
+          target.extensions.avx512_bf16 && !machine.avx512_bf16 ? "AVX512-BF16" : "AVX512-VNNI"));
+    }
     hwy::SetSupportedTargetsForTest(runnable);
+    active_extension_bits.store(ToBits(target.extensions), std::memory_order_relaxed);
     return absl::OkStatus();
   }
   std::string known;
@@ -77,7 +123,14 @@ absl::Status SelectCpuTargetFromEnvironment() {
   return SelectCpuTarget(value);
 }
 
-std::string ActiveCpuTarget() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+std::string ActiveCpuTarget() {
+  std::string name = HWY_DYNAMIC_DISPATCH(TargetName)();
+  if (name != "AVX3") return name;
+  const CpuExtensions extensions = ActiveCpuExtensions();
+  if (extensions.avx512_bf16) return "AVX3_ZEN4";
+  if (extensions.avx512_vnni) return "AVX3_VNNI";
+  return name;
+}
 
 }  // namespace llmrt::cpu
 #endif  // HWY_ONCE

@@ -1,10 +1,15 @@
 // Which SIMD target the CPU kernels run on.
 //
 // Highway compiles every kernel for SCALAR, SSE4, AVX2 and AVX3 (AVX-512) on x86 (NEON and SVE
-// on arm64) and HWY_DYNAMIC_DISPATCH picks the best one the CPU supports. The environment
-// variable LLMRT_CPU_TARGET=scalar|sse4|avx2|avx3 restricts the choice to one target so tests
-// can run every code path on one machine; a target the CPU cannot run is an error, not a
-// silent fallback.
+// on arm64) and HWY_DYNAMIC_DISPATCH picks the best one the CPU supports. Above AVX3 two tiers
+// add instructions that Highway 1.0.3 has no target for (cpu_features.h says why): AVX3_VNNI
+// (AVX512-VNNI int8 dot products) and AVX3_ZEN4 (VNNI and AVX512-BF16; Highway's later name for
+// that level). Kernels in AVX3 bodies branch on ActiveCpuExtensions() once per call.
+//
+// The environment variable LLMRT_CPU_TARGET=scalar|sse4|avx2|avx3|avx3_vnni|avx3_zen4
+// restricts the choice to one target (avx3: AVX-512 without the extensions) so tests can run
+// every code path on one machine; a target the CPU cannot run is an error naming what is
+// missing, not a silent fallback.
 //
 // Thread-safety: the selection is process-wide; call SelectCpuTargetFromEnvironment before
 // kernels run (CreateCpuBackend does).
@@ -15,19 +20,24 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "runtime/backend/cpu/cpu_features.h"
 
 namespace llmrt::cpu {
 
-// Restricts dispatch to the target named `name` ("scalar", "sse4", "avx2", "avx3", "neon",
-// "sve"); "" or "best" lifts the restriction. InvalidArgument for an unknown name,
-// FailedPrecondition when this CPU (or this build) cannot run it.
+// Restricts dispatch to the target named `name` ("scalar", "sse4", "avx2", "avx3", "avx3_vnni",
+// "avx3_zen4", "neon", "sve"); "" or "best" lifts the restriction. InvalidArgument for an unknown
+// name, FailedPrecondition when this CPU (or this build) cannot run it.
 absl::Status SelectCpuTarget(absl::string_view name);
 
 // SelectCpuTarget(getenv("LLMRT_CPU_TARGET")) when the variable is set; OK otherwise.
 absl::Status SelectCpuTargetFromEnvironment();
 
-// The target the kernels dispatch to now, e.g. "AVX2".
+// The target the kernels dispatch to now, e.g. "AVX2", "AVX3_ZEN4".
 std::string ActiveCpuTarget();
+
+// The extensions kernels in AVX3 bodies may use now: the CPU's, restricted by the selected
+// target (none below AVX3 or at "avx3").
+CpuExtensions ActiveCpuExtensions();
 
 }  // namespace llmrt::cpu
 

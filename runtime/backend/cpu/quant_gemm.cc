@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "runtime/backend/cpu/dispatch.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/int4_layout.h"
 
@@ -14,6 +15,7 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "runtime/backend/cpu/quant_vnni-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace llmrt::cpu {
@@ -39,6 +41,14 @@ constexpr int64_t kChunk = 64;
 // 2 magnitudes + activation + product + scale = 16 ymm registers.
 constexpr int kGemmRows = 2;
 constexpr int kGemmTokens = 4;
+// With VNNI an I8 pair costs dpbusd, convert and FMA per two blocks (quant_vnni-inl.h) and the
+// 32 zmm registers hold 4 x 4 accumulators, 4 weight vectors and the token's operands.
+constexpr int kGemmRowsVnni = 4;
+constexpr int kMaxGemmRows = kGemmRowsVnni;
+// Weight rows per register tile of kind kKind (below).
+constexpr int GemmRowsFor(int kind, bool vnni) {
+  return vnni && kind < 2 ? kGemmRowsVnni : kGemmRows;
+}
 // Weight rows per work item: 16 rows of K = 5632 I8 codes are 88 KiB, which stay in L2 while
 // all token tiles pass over them; each token tile (4 x K bytes) stays in L1 for the 8 passes.
 constexpr int64_t kPanelRows = 16;
@@ -298,7 +308,7 @@ HWY_INLINE __m256i LaneSums8(const uint8_t* w, const int8_t* x, __m256i ones) {
 // activation blocks' codes. One weight row per call: a (row, token) pair costs ~30 vector
 // instructions per 8 blocks with the weights already unpacked, so a wider tile would save
 // little and spill its accumulators (4 accumulators + 9 temporaries fit the 16 registers).
-template <int kTokens, bool kZeroPoints>
+template <int kTokens, bool kZeroPoints, bool kVnni>
 void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, int64_t cols,
             int group_shift, float* result) {
   const int8_t* x_codes[kTokens];
@@ -342,7 +352,12 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
         activation_sums = _mm256_load_si256(reinterpret_cast<const __m256i*>(sum_lanes));
       }
       // Past the row's last block codes and activations are zero (padding): zero sums.
-      const __m256i isums = LaneSums8(w, x_codes[t] + block * kBlock, ones);
+      __m256i isums;
+      if constexpr (kVnni) {
+        isums = vnni::ChunkSumsUnpacked(w, x_codes[t] + block * kBlock);
+      } else {
+        isums = LaneSums8(w, x_codes[t] + block * kBlock, ones);
+      }
       // Symmetric codes have zero point 8: zero * sum(q) = sum(q) << 3.
       const __m256i corrections = kZeroPoints ? _mm256_mullo_epi32(zeros, activation_sums)
                                               : _mm256_slli_epi32(activation_sums, 3);
@@ -359,27 +374,38 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
 }
 
 // kKind: 0 I8 with combined scales, 1 I8 with one scale per row, 2 I4, 3 I4 with zero points.
-template <int kRows, int kTokens, int kKind>
+// kVnni: the AVX512-VNNI arithmetic (quant_vnni-inl.h).
+template <int kRows, int kTokens, int kKind, bool kVnni>
 void Tile(const GemmRow* rows, const uint8_t* const* unpacked, const TokenTile& tile, int64_t cols,
           int group_shift, float (*result)[kGemmTokens]) {
   if constexpr (kKind >= 2) {
     for (int r = 0; r < kRows; ++r) {
-      TileI4<kTokens, kKind == 3>(rows[r], unpacked[r], tile, cols, group_shift, result[r]);
+      TileI4<kTokens, kKind == 3, kVnni>(rows[r], unpacked[r], tile, cols, group_shift, result[r]);
     }
+  } else if constexpr (kVnni) {
+    const uint8_t* codes[kRows];
+    const uint16_t* scales[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      codes[r] = rows[r].codes;
+      scales[r] = rows[r].scales;
+    }
+    vnni::TileI8<kRows, kTokens, kKind == 1>(codes, scales, tile.codes, tile.scales, cols,
+                                             group_shift, &result[0][0], kGemmTokens);
   } else {
     TileI8<kRows, kTokens, kKind == 1>(rows, tile, cols, group_shift, result);
   }
 }
 
-// A tile of `num_rows` (kGemmRows, or 1 for the panel's last odd row) x `tokens` (1 to
-// kGemmTokens: the last token tile may be short).
-template <int kKind>
+// A tile of `num_rows` (GemmRowsFor(kKind, kVnni), or 1 for a panel's last rows) x `tokens`
+// (1 to kGemmTokens: the last token tile may be short).
+template <int kKind, bool kVnni>
 void RunTile(int num_rows, int tokens, const GemmRow* rows, const uint8_t* const* unpacked,
              const TokenTile& tile, int64_t cols, int group_shift, float (*result)[kGemmTokens]) {
-#define LLMRT_GEMM_TILE(kTokens)                                                          \
-  (num_rows == kGemmRows                                                                  \
-       ? Tile<kGemmRows, kTokens, kKind>(rows, unpacked, tile, cols, group_shift, result) \
-       : Tile<1, kTokens, kKind>(rows, unpacked, tile, cols, group_shift, result))
+  constexpr int kRows = GemmRowsFor(kKind, kVnni);
+#define LLMRT_GEMM_TILE(kTokens)                                                             \
+  (num_rows == kRows                                                                         \
+       ? Tile<kRows, kTokens, kKind, kVnni>(rows, unpacked, tile, cols, group_shift, result) \
+       : Tile<1, kTokens, kKind, kVnni>(rows, unpacked, tile, cols, group_shift, result))
   static_assert(kGemmTokens == 4, "one case per token count");
   switch (tokens) {
     case 1:
@@ -398,10 +424,11 @@ void RunTile(int num_rows, int tokens, const GemmRow* rows, const uint8_t* const
 #undef LLMRT_GEMM_TILE
 }
 
-template <int kKind>
+template <int kKind, bool kVnni>
 void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
   constexpr bool kInt4 = kKind >= 2;
+  constexpr int kRows = GemmRowsFor(kKind, kVnni);
   const int64_t blocks = x.padded_cols / kBlock;
   const int64_t groups = w.cols / w.group_size;
   const int64_t row_bytes = kInt4 ? w.cols / 2 : w.cols;
@@ -443,9 +470,9 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
           tile.sums[t] = x.sums + (token + t) * blocks;
         }
         for (int64_t n = row_begin; n < row_end;) {
-          const int num_rows = row_end - n >= kGemmRows ? kGemmRows : 1;
-          GemmRow rows[kGemmRows];
-          const uint8_t* unpacked[kGemmRows];
+          const int num_rows = row_end - n >= kRows ? kRows : 1;
+          GemmRow rows[kMaxGemmRows];
+          const uint8_t* unpacked[kMaxGemmRows];
           for (int r = 0; r < num_rows; ++r) {
             rows[r] = {w.data + (n + r) * row_bytes, w.scales + (n + r) * groups,
                        w.zero_points != nullptr ? w.zero_points + (n + r) * groups : nullptr};
@@ -454,8 +481,9 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
                               ? unpacked_panel + (n + r - row_begin) * unpacked_bytes
                               : nullptr;
           }
-          float result[kGemmRows][kGemmTokens];
-          RunTile<kKind>(num_rows, tokens, rows, unpacked, tile, w.cols, group_shift, result);
+          float result[kMaxGemmRows][kGemmTokens];
+          RunTile<kKind, kVnni>(num_rows, tokens, rows, unpacked, tile, w.cols, group_shift,
+                                result);
           for (int r = 0; r < num_rows; ++r) {
             const float row_bias = bias != nullptr ? bias[n + r] : 0.0f;
             float* column = columns[n + r - row_begin];
@@ -467,6 +495,18 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
       }
     }
   });
+}
+
+template <bool kVnni>
+void GemmKinds(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
+               const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
+  if (w.dtype == plan::I4) {
+    w.zero_points != nullptr ? GemmTyped<3, kVnni>(pool, x, w, bias, outputs, num_outputs)
+                             : GemmTyped<2, kVnni>(pool, x, w, bias, outputs, num_outputs);
+  } else {
+    w.group_size == w.cols ? GemmTyped<1, kVnni>(pool, x, w, bias, outputs, num_outputs)
+                           : GemmTyped<0, kVnni>(pool, x, w, bias, outputs, num_outputs);
+  }
 }
 
 #endif  // LLMRT_GEMM_AVX2
@@ -488,13 +528,13 @@ void LaneOrderInt4ActivationsImpl(int8_t* codes, int64_t padded_cols) {
 void QuantizedGemmImpl(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                        const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
 #if LLMRT_GEMM_AVX2
-  if (w.dtype == plan::I4) {
-    w.zero_points != nullptr ? GemmTyped<3>(pool, x, w, bias, outputs, num_outputs)
-                             : GemmTyped<2>(pool, x, w, bias, outputs, num_outputs);
-  } else {
-    w.group_size == w.cols ? GemmTyped<1>(pool, x, w, bias, outputs, num_outputs)
-                           : GemmTyped<0>(pool, x, w, bias, outputs, num_outputs);
+#if LLMRT_QUANT_VNNI
+  if (ActiveCpuExtensions().avx512_vnni) {
+    GemmKinds<true>(pool, x, w, bias, outputs, num_outputs);
+    return;
   }
+#endif
+  GemmKinds<false>(pool, x, w, bias, outputs, num_outputs);
 #else
   (void)pool, (void)x, (void)w, (void)bias, (void)outputs, (void)num_outputs;
   HWY_ABORT("QuantizedGemm: no multi-row kernel for target %s", hwy::TargetName(HWY_TARGET));

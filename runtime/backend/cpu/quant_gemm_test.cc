@@ -148,5 +148,19 @@ TEST(QuantGemmTest, ShortTilesAndPartialBlocksMatchSingleRows) {
   }
 }
 
+// Odd shapes at every scheme: 1 and 3 weight rows (short of a register tile), 17 (a panel and a
+// lone row), 1000 (many panels, the last one short), by 3 and 17 tokens (short token tiles),
+// permuted and not, against single rows (bit for bit) and the reference.
+TEST(QuantGemmTest, OddShapesMatchSingleRowsAndReference) {
+  for (const Case& c : kCases) {
+    for (int64_t out_rows : {1, 3, 17, 1000}) {
+      const int64_t cols = out_rows == 1000 ? 384 : c.group_size > 32 ? 2176 : 2080;
+      for (int64_t tokens : {3, 17}) {
+        CheckBatchedRowsMatchSingleRows(c, out_rows, cols, /*permuted=*/out_rows % 2 == 1, tokens);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace llmrt::cpu

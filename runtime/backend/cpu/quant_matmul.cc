@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/quant_gemm.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/int4_layout.h"
@@ -16,6 +17,7 @@
 #define HWY_TARGET_INCLUDE "runtime/backend/cpu/quant_matmul.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "runtime/backend/cpu/quant_vnni-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace llmrt::cpu {
@@ -206,8 +208,10 @@ HWY_INLINE __m256i BlockZeros8(const WeightRow& row, int64_t block, int64_t coun
 // The 8 exact block sums sum_c code_c * q_c of a chunk of 8 I4 blocks, one per 32-bit lane:
 // codes in plan.proto's LANE_CHUNKS layout (4 slices of 32 bytes, block j in lane j), activation
 // codes in lane order (LaneOrderInt4Activations: the low nibbles of slice v meet vector 2v, the
-// high nibbles vector 2v + 1). maddubs pairs reach 2 * 15 * 127 = 3810, so the 8 products of a
-// lane are summed in int16 (30480 < 32767) and widened once.
+// high nibbles vector 2v + 1). AVX2: maddubs pairs reach 2 * 15 * 127 = 3810, so the 8 products
+// of a lane are summed in int16 (30480 < 32767) and widened once. kVnni: vpdpbusd sums each
+// lane's 4 products straight into int32 (quant_vnni-inl.h); the same integers.
+template <bool kVnni>
 HWY_INLINE __m256i ChunkSumsInt4(const uint8_t* chunk, const int8_t* x) {
   const __m256i mask = _mm256_set1_epi8(0x0f);
   __m256i sums = _mm256_setzero_si256();
@@ -216,14 +220,16 @@ HWY_INLINE __m256i ChunkSumsInt4(const uint8_t* chunk, const int8_t* x) {
     const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32 * slice));
     const __m256i low = _mm256_and_si256(packed, mask);
     const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
-    sums = _mm256_add_epi16(
-        sums,
-        _mm256_add_epi16(
-            _mm256_maddubs_epi16(
-                low, _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 64 * slice))),
-            _mm256_maddubs_epi16(
-                high, _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 64 * slice + 32)))));
+    const __m256i x_low = _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 64 * slice));
+    const __m256i x_high = _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 64 * slice + 32));
+    if constexpr (kVnni) {
+      sums = vnni::DotBytes(vnni::DotBytes(sums, low, x_low), high, x_high);
+    } else {
+      sums = _mm256_add_epi16(sums, _mm256_add_epi16(_mm256_maddubs_epi16(low, x_low),
+                                                     _mm256_maddubs_epi16(high, x_high)));
+    }
   }
+  if constexpr (kVnni) return sums;
   return _mm256_madd_epi16(sums, _mm256_set1_epi16(1));
 }
 
@@ -284,6 +290,25 @@ void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
   }
 }
 
+// result[r] = dot(rows[r], x) for kRows I8 rows: GemvInt8Avx2, or with kVnni the VNNI tile the
+// GEMM uses too (quant_vnni-inl.h).
+template <int kRows, bool kRowScale, bool kVnni>
+HWY_INLINE void GemvInt8(const WeightRow* rows, int64_t cols, int group_shift,
+                         const int8_t* x_codes, const float* x_scales, float* result) {
+  if constexpr (kVnni) {
+    const uint8_t* codes[kRows];
+    const uint16_t* scales[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      codes[r] = rows[r].codes;
+      scales[r] = rows[r].scales;
+    }
+    vnni::TileI8<kRows, 1, kRowScale>(codes, scales, &x_codes, &x_scales, cols, group_shift, result,
+                                      1);
+  } else {
+    GemvInt8Avx2<kRows, kRowScale>(rows, cols, group_shift, x_codes, x_scales, result);
+  }
+}
+
 // The I8 decode GEMV takes the rows of each GemvInt8Avx2 pass from kInt8Streams separate
 // regions of the matrix (rows i, i + Q, i + 2Q, i + 3Q with Q = rows / 4), so a thread reads 4
 // long sequential streams, as the bandwidth probe does, rather than 4 adjacent rows (4 streams
@@ -304,7 +329,7 @@ constexpr int64_t kInt8StreamBytesPerItem = int64_t{128} << 10;
 // QuantizedMatMul for one activation row of an I8 matrix on AVX2 (decode). Items: rows
 // [i, i + n) of each of the 4 regions, claimed in order by whichever thread is free; the rows
 // past the 4 regions (at most 3) go one at a time as the last item.
-template <bool kRowScale>
+template <bool kRowScale, bool kVnni>
 void QuantizedGemvInt8Avx2(ThreadPool& pool, const MatrixView& w, const float* bias,
                            const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
                            const float* scales) {
@@ -333,7 +358,7 @@ void QuantizedGemvInt8Avx2(ThreadPool& pool, const MatrixView& w, const float* b
         if (item == region_items) {
           for (int64_t row = region * kInt8Streams; row < w.rows; ++row) {
             rows[0] = row_of(row);
-            GemvInt8Avx2<1, kRowScale>(rows, w.cols, group_shift, codes, scales, result);
+            GemvInt8<1, kRowScale, kVnni>(rows, w.cols, group_shift, codes, scales, result);
             store(0, row, result[0]);
           }
           return;
@@ -341,7 +366,8 @@ void QuantizedGemvInt8Avx2(ThreadPool& pool, const MatrixView& w, const float* b
         const int64_t end = std::min(region, (item + 1) * rows_per_item);
         for (int64_t i = item * rows_per_item; i < end; ++i) {
           for (int s = 0; s < kInt8Streams; ++s) rows[s] = row_of(s * region + i);
-          GemvInt8Avx2<kInt8Streams, kRowScale>(rows, w.cols, group_shift, codes, scales, result);
+          GemvInt8<kInt8Streams, kRowScale, kVnni>(rows, w.cols, group_shift, codes, scales,
+                                                   result);
           for (int s = 0; s < kInt8Streams; ++s) store(s, s * region + i, result[s]);
         }
       },
@@ -357,7 +383,7 @@ void QuantizedGemvInt8Avx2(ThreadPool& pool, const MatrixView& w, const float* b
 // delivers them across 4 KiB page boundaries, where the hardware prefetcher stops. ~31 instructions
 // per chunk of a row (4 loads, 12 nibble ops, 8 maddubs, 8 adds, 1 madd) against ~65 for runs of 32
 // contiguous columns, which needed a shuffle reduction to bring 8 block sums into 8 lanes.
-template <bool kZeroPoints>
+template <bool kZeroPoints, bool kVnni>
 float GemvInt4Avx2(const WeightRow& row, int64_t cols, int group_shift, const int8_t* x_codes,
                    const float* x_scales, const int32_t* x_sums, int64_t prefetch_distance) {
   const int64_t blocks = cols / kQuantBlock;
@@ -366,7 +392,7 @@ float GemvInt4Avx2(const WeightRow& row, int64_t cols, int group_shift, const in
   // scales and sums).
   auto accumulate = [&](const uint8_t* chunk, int64_t block, int64_t count,
                         __m256 activation_scales, __m256i activation_sums) HWY_ATTR {
-    const __m256i isums = ChunkSumsInt4(chunk, x_codes + block * kQuantBlock);
+    const __m256i isums = ChunkSumsInt4<kVnni>(chunk, x_codes + block * kQuantBlock);
     const __m256i corrections =
         kZeroPoints
             ? _mm256_mullo_epi32(BlockZeros8(row, block, count, group_shift), activation_sums)
@@ -592,7 +618,7 @@ constexpr int64_t kGemvInt4RowsPerItem = 32;
 // (1 / 2 threads) one row per pass against 10.3 / 17.7 with four adjacent rows per pass (four
 // interleaved streams of 1 KiB, which the hardware prefetcher keeps re-learning); scratch
 // program, session 6.
-template <bool kZeroPoints>
+template <bool kZeroPoints, bool kVnni>
 void QuantizedGemvInt4Avx2(ThreadPool& pool, const MatrixView& w, const float* bias,
                            const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
                            const float* scales, const int32_t* sums) {
@@ -611,14 +637,32 @@ void QuantizedGemvInt4Avx2(ThreadPool& pool, const MatrixView& w, const float* b
               w.data + row * row_bytes, w.scales + row * groups,
               w.zero_points != nullptr ? w.zero_points + row * groups : nullptr};
           const int64_t prefetch_distance = row + 1 < w.rows ? row_bytes : 0;
-          const float result = GemvInt4Avx2<kZeroPoints>(weights, w.cols, group_shift, codes,
-                                                         scales, sums, prefetch_distance);
+          const float result = GemvInt4Avx2<kZeroPoints, kVnni>(weights, w.cols, group_shift, codes,
+                                                                scales, sums, prefetch_distance);
           while (output + 1 < num_outputs && row >= outputs[output + 1].begin) ++output;
           outputs[output].data[row - outputs[output].begin] =
               result + (bias != nullptr ? bias[row] : 0.0f);
         }
       },
       1);
+}
+
+// The decode GEMV for one activation row (scratch as QuantizedMatMulImpl lays it out).
+template <bool kVnni>
+void QuantizedGemv(ThreadPool& pool, const MatrixView& w, const float* bias,
+                   const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
+                   const float* scales, const int32_t* integer_sums) {
+  if (w.dtype == plan::I4 && w.zero_points != nullptr) {
+    QuantizedGemvInt4Avx2<true, kVnni>(pool, w, bias, outputs, num_outputs, codes, scales,
+                                       integer_sums);
+  } else if (w.dtype == plan::I4) {
+    QuantizedGemvInt4Avx2<false, kVnni>(pool, w, bias, outputs, num_outputs, codes, scales,
+                                        integer_sums);
+  } else if (GroupShift(w.group_size, w.cols) == 63) {
+    QuantizedGemvInt8Avx2<true, kVnni>(pool, w, bias, outputs, num_outputs, codes, scales);
+  } else {
+    QuantizedGemvInt8Avx2<false, kVnni>(pool, w, bias, outputs, num_outputs, codes, scales);
+  }
 }
 #endif  // LLMRT_QUANT_AVX2
 
@@ -717,16 +761,13 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
   const bool gemm = num_rows >= kQuantGemmMinRows;
   if (gemv) {
     const int32_t* integer_sums = reinterpret_cast<const int32_t*>(sums);
-    if (w.dtype == plan::I4 && w.zero_points != nullptr) {
-      QuantizedGemvInt4Avx2<true>(pool, w, bias, outputs, num_outputs, codes, scales, integer_sums);
-    } else if (w.dtype == plan::I4) {
-      QuantizedGemvInt4Avx2<false>(pool, w, bias, outputs, num_outputs, codes, scales,
-                                   integer_sums);
-    } else if (GroupShift(w.group_size, w.cols) == 63) {
-      QuantizedGemvInt8Avx2<true>(pool, w, bias, outputs, num_outputs, codes, scales);
-    } else {
-      QuantizedGemvInt8Avx2<false>(pool, w, bias, outputs, num_outputs, codes, scales);
+#if LLMRT_QUANT_VNNI
+    if (ActiveCpuExtensions().avx512_vnni) {
+      QuantizedGemv<true>(pool, w, bias, outputs, num_outputs, codes, scales, integer_sums);
+      return;
     }
+#endif
+    QuantizedGemv<false>(pool, w, bias, outputs, num_outputs, codes, scales, integer_sums);
     return;
   }
   if (gemm) {

@@ -1,0 +1,188 @@
+// AVX512-VNNI arithmetic of the quantized kernels, shared by the decode GEMV (quant_matmul.cc)
+// and the multi-row GEMM (quant_gemm.cc) so that a token's result is the same whichever runs
+// it. Per-target header (Highway's -inl.h convention): included inside both files'
+// HWY_NAMESPACE; the content exists only in the AVX3 body, where LLMRT_QUANT_VNNI is 1.
+//
+// vpdpbusd is issued through inline assembly rather than the intrinsic: the intrinsic needs
+// the function compiled for avx512vnni, and the same templates (the I4 tiles, the drivers) are
+// instantiated for AVX3 machines without VNNI, where the compiler must not use it anywhere. An
+// asm statement puts the one instruction exactly where the VNNI path asks for it and nowhere
+// else; callers reach it only when ActiveCpuExtensions().avx512_vnni (dispatch.h). The "v"
+// constraints allow zmm16-31, so the assembler emits the EVEX form (AVX512-VNNI), never the VEX
+// form (AVX-VNNI, which Ice Lake and Zen 4 lack).
+//
+// Numerics (quant_matmul.h): the integer block sums are exact on every path.
+// - I4: the 8 block sums of a chunk land in the same int32 lanes as the AVX2 kernels' and the f32
+//   steps after them are the AVX2 kernels' own, so VNNI and AVX2 agree to the bit.
+// - I8: two blocks per 512-bit step (block b in lanes 0-7, block b + 1 in lanes 8-15, 4 columns
+//   a lane as on AVX2), one FMA with [scale b x 8, scale b+1 x 8] into a 16-lane accumulator,
+//   then SumLanes16. The lane sums are AVX2's; only the f32 accumulation is regrouped (even and
+//   odd blocks in separate halves), so results differ from AVX2's by f32 reassociation alone
+//   (~1e-7 relative to the sum of the terms' magnitudes) and GEMV = GEMM to the bit.
+// I8 codes are signed; vpdpbusd multiplies unsigned by signed bytes, so the weights go in as
+// code ^ 0x80 = code + 128 (unsigned) and each lane starts from -128 x (its 4 activation codes'
+// sum), which leaves exactly sum(code x q) (|lane| <= 4 * 255 * 127 + 128 * 4 * 127: no overflow).
+
+#if defined(LLMRT_BACKEND_CPU_QUANT_VNNI_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef LLMRT_BACKEND_CPU_QUANT_VNNI_INL_H_
+#undef LLMRT_BACKEND_CPU_QUANT_VNNI_INL_H_
+#else
+#define LLMRT_BACKEND_CPU_QUANT_VNNI_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace llmrt::cpu {
+namespace HWY_NAMESPACE {
+
+#undef LLMRT_QUANT_VNNI
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+#define LLMRT_QUANT_VNNI 1
+#else
+#define LLMRT_QUANT_VNNI 0
+#endif
+
+#if LLMRT_QUANT_VNNI
+namespace vnni {
+
+// acc[i] += sum_{j < 4} unsigned_bytes[4i + j] * signed_bytes[4i + j] (vpdpbusd, no saturation).
+HWY_INLINE __m512i DotBytes(__m512i acc, __m512i unsigned_bytes, __m512i signed_bytes) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(unsigned_bytes), "v"(signed_bytes));
+  return acc;
+}
+HWY_INLINE __m256i DotBytes(__m256i acc, __m256i unsigned_bytes, __m256i signed_bytes) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(unsigned_bytes), "v"(signed_bytes));
+  return acc;
+}
+
+// The 16 lanes summed in one fixed order (halves, then AVX2's 8-lane order).
+HWY_INLINE float SumLanes16(__m512 v) {
+  const __m256 sum8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 sum4 = _mm_add_ps(_mm256_castps256_ps128(sum8), _mm256_extractf128_ps(sum8, 1));
+  const __m128 sum2 = _mm_add_ps(sum4, _mm_movehl_ps(sum4, sum4));
+  return _mm_cvtss_f32(_mm_add_ss(sum2, _mm_movehdup_ps(sum2)));
+}
+
+// [a x 8, b x 8] for a block pair.
+HWY_INLINE __m512 PairLanes(float a, float b) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(a)), _mm256_set1_ps(b), 1);
+}
+
+// The 8 exact sums of an I4 chunk (8 blocks), block j in lane j, from codes unpacked to one byte
+// each in lane order (quant_gemm.h's LaneOrderInt4Activations layout: 8 vectors of 32 bytes) and
+// activations in the same order: 4 x 64 bytes, lanes j and 8 + j both hold block j and are
+// added at the end. The same integers as the AVX2 LaneSums8 / ChunkSumsInt4.
+HWY_INLINE __m256i ChunkSumsUnpacked(const uint8_t* w, const int8_t* x) {
+  __m512i sums = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) {
+    sums = DotBytes(sums, _mm512_loadu_si512(w + 64 * v), _mm512_loadu_si512(x + 64 * v));
+  }
+  return _mm256_add_epi32(_mm512_castsi512_si256(sums), _mm512_extracti64x4_epi64(sums, 1));
+}
+
+// result[r * result_stride + t] = the I8 dot product of weight row r (row_codes[r], its F16
+// scales row_scales[r]) with activation row t (x_codes[t], its block scales x_scales[t]) over
+// `cols` columns, for kRows x kTokens pairs; the arithmetic of the file comment. kRowScale: one
+// weight scale per row (group_shift 63), applied to the lane sum at the end; else each block's
+// FMA takes weight x activation scale. Activation rows are padded with zero blocks to whole
+// chunks (QuantizedActivationCols), so a pair step may read the block after a row's last one;
+// weight rows are not, and a row's odd last block is loaded with a mask (zero codes past it,
+// which with the -128 x sum(q) start contribute exactly 0).
+template <int kRows, int kTokens, bool kRowScale>
+void TileI8(const uint8_t* const* row_codes, const uint16_t* const* row_scales,
+            const int8_t* const* x_codes, const float* const* x_scales, int64_t cols,
+            int group_shift, float* result, int result_stride) {
+  const int8_t* x[kTokens];
+  const float* xs[kTokens];
+  const uint8_t* w[kRows];
+  __m512 acc[kRows][kTokens];
+#pragma GCC unroll 8
+  for (int t = 0; t < kTokens; ++t) {
+    x[t] = x_codes[t];
+    xs[t] = x_scales[t];
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    w[r] = row_codes[r];
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  const int64_t full_blocks = cols / 32;
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  auto step = [&](int64_t block, bool pair) HWY_ATTR {
+    __m512i weights[kRows];
+    __m512 weight_scales[kRows];
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const uint8_t* codes = w[r] + block * 32;
+      weights[r] = _mm512_xor_si512(
+          bias, pair ? _mm512_loadu_si512(codes) : _mm512_maskz_loadu_epi8(0xffffffffull, codes));
+      if constexpr (!kRowScale) {
+        const uint16_t* scales = row_scales[r];
+        weight_scales[r] = PairLanes(_cvtsh_ss(scales[block >> group_shift]),
+                                     pair ? _cvtsh_ss(scales[(block + 1) >> group_shift]) : 0.0f);
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) {
+      const __m512i activations = _mm512_loadu_si512(x[t] + block * 32);
+      // -128 x the sum of each lane's 4 activation codes.
+      const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                             DotBytes(_mm512_setzero_si512(), bias, activations));
+      const __m512 activation_scales = PairLanes(xs[t][block], xs[t][block + 1]);
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        const __m512 sums = _mm512_cvtepi32_ps(DotBytes(start, weights[r], activations));
+        acc[r][t] = _mm512_fmadd_ps(
+            sums,
+            kRowScale ? activation_scales : _mm512_mul_ps(weight_scales[r], activation_scales),
+            acc[r][t]);
+      }
+    }
+  };
+  int64_t block = 0;
+  for (; block + 2 <= full_blocks; block += 2) step(block, true);
+  if (block < full_blocks) step(block, false);
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    const float row_scale = kRowScale ? _cvtsh_ss(row_scales[r][0]) : 1.0f;
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) {
+      float value = SumLanes16(acc[r][t]);
+      if constexpr (kRowScale) value *= row_scale;
+      // One scale per row and cols not a multiple of 32: the partial last block.
+      if (full_blocks * 32 < cols) {
+        int32_t isum = 0;
+        for (int64_t c = full_blocks * 32; c < cols; ++c) {
+          isum += static_cast<int8_t>(w[r][c]) * x[t][c];
+        }
+        value += row_scale * xs[t][full_blocks] * static_cast<float>(isum);
+      }
+      result[r * result_stride + t] = value;
+    }
+  }
+}
+
+}  // namespace vnni
+#elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+// The AVX2 body shares the kernels' templates with AVX3 but never takes their VNNI branches
+// (`if constexpr`): declarations only, so those branches name something.
+namespace vnni {
+__m256i DotBytes(__m256i acc, __m256i unsigned_bytes, __m256i signed_bytes);
+__m256i ChunkSumsUnpacked(const uint8_t* w, const int8_t* x);
+template <int kRows, int kTokens, bool kRowScale>
+void TileI8(const uint8_t* const* row_codes, const uint16_t* const* row_scales,
+            const int8_t* const* x_codes, const float* const* x_scales, int64_t cols,
+            int group_shift, float* result, int result_stride);
+}  // namespace vnni
+#endif  // LLMRT_QUANT_VNNI
+
+}  // namespace HWY_NAMESPACE
+}  // namespace llmrt::cpu
+HWY_AFTER_NAMESPACE();
+
+#endif  // LLMRT_BACKEND_CPU_QUANT_VNNI_INL_H_
