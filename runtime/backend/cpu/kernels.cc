@@ -69,48 +69,47 @@ float InverseRms(float sum_of_squares, int64_t width, float eps) {
   return 1.0f / std::sqrt(mean + eps);
 }
 
+// Every element goes through the vector code, the last partial vector too (through a
+// one-vector buffer): hn::Exp and std::exp differ in the last bits, so a scalar tail would make
+// an element's SiLU depend on where the flattened [tokens, width] array ends, i.e. on the other
+// tokens of the step (the batch-invariance contract of kernels.h).
 void ElementwiseRange(Elementwise op, const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
                       int64_t begin, int64_t end, float* out) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const VF one = hn::Set(df, 1.0f);
   auto silu = [&](VF v) { return hn::Div(v, hn::Add(one, hn::Exp(df, hn::Neg(v)))); };
-  int64_t i = begin;
-  for (; i + lanes <= end; i += lanes) {
-    const VF va = hn::LoadU(df, a + i);
+  auto apply = [&](const float* a_lanes, const float* b_lanes, float* out_lanes) {
+    const VF va = hn::LoadU(df, a_lanes);
     VF result;
     switch (op) {
       case Elementwise::kAdd:
-        result = hn::Add(va, hn::LoadU(df, b + i));
+        result = hn::Add(va, hn::LoadU(df, b_lanes));
         break;
       case Elementwise::kMul:
-        result = hn::Mul(va, hn::LoadU(df, b + i));
+        result = hn::Mul(va, hn::LoadU(df, b_lanes));
         break;
       case Elementwise::kSilu:
         result = silu(va);
         break;
       default:
-        result = hn::Mul(silu(va), hn::LoadU(df, b + i));
+        result = hn::Mul(silu(va), hn::LoadU(df, b_lanes));
         break;
     }
-    hn::StoreU(result, df, out + i);
-  }
-  for (; i < end; ++i) {
-    const float silu_a = a[i] / (1.0f + std::exp(-a[i]));
-    switch (op) {
-      case Elementwise::kAdd:
-        out[i] = a[i] + b[i];
-        break;
-      case Elementwise::kMul:
-        out[i] = a[i] * b[i];
-        break;
-      case Elementwise::kSilu:
-        out[i] = silu_a;
-        break;
-      default:
-        out[i] = silu_a * b[i];
-        break;
-    }
+    hn::StoreU(result, df, out_lanes);
+  };
+  int64_t i = begin;
+  for (; i + lanes <= end; i += lanes) apply(a + i, b != nullptr ? b + i : nullptr, out + i);
+  if (i < end) {
+    constexpr size_t kMaxLanes = hn::MaxLanes(DF());
+    HWY_ALIGN float a_tail[kMaxLanes] = {};
+    HWY_ALIGN float b_tail[kMaxLanes] = {};
+    HWY_ALIGN float out_tail[kMaxLanes];
+    const int64_t count = end - i;
+    std::copy(a + i, a + end, a_tail);
+    if (b != nullptr) std::copy(b + i, b + end, b_tail);
+    apply(a_tail, b_tail, out_tail);
+    std::copy(out_tail, out_tail + count, out + i);
   }
 }
 
