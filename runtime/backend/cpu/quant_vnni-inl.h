@@ -76,11 +76,14 @@ HWY_INLINE __m512 PairLanes(float a, float b) {
 // activations in the same order: 4 x 64 bytes, lanes j and 8 + j both hold block j and are
 // added at the end. The same integers as the AVX2 LaneSums8 / ChunkSumsInt4.
 HWY_INLINE __m256i ChunkSumsUnpacked(const uint8_t* w, const int8_t* x) {
-  __m512i sums = _mm512_setzero_si512();
-#pragma GCC unroll 4
-  for (int v = 0; v < 4; ++v) {
-    sums = DotBytes(sums, _mm512_loadu_si512(w + 64 * v), _mm512_loadu_si512(x + 64 * v));
-  }
+  // Two chains of two vpdpbusd each rather than one of four: a tile's few (row, token) pairs
+  // would otherwise wait on the instruction's latency.
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i even = DotBytes(zero, _mm512_loadu_si512(w), _mm512_loadu_si512(x));
+  __m512i odd = DotBytes(zero, _mm512_loadu_si512(w + 64), _mm512_loadu_si512(x + 64));
+  even = DotBytes(even, _mm512_loadu_si512(w + 128), _mm512_loadu_si512(x + 128));
+  odd = DotBytes(odd, _mm512_loadu_si512(w + 192), _mm512_loadu_si512(x + 192));
+  const __m512i sums = _mm512_add_epi32(even, odd);
   return _mm256_add_epi32(_mm512_castsi512_si256(sums), _mm512_extracti64x4_epi64(sums, 1));
 }
 
