@@ -4,11 +4,11 @@
 //
 // Counters: GMACS = multiply-accumulates per second of wall time (activation quantization
 // included, as a step pays it), GMACS_per_core = that over the threads. Register-only loops of
-// each tile's instruction mix on one Zen 3 core (~3.1 GHz; docs/performance.md, "Session 8"):
-// ~52 GMAC/s for I8 (vpsignb, vpmaddubsw and vpmaddwd all run on the two multiply pipes) and
-// ~80 for I4 (a 1 x 4 tile without its corrections). Weights are one copy (at M >= 16 a matmul
-// reads them from memory once and then from L2, so DRAM is not what bounds it). Part of
-// llmrt_kernels_bench, e.g.
+// each tile's instruction mix on one Zen 3 core (~3.1 GHz; docs/performance.md, "Why the kernels
+// are shaped as they are"): ~52 GMAC/s for I8 (vpsignb, vpmaddubsw and vpmaddwd all run on the two
+// multiply pipes) and ~80 for I4 (a 1 x 4 tile without its corrections). Weights are one copy (at M
+// >= 16 a matmul reads them from memory once and then from L2, so DRAM is not what bounds it). Part
+// of llmrt_kernels_bench, e.g.
 //   build/bin/llmrt_kernels_bench --benchmark_filter='QuantGemm.*/512/'
 #include <cstdint>
 #include <vector>

@@ -8,7 +8,7 @@
 // block) then contributes
 //   weight_scale[row, group] * d[block] * isum,  isum = sum_c (code_c - zero) * q_c,
 // where isum is an exact int32 (|code - zero| <= 128 and |q| <= 127: 32 products fit easily).
-// On AVX2 (and AVX-512 targets, which run the same 256-bit code) I8 isum comes from
+// On AVX2 (and AVX-512 targets without VNNI, which run the same 256-bit code) I8 isum comes from
 // _mm256_maddubs_epi16 over |q| and sign(w, q) (the u8 x s8 instruction made s8 x s8; codes
 // are in [-127, 127], so pairs sum to at most 2 * 127 * 127, below the int16 saturation) and
 // _mm256_madd_epi16, one f32 FMA per block into 8 lanes; with one scale per row the FMA takes
@@ -16,9 +16,11 @@
 // multiplies the unsigned codes directly, in plan.proto's LANE_CHUNKS layout where each block of
 // a chunk of 8 keeps its exact sum in its own 32-bit lane (activations laid out alike),
 // subtracts zero * sum(q) in int32 (the same integer as the scalar kernel's) and takes one FMA
-// with the 8 combined scales. Other targets run the portable scalar loop, which is the
-// reference. The integer products are exact on every target; only the order and grouping of
-// the f32 accumulation differ (relative differences ~1e-7 of the sum of the terms' magnitudes).
+// with the 8 combined scales. With AVX512-VNNI (dispatch.h's avx3_vnni tier) vpdpbusd computes
+// the same exact lane sums (quant_vnni-inl.h: I4 to the bit like AVX2, I8 two blocks per 512-bit
+// step). Other targets run the portable scalar loop, which is the reference. The integer products
+// are exact on every target; only the order and grouping of the f32 accumulation differ (relative
+// differences ~1e-7 of the sum of the terms' magnitudes).
 //
 // One activation row (decode) runs a GEMV (quant_matmul.cc) that reads long sequential streams:
 // I8 4 rows per pass taken from the 4 quarters of the matrix, I4 one row after another; work
