@@ -309,125 +309,158 @@ HWY_INLINE void GemvInt8(const WeightRow* rows, int64_t cols, int group_shift,
   }
 }
 
-// The I8 decode GEMV takes the rows of each GemvInt8Avx2 pass from kInt8Streams separate
-// regions of the matrix (rows i, i + Q, i + 2Q, i + 3Q with Q = rows / 4), so a thread reads 4
-// long sequential streams, as the bandwidth probe does, rather than 4 adjacent rows (4 streams
-// of K bytes, 2 KiB at K = 2048, which the hardware prefetcher keeps re-learning). Scratch
-// program, 1 GiB of I8 rows (K = 2048) in the page cache, medians of 15 at load ~3 (session 6,
-// 22:20): 21.0 / 31.3 GB/s at 1 / 2 threads against 12.6 / 17.9 for adjacent rows, and 16.7 /
-// 25.8 for a 4-row panel layout (one stream per thread, interleaved block by block).
-constexpr int kInt8Streams = 4;
-// No software prefetch: with 4 long streams the hardware prefetcher keeps up. Prefetching
-// 256 B - 2 KiB ahead in each stream (prefetcht0, a line per 64 B read) made no difference
-// beyond the noise, in the scratch program or end to end (tl-int8.plan tg32 / tg64, 5
-// alternating pairs at load ~3.5-4.4: -10% to +8%, session 6 23:00-23:08).
+// The decode GEMVs take the rows of each pass from kGemvStreams separate regions of the matrix
+// (rows i, i + Q, i + 2Q, i + 3Q with Q = rows / 4), so a thread reads 4 long sequential streams,
+// as the bandwidth probe does, rather than 4 adjacent rows (4 streams of one row each, which the
+// hardware prefetcher keeps re-learning) or one row after another (one stream: too few misses in
+// flight for one core to use its bandwidth). Measured:
+// - Zen 3 (AVX2, scratch program, 1 GiB of I8 rows, K = 2048): 21.0 / 31.3 GB/s at 1 / 2
+//   threads against 12.6 / 17.9 for adjacent rows, and 16.7 / 25.8 for a 4-row panel layout;
+// - Zen 5 (AVX-512, llmrt_kernels_bench BM_QuantMatMul<4, false>/5632/2048/1, I4 g32): one row
+//   after another read 29 / 33 GB/s at 1 / 2 threads; see docs/performance.md for 4 regions.
+constexpr int kGemvStreams = 4;
+// No software prefetch: with 4 long streams the hardware prefetcher keeps up (prefetching
+// 256 B - 2 KiB ahead in each stream made no difference beyond the noise on Zen 3).
 // Bytes of each stream per work item: items of 4 x 128 KiB (~20 us at 25 GB/s) claimed
 // dynamically, so the threads meet at the join within ~one item (64 KiB - 512 KiB: the same
-// decode speed within the noise, 23:00).
-constexpr int64_t kInt8StreamBytesPerItem = int64_t{128} << 10;
+// decode speed within the noise on Zen 3).
+constexpr int64_t kGemvStreamBytesPerItem = int64_t{128} << 10;
 
-// QuantizedMatMul for one activation row of an I8 matrix on AVX2 (decode). Items: rows
-// [i, i + n) of each of the 4 regions, claimed in order by whichever thread is free; the rows
-// past the 4 regions (at most 3) go one at a time as the last item.
-template <bool kRowScale, bool kVnni>
-void QuantizedGemvInt8Avx2(ThreadPool& pool, const MatrixView& w, const float* bias,
-                           const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
-                           const float* scales) {
-  const int group_shift = GroupShift(w.group_size, w.cols);
+// QuantizedMatMul for one activation row (decode), over rows of `row_bytes` code bytes. Items:
+// rows [i, i + n) of each of the 4 regions, claimed in order by whichever thread is free; the
+// rows past the 4 regions (at most 3) go one at a time as the last item. `kernel.Run<kRows>(rows,
+// result)` computes result[r] = dot(rows[r], x) for kRows rows (kGemvStreams or 1), each row's
+// arithmetic independent of the rows beside it.
+template <typename Kernel>
+void GemvOverRegions(ThreadPool& pool, const MatrixView& w, int64_t row_bytes, const float* bias,
+                     const MatMulOutput* outputs, int32_t num_outputs, const Kernel& kernel) {
   const int64_t groups = w.cols / w.group_size;
-  const int64_t region = w.rows / kInt8Streams;
-  const int64_t rows_per_item = std::max<int64_t>(1, kInt8StreamBytesPerItem / w.cols);
+  const int64_t region = w.rows / kGemvStreams;
+  const int64_t rows_per_item = std::max<int64_t>(1, kGemvStreamBytesPerItem / row_bytes);
   const int64_t region_items = (region + rows_per_item - 1) / rows_per_item;
-  const bool tail = region * kInt8Streams < w.rows;
+  const bool tail = region * kGemvStreams < w.rows;
   // RowOf without its two divisions per row (~5% of the instructions at K = 2048).
   auto row_of = [&](int64_t row) {
-    return WeightRow{w.data + row * w.cols, w.scales + row * groups, nullptr};
+    return WeightRow{w.data + row * row_bytes, w.scales + row * groups,
+                     w.zero_points != nullptr ? w.zero_points + row * groups : nullptr};
   };
   pool.ParallelForDynamic(
       region_items + (tail ? 1 : 0),
       [&](int64_t item, int64_t, int32_t) {
         // One output cursor per stream: rows rise within each stream.
-        int32_t output[kInt8Streams] = {};
+        int32_t output[kGemvStreams] = {};
         auto store = [&](int stream, int64_t row, float value) {
           int32_t& o = output[stream];
           while (o + 1 < num_outputs && row >= outputs[o + 1].begin) ++o;
           outputs[o].data[row - outputs[o].begin] = value + (bias != nullptr ? bias[row] : 0.0f);
         };
-        WeightRow rows[kInt8Streams];
-        float result[kInt8Streams];
+        WeightRow rows[kGemvStreams];
+        float result[kGemvStreams];
         if (item == region_items) {
-          for (int64_t row = region * kInt8Streams; row < w.rows; ++row) {
+          for (int64_t row = region * kGemvStreams; row < w.rows; ++row) {
             rows[0] = row_of(row);
-            GemvInt8<1, kRowScale, kVnni>(rows, w.cols, group_shift, codes, scales, result);
+            kernel.template Run<1>(rows, result);
             store(0, row, result[0]);
           }
           return;
         }
         const int64_t end = std::min(region, (item + 1) * rows_per_item);
         for (int64_t i = item * rows_per_item; i < end; ++i) {
-          for (int s = 0; s < kInt8Streams; ++s) rows[s] = row_of(s * region + i);
-          GemvInt8<kInt8Streams, kRowScale, kVnni>(rows, w.cols, group_shift, codes, scales,
-                                                   result);
-          for (int s = 0; s < kInt8Streams; ++s) store(s, s * region + i, result[s]);
+          for (int s = 0; s < kGemvStreams; ++s) rows[s] = row_of(s * region + i);
+          kernel.template Run<kGemvStreams>(rows, result);
+          for (int s = 0; s < kGemvStreams; ++s) store(s, s * region + i, result[s]);
         }
       },
       1);
 }
 
-// dot(weight row, x) for one I4 row, a chunk of 8 blocks at a time: the exact integer sums of
-// the 8 blocks (ChunkSumsInt4), minus zero * sum(q) in int32, times the 8 combined scales, into
-// one f32 accumulator — the same operations in the same order as QuantizedGemm's per (row,
-// token), so a token's result does not depend on the batch around it. x_codes are in lane order,
-// x_sums int32 (Int4ActivationSums). prefetch_distance (0: none): bytes ahead of the codes to
-// prefetch at the pace of the loads (two lines per chunk) — the next row's, so that memory
-// delivers them across 4 KiB page boundaries, where the hardware prefetcher stops. ~31 instructions
-// per chunk of a row (4 loads, 12 nibble ops, 8 maddubs, 8 adds, 1 madd) against ~65 for runs of 32
-// contiguous columns, which needed a shuffle reduction to bring 8 block sums into 8 lanes.
-template <bool kZeroPoints, bool kVnni>
-float GemvInt4Avx2(const WeightRow& row, int64_t cols, int group_shift, const int8_t* x_codes,
-                   const float* x_scales, const int32_t* x_sums, int64_t prefetch_distance) {
+// The I8 GEMV's kernel for GemvOverRegions.
+template <bool kRowScale, bool kVnni>
+struct GemvInt8Kernel {
+  int64_t cols;
+  int group_shift;
+  const int8_t* x_codes;
+  const float* x_scales;
+  template <int kRows>
+  HWY_INLINE void Run(const WeightRow* rows, float* result) const {
+    GemvInt8<kRows, kRowScale, kVnni>(rows, cols, group_shift, x_codes, x_scales, result);
+  }
+};
+
+// result[r] = dot(weight row r, x) for kRows I4 rows, a chunk of 8 blocks at a time: the exact
+// integer sums of the 8 blocks (ChunkSumsInt4), minus zero * sum(q) in int32, times the 8
+// combined scales, into one f32 accumulator per row — the same operations in the same order as
+// QuantizedGemm's per (row, token), so a token's result does not depend on the batch around it
+// nor on the rows computed beside it. x_codes are in lane order, x_sums int32
+// (Int4ActivationSums). ~31 instructions per chunk of a row on AVX2 (4 loads, 12 nibble ops, 8
+// maddubs, 8 adds, 1 madd) against ~65 for runs of 32 contiguous columns, which needed a shuffle
+// reduction to bring 8 block sums into 8 lanes.
+template <int kRows, bool kZeroPoints, bool kVnni>
+void GemvInt4Avx2(const WeightRow* rows, int64_t cols, int group_shift, const int8_t* x_codes,
+                  const float* x_scales, const int32_t* x_sums, float* result) {
   const int64_t blocks = cols / kQuantBlock;
-  __m256 acc = _mm256_setzero_ps();
-  // Blocks [block, block + count) (count <= 8; lanes past count have zero codes, activations,
-  // scales and sums).
-  auto accumulate = [&](const uint8_t* chunk, int64_t block, int64_t count,
+  __m256 acc[kRows];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
+  // Blocks [block, block + count) of row r (count <= 8; lanes past count have zero codes,
+  // activations, scales and sums).
+  auto accumulate = [&](int r, const uint8_t* chunk, int64_t block, int64_t count,
                         __m256 activation_scales, __m256i activation_sums) HWY_ATTR {
     const __m256i isums = ChunkSumsInt4<kVnni>(chunk, x_codes + block * kQuantBlock);
     const __m256i corrections =
         kZeroPoints
-            ? _mm256_mullo_epi32(BlockZeros8(row, block, count, group_shift), activation_sums)
+            ? _mm256_mullo_epi32(BlockZeros8(rows[r], block, count, group_shift), activation_sums)
             : _mm256_slli_epi32(activation_sums, 3);  // zero point 8
-    acc = _mm256_fmadd_ps(
+    acc[r] = _mm256_fmadd_ps(
         _mm256_cvtepi32_ps(_mm256_sub_epi32(isums, corrections)),
-        _mm256_mul_ps(BlockScales8(row, block, count, group_shift), activation_scales), acc);
+        _mm256_mul_ps(BlockScales8(rows[r], block, count, group_shift), activation_scales), acc[r]);
   };
   int64_t block = 0;
   for (; block + 8 <= blocks; block += 8) {
-    const uint8_t* codes = row.codes + block * (kQuantBlock / 2);
-    if (prefetch_distance != 0) {
-      __builtin_prefetch(codes + prefetch_distance, /*rw=*/0, /*locality=*/3);
-      __builtin_prefetch(codes + prefetch_distance + 64, /*rw=*/0, /*locality=*/3);
+    const __m256 activation_scales = _mm256_loadu_ps(x_scales + block);
+    const __m256i activation_sums =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_sums + block));
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      accumulate(r, rows[r].codes + block * (kQuantBlock / 2), block, 8, activation_scales,
+                 activation_sums);
     }
-    accumulate(codes, block, 8, _mm256_loadu_ps(x_scales + block),
-               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_sums + block)));
   }
   if (block < blocks) {
     // The row's last, shorter chunk, laid out as a full one (nothing past the row is read: the
     // end of the mapped plan may follow).
     const int64_t count = blocks - block;
-    alignas(32) uint8_t chunk[plan::kInt4ChunkBytes];
-    plan::ExpandInt4Chunk(row.codes, cols, block, chunk);
     alignas(32) float scales[8] = {};
     alignas(32) int32_t sums[8] = {};
     for (int64_t i = 0; i < count; ++i) {
       scales[i] = x_scales[block + i];
       sums[i] = x_sums[block + i];
     }
-    accumulate(chunk, block, count, _mm256_load_ps(scales),
-               _mm256_load_si256(reinterpret_cast<const __m256i*>(sums)));
+    for (int r = 0; r < kRows; ++r) {
+      alignas(32) uint8_t chunk[plan::kInt4ChunkBytes];
+      plan::ExpandInt4Chunk(rows[r].codes, cols, block, chunk);
+      accumulate(r, chunk, block, count, _mm256_load_ps(scales),
+                 _mm256_load_si256(reinterpret_cast<const __m256i*>(sums)));
+    }
   }
-  return HorizontalSum(acc);
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) result[r] = HorizontalSum(acc[r]);
 }
+
+// The I4 GEMV's kernel for GemvOverRegions.
+template <bool kZeroPoints, bool kVnni>
+struct GemvInt4Kernel {
+  int64_t cols;
+  int group_shift;
+  const int8_t* x_codes;
+  const float* x_scales;
+  const int32_t* x_sums;
+  template <int kRows>
+  HWY_INLINE void Run(const WeightRow* rows, float* result) const {
+    GemvInt4Avx2<kRows, kZeroPoints, kVnni>(rows, cols, group_shift, x_codes, x_scales, x_sums,
+                                            result);
+  }
+};
 #endif  // LLMRT_QUANT_AVX2
 
 #if LLMRT_QUANT_NEON
@@ -605,63 +638,29 @@ void QuantizedMatMulTyped(ThreadPool& pool, int64_t num_rows, const MatrixView& 
 }
 
 #if LLMRT_QUANT_AVX2
-// Rows per work item of the I4 decode GEMV: 32 rows of K = 2048 are 32 KiB, ~2 us of one
-// core's bandwidth, so claiming items from a shared counter costs little.
-constexpr int64_t kGemvInt4RowsPerItem = 32;
-
-// QuantizedMatMul for one activation row of an I4 matrix on AVX2 (decode): items of
-// kGemvInt4RowsPerItem rows claimed dynamically by the threads (nothing of a step's weights is in
-// cache, so a static split buys no locality, and a thread slowed by the memory system or an
-// interrupt then takes fewer rows instead of holding the other at the join). Rows go one at a
-// time, so a thread reads one sequential stream (consecutive rows are contiguous), each row
-// prefetching the next: on this Zen 3, 1 GiB of I4 rows (K = 2048) streamed at 15.2 / 26.8 GB/s
-// (1 / 2 threads) one row per pass against 10.3 / 17.7 with four adjacent rows per pass (four
-// interleaved streams of 1 KiB, which the hardware prefetcher keeps re-learning); scratch
-// program, session 6.
-template <bool kZeroPoints, bool kVnni>
-void QuantizedGemvInt4Avx2(ThreadPool& pool, const MatrixView& w, const float* bias,
-                           const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
-                           const float* scales, const int32_t* sums) {
-  const int group_shift = GroupShift(w.group_size, w.cols);
-  const int64_t row_bytes = w.cols / 2;
-  const int64_t groups = w.cols / w.group_size;
-  const int64_t num_items = (w.rows + kGemvInt4RowsPerItem - 1) / kGemvInt4RowsPerItem;
-  pool.ParallelForDynamic(
-      num_items,
-      [&](int64_t item_begin, int64_t item_end, int32_t) {
-        const int64_t row_end = std::min(w.rows, item_end * kGemvInt4RowsPerItem);
-        int32_t output = 0;
-        for (int64_t row = item_begin * kGemvInt4RowsPerItem; row < row_end; ++row) {
-          // RowOf without its two divisions per row (~5% of the instructions at K = 2048).
-          const WeightRow weights = {
-              w.data + row * row_bytes, w.scales + row * groups,
-              w.zero_points != nullptr ? w.zero_points + row * groups : nullptr};
-          const int64_t prefetch_distance = row + 1 < w.rows ? row_bytes : 0;
-          const float result = GemvInt4Avx2<kZeroPoints, kVnni>(weights, w.cols, group_shift, codes,
-                                                                scales, sums, prefetch_distance);
-          while (output + 1 < num_outputs && row >= outputs[output + 1].begin) ++output;
-          outputs[output].data[row - outputs[output].begin] =
-              result + (bias != nullptr ? bias[row] : 0.0f);
-        }
-      },
-      1);
-}
-
 // The decode GEMV for one activation row (scratch as QuantizedMatMulImpl lays it out).
 template <bool kVnni>
 void QuantizedGemv(ThreadPool& pool, const MatrixView& w, const float* bias,
                    const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
                    const float* scales, const int32_t* integer_sums) {
-  if (w.dtype == plan::I4 && w.zero_points != nullptr) {
-    QuantizedGemvInt4Avx2<true, kVnni>(pool, w, bias, outputs, num_outputs, codes, scales,
-                                       integer_sums);
-  } else if (w.dtype == plan::I4) {
-    QuantizedGemvInt4Avx2<false, kVnni>(pool, w, bias, outputs, num_outputs, codes, scales,
-                                        integer_sums);
-  } else if (GroupShift(w.group_size, w.cols) == 63) {
-    QuantizedGemvInt8Avx2<true, kVnni>(pool, w, bias, outputs, num_outputs, codes, scales);
+  const int group_shift = GroupShift(w.group_size, w.cols);
+  if (w.dtype == plan::I4) {
+    const int64_t row_bytes = w.cols / 2;
+    if (w.zero_points != nullptr) {
+      GemvOverRegions(
+          pool, w, row_bytes, bias, outputs, num_outputs,
+          GemvInt4Kernel<true, kVnni>{w.cols, group_shift, codes, scales, integer_sums});
+    } else {
+      GemvOverRegions(
+          pool, w, row_bytes, bias, outputs, num_outputs,
+          GemvInt4Kernel<false, kVnni>{w.cols, group_shift, codes, scales, integer_sums});
+    }
+  } else if (group_shift == 63) {
+    GemvOverRegions(pool, w, w.cols, bias, outputs, num_outputs,
+                    GemvInt8Kernel<true, kVnni>{w.cols, group_shift, codes, scales});
   } else {
-    QuantizedGemvInt8Avx2<false, kVnni>(pool, w, bias, outputs, num_outputs, codes, scales);
+    GemvOverRegions(pool, w, w.cols, bias, outputs, num_outputs,
+                    GemvInt8Kernel<false, kVnni>{w.cols, group_shift, codes, scales});
   }
 }
 #endif  // LLMRT_QUANT_AVX2
