@@ -7,12 +7,12 @@
 #include <type_traits>
 
 #include "runtime/backend/cpu/dispatch.h"
+#include "runtime/backend/cpu/thread_buffer.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/int4_layout.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "runtime/backend/cpu/quant_gemm.cc"
-#include "hwy/aligned_allocator.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "runtime/backend/cpu/quant_vnni-inl.h"
@@ -65,17 +65,8 @@ struct TokenTile {
   const int32_t* sums[kGemmTokens];
 };
 
-// This thread's buffer of at least `bytes` for unpacked I4 panels (kPanelRows x K bytes: 88 KiB
-// at K = 5632), kept so that a step allocates only for a matrix wider than any before.
-uint8_t* UnpackBuffer(int64_t bytes) {
-  static thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> buffer;
-  static thread_local int64_t capacity = 0;
-  if (capacity < bytes) {
-    buffer = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(bytes));
-    capacity = bytes;
-  }
-  return buffer.get();
-}
+// Tag of the per-thread buffer of unpacked I4 panels (kPanelRows x K bytes: 88 KiB at K = 5632).
+struct UnpackedPanels;
 
 // The same reduction, in the same order, as quant_matmul.cc's HorizontalSum.
 HWY_INLINE float SumLanes(__m256 v) {
@@ -443,7 +434,8 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
   pool.ParallelFor(num_panels, [&](int64_t panel_begin, int64_t panel_end, int32_t) {
     // I4 panels unpacked (kPanelRows x K bytes: 88 KiB at K = 5632), kept per thread so that a
     // step allocates only when a matrix is wider than any before.
-    uint8_t* unpacked_panel = kInt4 ? UnpackBuffer(kPanelRows * unpacked_bytes) : nullptr;
+    uint8_t* unpacked_panel =
+        kInt4 ? ThreadLocalBuffer<UnpackedPanels, uint8_t>(kPanelRows * unpacked_bytes) : nullptr;
     float* columns[kPanelRows];
     int64_t strides[kPanelRows];
     int32_t output = 0;
