@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Side-by-side decode/prefill benchmark: llmrt vs llama.cpp on the same synthetic checkpoint.
 #
-#   bench/e2e/side_by_side.sh [--reps 3] [--threads 1,2] [--max-load 1.5] [--dtype f16]
+#   bench/e2e/side_by_side.sh [--format f16|int8|int4] [--reps 3] [--threads 1,2]
+#                             [--max-load 1.5] [--dtype f16] [-p 512] [-n 128]
+#
+# --format picks the pair: f16 plan vs F16 GGUF; int8 (`llmc --quant int8 --lm-head-quant int8`)
+# vs Q8_0; int4 (`--quant int4 --lm-head-quant int8`, g32 symmetric) vs Q4_0 — the int8 lm_head
+# is the like-for-like of llama-quantize's quantized output matrix (docs/quantization.md). MODEL,
+# PLAN and GGUF may be set in the environment to reuse existing files.
 #
 # Needs: llmc and llmrt built in $BUILD (default build/), a CPU build of llama.cpp in $LLAMA_CPP
 # (default /work/llamacpp, with build/bin/llama-bench) and its converter's Python packages
 # (numpy torch safetensors sentencepiece transformers). Writes everything under $WORK_DIR
 # (default /tmp/llmrt-side-by-side): the synthetic TinyLlama-1.1B checkpoint, our plan, the GGUF,
-# and results.jsonl (one line per program, rep and thread count, with the load average at the
-# start). llama.cpp and its outputs never go into the repository.
+# and results-FORMAT.jsonl (one line per program, rep and thread count, with the load average at
+# the start). llama.cpp and its outputs never go into the repository.
 #
 # The machine is shared and has 2 cores: each rep waits (up to 10 minutes) for the 1-minute load
 # average to fall below --max-load, then runs llama-bench and llmrt bench back to back, so both
@@ -24,6 +30,7 @@ REPS=3
 THREADS=1,2
 MAX_LOAD=1.5
 DTYPE=f16
+FORMAT=f16
 PROMPT=512
 GEN=128
 while [[ $# -gt 0 ]]; do
@@ -32,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --threads) THREADS=$2; shift 2 ;;
     --max-load) MAX_LOAD=$2; shift 2 ;;
     --dtype) DTYPE=$2; shift 2 ;;
+    --format) FORMAT=$2; shift 2 ;;
     -p) PROMPT=$2; shift 2 ;;
     -n) GEN=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -39,15 +47,30 @@ while [[ $# -gt 0 ]]; do
 done
 
 mkdir -p "$WORK_DIR"
-MODEL=$WORK_DIR/tinyllama-1.1b-$DTYPE
-PLAN=$WORK_DIR/tinyllama-1.1b-$DTYPE.plan
-GGUF=$WORK_DIR/tinyllama-1.1b-$DTYPE.gguf
-RESULTS=$WORK_DIR/results.jsonl
+case "$FORMAT" in
+  f16) compile_flags=(); gguf_type="" ;;
+  int8) compile_flags=(--quant int8 --lm-head-quant int8); gguf_type=Q8_0 ;;
+  int4) compile_flags=(--quant int4 --lm-head-quant int8); gguf_type=Q4_0 ;;
+  *) echo "--format $FORMAT: expected f16, int8 or int4" >&2; exit 2 ;;
+esac
+MODEL=${MODEL:-$WORK_DIR/tinyllama-1.1b-$DTYPE}
+FLOAT_GGUF=$WORK_DIR/tinyllama-1.1b-$DTYPE.gguf
+if [[ $FORMAT == f16 ]]; then
+  PLAN=${PLAN:-$WORK_DIR/tinyllama-1.1b-$DTYPE.plan}
+  GGUF=${GGUF:-$FLOAT_GGUF}
+else
+  PLAN=${PLAN:-$WORK_DIR/tinyllama-1.1b-$FORMAT.plan}
+  GGUF=${GGUF:-$WORK_DIR/tinyllama-1.1b-$gguf_type.gguf}
+fi
+RESULTS=$WORK_DIR/results-$FORMAT.jsonl
 
 [[ -d $MODEL ]] || "$BUILD/bin/llmc" synth --preset tinyllama-1.1b --dtype "$DTYPE" -o "$MODEL"
-[[ -f $PLAN ]] || "$BUILD/bin/llmc" compile "$MODEL" -o "$PLAN" --quiet
-[[ -f $GGUF ]] || python3 "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype "$DTYPE" \
-  --outfile "$GGUF"
+[[ -f $PLAN ]] || "$BUILD/bin/llmc" compile "$MODEL" -o "$PLAN" "${compile_flags[@]}" --quiet
+if [[ ! -f $GGUF ]]; then
+  [[ -f $FLOAT_GGUF ]] || python3 "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype "$DTYPE" \
+    --outfile "$FLOAT_GGUF"
+  [[ $FORMAT == f16 ]] || "$LLAMA_CPP/build/bin/llama-quantize" "$FLOAT_GGUF" "$GGUF" "$gguf_type"
+fi
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
 wait_for_quiet() {

@@ -252,11 +252,17 @@ HWY_INLINE void LaneOrderChunk(uint8_t* chunk) {
 // codes to whole chunks of 8 blocks. The plan's LANE_CHUNKS layout is lane order already (the
 // low nibbles of slice v are vector 2v, the high nibbles vector 2v + 1), so unpacking is two
 // nibble masks per slice; done once per panel, it takes them out of the (row, token) loop.
-void UnpackInt4Row(const uint8_t* packed, int64_t cols, uint8_t* out) {
+// prefetch_offset (0: none): bytes past the row to prefetch meanwhile (the same row of the
+// thread's next panel, which then arrives while this panel computes).
+void UnpackInt4Row(const uint8_t* packed, int64_t cols, uint8_t* out, int64_t prefetch_offset) {
   const __m256i mask = _mm256_set1_epi8(0x0f);
   const int64_t blocks = cols / kBlock;
   for (int64_t block = 0; block < blocks; block += 8) {
     const uint8_t* chunk = packed + block * (kBlock / 2);
+    if (prefetch_offset != 0) {
+      _mm_prefetch(chunk + prefetch_offset, _MM_HINT_T0);
+      _mm_prefetch(chunk + prefetch_offset + 64, _MM_HINT_T0);
+    }
     alignas(32) uint8_t expanded[plan::kInt4ChunkBytes];
     if (block + 8 > blocks) {
       // The row's last, shorter chunk (never read past the row: the end of the mapped plan may
@@ -366,9 +372,10 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
 
 // kKind: 0 I8 with combined scales, 1 I8 with one scale per row, 2 I4, 3 I4 with zero points.
 // kVnni: the AVX512-VNNI arithmetic (quant_vnni-inl.h).
+// prefetch_offset: as vnni::TileI8's (I8 on VNNI; the I4 kinds prefetch while unpacking).
 template <int kRows, int kTokens, int kKind, bool kVnni>
 void Tile(const GemmRow* rows, const uint8_t* const* unpacked, const TokenTile& tile, int64_t cols,
-          int group_shift, float (*result)[kGemmTokens]) {
+          int group_shift, float (*result)[kGemmTokens], int64_t prefetch_offset) {
   if constexpr (kKind >= 2) {
     for (int r = 0; r < kRows; ++r) {
       TileI4<kTokens, kKind == 3, kVnni>(rows[r], unpacked[r], tile, cols, group_shift, result[r]);
@@ -381,7 +388,8 @@ void Tile(const GemmRow* rows, const uint8_t* const* unpacked, const TokenTile& 
       scales[r] = rows[r].scales;
     }
     vnni::TileI8<kRows, kTokens, kKind == 1>(codes, scales, tile.codes, tile.scales, cols,
-                                             group_shift, &result[0][0], kGemmTokens);
+                                             group_shift, &result[0][0], kGemmTokens,
+                                             prefetch_offset);
   } else {
     TileI8<kRows, kTokens, kKind == 1>(rows, tile, cols, group_shift, result);
   }
@@ -391,12 +399,14 @@ void Tile(const GemmRow* rows, const uint8_t* const* unpacked, const TokenTile& 
 // (1 to kGemmTokens: the last token tile may be short).
 template <int kKind, bool kVnni>
 void RunTile(int num_rows, int tokens, const GemmRow* rows, const uint8_t* const* unpacked,
-             const TokenTile& tile, int64_t cols, int group_shift, float (*result)[kGemmTokens]) {
+             const TokenTile& tile, int64_t cols, int group_shift, float (*result)[kGemmTokens],
+             int64_t prefetch_offset) {
   constexpr int kRows = GemmRowsFor(kKind, kVnni);
-#define LLMRT_GEMM_TILE(kTokens)                                                             \
-  (num_rows == kRows                                                                         \
-       ? Tile<kRows, kTokens, kKind, kVnni>(rows, unpacked, tile, cols, group_shift, result) \
-       : Tile<1, kTokens, kKind, kVnni>(rows, unpacked, tile, cols, group_shift, result))
+#define LLMRT_GEMM_TILE(kTokens)                                                                   \
+  (num_rows == kRows ? Tile<kRows, kTokens, kKind, kVnni>(rows, unpacked, tile, cols, group_shift, \
+                                                          result, prefetch_offset)                 \
+                     : Tile<1, kTokens, kKind, kVnni>(rows, unpacked, tile, cols, group_shift,     \
+                                                      result, prefetch_offset))
   static_assert(kGemmTokens == 4, "one case per token count");
   switch (tokens) {
     case 1:
@@ -442,13 +452,19 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
     for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
       const int64_t row_begin = panel * kPanelRows;
       const int64_t row_end = std::min(w.rows, row_begin + kPanelRows);
+      // The thread's next panel is prefetched while this one starts (I4: while it is unpacked;
+      // I8 on VNNI: during its first token tile), so that its weights arrive from memory while
+      // this panel computes rather than when the next one needs them: at a batch of 16 tokens
+      // a panel's compute and its memory read take comparable time.
+      const int64_t next_panel_offset =
+          panel + 1 < panel_end && row_end + kPanelRows <= w.rows ? kPanelRows * row_bytes : 0;
       for (int64_t n = row_begin; n < row_end; ++n) {
         while (output + 1 < num_outputs && n >= outputs[output + 1].begin) ++output;
         columns[n - row_begin] = outputs[output].data + (n - outputs[output].begin);
         strides[n - row_begin] = outputs[output].width;
         if (kInt4) {
           UnpackInt4Row(w.data + n * row_bytes, w.cols,
-                        unpacked_panel + (n - row_begin) * unpacked_bytes);
+                        unpacked_panel + (n - row_begin) * unpacked_bytes, next_panel_offset);
         }
       }
       // Token tiles outside, weight rows inside: a tile's codes (4 x K bytes) stay in L1 while
@@ -474,8 +490,8 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
                               : nullptr;
           }
           float result[kMaxGemmRows][kGemmTokens];
-          RunTile<kKind, kVnni>(num_rows, tokens, rows, unpacked, tile, w.cols, group_shift,
-                                result);
+          RunTile<kKind, kVnni>(num_rows, tokens, rows, unpacked, tile, w.cols, group_shift, result,
+                                token == 0 ? next_panel_offset : 0);
           for (int r = 0; r < num_rows; ++r) {
             const float row_bias = bias != nullptr ? bias[n + r] : 0.0f;
             float* column = columns[n + r - row_begin];

@@ -303,7 +303,7 @@ HWY_INLINE void GemvInt8(const WeightRow* rows, int64_t cols, int group_shift,
       scales[r] = rows[r].scales;
     }
     vnni::TileI8<kRows, 1, kRowScale>(codes, scales, &x_codes, &x_scales, cols, group_shift, result,
-                                      1);
+                                      1, /*prefetch_offset=*/0);
   } else {
     GemvInt8Avx2<kRows, kRowScale>(rows, cols, group_shift, x_codes, x_scales, result);
   }

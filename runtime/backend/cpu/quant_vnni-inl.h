@@ -94,11 +94,13 @@ HWY_INLINE __m256i ChunkSumsUnpacked(const uint8_t* w, const int8_t* x) {
 // FMA takes weight x activation scale. Activation rows are padded with zero blocks to whole
 // chunks (QuantizedActivationCols), so a pair step may read the block after a row's last one;
 // weight rows are not, and a row's odd last block is loaded with a mask (zero codes past it,
-// which with the -128 x sum(q) start contribute exactly 0).
+// which with the -128 x sum(q) start contribute exactly 0). prefetch_offset (0: none): bytes
+// past each weight row to prefetch at the pace of the loads, e.g. the same row of the GEMM's next
+// panel, which then arrives from memory while this panel computes.
 template <int kRows, int kTokens, bool kRowScale>
 void TileI8(const uint8_t* const* row_codes, const uint16_t* const* row_scales,
             const int8_t* const* x_codes, const float* const* x_scales, int64_t cols,
-            int group_shift, float* result, int result_stride) {
+            int group_shift, float* result, int result_stride, int64_t prefetch_offset) {
   const int8_t* x[kTokens];
   const float* xs[kTokens];
   const uint8_t* w[kRows];
@@ -122,6 +124,7 @@ void TileI8(const uint8_t* const* row_codes, const uint16_t* const* row_scales,
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       const uint8_t* codes = w[r] + block * 32;
+      if (prefetch_offset != 0) _mm_prefetch(codes + prefetch_offset, _MM_HINT_T0);
       weights[r] = _mm512_xor_si512(
           bias, pair ? _mm512_loadu_si512(codes) : _mm512_maskz_loadu_epi8(0xffffffffull, codes));
       if constexpr (!kRowScale) {
@@ -180,7 +183,7 @@ __m256i ChunkSumsUnpacked(const uint8_t* w, const int8_t* x);
 template <int kRows, int kTokens, bool kRowScale>
 void TileI8(const uint8_t* const* row_codes, const uint16_t* const* row_scales,
             const int8_t* const* x_codes, const float* const* x_scales, int64_t cols,
-            int group_shift, float* result, int result_stride);
+            int group_shift, float* result, int result_stride, int64_t prefetch_offset);
 }  // namespace vnni
 #endif  // LLMRT_QUANT_VNNI
 
