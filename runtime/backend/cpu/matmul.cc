@@ -20,10 +20,36 @@
 // which stay in its L2 meanwhile, so weights are read from memory exactly once per matmul.
 //
 // ROW_MAJOR weights (tied embeddings, hand-built test plans) use per-row dot products.
+//
+// BF16 ROW_PANELS weights on the avx3_zen4 tier (AVX512-BF16, dispatch.h; checked once per
+// call) take MatMulPanelsBf16 instead: vdpbf16ps multiplies bf16 pairs and adds both products
+// to an f32 lane, 32 multiply-adds per instruction against an FMA's 16, with no widening of the
+// weights. The activations are rounded to bf16 once per call into a per-thread buffer of
+// (x_k, x_k+1) pairs. Per pair of columns Bf16PanelKernel loads each panel's 64 bytes (column
+// k's 16 weights, then column k+1's), interleaves them into per-row (w_k, w_k+1) pairs with one
+// vpermw shared by the tile's tokens, and issues one vdpbf16ps per token and panel against the
+// token's broadcast pair; an odd K ends with (w_K-1, 0) x (x_K-1, 0). Zen 5, 1 thread, M = 512:
+// ~2.5x the f32 FMA path's GFLOPS (kernels_bench).
+//
+// Numerics of that tier: BF16 weights are exact; activations are rounded to bf16 (round to
+// nearest even, relative error at most 2^-8; denormals flushed to zero), as transformers' bf16
+// forward and llama.cpp's BF16 path do; each product of two bf16 values is exact in f32 and the
+// products are summed in f32, two per lane per instruction, with vdpbf16ps's semantics (round
+// to nearest even, denormal inputs and results flushed, MXCSR ignored). So an output is within
+// K 2^-24 sum|w x| (the f32 accumulation) of the exact sum over the rounded activations, and
+// within 2^-8 sum|w x| more of the f32-activation paths' result. Each output is still one chain
+// over the column pairs in order whatever the tile, so batch invariance holds on the tier (a
+// token's bits do not depend on its step's other tokens); results differ between tiers.
+// F16 and F32 weights stay on the f32 FMA path on every tier: rounding F16 weights to bf16 would
+// drop 3 of their 11 significand bits (and F32's 16 of 24), changing the weights themselves.
+// ROW_MAJOR BF16 (tied embeddings) keeps the widening dot products.
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/backend/cpu/cpu_features.h"
+#include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/kernels.h"
+#include "runtime/backend/cpu/thread_buffer.h"
 #include "runtime/plan/dtype.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -358,6 +384,274 @@ void MatMulPanels(ThreadPool& pool, const float* x, int64_t num_rows, const int3
       kMaxPanels);
 }
 
+#if HWY_TARGET == HWY_AVX3
+// ---- BF16 weights on AVX512-BF16 (the avx3_zen4 tier; see the file comment) ----
+
+// The register tile: prefill 8 token rows x 2 panels = 16 accumulators (2 weight loads and
+// vpermws and 8 broadcasts per 16 vdpbf16ps), decode 1 token x 4 panels (4 weight streams, as
+// PanelKernel). Measured on Zen 5 (kernels_bench, M = 512, 1 thread; GFLOPS at 2048 x 2048 and
+// 2048 x 5632): 8 x 2 537 / 532, 4 x 4 527 / 450, 8 x 3 528 / 432, 12 x 2 454 / 502,
+// 6 x 4 466 / 407. Every tile runs near the vdpbf16ps throughput; 8 x 2 was best or tied at
+// M = 16, 64 and 512.
+constexpr int kBf16Accumulators = 16;
+constexpr int kBf16MaxPanels = 4;
+constexpr int kBf16Tokens = 8;
+
+// Panels one call covers for `tokens` rows: as many as the accumulators allow, up to 4.
+constexpr int Bf16PanelsFor(int tokens) {
+  return std::max(1, std::min(kBf16MaxPanels, kBf16Accumulators / tokens));
+}
+
+// Lane r of the result takes elements r (row r of column k) and 16 + r (row r of column k + 1)
+// of a panel's 64-byte column pair: the (k, k + 1) pair of output row r that vdpbf16ps
+// multiplies with the activations' (x_k, x_k+1) pair.
+alignas(64) constexpr uint16_t kInterleaveColumnPair[32] = {
+    0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+    8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
+// Tag of the per-thread buffer of one call's rounded activations ([rows, ceil(K / 2)] bf16
+// pairs: 5.5 MiB at 512 x 5632).
+struct Bf16Activations;
+
+// Rows [row_begin, row_end) of x (through input_rows) rounded to bf16 (vcvtne2ps2bf16: round to
+// nearest even, denormals flushed) as (x_k, x_k+1) pairs, ceil(cols / 2) pairs per row; an odd
+// row ends in (x_K-1, 0).
+LLMRT_TARGET_BF16 HWY_NOINLINE void RoundRowsToBf16(const float* x, const int32_t* input_rows,
+                                                    int64_t cols, int64_t row_begin,
+                                                    int64_t row_end, uint32_t* x_pairs) {
+  const int64_t pairs = (cols + 1) / 2;
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const float* source = x + (input_rows != nullptr ? input_rows[row] : row) * cols;
+    uint32_t* destination = x_pairs + row * pairs;
+    int64_t col = 0;
+    for (; col + 32 <= cols; col += 32) {
+      const __m512bh rounded =
+          _mm512_cvtne2ps_pbh(_mm512_loadu_ps(source + col + 16), _mm512_loadu_ps(source + col));
+      _mm512_storeu_si512(destination + col / 2, reinterpret_cast<__m512i>(rounded));
+    }
+    if (col < cols) {
+      const int64_t left = cols - col;  // 1..31; masked lanes read nothing and become 0
+      const __mmask16 low = static_cast<__mmask16>(left >= 16 ? 0xFFFFu : (1u << left) - 1);
+      const __mmask16 high = static_cast<__mmask16>(left > 16 ? (1u << (left - 16)) - 1 : 0u);
+      const __m512bh rounded = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(high, source + col + 16),
+                                                   _mm512_maskz_loadu_ps(low, source + col));
+      const __mmask16 store = static_cast<__mmask16>((1u << ((left + 1) / 2)) - 1);
+      _mm512_mask_storeu_epi32(destination + col / 2, store, reinterpret_cast<__m512i>(rounded));
+    }
+  }
+}
+
+// tile[t * kPanels * kPanelRows + p * kPanelRows + r] = dot(x_pairs[t], row r of panel p) for
+// the kPanels panels at `panels` (panel_stride elements apart): per column pair one 64-byte load
+// and one vpermw per panel, shared by the kTokens broadcasts, then kTokens x kPanels vdpbf16ps.
+// Each output is one chain over the pairs in order. kPrefetch: as PanelKernel (one cache line
+// per panel per pair).
+template <int kTokens, int kPanels, bool kPrefetch>
+LLMRT_TARGET_BF16 HWY_NOINLINE void Bf16PanelKernel(const uint16_t* HWY_RESTRICT panels,
+                                                    int64_t panel_stride, int64_t cols,
+                                                    const uint32_t* const* x_pairs,
+                                                    const uint16_t* prefetch,
+                                                    float* HWY_RESTRICT tile) {
+  const __m512i interleave = _mm512_load_si512(kInterleaveColumnPair);
+  __m512 acc[kTokens][kPanels];
+#pragma GCC unroll 16
+  for (int t = 0; t < kTokens; ++t) {
+#pragma GCC unroll 16
+    for (int p = 0; p < kPanels; ++p) acc[t][p] = _mm512_setzero_ps();
+  }
+  const uint32_t* x[kTokens];
+#pragma GCC unroll 16
+  for (int t = 0; t < kTokens; ++t) x[t] = x_pairs[t];
+  const int64_t full_pairs = cols / 2;
+  for (int64_t pair = 0; pair < full_pairs; ++pair) {
+    const uint16_t* HWY_RESTRICT weights = panels + pair * 2 * kPanelRows;
+    if constexpr (kPrefetch) {
+#pragma GCC unroll 16
+      for (int p = 0; p < kPanels; ++p) {
+        __builtin_prefetch(prefetch + p * panel_stride + pair * 2 * kPanelRows, /*rw=*/0,
+                           /*locality=*/3);
+      }
+    }
+    __m512bh w[kPanels];
+#pragma GCC unroll 16
+    for (int p = 0; p < kPanels; ++p) {
+      w[p] = reinterpret_cast<__m512bh>(
+          _mm512_permutexvar_epi16(interleave, _mm512_loadu_si512(weights + p * panel_stride)));
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < kTokens; ++t) {
+      const __m512bh broadcast =
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int32_t>(x[t][pair])));
+#pragma GCC unroll 16
+      for (int p = 0; p < kPanels; ++p) acc[t][p] = _mm512_dpbf16_ps(acc[t][p], w[p], broadcast);
+    }
+  }
+  if (cols % 2 != 0) {
+    // The last column alone: each row's weight zero-extended to a (w, 0) pair (never reading
+    // past the panel), against the (x_K-1, 0) pair.
+    const uint16_t* HWY_RESTRICT weights = panels + full_pairs * 2 * kPanelRows;
+    __m512bh w[kPanels];
+#pragma GCC unroll 16
+    for (int p = 0; p < kPanels; ++p) {
+      w[p] = reinterpret_cast<__m512bh>(_mm512_cvtepu16_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(weights + p * panel_stride))));
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < kTokens; ++t) {
+      const __m512bh broadcast =
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int32_t>(x[t][full_pairs])));
+#pragma GCC unroll 16
+      for (int p = 0; p < kPanels; ++p) acc[t][p] = _mm512_dpbf16_ps(acc[t][p], w[p], broadcast);
+    }
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < kTokens; ++t) {
+#pragma GCC unroll 16
+    for (int p = 0; p < kPanels; ++p)
+      _mm512_storeu_ps(tile + (t * kPanels + p) * kPanelRows, acc[t][p]);
+  }
+}
+
+using Bf16KernelFn = void (*)(const uint16_t*, int64_t, int64_t, const uint32_t* const*,
+                              const uint16_t*, float*);
+
+template <int kTokens, int kPanels>
+Bf16KernelFn Bf16KernelOf(bool prefetch) {
+  if constexpr (kPanels <= Bf16PanelsFor(kTokens)) {
+    return prefetch ? &Bf16PanelKernel<kTokens, kPanels, true>
+                    : &Bf16PanelKernel<kTokens, kPanels, false>;
+  }
+  return nullptr;
+}
+
+template <int kTokens>
+Bf16KernelFn Bf16KernelOf(int panels, bool prefetch) {
+  switch (panels) {
+    case 1:
+      return Bf16KernelOf<kTokens, 1>(prefetch);
+    case 2:
+      return Bf16KernelOf<kTokens, 2>(prefetch);
+    case 3:
+      return Bf16KernelOf<kTokens, 3>(prefetch);
+    case 4:
+      return Bf16KernelOf<kTokens, 4>(prefetch);
+    default:
+      return nullptr;
+  }
+}
+
+// The micro-kernel for `tokens` (1..kBf16Tokens) x `panels` (1..Bf16PanelsFor(tokens)).
+Bf16KernelFn Bf16KernelOf(int tokens, int panels, bool prefetch) {
+  switch (tokens) {
+#define LLMRT_BF16_TOKENS_CASE(n)               \
+  case n:                                       \
+    if constexpr (n <= kBf16Tokens) {           \
+      return Bf16KernelOf<n>(panels, prefetch); \
+    }                                           \
+    break;
+    LLMRT_BF16_TOKENS_CASE(1)
+    LLMRT_BF16_TOKENS_CASE(2)
+    LLMRT_BF16_TOKENS_CASE(3)
+    LLMRT_BF16_TOKENS_CASE(4)
+    LLMRT_BF16_TOKENS_CASE(5)
+    LLMRT_BF16_TOKENS_CASE(6)
+    LLMRT_BF16_TOKENS_CASE(7)
+    LLMRT_BF16_TOKENS_CASE(8)
+#undef LLMRT_BF16_TOKENS_CASE
+    default:
+      break;
+  }
+  return nullptr;
+}
+
+// What every micro-kernel call of one MatMul shares.
+struct Bf16MatMul {
+  const uint16_t* weights;
+  int64_t rows;             // of w: output columns
+  int64_t cols;             // K
+  const uint32_t* x_pairs;  // [num_rows, ceil(K / 2)], from RoundRowsToBf16
+  const float* bias;
+  const MatMulOutput* outputs;
+  int32_t num_outputs;
+};
+
+// Token rows [row_begin, row_end) times panels [panel_begin, panel_end): groups of
+// Bf16PanelsFor(kBf16Tokens or fewer rows) panels, each swept by tiles of up to kBf16Tokens
+// rows. With `prefetch`, a group's first tile prefetches the next group (see MatMulPanels).
+void Bf16Sweep(const Bf16MatMul& m, int64_t panel_begin, int64_t panel_end, int64_t row_begin,
+               int64_t row_end, bool prefetch) {
+  const int64_t panel_stride = kPanelRows * m.cols;
+  const int64_t pairs = (m.cols + 1) / 2;
+  const int tile_tokens = static_cast<int>(std::min<int64_t>(kBf16Tokens, row_end - row_begin));
+  const int group_panels = Bf16PanelsFor(tile_tokens);
+  HWY_ALIGN float tile[kBf16Accumulators * kPanelRows];
+  PanelDestinations destinations[kBf16MaxPanels];
+  const uint32_t* x_rows[kBf16Tokens];
+  for (int64_t group = panel_begin; group < panel_end; group += group_panels) {
+    const int panels = static_cast<int>(std::min<int64_t>(group_panels, panel_end - group));
+    for (int p = 0; p < panels; ++p) {
+      ResolvePanel((group + p) * kPanelRows, m.rows, m.bias, m.outputs, m.num_outputs,
+                   &destinations[p]);
+    }
+    const uint16_t* next = prefetch && group + 2 * panels <= panel_end
+                               ? m.weights + (group + panels) * panel_stride
+                               : nullptr;
+    for (int64_t row = row_begin; row < row_end; row += kBf16Tokens) {
+      const int tokens = static_cast<int>(std::min<int64_t>(kBf16Tokens, row_end - row));
+      for (int t = 0; t < tokens; ++t) x_rows[t] = m.x_pairs + (row + t) * pairs;
+      const bool prefetch_now = next != nullptr && row == row_begin;
+      Bf16KernelOf(tokens, panels, prefetch_now)(m.weights + group * panel_stride, panel_stride,
+                                                 m.cols, x_rows, next, tile);
+      for (int t = 0; t < tokens; ++t) {
+        for (int p = 0; p < panels; ++p) {
+          StorePanelRow(destinations[p], row + t, tile + (t * panels + p) * kPanelRows);
+        }
+      }
+    }
+  }
+}
+
+// MatMulPanels for BF16 weights with vdpbf16ps: the activations rounded to bf16 once (on the
+// pool when there are many), then the same two loop orders.
+void MatMulPanelsBf16(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
+                      const MatrixView& w, const float* bias, const MatMulOutput* outputs,
+                      int32_t num_outputs) {
+  const int64_t cols = w.cols;
+  const int64_t pairs = (cols + 1) / 2;
+  uint32_t* x_pairs = ThreadLocalBuffer<Bf16Activations, uint32_t>(num_rows * pairs);
+  // Rounding streams 20-50 elements per ns on one Zen 5 core (64 Ki: 1.8 us, about a fork/join;
+  // 512 x 2048: 48 us, 0.6% of that matmul), so only larger calls split it across the pool.
+  if (num_rows * cols <= (int64_t{1} << 16)) {
+    RoundRowsToBf16(x, input_rows, cols, 0, num_rows, x_pairs);
+  } else {
+    pool.ParallelFor(num_rows, [&](int64_t begin, int64_t end, int32_t) {
+      RoundRowsToBf16(x, input_rows, cols, begin, end, x_pairs);
+    });
+  }
+  const Bf16MatMul m{
+      reinterpret_cast<const uint16_t*>(w.data), w.rows, cols, x_pairs, bias, outputs, num_outputs};
+  const int64_t num_panels = w.rows / kPanelRows;
+  if (num_rows <= kBf16Tokens) {
+    pool.ParallelForDynamic(
+        num_panels,
+        [&](int64_t group, int64_t group_end, int32_t) {
+          Bf16Sweep(m, group, group_end, 0, num_rows, /*prefetch=*/false);
+        },
+        kMaxPanels);
+    return;
+  }
+  pool.ParallelFor(
+      num_panels,
+      [&](int64_t panel_begin, int64_t panel_end, int32_t) {
+        for (int64_t chunk = 0; chunk < num_rows; chunk += kChunkRows) {
+          Bf16Sweep(m, panel_begin, panel_end, chunk, std::min(num_rows, chunk + kChunkRows),
+                    /*prefetch=*/true);
+        }
+      },
+      kMaxPanels);
+}
+#endif  // HWY_TARGET == HWY_AVX3
+
 template <typename W>
 HWY_INLINE float DotRow(const float* HWY_RESTRICT x, const W* HWY_RESTRICT w, int64_t cols) {
   const DF df;
@@ -422,6 +716,12 @@ void MatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows, const int32_
       MatMulTyped<hwy::float16_t>(pool, x, num_rows, input_rows, w, bias, outputs, num_outputs);
       break;
     case plan::BF16:
+#if HWY_TARGET == HWY_AVX3
+      if (w.panel_rows == kPanelRows && ActiveCpuExtensions().avx512_bf16) {
+        MatMulPanelsBf16(pool, x, num_rows, input_rows, w, bias, outputs, num_outputs);
+        break;
+      }
+#endif
       MatMulTyped<hwy::bfloat16_t>(pool, x, num_rows, input_rows, w, bias, outputs, num_outputs);
       break;
     default:
