@@ -5,7 +5,9 @@
 //   f32 plan:        logits at every prompt position and at each of the 7 teacher-forced decode
 //                    steps within 1e-4 of transformers', and the same 8 greedy tokens;
 //   f16/bf16 plans:  the same 8 greedy tokens, logits within what rounding the weights alone
-//                    moves them (measured by the fixture script, recorded in reference.json).
+//                    moves them (measured by the fixture script, recorded in reference.json); on
+//                    CPUs whose kernels also round the bf16 matmul activations (AVX512-BF16),
+//                    within what transformers' own bf16 forward moves them.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include "compiler/pipeline/compile.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "runtime/backend/cpu/dispatch.h"
 #include "runtime/engine/model.h"
 #include "tests/e2e/test_util.h"
 
@@ -36,6 +39,7 @@ struct Reference {
   int64_t vocab_size = 0;
   double max_diff_f16_weights = 0;
   double max_diff_bf16_weights = 0;
+  double max_diff_bf16_forward = 0;
   std::vector<float> logits;  // [num_positions, vocab_size]
 };
 
@@ -48,6 +52,7 @@ Reference LoadReference(const std::string& dir) {
   ref.vocab_size = json.at("vocab_size").get<int64_t>();
   ref.max_diff_f16_weights = json.at("max_abs_logit_diff_f16_weights").get<double>();
   ref.max_diff_bf16_weights = json.at("max_abs_logit_diff_bf16_weights").get<double>();
+  ref.max_diff_bf16_forward = json.at("max_abs_logit_diff_bf16_forward").get<double>();
   std::string bytes = ReadFile(dir + "/reference_logits.bin");
   ref.logits.resize(bytes.size() / sizeof(float));
   std::memcpy(ref.logits.data(), bytes.data(), ref.logits.size() * sizeof(float));
@@ -125,8 +130,7 @@ class FixtureTest : public ::testing::TestWithParam<std::string> {
     for (size_t step = 0; step < ref_.greedy_ids.size(); ++step) {
       EXPECT_EQ(Argmax(last.data(), vocab), ref_.greedy_ids[step]) << "greedy step " << step;
       if (step + 1 == ref_.greedy_ids.size()) break;
-      absl::StatusOr<std::vector<float>> decoded =
-          session->Append({ref_.greedy_ids[step]}, false);
+      absl::StatusOr<std::vector<float>> decoded = session->Append({ref_.greedy_ids[step]}, false);
       ASSERT_TRUE(decoded.ok()) << decoded.status();
       last = *std::move(decoded);
       const int64_t position = prompt_size + static_cast<int64_t>(step);
@@ -157,7 +161,17 @@ TEST_P(FixtureTest, F16PlanGivesTheSameGreedyTokens) {
 TEST_P(FixtureTest, Bf16PlanGivesTheSameGreedyTokens) {
   auto model = CompileAndLoad(plan::BF16);
   ASSERT_NE(model, nullptr);
-  CheckAgainstReference(*model, 2 * ref_.max_diff_bf16_weights + kF32Tolerance);
+  // Below the AVX512-BF16 tier a bf16 plan computes in f32 from the rounded weights, so it owes
+  // what rounding only the weights moves transformers' logits. At that tier the matmuls run on
+  // vdpbf16ps and round their activations to bf16 too (RNE, as transformers' bf16 forward and
+  // llama.cpp's BF16 path do): the contract is then transformers' own bf16 forward, which
+  // moves the f32 logits by max_diff_bf16_forward (llama_sharded_bf16: weights-only 0, forward
+  // 0.29). Twice that, as for the weights. The greedy tokens stay exact either way.
+  // The model is loaded, so the tier (LLMRT_CPU_TARGET) is selected.
+  const bool rounds_activations = llmrt::cpu::ActiveCpuExtensions().avx512_bf16;
+  const double reference_diff =
+      rounds_activations ? ref_.max_diff_bf16_forward : ref_.max_diff_bf16_weights;
+  CheckAgainstReference(*model, 2 * reference_diff + kF32Tolerance);
 }
 
 TEST_P(FixtureTest, BatchedSequencesMatchRunningAlone) {
@@ -167,8 +181,7 @@ TEST_P(FixtureTest, BatchedSequencesMatchRunningAlone) {
   // Three sequences of different lengths share every step: the whole prompt, a prefix of it and
   // the prompt reversed. Each must give the same logits as when it runs alone.
   std::vector<std::vector<int32_t>> prompts = {
-      ref_.prompt_ids,
-      std::vector<int32_t>(ref_.prompt_ids.begin(), ref_.prompt_ids.begin() + 7),
+      ref_.prompt_ids, std::vector<int32_t>(ref_.prompt_ids.begin(), ref_.prompt_ids.begin() + 7),
       std::vector<int32_t>(ref_.prompt_ids.rbegin(), ref_.prompt_ids.rend())};
   std::vector<std::vector<float>> alone;
   for (const auto& prompt : prompts) {
@@ -194,8 +207,7 @@ TEST_P(FixtureTest, BatchedSequencesMatchRunningAlone) {
         << "sequence " << i;
   }
   // The f32 reference still holds for the full prompt computed in a batch.
-  for (int64_t position = 0; position < static_cast<int64_t>(ref_.prompt_ids.size());
-       ++position) {
+  for (int64_t position = 0; position < static_cast<int64_t>(ref_.prompt_ids.size()); ++position) {
     EXPECT_LE(MaxAbsDiff(requests[0].logits.data() + position * vocab,
                          ref_.logits.data() + position * vocab, vocab),
               kF32Tolerance);
