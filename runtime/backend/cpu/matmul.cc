@@ -441,17 +441,23 @@ LLMRT_TARGET_BF16 HWY_NOINLINE void RoundRowsToBf16(const float* x, const int32_
   }
 }
 
+// acc[i] += a[2i] * b[2i] + a[2i + 1] * b[2i + 1] over bf16 pairs (vdpbf16ps). Inline assembly
+// rather than _mm512_dpbf16_ps: clang 16 (the sanitizer build's compiler) crashes compiling that
+// intrinsic. The "v" constraints allow zmm16-31 (EVEX, as the instruction is).
+HWY_INLINE __m512 DotBf16Pairs(__m512 acc, __m512i a, __m512i b) {
+  asm("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
+
 // tile[t * kPanels * kPanelRows + p * kPanelRows + r] = dot(x_pairs[t], row r of panel p) for
 // the kPanels panels at `panels` (panel_stride elements apart): per column pair one 64-byte load
 // and one vpermw per panel, shared by the kTokens broadcasts, then kTokens x kPanels vdpbf16ps.
 // Each output is one chain over the pairs in order. kPrefetch: as PanelKernel (one cache line
 // per panel per pair).
 template <int kTokens, int kPanels, bool kPrefetch>
-LLMRT_TARGET_BF16 HWY_NOINLINE void Bf16PanelKernel(const uint16_t* HWY_RESTRICT panels,
-                                                    int64_t panel_stride, int64_t cols,
-                                                    const uint32_t* const* x_pairs,
-                                                    const uint16_t* prefetch,
-                                                    float* HWY_RESTRICT tile) {
+HWY_NOINLINE void Bf16PanelKernel(const uint16_t* HWY_RESTRICT panels, int64_t panel_stride,
+                                  int64_t cols, const uint32_t* const* x_pairs,
+                                  const uint16_t* prefetch, float* HWY_RESTRICT tile) {
   const __m512i interleave = _mm512_load_si512(kInterleaveColumnPair);
   __m512 acc[kTokens][kPanels];
 #pragma GCC unroll 16
@@ -472,36 +478,33 @@ LLMRT_TARGET_BF16 HWY_NOINLINE void Bf16PanelKernel(const uint16_t* HWY_RESTRICT
                            /*locality=*/3);
       }
     }
-    __m512bh w[kPanels];
+    __m512i w[kPanels];
 #pragma GCC unroll 16
     for (int p = 0; p < kPanels; ++p) {
-      w[p] = reinterpret_cast<__m512bh>(
-          _mm512_permutexvar_epi16(interleave, _mm512_loadu_si512(weights + p * panel_stride)));
+      w[p] = _mm512_permutexvar_epi16(interleave, _mm512_loadu_si512(weights + p * panel_stride));
     }
 #pragma GCC unroll 16
     for (int t = 0; t < kTokens; ++t) {
-      const __m512bh broadcast =
-          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int32_t>(x[t][pair])));
+      const __m512i broadcast = _mm512_set1_epi32(static_cast<int32_t>(x[t][pair]));
 #pragma GCC unroll 16
-      for (int p = 0; p < kPanels; ++p) acc[t][p] = _mm512_dpbf16_ps(acc[t][p], w[p], broadcast);
+      for (int p = 0; p < kPanels; ++p) acc[t][p] = DotBf16Pairs(acc[t][p], w[p], broadcast);
     }
   }
   if (cols % 2 != 0) {
     // The last column alone: each row's weight zero-extended to a (w, 0) pair (never reading
     // past the panel), against the (x_K-1, 0) pair.
     const uint16_t* HWY_RESTRICT weights = panels + full_pairs * 2 * kPanelRows;
-    __m512bh w[kPanels];
+    __m512i w[kPanels];
 #pragma GCC unroll 16
     for (int p = 0; p < kPanels; ++p) {
-      w[p] = reinterpret_cast<__m512bh>(_mm512_cvtepu16_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(weights + p * panel_stride))));
+      w[p] = _mm512_cvtepu16_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(weights + p * panel_stride)));
     }
 #pragma GCC unroll 16
     for (int t = 0; t < kTokens; ++t) {
-      const __m512bh broadcast =
-          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int32_t>(x[t][full_pairs])));
+      const __m512i broadcast = _mm512_set1_epi32(static_cast<int32_t>(x[t][full_pairs]));
 #pragma GCC unroll 16
-      for (int p = 0; p < kPanels; ++p) acc[t][p] = _mm512_dpbf16_ps(acc[t][p], w[p], broadcast);
+      for (int p = 0; p < kPanels; ++p) acc[t][p] = DotBf16Pairs(acc[t][p], w[p], broadcast);
     }
   }
 #pragma GCC unroll 16
