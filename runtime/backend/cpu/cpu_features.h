@@ -1,13 +1,14 @@
 // The x86 instruction-set extensions our kernels use beyond Highway 1.0.3's AVX3 target
-// (AVX-512 F/VL/DQ/BW), read from CPUID and XCR0.
+// (AVX-512 F/VL/DQ/BW), read from CPUID (the OS support for the AVX-512 state is what Highway
+// checks for AVX3 itself).
 //
 // Why not Highway's AVX3_DL target: in Highway 1.0.3 it also enables the VEX-encoded AVX-VNNI,
 // and GCC 12 then encodes every 256-bit vpdpbusd as {vex}, which raises SIGILL on AVX-512 VNNI
 // processors without AVX-VNNI (Ice Lake, Zen 4); it also requires VBMI2, VAES, BITALG, ...,
-// which no kernel here needs. So the kernels that use these instructions are compiled inside the
-// AVX3 target's bodies with a function attribute naming exactly the extension
-// (LLMRT_TARGET_VNNI, LLMRT_TARGET_BF16) and called when ActiveCpuExtensions() (dispatch.h)
-// says so.
+// which no kernel here needs. So the kernels that use these instructions live inside the AVX3
+// target's bodies and run when ActiveCpuExtensions() (dispatch.h) says so: vpdpbusd and
+// vdpbf16ps through inline assembly (quant_vnni-inl.h and matmul.cc say why), the bf16
+// conversion in a function compiled with LLMRT_TARGET_BF16.
 //
 // Header-only: the configure-time probe (cpu_targets_probe.cc) includes it too.
 #ifndef LLMRT_BACKEND_CPU_CPU_FEATURES_H_
@@ -49,9 +50,9 @@ inline CpuExtensions DetectCpuExtensions() {
 
 }  // namespace llmrt::cpu
 
-// Function attributes for kernels that use an extension, added to the AVX3 target's own
-// (HWY_ATTR / HWY_BEFORE_NAMESPACE); only meaningful inside HWY_TARGET == HWY_AVX3 code.
-#define LLMRT_TARGET_VNNI __attribute__((target("avx512vnni")))
-#define LLMRT_TARGET_BF16 __attribute__((target("avx512bf16,avx512vnni")))
+// The function attribute for code that uses AVX512-BF16 intrinsics, added to the AVX3 target's
+// own (HWY_BEFORE_NAMESPACE); only meaningful inside HWY_TARGET == HWY_AVX3 code, and such a
+// function runs only when ActiveCpuExtensions().avx512_bf16.
+#define LLMRT_TARGET_BF16 __attribute__((target("avx512bf16")))
 
 #endif  // LLMRT_BACKEND_CPU_CPU_FEATURES_H_
