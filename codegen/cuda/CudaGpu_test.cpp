@@ -55,6 +55,7 @@ TEST_F(GpuTest, TinyModelsMatchTheCpuBackend) {
       options.qkv_bias = !fused;
       options.sliding_window = fused ? 0 : 5;
       llmrt::testing::TinyLlama model = llmrt::testing::BuildTinyLlama(options);
+      F32ActivationCpuReference reference(dtype);
       auto emission = emitCuda(model.meta);
       ASSERT_TRUE(emission.ok()) << emission.status();
       // Compile for this GPU and add the code as tensors, as addCudaKernelTables does.
@@ -93,6 +94,7 @@ TEST_F(GpuTest, FixturePlansRunOnTheGpu) {
   for (const char *fixture : {"llama_mha", "llama_gqa_tied", "mistral_sliding", "qwen2_bias"}) {
     for (plan::DType dtype : {plan::F16, plan::BF16}) {
       SCOPED_TRACE(absl::StrCat(fixture, " dtype ", dtype));
+      F32ActivationCpuReference reference(dtype);
       CompileOptions options;
       options.model_dir = absl::StrCat(LLMC_SOURCE_DIR, "/tests/fixtures/", fixture);
       options.output_path = absl::StrCat(::testing::TempDir(), "/gpu_", fixture, ".plan");

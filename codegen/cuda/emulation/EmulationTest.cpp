@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -31,7 +30,6 @@
 #include "compiler/pipeline/compile.h"
 #include "nlohmann/json.hpp"
 #include "runtime/backend/cpu/cpu_backend.h"
-#include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cuda/kernel_backend.h"
 #include "runtime/backend/testing/tiny_llama.h"
 #include "runtime/kv/kv_storage.h"
@@ -43,39 +41,6 @@ namespace llmc::cuda {
 namespace {
 
 namespace plan = llmrt::plan;
-
-// The emulated CUDA kernels compute BF16 matmuls with f32-class activations, so their reference
-// is the CPU backend's f32-activation arithmetic. On a CPU with AVX512-BF16 the CPU backend's
-// default tier (avx3_zen4) rounds BF16 matmul activations to bf16 instead (matmul.cc; tested
-// against transformers' own bf16 forward in tests/e2e/fixtures_test.cc), so while a BF16 case
-// runs, this puts the CPU reference on the avx3 tier (the same kernels without AVX512-BF16) and
-// restores the selection after. CreateCpuBackend selects from LLMRT_CPU_TARGET, hence both.
-class F32ActivationCpuReference {
-public:
-  explicit F32ActivationCpuReference(plan::DType dtype) {
-    EXPECT_TRUE(llmrt::cpu::SelectCpuTargetFromEnvironment().ok());
-    if (dtype != plan::BF16 || !llmrt::cpu::ActiveCpuExtensions().avx512_bf16)
-      return;
-    active_ = true;
-    if (const char *previous = std::getenv("LLMRT_CPU_TARGET"))
-      previous_ = previous;
-    setenv("LLMRT_CPU_TARGET", "avx3", 1);
-    EXPECT_TRUE(llmrt::cpu::SelectCpuTarget("avx3").ok());
-  }
-  ~F32ActivationCpuReference() {
-    if (!active_)
-      return;
-    if (previous_)
-      setenv("LLMRT_CPU_TARGET", previous_->c_str(), 1);
-    else
-      unsetenv("LLMRT_CPU_TARGET");
-    (void)llmrt::cpu::SelectCpuTarget(previous_.value_or(""));
-  }
-
-private:
-  bool active_ = false;
-  std::optional<std::string> previous_;
-};
 
 struct FixtureCase {
   std::string model;

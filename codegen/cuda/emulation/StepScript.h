@@ -10,11 +10,15 @@
 #define LLMC_CODEGEN_CUDA_EMULATION_STEPSCRIPT_H_
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "runtime/backend/backend.h"
+#include "runtime/backend/cpu/dispatch.h"
+#include "runtime/plan/dtype.h"
 #include "gtest/gtest.h"
 
 namespace llmc::cuda {
@@ -22,6 +26,42 @@ namespace llmc::cuda {
 // f16/bf16 weights with f32 activations: both backends read the same weights, so the only
 // differences are summation order, f32 transcendental ulps and the MMA's split activations.
 inline constexpr float kTolerance = 1e-3f;
+
+// The CUDA kernels (emulated or real) compute BF16 matmuls with f32-class activations, so their
+// reference is the CPU backend's f32-activation arithmetic. On a CPU with AVX512-BF16 the CPU
+// backend's default tier (avx3_zen4) rounds BF16 matmul activations to bf16 instead
+// (runtime/backend/cpu/matmul.cc; tested against transformers' own bf16 forward in
+// tests/e2e/fixtures_test.cc), so while a BF16 case runs this puts the CPU reference on the avx3
+// tier (the same kernels without AVX512-BF16) and restores the selection after. Create it before
+// the CPU backend: CreateCpuBackend selects from LLMRT_CPU_TARGET, hence both.
+class F32ActivationCpuReference {
+public:
+  explicit F32ActivationCpuReference(llmrt::plan::DType dtype) {
+    EXPECT_TRUE(llmrt::cpu::SelectCpuTargetFromEnvironment().ok());
+    if (dtype != llmrt::plan::BF16 || !llmrt::cpu::ActiveCpuExtensions().avx512_bf16)
+      return;
+    active_ = true;
+    if (const char *previous = std::getenv("LLMRT_CPU_TARGET"))
+      previous_ = previous;
+    setenv("LLMRT_CPU_TARGET", "avx3", 1);
+    EXPECT_TRUE(llmrt::cpu::SelectCpuTarget("avx3").ok());
+  }
+  ~F32ActivationCpuReference() {
+    if (!active_)
+      return;
+    if (previous_)
+      setenv("LLMRT_CPU_TARGET", previous_->c_str(), 1);
+    else
+      unsetenv("LLMRT_CPU_TARGET");
+    (void)llmrt::cpu::SelectCpuTarget(previous_.value_or(""));
+  }
+  F32ActivationCpuReference(const F32ActivationCpuReference &) = delete;
+  F32ActivationCpuReference &operator=(const F32ActivationCpuReference &) = delete;
+
+private:
+  bool active_ = false;
+  std::optional<std::string> previous_;
+};
 
 // Drives one sequence (or two) through both backends with identical batches.
 class Sequence {
