@@ -1,5 +1,6 @@
 // The multi-row quantized GEMM (see quant_gemm.h), compiled per SIMD target by Highway; only
-// the x86 AVX2 and AVX-512 bodies have a kernel (AVX2 intrinsics, as in quant_matmul.cc).
+// the x86 AVX2 and AVX-512 bodies have a kernel (AVX2 intrinsics, as in quant_matmul.cc, and on
+// the avx3_vnni tier the VNNI arithmetic of quant_vnni-inl.h).
 #include "runtime/backend/cpu/quant_gemm.h"
 
 #include <algorithm>

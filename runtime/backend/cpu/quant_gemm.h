@@ -1,9 +1,11 @@
 // Multi-row quantized matmul (prefill and batched decode) over I8 / I4 weights: the kernel
 // QuantizedMatMul (quant_matmul.h) hands activation rows to from kQuantGemmMinRows rows on, on
-// x86 targets with AVX2 (and AVX-512 targets, which run the same 256-bit code).
+// x86 targets with AVX2 (and AVX-512 targets, which run the same 256-bit code, or with
+// AVX512-VNNI the tiles of quant_vnni-inl.h).
 //
-// Numerics: exactly those of quant_matmul.h's AVX2 kernels, to the bit. Each (weight row,
-// token) result is one f32 chain of 8 lanes over the blocks in column order, each block (I4:
+// Numerics: exactly those of quant_matmul.h's decode GEMVs on the same tier, to the bit (on the
+// VNNI tier I8 accumulates two blocks per 512-bit step; quant_vnni-inl.h). On AVX2: each (weight
+// row, token) result is one f32 chain of 8 lanes over the blocks in column order, each block (I4:
 // each chunk of 8 blocks, one per lane) contributing fma(float(exact int32 lane sums), weight_scale
 // * act_scale) with the same lane layout, then the same horizontal sum, so a token's output is the
 // same whether it runs alone through the decode GEMV or inside a prefill / batch of any size
