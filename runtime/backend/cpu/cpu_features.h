@@ -22,14 +22,16 @@
 
 namespace llmrt::cpu {
 
-// Extensions on top of AVX3. All false on other architectures.
+// Extensions on top of AVX3 (the AVX-512 ones) or AVX2 (AVX-VNNI). All false on other
+// architectures.
 struct CpuExtensions {
-  bool avx512_vnni = false;  // vpdpbusd: u8 x s8 dot products of 4 into int32 lanes
+  bool avx512_vnni = false;  // vpdpbusd (EVEX): u8 x s8 dot products of 4 into int32 lanes
   bool avx512_bf16 = false;  // vdpbf16ps: bf16 pairs into f32 lanes
+  bool avx_vnni = false;     // vpdpbusd (VEX, 256-bit): AVX2 machines such as Sierra Forest
 };
 
-// What this processor and operating system support (the OS must save the AVX-512 state; the
-// extensions are used only from AVX3 code, which Highway enables only when it does).
+// What this processor supports (the OS must save the AVX / AVX-512 state; the extensions are used
+// only from AVX2 / AVX3 code, which Highway enables only when it does).
 inline CpuExtensions DetectCpuExtensions() {
   CpuExtensions found;
 #if defined(__x86_64__) || defined(__i386__)
@@ -43,6 +45,7 @@ inline CpuExtensions DetectCpuExtensions() {
     unsigned eax1 = 0, ebx1 = 0, ecx1 = 0, edx1 = 0;
     __cpuid_count(7, 1, eax1, ebx1, ecx1, edx1);
     found.avx512_bf16 = avx512f && ((eax1 >> 5) & 1);
+    found.avx_vnni = (eax1 >> 4) & 1;
   }
 #endif
   return found;

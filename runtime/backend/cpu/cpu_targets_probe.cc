@@ -18,6 +18,7 @@ int main() {
 #if HWY_ARCH_X86
     {"sse4", HWY_SSE4, true},
     {"avx2", HWY_AVX2, true},
+    {"avx2_vnni", HWY_AVX2, extensions.avx_vnni},
     {"avx3", HWY_AVX3, true},
     {"avx3_vnni", HWY_AVX3, extensions.avx512_vnni},
     {"avx3_zen4", HWY_AVX3, extensions.avx512_vnni && extensions.avx512_bf16},

@@ -36,13 +36,17 @@ struct NamedTarget {
   CpuExtensions extensions;  // required on top of `mask`, and the only ones kernels then use
 };
 
-constexpr CpuExtensions kVnni = {/*avx512_vnni=*/true, /*avx512_bf16=*/false};
-constexpr CpuExtensions kVnniBf16 = {/*avx512_vnni=*/true, /*avx512_bf16=*/true};
+constexpr CpuExtensions kVnni = {/*avx512_vnni=*/true, /*avx512_bf16=*/false, /*avx_vnni=*/false};
+constexpr CpuExtensions kVnniBf16 = {/*avx512_vnni=*/true, /*avx512_bf16=*/true,
+                                     /*avx_vnni=*/false};
+constexpr CpuExtensions kAvxVnni = {/*avx512_vnni=*/false, /*avx512_bf16=*/false,
+                                    /*avx_vnni=*/true};
 
 constexpr NamedTarget kTargets[] = {
 #if HWY_ARCH_X86
     {"sse4", HWY_SSE4, {}},
     {"avx2", HWY_AVX2, {}},
+    {"avx2_vnni", HWY_AVX2, kAvxVnni},
     {"avx3", HWY_AVX3, {}},
     {"avx3_vnni", HWY_AVX3, kVnni},
     {"avx3_zen4", HWY_AVX3, kVnniBf16},
@@ -54,22 +58,27 @@ constexpr NamedTarget kTargets[] = {
 };
 
 bool Includes(const CpuExtensions& have, const CpuExtensions& need) {
-  return (have.avx512_vnni || !need.avx512_vnni) && (have.avx512_bf16 || !need.avx512_bf16);
+  return (have.avx512_vnni || !need.avx512_vnni) && (have.avx512_bf16 || !need.avx512_bf16) &&
+         (have.avx_vnni || !need.avx_vnni);
 }
 
-// The extensions kernels may use, as bits (vnni 1, bf16 2), or kUnset before the first
-// selection: then every extension the CPU has, when it runs AVX3. Atomic because kernels read it
-// on pool threads; it changes only between steps (SelectCpuTarget).
+// The extensions kernels may use, as bits (avx512_vnni 1, avx512_bf16 2, avx_vnni 4), or kUnset
+// before the first selection: then every extension the CPU has, when it runs AVX3. Atomic because
+// kernels read it on pool threads; it changes only between steps (SelectCpuTarget).
 constexpr uint32_t kUnset = ~uint32_t{0};
 std::atomic<uint32_t> active_extension_bits{kUnset};
 
 uint32_t ToBits(const CpuExtensions& extensions) {
-  return (extensions.avx512_vnni ? 1u : 0u) | (extensions.avx512_bf16 ? 2u : 0u);
+  return (extensions.avx512_vnni ? 1u : 0u) | (extensions.avx512_bf16 ? 2u : 0u) |
+         (extensions.avx_vnni ? 4u : 0u);
 }
 
 CpuExtensions MachineExtensions() {
-  if ((hwy::SupportedTargets() & HWY_TARGETS & HWY_AVX3) == 0) return {};
-  return DetectCpuExtensions();
+  const int64_t supported = hwy::SupportedTargets() & HWY_TARGETS;
+  CpuExtensions found = DetectCpuExtensions();
+  if ((supported & HWY_AVX3) == 0) found.avx512_vnni = found.avx512_bf16 = false;
+  if ((supported & HWY_AVX2) == 0) found.avx_vnni = false;
+  return found;
 }
 
 }  // namespace
@@ -80,7 +89,7 @@ CpuExtensions ActiveCpuExtensions() {
     bits = ToBits(MachineExtensions());
     active_extension_bits.store(bits, std::memory_order_relaxed);
   }
-  return {(bits & 1u) != 0, (bits & 2u) != 0};
+  return {(bits & 1u) != 0, (bits & 2u) != 0, (bits & 4u) != 0};
 }
 
 absl::Status SelectCpuTarget(absl::string_view name) {
@@ -103,9 +112,11 @@ absl::Status SelectCpuTarget(absl::string_view name) {
     }
     const CpuExtensions machine = MachineExtensions();
     if (!Includes(machine, target.extensions)) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "LLMRT_CPU_TARGET=%s: this CPU lacks %s", name,
-          target.extensions.avx512_bf16 && !machine.avx512_bf16 ? "AVX512-BF16" : "AVX512-VNNI"));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("LLMRT_CPU_TARGET=%s: this CPU lacks %s", name,
+                          target.extensions.avx512_bf16 && !machine.avx512_bf16 ? "AVX512-BF16"
+                          : target.extensions.avx_vnni                          ? "AVX-VNNI"
+                                                                                : "AVX512-VNNI"));
     }
     hwy::SetSupportedTargetsForTest(runnable);
     active_extension_bits.store(ToBits(target.extensions), std::memory_order_relaxed);
@@ -125,8 +136,9 @@ absl::Status SelectCpuTargetFromEnvironment() {
 
 std::string ActiveCpuTarget() {
   std::string name = HWY_DYNAMIC_DISPATCH(TargetName)();
-  if (name != "AVX3") return name;
   const CpuExtensions extensions = ActiveCpuExtensions();
+  if (name == "AVX2" && extensions.avx_vnni) return "AVX2_VNNI";
+  if (name != "AVX3") return name;
   if (extensions.avx512_bf16) return "AVX3_ZEN4";
   if (extensions.avx512_vnni) return "AVX3_VNNI";
   return name;

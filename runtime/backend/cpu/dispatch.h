@@ -1,13 +1,14 @@
 // Which SIMD target the CPU kernels run on.
 //
 // Highway compiles every kernel for SCALAR, SSE4, AVX2 and AVX3 (AVX-512) on x86 (NEON and SVE
-// on arm64) and HWY_DYNAMIC_DISPATCH picks the best one the CPU supports. Above AVX3 two tiers
-// add instructions that Highway 1.0.3 has no target for (cpu_features.h says why): AVX3_VNNI
+// on arm64) and HWY_DYNAMIC_DISPATCH picks the best one the CPU supports. Tiers add instructions
+// that Highway 1.0.3 has no target for (cpu_features.h says why): above AVX3, AVX3_VNNI
 // (AVX512-VNNI int8 dot products) and AVX3_ZEN4 (VNNI and AVX512-BF16; Highway's later name for
-// that level). Kernels in AVX3 bodies branch on ActiveCpuExtensions() once per call.
+// that level); above AVX2, AVX2_VNNI (the VEX AVX-VNNI of AVX2-only CPUs such as Sierra Forest).
+// Kernels in AVX3 / AVX2 bodies branch on ActiveCpuExtensions() once per call.
 //
-// The environment variable LLMRT_CPU_TARGET=scalar|sse4|avx2|avx3|avx3_vnni|avx3_zen4
-// restricts the choice to one target (avx3: AVX-512 without the extensions) so tests can run
+// The environment variable LLMRT_CPU_TARGET=scalar|sse4|avx2|avx2_vnni|avx3|avx3_vnni|avx3_zen4
+// restricts the choice to one target (avx2, avx3: without the extensions) so tests can run
 // every code path on one machine; a target the CPU cannot run is an error naming what is
 // missing, not a silent fallback.
 //
@@ -24,9 +25,9 @@
 
 namespace llmrt::cpu {
 
-// Restricts dispatch to the target named `name` ("scalar", "sse4", "avx2", "avx3", "avx3_vnni",
-// "avx3_zen4", "neon", "sve"); "" or "best" lifts the restriction. InvalidArgument for an unknown
-// name, FailedPrecondition when this CPU (or this build) cannot run it.
+// Restricts dispatch to the target named `name` ("scalar", "sse4", "avx2", "avx2_vnni", "avx3",
+// "avx3_vnni", "avx3_zen4", "neon", "sve"); "" or "best" lifts the restriction. InvalidArgument for
+// an unknown name, FailedPrecondition when this CPU (or this build) cannot run it.
 absl::Status SelectCpuTarget(absl::string_view name);
 
 // SelectCpuTarget(getenv("LLMRT_CPU_TARGET")) when the variable is set; OK otherwise.
@@ -35,8 +36,8 @@ absl::Status SelectCpuTargetFromEnvironment();
 // The target the kernels dispatch to now, e.g. "AVX2", "AVX3_ZEN4".
 std::string ActiveCpuTarget();
 
-// The extensions kernels in AVX3 bodies may use now: the CPU's, restricted by the selected
-// target (none below AVX3 or at "avx3").
+// The extensions kernels in AVX2 / AVX3 bodies may use now: the CPU's, restricted by the selected
+// target (none at "avx2" or "avx3").
 CpuExtensions ActiveCpuExtensions();
 
 }  // namespace llmrt::cpu

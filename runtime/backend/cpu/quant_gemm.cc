@@ -42,13 +42,14 @@ constexpr int64_t kChunk = 64;
 // 2 magnitudes + activation + product + scale = 16 ymm registers.
 constexpr int kGemmRows = 2;
 constexpr int kGemmTokens = 4;
-// With VNNI an I8 pair costs dpbusd, convert and FMA per two blocks (quant_vnni-inl.h) and the
-// 32 zmm registers hold 4 x 4 accumulators, 4 weight vectors and the token's operands.
+// With AVX512-VNNI an I8 pair costs dpbusd, convert and FMA per two blocks (quant_vnni-inl.h)
+// and the 32 zmm registers hold 4 x 4 accumulators, 4 weight vectors and the token's operands.
+// (AVX-VNNI in the AVX2 body keeps AVX2's 2 x 4 tile in 16 ymm registers.)
 constexpr int kGemmRowsVnni = 4;
 constexpr int kMaxGemmRows = kGemmRowsVnni;
 // Weight rows per register tile of kind kKind (below).
 constexpr int GemmRowsFor(int kind, bool vnni) {
-  return vnni && kind < 2 ? kGemmRowsVnni : kGemmRows;
+  return vnni && kind < 2 && LLMRT_QUANT_VNNI512 ? kGemmRowsVnni : kGemmRows;
 }
 // Weight rows per work item: 16 rows of K = 5632 I8 codes are 88 KiB, which stay in L2 while
 // all token tiles pass over them; each token tile (4 x K bytes) stays in L1 for the 8 passes.
@@ -110,7 +111,8 @@ HWY_INLINE void MultiplyScales(const float* weight, const float* activation, int
 // sign(w, x), pairs at most 2 * 127 * 127: codes are in [-127, 127]) into one FMA per block;
 // with one scale per row (kRowScale) the FMA takes the activation scale and the row scale
 // multiplies the lane sum once at the end, else the FMA takes weight x activation scale.
-template <int kRows, int kTokens, bool kRowScale>
+// kVnni (the AVX2 body on the avx2_vnni tier): the same lanes from vpdpbusd (vnni::BlockSums8).
+template <int kRows, int kTokens, bool kRowScale, bool kVnni>
 void TileI8(const GemmRow* rows, const TokenTile& tile, int64_t cols, int group_shift,
             float (*result)[kGemmTokens]) {
   // Locals, so that the compiler keeps pointers and accumulators in registers.
@@ -131,6 +133,7 @@ void TileI8(const GemmRow* rows, const TokenTile& tile, int64_t cols, int group_
   }
   const int64_t full_blocks = cols / kBlock;
   const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
   alignas(32) float weight_scales[kChunk];
   alignas(32) float combined[kRowScale ? 1 : kRows][kTokens][kChunk];
   for (int64_t chunk = 0; chunk < full_blocks; chunk += kChunk) {
@@ -149,18 +152,31 @@ void TileI8(const GemmRow* rows, const TokenTile& tile, int64_t cols, int group_
       for (int r = 0; r < kRows; ++r) {
         weights[r] =
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_codes[r] + block * kBlock));
+        // VNNI: the weights as unsigned code + 128, once for the tile's tokens.
+        if constexpr (kVnni) weights[r] = _mm256_xor_si256(weights[r], bias);
       }
 #pragma GCC unroll 8
       for (int t = 0; t < kTokens; ++t) {
         const __m256i activations =
             _mm256_load_si256(reinterpret_cast<const __m256i*>(x_codes[t] + block * kBlock));
-        const __m256i magnitudes = _mm256_abs_epi8(activations);
+        // AVX2: |x| for maddubs; VNNI: each lane's -128 x sum(x) to start vpdpbusd from.
+        __m256i shared;
+        if constexpr (kVnni) {
+          shared = vnni::BlockStart8(activations, bias);
+        } else {
+          shared = _mm256_abs_epi8(activations);
+        }
         __m256 activation_scale;
         if constexpr (kRowScale) activation_scale = _mm256_broadcast_ss(x_scales[t] + block);
 #pragma GCC unroll 4
         for (int r = 0; r < kRows; ++r) {
-          const __m256i products = _mm256_madd_epi16(
-              _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(weights[r], activations)), ones);
+          __m256i products;
+          if constexpr (kVnni) {
+            products = vnni::DotBytes(shared, weights[r], activations);
+          } else {
+            products = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(shared, _mm256_sign_epi8(weights[r], activations)), ones);
+          }
           acc[r][t] = _mm256_fmadd_ps(
               _mm256_cvtepi32_ps(products),
               kRowScale ? activation_scale
@@ -352,7 +368,11 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
       // Past the row's last block codes and activations are zero (padding): zero sums.
       __m256i isums;
       if constexpr (kVnni) {
-        isums = vnni::ChunkSumsUnpacked(w, x_codes[t] + block * kBlock);
+        if constexpr (LLMRT_QUANT_VNNI512) {
+          isums = vnni::ChunkSumsUnpacked(w, x_codes[t] + block * kBlock);
+        } else {
+          isums = vnni::LaneSums8(w, x_codes[t] + block * kBlock);
+        }
       } else {
         isums = LaneSums8(w, x_codes[t] + block * kBlock, ones);
       }
@@ -381,7 +401,7 @@ void Tile(const GemmRow* rows, const uint8_t* const* unpacked, const TokenTile& 
     for (int r = 0; r < kRows; ++r) {
       TileI4<kTokens, kKind == 3, kVnni>(rows[r], unpacked[r], tile, cols, group_shift, result[r]);
     }
-  } else if constexpr (kVnni) {
+  } else if constexpr (kVnni && LLMRT_QUANT_VNNI512) {
     const uint8_t* codes[kRows];
     const uint16_t* scales[kRows];
     for (int r = 0; r < kRows; ++r) {
@@ -392,7 +412,7 @@ void Tile(const GemmRow* rows, const uint8_t* const* unpacked, const TokenTile& 
                                              group_shift, &result[0][0], kGemmTokens,
                                              prefetch_offset);
   } else {
-    TileI8<kRows, kTokens, kKind == 1>(rows, tile, cols, group_shift, result);
+    TileI8<kRows, kTokens, kKind == 1, kVnni>(rows, tile, cols, group_shift, result);
   }
 }
 
@@ -538,7 +558,7 @@ void QuantizedGemmImpl(ThreadPool& pool, const QuantizedActivationRows& x, const
                        const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
 #if LLMRT_GEMM_AVX2
 #if LLMRT_QUANT_VNNI
-  if (ActiveCpuExtensions().avx512_vnni) {
+  if (vnni::Active()) {
     GemmKinds<true>(pool, x, w, bias, outputs, num_outputs);
     return;
   }

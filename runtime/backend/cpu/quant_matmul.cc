@@ -235,7 +235,9 @@ HWY_INLINE __m256i ChunkSumsInt4(const uint8_t* chunk, const int8_t* x) {
 
 // result[r] = dot(weight row r, x) for a group of kRows I8 rows. kRowScale: one scale per row
 // (group_shift 63), else combined scales per block.
-template <int kRows, bool kRowScale>
+// kVnni (the AVX2 body on the avx2_vnni tier): each block's 8 lane sums from vpdpbusd
+// (vnni::BlockSums8), the same integers, so the same results to the bit.
+template <int kRows, bool kRowScale, bool kVnni>
 void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const int8_t* x_codes,
                   const float* x_scales, float* result) {
   WeightRow w[kRows];
@@ -246,6 +248,7 @@ void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
     acc[r] = _mm256_setzero_ps();
   }
   const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
   const int64_t full_blocks = cols / kQuantBlock;
   alignas(32) float combined[kRows][1][kScaleChunk];
   for (int64_t chunk = 0; chunk < full_blocks; chunk += kScaleChunk) {
@@ -259,13 +262,24 @@ void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
     auto accumulate = [&](int64_t block) HWY_ATTR {
       const __m256i x =
           _mm256_load_si256(reinterpret_cast<const __m256i*>(x_codes + block * kQuantBlock));
-      const __m256i magnitudes = _mm256_abs_epi8(x);
+      // AVX2: |x| for maddubs; VNNI: each lane's -128 x sum(x) to start vpdpbusd from.
+      __m256i shared;
+      if constexpr (kVnni) {
+        shared = vnni::BlockStart8(x, bias);
+      } else {
+        shared = _mm256_abs_epi8(x);
+      }
       const __m256 activation_scale = _mm256_broadcast_ss(x_scales + block);
 #pragma GCC unroll 4
       for (int r = 0; r < kRows; ++r) {
-        const __m256i products = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(LoadBlock(w[r].codes, block), x)),
-            ones);
+        __m256i products;
+        if constexpr (kVnni) {
+          products = vnni::BlockSums8(shared, LoadBlock(w[r].codes, block), x, bias);
+        } else {
+          products = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(shared, _mm256_sign_epi8(LoadBlock(w[r].codes, block), x)),
+              ones);
+        }
         acc[r] = _mm256_fmadd_ps(
             _mm256_cvtepi32_ps(products),
             kRowScale ? activation_scale : _mm256_broadcast_ss(&combined[r][0][block - chunk]),
@@ -290,12 +304,13 @@ void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
   }
 }
 
-// result[r] = dot(rows[r], x) for kRows I8 rows: GemvInt8Avx2, or with kVnni the VNNI tile the
-// GEMM uses too (quant_vnni-inl.h).
+// result[r] = dot(rows[r], x) for kRows I8 rows: GemvInt8Avx2 (with AVX-VNNI sums on the AVX2
+// body's kVnni), or on the AVX3 body's kVnni the 512-bit tile the GEMM uses too
+// (quant_vnni-inl.h).
 template <int kRows, bool kRowScale, bool kVnni>
 HWY_INLINE void GemvInt8(const WeightRow* rows, int64_t cols, int group_shift,
                          const int8_t* x_codes, const float* x_scales, float* result) {
-  if constexpr (kVnni) {
+  if constexpr (kVnni && LLMRT_QUANT_VNNI512) {
     const uint8_t* codes[kRows];
     const uint16_t* scales[kRows];
     for (int r = 0; r < kRows; ++r) {
@@ -305,7 +320,7 @@ HWY_INLINE void GemvInt8(const WeightRow* rows, int64_t cols, int group_shift,
     vnni::TileI8<kRows, 1, kRowScale>(codes, scales, &x_codes, &x_scales, cols, group_shift, result,
                                       1, /*prefetch_offset=*/0);
   } else {
-    GemvInt8Avx2<kRows, kRowScale>(rows, cols, group_shift, x_codes, x_scales, result);
+    GemvInt8Avx2<kRows, kRowScale, kVnni>(rows, cols, group_shift, x_codes, x_scales, result);
   }
 }
 
@@ -761,7 +776,7 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
   if (gemv) {
     const int32_t* integer_sums = reinterpret_cast<const int32_t*>(sums);
 #if LLMRT_QUANT_VNNI
-    if (ActiveCpuExtensions().avx512_vnni) {
+    if (vnni::Active()) {
       QuantizedGemv<true>(pool, w, bias, outputs, num_outputs, codes, scales, integer_sums);
       return;
     }

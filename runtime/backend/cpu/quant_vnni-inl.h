@@ -1,24 +1,29 @@
-// AVX512-VNNI arithmetic of the quantized kernels, shared by the decode GEMV (quant_matmul.cc)
-// and the multi-row GEMM (quant_gemm.cc) so that a token's result is the same whichever runs
-// it. Per-target header (Highway's -inl.h convention): included inside both files'
-// HWY_NAMESPACE; the content exists only in the AVX3 body, where LLMRT_QUANT_VNNI is 1.
+// VNNI arithmetic of the quantized kernels (AVX512-VNNI in the AVX3 body, AVX-VNNI in the AVX2
+// body), shared by the decode GEMV (quant_matmul.cc) and the multi-row GEMM (quant_gemm.cc) so
+// that a token's result is the same whichever runs it. Per-target header (Highway's -inl.h
+// convention): included inside both files' HWY_NAMESPACE; the content exists only in the AVX3
+// and AVX2 bodies.
 //
 // vpdpbusd is issued through inline assembly rather than the intrinsic: the intrinsic needs
-// the function compiled for avx512vnni, and the same templates (the I4 tiles, the drivers) are
-// instantiated for AVX3 machines without VNNI, where the compiler must not use it anywhere. An
-// asm statement puts the one instruction exactly where the VNNI path asks for it and nowhere
-// else; callers reach it only when ActiveCpuExtensions().avx512_vnni (dispatch.h). The "v"
-// constraints allow zmm16-31, so the assembler emits the EVEX form (AVX512-VNNI), never the VEX
-// form (AVX-VNNI, which Ice Lake and Zen 4 lack).
+// the function compiled for avx512vnni / avxvnni, and the same templates (the I4 tiles, the
+// drivers) are instantiated for machines without VNNI, where the compiler must not use it
+// anywhere. An asm statement puts the one instruction exactly where the VNNI path asks for it
+// and nowhere else; callers reach it only when vnni::Active() (dispatch.h's tiers). In the AVX3
+// body the "v" constraints allow ymm/zmm16-31, so the assembler emits the EVEX form
+// (AVX512-VNNI), never the VEX form (AVX-VNNI, which Ice Lake and Zen 4 lack); in the AVX2 body
+// "{vex}" asks for the VEX form of AVX2-only CPUs with AVX-VNNI (Sierra Forest, Alder Lake).
 //
 // Numerics (quant_matmul.h): the integer block sums are exact on every path.
 // - I4: the 8 block sums of a chunk land in the same int32 lanes as the AVX2 kernels' and the f32
 //   steps after them are the AVX2 kernels' own, so VNNI and AVX2 agree to the bit.
-// - I8: two blocks per 512-bit step (block b in lanes 0-7, block b + 1 in lanes 8-15, 4 columns
-//   a lane as on AVX2), one FMA with [scale b x 8, scale b+1 x 8] into a 16-lane accumulator,
-//   then SumLanes16. The lane sums are AVX2's; only the f32 accumulation is regrouped (even and
-//   odd blocks in separate halves), so results differ from AVX2's by f32 reassociation alone
-//   (~1e-7 relative to the sum of the terms' magnitudes) and GEMV = GEMM to the bit.
+// - I8 on AVX2: per block the same 8 int32 lanes as maddubs + madd, then AVX2's own f32 steps:
+//   AVX-VNNI and AVX2 agree to the bit.
+// - I8 on AVX3: two blocks per 512-bit step (block b in lanes 0-7, block b + 1 in lanes 8-15,
+//   4 columns a lane as on AVX2), one FMA with [scale b x 8, scale b+1 x 8] into a 16-lane
+//   accumulator, then SumLanes16. The lane sums are AVX2's; only the f32 accumulation is
+//   regrouped (even and odd blocks in separate halves), so results differ from AVX2's by f32
+//   reassociation alone (~1e-7 relative to the sum of the terms' magnitudes) and GEMV = GEMM to
+//   the bit.
 // I8 codes are signed; vpdpbusd multiplies unsigned by signed bytes, so the weights go in as
 // code ^ 0x80 = code + 128 (unsigned) and each lane starts from -128 x (its 4 activation codes'
 // sum), which leaves exactly sum(code x q) (|lane| <= 4 * 255 * 127 + 128 * 4 * 127: no overflow).
@@ -33,27 +38,83 @@
 #include <cstdint>
 
 #include "hwy/highway.h"
+#include "runtime/backend/cpu/dispatch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace llmrt::cpu {
 namespace HWY_NAMESPACE {
 
+// LLMRT_QUANT_VNNI: this body has a VNNI path (AVX3: AVX512-VNNI, EVEX; AVX2: AVX-VNNI, VEX,
+// 256-bit only). LLMRT_QUANT_VNNI512: it has the 512-bit kernels (AVX3).
 #undef LLMRT_QUANT_VNNI
-#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+#undef LLMRT_QUANT_VNNI512
+#if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2)
 #define LLMRT_QUANT_VNNI 1
 #else
 #define LLMRT_QUANT_VNNI 0
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+#define LLMRT_QUANT_VNNI512 1
+#else
+#define LLMRT_QUANT_VNNI512 0
 #endif
 
 #if LLMRT_QUANT_VNNI
 namespace vnni {
 
+// Whether this body's VNNI path may run now (dispatch.h's tiers avx3_vnni / avx2_vnni).
+HWY_INLINE bool Active() {
+#if LLMRT_QUANT_VNNI512
+  return ActiveCpuExtensions().avx512_vnni;
+#else
+  return ActiveCpuExtensions().avx_vnni;
+#endif
+}
+
 // acc[i] += sum_{j < 4} unsigned_bytes[4i + j] * signed_bytes[4i + j] (vpdpbusd, no saturation).
-HWY_INLINE __m512i DotBytes(__m512i acc, __m512i unsigned_bytes, __m512i signed_bytes) {
+// AVX3: the EVEX form ("v" allows ymm16-31); AVX2: the VEX form of AVX-VNNI ("x": ymm0-15).
+HWY_INLINE __m256i DotBytes(__m256i acc, __m256i unsigned_bytes, __m256i signed_bytes) {
+#if LLMRT_QUANT_VNNI512
   asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(unsigned_bytes), "v"(signed_bytes));
+#else
+  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(unsigned_bytes), "x"(signed_bytes));
+#endif
   return acc;
 }
-HWY_INLINE __m256i DotBytes(__m256i acc, __m256i unsigned_bytes, __m256i signed_bytes) {
+
+// The exact int32 lane sums of the I8 products w x x over one 32-column block, 4 columns a
+// lane (the lanes of AVX2's maddubs + madd): weights as code ^ 0x80 (`bias` = 0x80 bytes),
+// `start` = -128 x each lane's activation sum (BlockStart8), shared by the rows.
+HWY_INLINE __m256i BlockStart8(__m256i activations, __m256i bias) {
+  return _mm256_sub_epi32(_mm256_setzero_si256(),
+                          DotBytes(_mm256_setzero_si256(), bias, activations));
+}
+HWY_INLINE __m256i BlockSums8(__m256i start, __m256i weights, __m256i activations, __m256i bias) {
+  return DotBytes(start, _mm256_xor_si256(weights, bias), activations);
+}
+
+// The 8 exact sums of an I4 chunk, block j in lane j, from codes unpacked in lane order (8
+// vectors of 32 bytes) and activations in the same order, 256 bits at a time in two chains: the
+// AVX2 body's form of ChunkSumsUnpacked.
+HWY_INLINE __m256i LaneSums8(const uint8_t* w, const int8_t* x) {
+  __m256i even = _mm256_setzero_si256(), odd = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int v = 0; v < 8; v += 2) {
+    even = DotBytes(even, _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 32 * v)),
+                    _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 32 * v)));
+    odd = DotBytes(odd, _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 32 * v + 32)),
+                   _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 32 * v + 32)));
+  }
+  return _mm256_add_epi32(even, odd);
+}
+
+}  // namespace vnni
+#endif  // LLMRT_QUANT_VNNI
+
+#if LLMRT_QUANT_VNNI512
+namespace vnni {
+
+HWY_INLINE __m512i DotBytes(__m512i acc, __m512i unsigned_bytes, __m512i signed_bytes) {
   asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(unsigned_bytes), "v"(signed_bytes));
   return acc;
 }
@@ -175,17 +236,16 @@ void TileI8(const uint8_t* const* row_codes, const uint16_t* const* row_scales,
 
 }  // namespace vnni
 #elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
-// The AVX2 body shares the kernels' templates with AVX3 but never takes their VNNI branches
+// The AVX2 body shares the kernels' templates with AVX3 but never takes their 512-bit branches
 // (`if constexpr`): declarations only, so those branches name something.
 namespace vnni {
-__m256i DotBytes(__m256i acc, __m256i unsigned_bytes, __m256i signed_bytes);
 __m256i ChunkSumsUnpacked(const uint8_t* w, const int8_t* x);
 template <int kRows, int kTokens, bool kRowScale>
 void TileI8(const uint8_t* const* row_codes, const uint16_t* const* row_scales,
             const int8_t* const* x_codes, const float* const* x_scales, int64_t cols,
             int group_shift, float* result, int result_stride, int64_t prefetch_offset);
 }  // namespace vnni
-#endif  // LLMRT_QUANT_VNNI
+#endif  // LLMRT_QUANT_VNNI512
 
 }  // namespace HWY_NAMESPACE
 }  // namespace llmrt::cpu
