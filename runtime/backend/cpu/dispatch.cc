@@ -63,7 +63,7 @@ bool Includes(const CpuExtensions& have, const CpuExtensions& need) {
 }
 
 // The extensions kernels may use, as bits (avx512_vnni 1, avx512_bf16 2, avx_vnni 4), or kUnset
-// before the first selection: then every extension the CPU has, when it runs AVX3. Atomic because
+// before the first selection: then every extension the CPU has (MachineExtensions). Atomic because
 // kernels read it on pool threads; it changes only between steps (SelectCpuTarget).
 constexpr uint32_t kUnset = ~uint32_t{0};
 std::atomic<uint32_t> active_extension_bits{kUnset};
@@ -94,12 +94,11 @@ CpuExtensions ActiveCpuExtensions() {
 
 absl::Status SelectCpuTarget(absl::string_view name) {
   const std::string lower = absl::AsciiStrToLower(name);
-  // Back to what the CPU really supports before checking a new restriction.
+  // Back to what the CPU really supports before checking a new restriction (and so after a
+  // refused one).
   hwy::SetSupportedTargetsForTest(0);
-  if (lower.empty() || lower == "best") {
-    active_extension_bits.store(ToBits(MachineExtensions()), std::memory_order_relaxed);
-    return absl::OkStatus();
-  }
+  active_extension_bits.store(ToBits(MachineExtensions()), std::memory_order_relaxed);
+  if (lower.empty() || lower == "best") return absl::OkStatus();
   for (const NamedTarget& target : kTargets) {
     if (lower != target.name) continue;
     const int64_t runnable = target.mask & HWY_TARGETS & hwy::SupportedTargets();
