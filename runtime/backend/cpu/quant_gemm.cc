@@ -70,13 +70,6 @@ struct TokenTile {
 // Tag of the per-thread buffer of unpacked I4 panels (kPanelRows x K bytes: 88 KiB at K = 5632).
 struct UnpackedPanels;
 
-// The same reduction, in the same order, as quant_matmul.cc's HorizontalSum.
-HWY_INLINE float SumLanes(__m256 v) {
-  const __m128 sum4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 sum2 = _mm_add_ps(sum4, _mm_movehl_ps(sum4, sum4));
-  return _mm_cvtss_f32(_mm_add_ss(sum2, _mm_movehdup_ps(sum2)));
-}
-
 // out[i] = the f32 weight scale of block begin + i, for blocks [begin, end) (group = block >>
 // group_shift; shift 63: one scale per row). F16C is exact, so vector and scalar agree.
 HWY_INLINE void BlockWeightScales(const uint16_t* scales, int64_t begin, int64_t end,
@@ -111,7 +104,8 @@ HWY_INLINE void MultiplyScales(const float* weight, const float* activation, int
 // sign(w, x), pairs at most 2 * 127 * 127: codes are in [-127, 127]) into one FMA per block;
 // with one scale per row (kRowScale) the FMA takes the activation scale and the row scale
 // multiplies the lane sum once at the end, else the FMA takes weight x activation scale.
-// kVnni (the AVX2 body on the avx2_vnni tier): the same lanes from vpdpbusd (vnni::BlockSums8).
+// kVnni (the AVX2 body on the avx2_vnni tier): the same lanes from vpdpbusd, the weights turned
+// unsigned once per tile and each token's lanes started at vnni::BlockStart8.
 template <int kRows, int kTokens, bool kRowScale, bool kVnni>
 void TileI8(const GemmRow* rows, const TokenTile& tile, int64_t cols, int group_shift,
             float (*result)[kGemmTokens]) {
@@ -190,7 +184,7 @@ void TileI8(const GemmRow* rows, const TokenTile& tile, int64_t cols, int group_
   for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 8
     for (int t = 0; t < kTokens; ++t) {
-      result[r][t] = SumLanes(acc[r][t]);
+      result[r][t] = SumLanes8(acc[r][t]);
       if constexpr (kRowScale) result[r][t] *= _cvtsh_ss(rows[r].scales[0]);
     }
   }
@@ -388,11 +382,12 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
   for (; block + 8 <= blocks; block += 8) step(std::true_type(), block, 8);
   if (block < blocks) step(std::false_type(), block, blocks - block);
 #pragma GCC unroll 8
-  for (int t = 0; t < kTokens; ++t) result[t] = SumLanes(acc[t]);
+  for (int t = 0; t < kTokens; ++t) result[t] = SumLanes8(acc[t]);
 }
 
 // kKind: 0 I8 with combined scales, 1 I8 with one scale per row, 2 I4, 3 I4 with zero points.
-// kVnni: the AVX512-VNNI arithmetic (quant_vnni-inl.h).
+// kVnni: the VNNI arithmetic of this body (quant_vnni-inl.h: AVX512-VNNI tiles on AVX3,
+// AVX-VNNI lanes in the AVX2 tiles).
 // prefetch_offset: as vnni::TileI8's (I8 on VNNI; the I4 kinds prefetch while unpacking).
 template <int kRows, int kTokens, int kKind, bool kVnni>
 void Tile(const GemmRow* rows, const uint8_t* const* unpacked, const TokenTile& tile, int64_t cols,

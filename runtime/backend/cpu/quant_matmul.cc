@@ -121,12 +121,6 @@ void RowTileScalar(const WeightRow& row, int64_t cols, int32_t group_size,
 }
 
 #if LLMRT_QUANT_AVX2
-HWY_INLINE float HorizontalSum(__m256 v) {
-  const __m128 sum4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 sum2 = _mm_add_ps(sum4, _mm_movehl_ps(sum4, sum4));
-  return _mm_cvtss_f32(_mm_add_ss(sum2, _mm_movehdup_ps(sum2)));
-}
-
 // The 32 I8 codes of one block.
 HWY_INLINE __m256i LoadBlock(const uint8_t* row_codes, int64_t block) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_codes + block * kQuantBlock));
@@ -290,7 +284,7 @@ void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
   }
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
-    result[r] = HorizontalSum(acc[r]);
+    result[r] = SumLanes8(acc[r]);
     if constexpr (kRowScale) result[r] *= _cvtsh_ss(w[r].scales[0]);
   }
   // One scale per row and cols not a multiple of 32: the partial last block.
@@ -459,7 +453,7 @@ void GemvInt4Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
     }
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) result[r] = HorizontalSum(acc[r]);
+  for (int r = 0; r < kRows; ++r) result[r] = SumLanes8(acc[r]);
 }
 
 // The I4 GEMV's kernel for GemvOverRegions.

@@ -1,6 +1,7 @@
 // VNNI arithmetic of the quantized kernels (AVX512-VNNI in the AVX3 body, AVX-VNNI in the AVX2
-// body), shared by the decode GEMV (quant_matmul.cc) and the multi-row GEMM (quant_gemm.cc) so
-// that a token's result is the same whichever runs it. Per-target header (Highway's -inl.h
+// body) and the lane reduction of every x86 quantized kernel, shared by the decode GEMV
+// (quant_matmul.cc) and the multi-row GEMM (quant_gemm.cc) so that a token's result is the same
+// whichever runs it. Per-target header (Highway's -inl.h
 // convention): included inside both files' HWY_NAMESPACE; the content exists only in the AVX3
 // and AVX2 bodies.
 //
@@ -60,6 +61,14 @@ namespace HWY_NAMESPACE {
 #endif
 
 #if LLMRT_QUANT_VNNI
+// The 8 lanes summed in one fixed order, the one reduction of every x86 quantized kernel (GEMV
+// and GEMM, with VNNI or without), so that a token's result cannot depend on which ran it.
+HWY_INLINE float SumLanes8(__m256 v) {
+  const __m128 sum4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 sum2 = _mm_add_ps(sum4, _mm_movehl_ps(sum4, sum4));
+  return _mm_cvtss_f32(_mm_add_ss(sum2, _mm_movehdup_ps(sum2)));
+}
+
 namespace vnni {
 
 // Whether this body's VNNI path may run now (dispatch.h's tiers avx3_vnni / avx2_vnni).
@@ -119,12 +128,9 @@ HWY_INLINE __m512i DotBytes(__m512i acc, __m512i unsigned_bytes, __m512i signed_
   return acc;
 }
 
-// The 16 lanes summed in one fixed order (halves, then AVX2's 8-lane order).
+// The 16 lanes summed in one fixed order (halves, then SumLanes8).
 HWY_INLINE float SumLanes16(__m512 v) {
-  const __m256 sum8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  const __m128 sum4 = _mm_add_ps(_mm256_castps256_ps128(sum8), _mm256_extractf128_ps(sum8, 1));
-  const __m128 sum2 = _mm_add_ps(sum4, _mm_movehl_ps(sum4, sum4));
-  return _mm_cvtss_f32(_mm_add_ss(sum2, _mm_movehdup_ps(sum2)));
+  return SumLanes8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 
 // [a x 8, b x 8] for a block pair.
