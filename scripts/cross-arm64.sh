@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Cross-builds the runtime core for arm64 and runs it under qemu-aarch64:
-#   1. libllmrt (static and shared) and a set of unit tests (plan format, tokenizer UTF-8,
-#      session files, the thread pool, and the CPU float and quantized kernel conformance
-#      suites) with Debian's aarch64 toolchain against multiarch :arm64 libraries
+#   1. libllmrt (static and shared) and a set of unit tests (plan format, tokenizer UTF-8 and
+#      Unicode normalization, session files, the thread pool, and the CPU float and quantized
+#      kernel conformance suites) with Debian's aarch64 toolchain against multiarch :arm64 libraries
 #      (scripts/install-deps.sh installs both);
 #   2. the kernel suites at the Highway NEON target (LLMRT_CPU_TARGET=neon: a target the
 #      emulated CPU cannot run is an error, never a silent fallback; the toolchain file compiles
@@ -37,7 +37,7 @@ qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static || true)
 [ -e /lib/ld-linux-aarch64.so.1 ] ||
   skip "no arm64 loader /lib/ld-linux-aarch64.so.1 (libc6:arm64; scripts/install-deps.sh)"
 for library in libabsl_status.so libprotobuf-lite.so libhwy.so libpcre2-8.so libxxhash.so \
-  libicuuc.so libgtest.a libgmock.a; do
+  libgtest.a libgmock.a; do
   [ -e /usr/lib/aarch64-linux-gnu/$library ] ||
     skip "no arm64 $library (dpkg --add-architecture arm64; scripts/install-deps.sh)"
 done
@@ -50,7 +50,8 @@ cmake -S "$source_dir" -B "$build_dir" -G Ninja \
   { cat "$build_dir/cross-configure.log"; exit 1; }
 # Not llmrt_plan_dtype_test: its reference conversion uses _Float16, which g++ 12 has in C++
 # only on x86.
-tests=(llmrt_plan_test llmrt_tokenizer_utf8_test llmrt_capi_session_file_test
+tests=(llmrt_plan_test llmrt_tokenizer_utf8_test llmrt_tokenizer_unicode_normalize_test
+  llmrt_capi_session_file_test
   llmrt_threading_thread_pool_test llmrt_backend_cpu_test llmrt_backend_cpu_quant_test)
 ninja -C "$build_dir" -j "$jobs" llmrt_static llmrt_shared "${tests[@]}" >"$build_dir/cross-build.log" 2>&1 ||
   { tail -50 "$build_dir/cross-build.log"; exit 1; }

@@ -413,11 +413,6 @@ absl::Status Tokenizer::Impl::Compile() {
       case TokenizerSpec::Normalizer::NFC:
       case TokenizerSpec::Normalizer::NFKC:
       case TokenizerSpec::Normalizer::LOWERCASE:
-        if (!tokenizer_internal::UnicodeNormalizationAvailable()) {
-          return absl::UnimplementedError(absl::StrCat(
-              "tokenizer: ", what, " (", TokenizerSpec::Normalizer::Kind_Name(normalizer.kind()),
-              ") needs Unicode tables; this runtime was built without ICU"));
-        }
         break;
       default:
         return absl::InvalidArgumentError(absl::StrCat("tokenizer: ", what, " has unknown kind ",

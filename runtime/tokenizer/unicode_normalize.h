@@ -1,8 +1,11 @@
-// Unicode normalization forms and lowercasing for the NFC, NFKC and Lowercase normalizers.
-// These need the Unicode data tables; the runtime takes them from ICU when it is built with
-// LLMRT_TOKENIZER_ICU (on by default where ICU is installed). Without ICU,
-// UnicodeNormalizationAvailable() is false and Tokenizer::Create refuses specs that need them,
-// rather than approximating.
+// Unicode normalization forms and lowercasing for the NFC, NFKC and Lowercase normalizers, from
+// our own tables (unicode_tables.inc, made by scripts/gen-unicode-tables.py) at the Unicode
+// versions HF tokenizers uses, which are not the newest: normalization is Unicode 9.0.0 (the
+// Rust crate unicode-normalization-alignments 0.1.12), lowercase is Unicode 17.0.0 (Rust's
+// char::to_lowercase in tokenizers 0.23.3). A library with newer tables (ICU) would reorder and
+// compose some marks differently from HF; see docs/architecture.md.
+//
+// All functions are pure and thread-safe; the tables are constant data (about 60 KB).
 #ifndef LLMRT_TOKENIZER_UNICODE_NORMALIZE_H_
 #define LLMRT_TOKENIZER_UNICODE_NORMALIZE_H_
 
@@ -11,11 +14,14 @@
 
 namespace llmrt::tokenizer_internal {
 
-bool UnicodeNormalizationAvailable();
-
-// Inputs are valid UTF-8; ASCII-only inputs are returned (lowercased) without touching ICU.
+// Inputs should be valid UTF-8; an invalid byte is taken as U+FFFD (the tokenizer never passes
+// one: it repairs its input first). ASCII-only inputs are returned as they are.
 std::string NormalizeNfc(std::string_view text);
 std::string NormalizeNfkc(std::string_view text);
+// The decompositions alone: not used by any normalizer of the plan format, kept because NFC and
+// NFKC are built on them and the tests check them separately against HF.
+std::string NormalizeNfd(std::string_view text);
+std::string NormalizeNfkd(std::string_view text);
 // Rust's char::to_lowercase applied to each character (full mappings, no context: HF lowercases
 // character by character, so a final sigma stays σ).
 std::string Lowercase(std::string_view text);
