@@ -26,8 +26,9 @@ absl::StatusOr<GenerateResult> Generate(const engine::Model& model, engine::Sess
     if (result.stopped_at_eos) break;
     result.tokens.push_back(token);
     emit(decoder.Push(token));
-    if (static_cast<int64_t>(result.tokens.size()) == limits.max_new_tokens ||
-        session.num_tokens() >= model.max_context()) {
+    if (static_cast<int64_t>(result.tokens.size()) == limits.max_new_tokens) break;
+    if (session.num_tokens() >= model.max_context()) {
+      result.stopped_at_context_limit = true;
       break;
     }
     logits = session.Append({token}, false);

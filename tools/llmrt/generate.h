@@ -26,6 +26,8 @@ struct GenerateResult {
   std::vector<int32_t> tokens;  // generated, EOS excluded; all but the last are in the KV cache
   std::string text;             // everything passed to on_text
   bool stopped_at_eos = false;
+  // The session reached the model's context (Model::max_context) before max_new_tokens or EOS.
+  bool stopped_at_context_limit = false;
   double prefill_seconds = 0;
   double decode_seconds = 0;
 };

@@ -3,8 +3,11 @@
 //   llmrt run plan.bin -p "text" [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]
 //                                [--verify] [--threads N] [--backend auto|cpu|cuda]
 //                                [--kv-cache f32|f16|bf16|int8] [--quant-activations int8|f32]
+//                                [--ctx N]
 //   llmrt chat plan.bin [--system TEXT] [-n N] [sampling flags as for run]
 //   llmrt inspect plan.bin [--verify]
+//   llmrt eval plan.bin --tokens FILE --logits-out OUT                 (see eval.cc)
+//   llmrt perplexity plan.bin TEXT_FILE [--ctx N] [--kl-base F] [--save-logits F] (perplexity.cc)
 //   llmrt tokenize plan.bin TEXT [--special] [--ids-only]   (see tokenize.cc)
 //   llmrt bench plan.bin [-p 512] [-n 128] [-t 1,2] [--reps 5] [--json]   (see bench.cc)
 //   llmrt bench --bandwidth [-t 1,2]
@@ -22,16 +25,16 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/engine/model.h"
-#include "runtime/kv/kv_storage.h"
 #include "runtime/plan/plan_reader.h"
 #include "runtime/sampling/sampler.h"
 #include "runtime/template/plan_chat_template.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tools/llmrt/arguments.h"
 #include "tools/llmrt/bench.h"
+#include "tools/llmrt/eval.h"
 #include "tools/llmrt/generate.h"
 #include "tools/llmrt/render.h"
 #include "tools/llmrt/serve.h"
@@ -45,9 +48,13 @@ constexpr int kError = 1;
 constexpr char kUsage[] =
     "usage: llmrt run PLAN -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
     "                 [--verify] [--threads N (default: one per core)]\n"
+    "                 [--ctx N (most tokens, prompt + generated; default: the plan's context)]\n"
     "                 [--kv-cache f32|f16|bf16|int8 (default: the plan's)]\n"
     "                 [--quant-activations int8|f32 (default int8; f32: exact, slow)]\n"
     "       llmrt inspect PLAN [--verify]\n"
+    "       llmrt eval PLAN --tokens FILE --logits-out OUT   (llmrt eval --help)\n"
+    "       llmrt perplexity PLAN TEXT_FILE [--ctx N] [--kl-base LOGITS] [--save-logits FILE]\n"
+    "                 (llmrt perplexity --help)\n"
     "       llmrt bench PLAN [-p 512] [-n 128] [-t 1,2] [--reps 5] [--ubatch 512] [--json]\n"
     "       llmrt bench --bandwidth [-t 1,2] [--reps 5] [--bandwidth-mib 1024] [--json]\n"
     "       llmrt render PLAN MESSAGES.json [--add-generation-prompt]\n"
@@ -65,58 +72,6 @@ int Fail(const absl::Status& status) {
   return kError;
 }
 
-// Flags after the subcommand: "--name value", "-x value" or boolean "--name".
-struct Arguments {
-  std::string plan_path;
-  std::map<std::string, std::string> values;
-  std::map<std::string, bool> switches;
-};
-
-// Returns an error message, or "" when the arguments parse.
-std::string Parse(int argc, char** argv, const std::vector<std::string>& valued,
-                  const std::vector<std::string>& boolean, Arguments& arguments) {
-  for (int index = 2; index < argc; ++index) {
-    const std::string argument = argv[index];
-    auto is = [&](const std::vector<std::string>& names) {
-      for (const std::string& name : names) {
-        if (name == argument) return true;
-      }
-      return false;
-    };
-    if (is(valued)) {
-      if (index + 1 >= argc) return "flag " + argument + " needs a value";
-      arguments.values[argument] = argv[++index];
-    } else if (is(boolean)) {
-      arguments.switches[argument] = true;
-    } else if (!argument.empty() && argument[0] == '-' && argument != "-") {
-      return "unknown flag " + argument;
-    } else if (arguments.plan_path.empty()) {
-      arguments.plan_path = argument;
-    } else {
-      return "unexpected argument " + argument;
-    }
-  }
-  if (arguments.plan_path.empty()) return "missing the plan file";
-  return "";
-}
-
-template <typename Number>
-bool ParseNumber(const Arguments& arguments, const std::string& flag, Number& out,
-                 std::string& error) {
-  auto found = arguments.values.find(flag);
-  if (found == arguments.values.end()) return true;
-  bool ok;
-  if constexpr (std::is_floating_point_v<Number>) {
-    double value;
-    ok = absl::SimpleAtod(found->second, &value);
-    out = value;
-  } else {
-    ok = absl::SimpleAtoi(found->second, &out);
-  }
-  if (!ok) error = absl::StrFormat("flag %s: '%s' is not a number", flag, found->second);
-  return ok;
-}
-
 // What `run` and `chat` share: the plan loaded, its tokenizer, sampling parameters (the plan's
 // generation defaults overridden by flags) and the token limits.
 struct GenerationSetup {
@@ -130,51 +85,25 @@ struct GenerationSetup {
 // Returns 0 and fills `setup`, or the exit status to return (after printing why).
 int SetUpGeneration(int argc, char** argv, const std::vector<std::string>& extra_valued,
                     const std::vector<std::string>& extra_switches, GenerationSetup& setup) {
-  std::vector<std::string> valued = {"-n",        "--temp",     "--top-k",
-                                     "--top-p",   "--seed",     "--threads",
-                                     "--backend", "--kv-cache", "--quant-activations"};
+  std::vector<std::string> valued = {"-n", "--temp", "--top-k", "--top-p", "--seed", "--ctx"};
+  valued.insert(valued.end(), kModelValuedFlags.begin(), kModelValuedFlags.end());
   valued.insert(valued.end(), extra_valued.begin(), extra_valued.end());
-  std::vector<std::string> switches = {"--verify"};
+  std::vector<std::string> switches = kModelSwitches;
   switches.insert(switches.end(), extra_switches.begin(), extra_switches.end());
   Arguments& arguments = setup.arguments;
-  const std::string parse_error = Parse(argc, argv, valued, switches, arguments);
+  const std::string parse_error =
+      ParseArguments(argc, argv, valued, switches, {"the plan file"}, arguments);
   if (!parse_error.empty()) return UsageError(parse_error);
 
-  int32_t threads = 0;  // one per core, as --threads 0
   std::string error;
   engine::ModelOptions options;
-  options.verify = arguments.switches.count("--verify") > 0;
   if (!ParseNumber(arguments, "-n", setup.limits.max_new_tokens, error) ||
-      !ParseNumber(arguments, "--threads", threads, error)) {
+      !ParseNumber(arguments, "--ctx", options.max_seq_len, error)) {
     return UsageError(error);
   }
   if (setup.limits.max_new_tokens < 0) return UsageError("-n must be >= 0");
-  if (threads < 0) return UsageError("--threads must be >= 0 (0: all cores)");
-  options.num_threads = threads;
-  if (arguments.values.count("--backend")) {
-    const std::string& backend = arguments.values["--backend"];
-    if (backend == "auto") {
-      options.backend = engine::BackendChoice::kAuto;
-    } else if (backend == "cpu") {
-      options.backend = engine::BackendChoice::kCpu;
-    } else if (backend == "cuda") {
-      options.backend = engine::BackendChoice::kCuda;
-    } else {
-      return UsageError("--backend: expected auto, cpu or cuda, found \"" + backend + "\"");
-    }
-  }
-
-  if (arguments.values.count("--kv-cache")) {
-    absl::StatusOr<plan::DType> kv_dtype = kv::ParseKvDType(arguments.values["--kv-cache"]);
-    if (!kv_dtype.ok()) return UsageError(std::string(kv_dtype.status().message()));
-    options.kv_cache_dtype = *kv_dtype;
-  }
-  if (arguments.values.count("--quant-activations")) {
-    absl::StatusOr<QuantizedActivations> mode =
-        engine::ParseQuantizedActivations(arguments.values["--quant-activations"]);
-    if (!mode.ok()) return UsageError(std::string(mode.status().message()));
-    options.quantized_activations = *mode;
-  }
+  if (options.max_seq_len < 0) return UsageError("--ctx must be >= 0 (0: the plan's context)");
+  if (error = ParseModelOptions(arguments, options); !error.empty()) return UsageError(error);
 
   absl::StatusOr<std::unique_ptr<engine::Model>> model =
       engine::Model::Load(arguments.plan_path, options);
@@ -243,6 +172,15 @@ int Run(int argc, char** argv) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   if (!result.ok()) return Fail(result.status());
+  // Said rather than stopping silently: a reply cut short by the context looks like the model's
+  // own ending otherwise. Exit status stays 0, as llama.cpp's: the output is valid, only short.
+  if (result->stopped_at_context_limit) {
+    std::fprintf(stderr,
+                 "llmrt: stopped at the context limit (%lld tokens: prompt %zu + generated %zu); "
+                 "a larger --ctx or a shorter prompt leaves more room\n",
+                 static_cast<long long>(model->max_context()), prompt_ids.size(),
+                 result->tokens.size());
+  }
   std::fprintf(stderr, "[llmrt] prompt %zu tokens %.1f tok/s, generated %zu tokens %.1f tok/s\n",
                prompt_ids.size(), prompt_ids.size() / std::max(result->prefill_seconds, 1e-9),
                result->tokens.size(),
@@ -407,7 +345,8 @@ std::string QuantizedEncoding(const plan::PlanMeta& meta, const plan::Tensor& te
 
 int Inspect(int argc, char** argv) {
   Arguments arguments;
-  const std::string parse_error = Parse(argc, argv, {}, {"--verify"}, arguments);
+  const std::string parse_error =
+      ParseArguments(argc, argv, {}, {"--verify"}, {"the plan file"}, arguments);
   if (!parse_error.empty()) return UsageError(parse_error);
   plan::PlanOpenOptions open_options;
   open_options.verify_blob_checksums = arguments.switches.count("--verify") > 0;
@@ -579,6 +518,8 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "run") return llmrt::Run(argc, argv);
   if (command == "inspect") return llmrt::Inspect(argc, argv);
+  if (command == "eval") return llmrt::Eval(argc, argv);
+  if (command == "perplexity") return llmrt::Perplexity(argc, argv);
   if (command == "bench") return llmrt::Bench(argc, argv);
   if (command == "render") return llmrt::Render(argc, argv);
   if (command == "tokenize") return llmrt::Tokenize(argc, argv);
