@@ -135,6 +135,24 @@ SPACES = [" ", "  ", "   ", "\t", "\t\t", "\n", "\n\n", "\r\n", "\r\n\r\n", "\r"
 COMBINING = [chr(c) for c in range(0x300, 0x370)] + ["\u20dd", "\u0e48", "\u093f", "\u094d"]
 
 
+# Normalization edge cases, appended last so that the strings before them keep their lines. HF
+# normalizes with Unicode 9.0 tables (unicode-normalization-alignments), so marks whose combining
+# class or composition came later stay where they are: ICU 72 (Unicode 15) put U+07FD before
+# U+0301 and composed U+11935 U+11930. Also Hangul jamo, compatibility forms and case mappings.
+NORMALIZATION = ["\u0301\u07fd", "a\u0301\u07fd", "\U00011935\U00011930",
+                 "x\U00011935\U00011930y", "e\u0301\u0898", "\u1abf\u0301a",
+                 "\u0915\u093c\u0301\u08d3", "\u1100\u1161\u11a8", "\uac00\u11a8",
+                 "\ud55c\uad6d\uc5b4\u11a8", "\ufb01\u00bd\u2460\u3371\uff21", "\u1e9b\u0323",
+                 "\ua7ce\ua7cb\u1c89\U00010d50", "\u0130STANBUL \u03a3\u0391\u03a3 \u00df",
+                 "q\u0307\u0323", "\u0041\u030a\u212b\u00c5"]
+# Code points whose canonical combining class differs between Unicode 9.0 and 15.0 (new marks).
+NEWER_MARKS = [0x07FD, 0x0898, 0x0899, 0x089A, 0x089B, 0x089C, 0x089D, 0x089E, 0x089F, 0x08CA,
+               0x08D3, 0x09FE, 0x0C3C, 0x0D3B, 0x0D3C, 0x0EBA, 0x1715, 0x1ABF, 0x1AC0, 0x1ACE,
+               0x1DF6, 0x1DFA, 0xA82C, 0x10D24, 0x10D27, 0x10EAB, 0x10F46, 0x10F50, 0x10F82,
+               0x11070, 0x1133B, 0x1145E, 0x11839, 0x1193D, 0x1193E, 0x11943, 0x119E0, 0x11A34,
+               0x11A47, 0x11A99, 0x11D42, 0x11D97, 0x16FF0, 0x1E130, 0x1E2AE, 0x1E2EC, 0x1E4EC]
+
+
 def prose(rng, words):
     out = []
     for i in range(words):
@@ -245,6 +263,7 @@ def build_corpus():
         size += len(piece.encode("utf-8"))
     corpus.append("".join(big))
     corpus.append(prose(rng, 3000))  # long plain prose (~17 kB)
+    corpus += NORMALIZATION + [f"a\u0301{chr(c)}\u0300 x{chr(c)}" for c in NEWER_MARKS]
     seen = set()
     unique = []
     for text in corpus:
