@@ -18,6 +18,7 @@
 #include "compiler/pipeline/awq_rewrite.h"
 #include "compiler/pipeline/chat_template_check.h"
 #include "compiler/pipeline/memory_budget.h"
+#include "compiler/pipeline/weight_check.h"
 #include "compiler/quant/awq.h"
 #include "compiler/quant/prequantized.h"
 #include "compiler/tokenizer/import_tokenizer.h"
@@ -187,9 +188,12 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
           quant::ImportPrequantized(options.model_dir, checkpoint->tensors());
       if (!imported.ok()) return imported.status();
       prequantized = *std::move(imported);
-      return ValidateTensors(checkpoint->config(), prequantized->tensors);
     }
-    return ValidateTensors(checkpoint->config(), *checkpoint);
+    absl::Status valid = prequantized ? ValidateTensors(checkpoint->config(), prequantized->tensors)
+                                      : ValidateTensors(checkpoint->config(), *checkpoint);
+    if (!valid.ok()) return valid;
+    // Here, where the weights are first read, rather than as NaN logits after a clean compile.
+    return CheckWeightsFinite(options.model_dir, checkpoint->tensors());
   });
   if (!imported.ok()) return imported;
 
