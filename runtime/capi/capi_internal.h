@@ -21,8 +21,12 @@
 #include "runtime/engine/model.h"
 #include "runtime/plan/plan_reader.h"
 #include "runtime/sampling/sampler.h"
-#include "runtime/template/plan_chat_template.h"
 #include "runtime/tokenizer/tokenizer.h"
+// LLMRT_WITH_TEMPLATES (CMake option of the same name, defined for runtime/capi only): the
+// chat-template interpreter is part of libllmrt.
+#ifdef LLMRT_WITH_TEMPLATES
+#include "runtime/template/plan_chat_template.h"
+#endif
 
 namespace llmrt::capi {
 
@@ -32,8 +36,10 @@ struct PlanState {
   // runs on token ids, and every text function returns that status.
   std::unique_ptr<Tokenizer> tokenizer;
   absl::Status tokenizer_status;
+#ifdef LLMRT_WITH_TEMPLATES
   std::optional<jinja::PlanChatTemplate> chat_template;
   absl::Status chat_template_status;  // why chat_template is unset
+#endif
   // generation_config's EOS ids, else the tokenizer's EOS, else none.
   std::vector<int32_t> eos_token_ids;
 

@@ -170,6 +170,7 @@ llmrt_status_t* llmrt_plan_open(const char* path, const llmrt_plan_options* opti
     } else {
       state->tokenizer_status = tokenizer.status();
     }
+#ifdef LLMRT_WITH_TEMPLATES
     absl::StatusOr<llmrt::jinja::PlanChatTemplate> chat_template =
         llmrt::jinja::PlanChatTemplate::Create(meta.tokenizer());
     if (chat_template.ok()) {
@@ -177,6 +178,7 @@ llmrt_status_t* llmrt_plan_open(const char* path, const llmrt_plan_options* opti
     } else {
       state->chat_template_status = chat_template.status();
     }
+#endif
     for (int64_t id : meta.generation().eos_token_ids()) {
       state->eos_token_ids.push_back(static_cast<int32_t>(id));
     }
@@ -220,7 +222,12 @@ llmrt_status_t* llmrt_plan_get_config(const llmrt_plan_t* plan, llmrt_model_conf
       config.bos_token_id = state.tokenizer->bos_id();
       config.eos_token_id = state.tokenizer->eos_id();
     }
+#ifdef LLMRT_WITH_TEMPLATES
     config.has_chat_template = state.chat_template.has_value() ? 1 : 0;
+#else
+    // Carried, though this library cannot render it (llmrt_plan_get_chat_template returns it).
+    config.has_chat_template = state.meta().tokenizer().chat_template().empty() ? 0 : 1;
+#endif
     config.plan_checksum = state.checksum();
     // Only the part of the struct the caller knows about.
     llmrt_model_config given;
@@ -296,6 +303,16 @@ llmrt_status_t* llmrt_plan_render_chat(const llmrt_plan_t* plan, const llmrt_cha
     if (messages == nullptr && num_messages > 0) return NullArgument(function, "messages");
     if (out_text == nullptr) return NullArgument(function, "out_text");
     const PlanState& state = *plan->state;
+#ifndef LLMRT_WITH_TEMPLATES
+    (void)num_messages;
+    (void)add_generation_prompt;
+    (void)out_size;
+    return absl::UnimplementedError(absl::StrFormat(
+        "%s: this libllmrt was built without chat templates (CMake option "
+        "LLMRT_WITH_TEMPLATES=OFF); format the prompt yourself (llmrt_plan_get_chat_template "
+        "returns the template of %s) or use a libllmrt built with the option on",
+        function, state.plan->path()));
+#else
     if (!state.chat_template.has_value()) {
       return absl::Status(state.chat_template_status.code(),
                           absl::StrFormat("%s: %s: %s", function, state.plan->path(),
@@ -318,6 +335,7 @@ llmrt_status_t* llmrt_plan_render_chat(const llmrt_plan_t* plan, const llmrt_cha
     LLMRT_ASSIGN_OR_RETURN(std::string rendered,
                            state.chat_template->Render(conversation, options));
     return CopyOut(rendered, out_text, out_size);
+#endif
   });
 }
 

@@ -168,7 +168,8 @@ typedef struct llmrt_chat_message {
  * *out_text is a new NUL-terminated string of *out_size bytes: llmrt_free() it. The rendered
  * text already holds the special tokens the template writes: append it to a session with
  * add_special_tokens = 0. FAILED_PRECONDITION when the plan has no template; the template's own
- * error (e.g. raise_exception) otherwise. */
+ * error (e.g. raise_exception) otherwise; UNIMPLEMENTED, for every plan, from a libllmrt built
+ * without the chat-template interpreter (CMake option LLMRT_WITH_TEMPLATES=OFF). */
 LLMRT_API llmrt_status_t* llmrt_plan_render_chat(const llmrt_plan_t* plan,
                                                  const llmrt_chat_message* messages,
                                                  size_t num_messages, int32_t add_generation_prompt,
