@@ -81,8 +81,16 @@ TEST(ContextLimitTest, RunSaysItStoppedAtTheLimit) {
   CommandResult run = RunCommand(ToolPath("llmrt") + " run " + plan +
                                  " --temp 0 -n 40 --ctx 20 -p \"Once upon a time\"");
   EXPECT_EQ(run.exit_code, 0) << run.error;
-  EXPECT_THAT(run.error, HasSubstr("llmrt: stopped at the context limit (20 tokens"));
+  EXPECT_THAT(
+      run.error,
+      HasSubstr("llmrt: stopped at the context limit (20 tokens) after 16 generated tokens"));
   EXPECT_FALSE(run.output.empty());
+
+  // The plan's own limit: stories260K's max_position_embeddings is 512.
+  CommandResult plan_limit =
+      RunCommand(ToolPath("llmrt") + " run " + plan + " --temp 0 -n 600 -p \"Once upon a time\"");
+  EXPECT_EQ(plan_limit.exit_code, 0) << plan_limit.error;
+  EXPECT_THAT(plan_limit.error, HasSubstr("stopped at the context limit (512 tokens)"));
 
   // Within the limit: no message.
   CommandResult short_run = RunCommand(ToolPath("llmrt") + " run " + plan +

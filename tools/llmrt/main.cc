@@ -176,10 +176,10 @@ int Run(int argc, char** argv) {
   // own ending otherwise. Exit status stays 0, as llama.cpp's: the output is valid, only short.
   if (result->stopped_at_context_limit) {
     std::fprintf(stderr,
-                 "llmrt: stopped at the context limit (%lld tokens: prompt %zu + generated %zu); "
-                 "a larger --ctx or a shorter prompt leaves more room\n",
-                 static_cast<long long>(model->max_context()), prompt_ids.size(),
-                 result->tokens.size());
+                 "llmrt: stopped at the context limit (%lld tokens) after %zu generated tokens; "
+                 "-n asked for %lld (--ctx sets the limit, up to the plan's context)\n",
+                 static_cast<long long>(model->max_context()), result->tokens.size(),
+                 static_cast<long long>(setup.limits.max_new_tokens));
   }
   std::fprintf(stderr, "[llmrt] prompt %zu tokens %.1f tok/s, generated %zu tokens %.1f tok/s\n",
                prompt_ids.size(), prompt_ids.size() / std::max(result->prefill_seconds, 1e-9),
