@@ -1,6 +1,7 @@
 // llmrt bench: what a plan achieves on this machine, per thread count.
 //
 //   llmrt bench PLAN [-p 512] [-n 128] [-t 1,2] [--reps 5] [--ubatch 512] [--json]
+//                    [--batch B] [--backend auto|cpu|cuda]
 //   llmrt bench --bandwidth [-t 1,2] [--reps 5] [--bandwidth-mib 1024] [--json]
 //
 // -t defaults to one thread per core the process may use (ThreadPool::DefaultThreadCount).
@@ -18,6 +19,10 @@
 //              prefilled once (not timed) and kept: each repetition's n steps continue the
 //              previous one's, so they attend over D + 2 + k n ... positions (k: repetitions
 //              before; keep n * reps small against D).
+//              With --batch B, B sessions decode together: each of the n steps appends one
+//              token to every session (Model::AppendBatch, one backend step), tg_tok_s counts
+//              all B * n tokens, and the bytes a step reads are the weights once plus every
+//              session's KV (decode_bytes_per_step).
 //   mbu        bytes the n decode steps must read (every weight once per step, except that an
 //              untied embedding table contributes one row, plus the KV cache up to each step's
 //              position) / their time / the machine's read bandwidth at this thread count.
@@ -25,6 +30,10 @@
 //              another, so this is the largest of them; weights are mmapped and count as they
 //              are touched).
 // Every rate is the median over --reps repetitions, after one untimed warm-up of each.
+// --backend picks the backend as for llmrt run (default auto: CUDA when the plan has kernels
+// for the GPU and one works); "backend" in the output names the one that ran. On a GPU the
+// read bandwidth (and so mbu) is still the host's: the GPU kit (docs/cuda.md) divides
+// decode_bytes_per_step by the device's own copy bandwidth instead.
 //
 // Read bandwidth: a read-sum over a buffer of --bandwidth-mib MiB (default 1 GiB, 32x this
 // machine's 32 MiB L3, so caches cannot serve it, on transparent huge pages), split evenly
@@ -62,6 +71,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/types/span.h"
 #include "nlohmann/json.hpp"
 #include "runtime/engine/model.h"
 #include "runtime/kv/kv_storage.h"
@@ -79,6 +89,7 @@ constexpr int kError = 1;
 constexpr char kBenchUsage[] =
     "usage: llmrt bench PLAN [-p 512] [-n 128] [-d 0] [-t 1,2] [--reps 5] [--ubatch 512] [--json]\n"
     "                        [--kv-cache f32|f16|bf16|int8] [--quant-activations int8|f32]\n"
+    "                        [--batch 1] [--backend auto|cpu|cuda]\n"
     "       llmrt bench --bandwidth [-t 1,2] [--reps 5] [--bandwidth-mib 1024] [--json]\n";
 
 int BenchUsageError(const std::string& message) {
@@ -329,6 +340,8 @@ struct BenchOptions {
   uint64_t bandwidth_bytes = uint64_t{1} << 30;
   plan::DType kv_cache_dtype = plan::DTYPE_UNSPECIFIED;  // --kv-cache; unset: the plan's
   QuantizedActivations quantized_activations = QuantizedActivations::kInt8;  // --quant-activations
+  int32_t batch = 1;  // --batch: sessions decoding together
+  engine::BackendChoice backend = engine::BackendChoice::kAuto;
 };
 
 struct BenchResult {
@@ -340,6 +353,8 @@ struct BenchResult {
   double ms_per_token = 0;
   uint64_t peak_rss_bytes = 0;
   double decode_bytes_per_token = 0;  // mean over the n steps, weights + KV
+  double decode_bytes_per_step = 0;   // the same for a step of --batch tokens
+  std::string backend;
   double bandwidth_bytes_per_s = 0;
   double mbu = 0;
 };
@@ -360,6 +375,22 @@ int64_t DecodePositions(const BenchOptions& options) {
   return 1 + options.generated_tokens * (options.depth > 0 ? options.reps + 1 : 1) + options.depth;
 }
 
+// `steps` decode steps of one token (the argmax of its last logits) for every request's
+// session together; returns their seconds.
+absl::StatusOr<double> DecodeBatch(engine::Model& model,
+                                   std::vector<engine::AppendRequest>& requests, int64_t steps) {
+  const Clock::time_point start = Clock::now();
+  for (int64_t step = 0; step < steps; ++step) {
+    for (engine::AppendRequest& request : requests) {
+      request.tokens.assign(1, ArgMax(request.logits));
+    }
+    if (absl::Status status = model.AppendBatch(absl::MakeSpan(requests)); !status.ok()) {
+      return status;
+    }
+  }
+  return Seconds(start, Clock::now());
+}
+
 absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int threads,
                                          double bandwidth) {
   BenchResult result;
@@ -367,7 +398,12 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
   engine::ModelOptions model_options;
   model_options.num_threads = threads;
   model_options.max_tokens_per_step = options.ubatch;
-  model_options.kv_cache_tokens = std::max(options.prompt_tokens, DecodePositions(options));
+  // With --batch each session holds whole blocks: room for one more block (of up to 64
+  // tokens) per session than its positions.
+  model_options.kv_cache_tokens = std::max(
+      options.prompt_tokens, options.batch > 1 ? (DecodePositions(options) + 64) * options.batch
+                                               : DecodePositions(options));
+  model_options.backend = options.backend;
   model_options.kv_cache_dtype = options.kv_cache_dtype;
   model_options.quantized_activations = options.quantized_activations;
 
@@ -376,6 +412,7 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
       engine::Model::Load(options.plan_path, model_options);
   if (!model.ok()) return model.status();
   result.load_ms = Seconds(load_start, Clock::now()) * 1e3;
+  result.backend = (*model)->backend().name();
   const plan::PlanMeta& meta = (*model)->meta();
   const int64_t vocab = (*model)->vocab_size();
   const int64_t needed = std::max(options.prompt_tokens, DecodePositions(options));
@@ -416,7 +453,41 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
   std::vector<double> tg_seconds;
   std::vector<int32_t> context(options.depth);
   for (int32_t& id : context) id = token(random);
-  if (options.generated_tokens > 0) {
+  if (options.generated_tokens > 0 && options.batch > 1) {
+    // Every session starts from BOS (+ the -d context) on each repetition.
+    std::vector<std::unique_ptr<engine::Session>> sessions;
+    std::vector<engine::AppendRequest> requests(options.batch);
+    for (int32_t b = 0; b < options.batch; ++b) sessions.push_back((*model)->NewSession());
+    for (int rep = -1; rep < options.reps; ++rep) {
+      for (int32_t b = 0; b < options.batch; ++b) {
+        sessions[b]->Reset();
+        std::vector<int32_t> prompt = {bos};
+        prompt.insert(prompt.end(), context.begin(), context.end());
+        requests[b].session = sessions[b].get();
+        requests[b].tokens = prompt;
+      }
+      if (absl::Status status = (*model)->AppendBatch(absl::MakeSpan(requests)); !status.ok()) {
+        return status;
+      }
+      absl::StatusOr<double> seconds = DecodeBatch(**model, requests, options.generated_tokens);
+      if (!seconds.ok()) return seconds.status();
+      if (rep >= 0) tg_seconds.push_back(*seconds);
+    }
+    const double seconds = Median(tg_seconds);
+    const double n = static_cast<double>(options.generated_tokens);
+    result.tg_tok_s = options.batch * n / seconds;
+    result.ms_per_token = 1e3 * seconds / n;  // per step: what each session waits per token
+    const double kv_bytes_per_position = static_cast<double>((*model)->kv_block_bytes()) /
+                                         static_cast<double>((*model)->kv_block_size());
+    const double positions_read =
+        n * (n + 3) / 2 + n * static_cast<double>(options.depth);  // per session, as below
+    const double total_bytes = n * static_cast<double>(engine::DecodeWeightBytes(meta)) +
+                               options.batch * kv_bytes_per_position * positions_read;
+    result.decode_bytes_per_step = total_bytes / n;
+    result.decode_bytes_per_token = total_bytes / (n * options.batch);
+    result.bandwidth_bytes_per_s = bandwidth;
+    if (bandwidth > 0) result.mbu = total_bytes / seconds / bandwidth;
+  } else if (options.generated_tokens > 0) {
     for (int rep = -1; rep < options.reps; ++rep) {
       if (rep == -1 || context.empty()) {
         session->Reset();
@@ -449,6 +520,7 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
     const double total_bytes = n * static_cast<double>(engine::DecodeWeightBytes(meta)) +
                                kv_bytes_per_position * positions_read;
     result.decode_bytes_per_token = total_bytes / n;
+    result.decode_bytes_per_step = result.decode_bytes_per_token;
     result.bandwidth_bytes_per_s = bandwidth;
     if (bandwidth > 0) result.mbu = total_bytes / seconds / bandwidth;
   }
@@ -511,6 +583,20 @@ int Bench(int argc, char** argv) {
           engine::ParseQuantizedActivations(text != nullptr ? text : "");
       if (!mode.ok()) return BenchUsageError(std::string(mode.status().message()));
       options.quantized_activations = *mode;
+    } else if (argument == "--batch") {
+      if (!number(options.batch, 1)) return BenchUsageError("--batch needs a count >= 1");
+    } else if (argument == "--backend") {
+      const char* given = value();
+      const std::string text = given != nullptr ? given : "";
+      if (text == "auto") {
+        options.backend = engine::BackendChoice::kAuto;
+      } else if (text == "cpu") {
+        options.backend = engine::BackendChoice::kCpu;
+      } else if (text == "cuda") {
+        options.backend = engine::BackendChoice::kCuda;
+      } else {
+        return BenchUsageError("--backend: expected auto, cpu or cuda, found \"" + text + "\"");
+      }
     } else if (argument == "--json") {
       options.json = true;
     } else if (argument == "--bandwidth") {
@@ -572,16 +658,20 @@ int Bench(int argc, char** argv) {
                              {"load_ms", result->load_ms},
                              {"load_to_first_token_ms", result->load_to_first_token_ms},
                              {"decode_bytes_per_token", result->decode_bytes_per_token},
-                             {"read_bytes_per_s", result->bandwidth_bytes_per_s}};
+                             {"read_bytes_per_s", result->bandwidth_bytes_per_s},
+                             {"batch", options.batch},
+                             {"backend", result->backend},
+                             {"decode_bytes_per_step", result->decode_bytes_per_step}};
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
     }
   }
   if (!options.json) {
-    std::printf("plan %s, pp%lld / tg%lld @ d%lld, median of %d\n", options.plan_path.c_str(),
-                static_cast<long long>(options.prompt_tokens),
+    std::printf("plan %s, pp%lld / tg%lld @ d%lld, batch %d, %s backend, median of %d\n",
+                options.plan_path.c_str(), static_cast<long long>(options.prompt_tokens),
                 static_cast<long long>(options.generated_tokens),
-                static_cast<long long>(options.depth), options.reps);
+                static_cast<long long>(options.depth), options.batch,
+                results.empty() ? "" : results.front().backend.c_str(), options.reps);
     std::printf("%7s %11s %11s %9s %12s %12s %12s %6s\n", "threads", "pp tok/s", "tg tok/s",
                 "ms/token", "load->1st ms", "peak RSS MB", "read GB/s", "MBU");
     for (const BenchResult& result : results) {
