@@ -12,8 +12,8 @@
 #           imported GPTQ / AWQ checkpoints) with --target cpu,cuda:sm_90, since each CUDA table
 #           costs ~0.25 MB a plan and the lent GPUs (H100, H200) run sm_90 (+ the compute_90
 #           PTX every plan carries)
-#   big/    llama-110m- (f16, int8, int4) and TinyLlama-shaped (f16) synthetic models (llmc
-#           synth, --target cpu,cuda:sm_80,sm_90) as skeletons (llmrt-kit plan strip): 220 MB
+#   big/    llama-110m- (f16, int4 g32) and TinyLlama-shaped (f16) synthetic models (llmc
+#           synth, --target cpu,cuda:sm_80,sm_90) as skeletons (llmrt-kit plan strip): 270 MB
 #           and 2.2 GB as plans, filled in on the device by run.sh
 #   run.sh, report.py, MANIFEST
 # --reduced (the ctest kit_clean_env): two plans and a small skeleton, for a quick check that the
@@ -180,7 +180,6 @@ else
     rm -f "$SCRATCH/$name.plan"
   }
   synth llama-110m-f16 llama-110m --dtype f16
-  synth llama-110m-int8 llama-110m --dtype f16 --quant int8
   synth llama-110m-int4-g32 llama-110m --dtype f16 --quant int4 --group-size 32
   rm -rf "$SCRATCH/llama-110m"
   if [[ ${KIT_TINYLLAMA:-1} == 1 ]]; then

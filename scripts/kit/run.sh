@@ -122,7 +122,7 @@ bench() {
   local plan name batch
   if [[ $DEVICE == 1 ]]; then
     for plan in "$WORK"/plans/tinyllama-1.1b-f16.plan "$WORK"/plans/llama-110m-f16.plan \
-      "$WORK"/plans/llama-110m-int8.plan "$WORK"/plans/llama-110m-int4-g32.plan \
+      "$WORK"/plans/llama-110m-int4-g32.plan \
       "$KIT"/plans/stories260K-f32.plan; do
       [[ -e $plan ]] || continue
       name=$(basename "$plan" .plan)

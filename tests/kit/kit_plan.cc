@@ -4,7 +4,7 @@
 //   llmrt-kit plan strip PLAN SKELETON [--min-bytes N]   (here, by scripts/gpu-kit.sh)
 //   llmrt-kit plan fill SKELETON PLAN [--seed S]          (on the GPU machine, by run.sh)
 //
-// The kit is limited to ~48 MiB, a llama-110m-shaped f16 plan alone is ~220 MB and a
+// The kit is limited to ~48 MiB, a llama-110m-shaped f16 plan alone is ~270 MB and a
 // TinyLlama-shaped one 2.2 GB; their weights are random (llmc synth) anyway, so a skeleton keeps
 // everything but the bulk of the weights: the PlanMeta (program, kernel tables, tokenizer,
 // shapes, quantization) and every blob smaller than --min-bytes (64 KiB: norms, biases, rope
