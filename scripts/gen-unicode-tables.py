@@ -121,7 +121,23 @@ def normalization_tables():
         if len(targets) == 2 and ucd.normalize("NFC", chr(targets[0]) + chr(targets[1])) == chr(c):
             compositions.append((targets[0], targets[1], c))
     compositions.sort()
-    return ccc_runs, canonical, compatibility, compositions
+    # Quick check: a BMP code point is inert for a form when it has class 0, the form leaves it
+    # as it is, and it is never the second of a composition. A run of inert code points needs no
+    # work, and one ends every stretch that does (UAX #15, section 9).
+    seconds = {b for _, b, _ in compositions} | set(range(0x1161, 0x1176)) | \
+        set(range(0x11A8, 0x11C3))
+    inert = {}
+    for form in ("NFC", "NFKC"):
+        bits = [0] * (0x10000 // 32)
+        for c in range(0x10000):
+            if 0xD800 <= c <= 0xDFFF:
+                continue
+            if (ucd.combining(chr(c)) == 0 and c not in seconds and
+                    ucd.normalize(form, chr(c)) == chr(c)):
+                bits[c >> 5] |= 1 << (c & 31)
+        inert[form] = bits
+    supplementary_seconds = sorted(b for b in seconds if b > 0xFFFF)
+    return ccc_runs, canonical, compatibility, compositions, inert, supplementary_seconds
 
 
 def case_tables(case_db):
@@ -181,7 +197,8 @@ def hex_list(values, per_line, width):
 
 
 def write(case_db):
-    ccc_runs, canonical, compatibility, compositions = normalization_tables()
+    ccc_runs, canonical, compatibility, compositions, inert, supplementary_seconds = \
+        normalization_tables()
     lower_ranges, lower_multiple = case_tables(case_db)
     compat_data = []
     compat_keys = []
@@ -236,6 +253,20 @@ constexpr uint32_t kCompatibilityKeys[] = {{""")
 // in bits 42-62, the second in bits 21-41, the composite in bits 0-20.
 constexpr uint64_t kCompositions[] = {{""")
     out.append(hex_list([a << 42 | b << 21 | c for a, b, c in compositions], 4, 16))
+    out.append("};")
+    out.append(f"""
+// Inert BMP code points (class 0, unchanged by the form, never the second of a composition): bit
+// (c & 31) of word c >> 5. Text made of them is already normalized, and each one ends a stretch
+// that can be normalized alone.
+constexpr uint32_t kNfcInertBmp[] = {{""")
+    out.append(hex_list(inert["NFC"], 8, 8))
+    out.append("};")
+    out.append("constexpr uint32_t kNfkcInertBmp[] = {")
+    out.append(hex_list(inert["NFKC"], 8, 8))
+    out.append("};")
+    out.append("// Second code points of compositions above the BMP, sorted.")
+    out.append("constexpr uint32_t kSupplementaryCompositionSeconds[] = {")
+    out.append(hex_list(supplementary_seconds, 8, 5))
     out.append("};")
     out.append(f"""
 // Lowercase mappings to one code point: `count` code points from `first`, `stride` apart, each

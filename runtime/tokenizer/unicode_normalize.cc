@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
+#include <utility>
 #include <vector>
 
 #include "runtime/tokenizer/utf8.h"
@@ -63,6 +64,27 @@ uint8_t CombiningClass(char32_t code_point) {
   return code_point - run.first <= run.count_minus_one ? run.combining_class : 0;
 }
 
+// The one-level compatibility mapping of `code_point` (not Hangul), or an empty range.
+std::pair<const char16_t*, size_t> CompatibilityMapping(char32_t code_point) {
+  const auto* found =
+      std::lower_bound(std::begin(kCompatibilityKeys), std::end(kCompatibilityKeys), code_point,
+                       [](uint32_t key, char32_t value) { return (key >> 5) < value; });
+  if (found == std::end(kCompatibilityKeys) || (*found >> 5) != code_point) return {nullptr, 0};
+  const size_t index = found - std::begin(kCompatibilityKeys);
+  return {kCompatibilityData + kCompatibilityOffsets[index], *found & 31};
+}
+
+// The canonical decomposition entry of `code_point` (not Hangul), or null.
+const uint64_t* CanonicalMapping(char32_t code_point) {
+  const auto* found = std::lower_bound(
+      std::begin(kCanonicalDecompositions), std::end(kCanonicalDecompositions), code_point,
+      [](uint64_t entry, char32_t value) { return (entry & kCodePointMask) < value; });
+  if (found == std::end(kCanonicalDecompositions) || (*found & kCodePointMask) != code_point) {
+    return nullptr;
+  }
+  return found;
+}
+
 // Appends the full (recursive) decomposition of `code_point`.
 void Decompose(char32_t code_point, bool compatibility, std::u32string* out) {
   if (code_point < 0xA0) {  // nothing below U+00A0 has a decomposition mapping
@@ -77,24 +99,15 @@ void Decompose(char32_t code_point, bool compatibility, std::u32string* out) {
     return;
   }
   if (compatibility) {
-    const auto* found =
-        std::lower_bound(std::begin(kCompatibilityKeys), std::end(kCompatibilityKeys), code_point,
-                         [](uint32_t key, char32_t value) { return (key >> 5) < value; });
-    if (found != std::end(kCompatibilityKeys) && (*found >> 5) == code_point) {
-      const size_t index = found - std::begin(kCompatibilityKeys);
-      const size_t offset = kCompatibilityOffsets[index];
-      for (size_t i = 0; i < (*found & 31); ++i) {
-        Decompose(kCompatibilityData[offset + i], compatibility, out);
-      }
+    const auto [mapping, length] = CompatibilityMapping(code_point);
+    if (length > 0) {
+      for (size_t i = 0; i < length; ++i) Decompose(mapping[i], compatibility, out);
       return;
     }
   }
-  const auto* found = std::lower_bound(
-      std::begin(kCanonicalDecompositions), std::end(kCanonicalDecompositions), code_point,
-      [](uint64_t entry, char32_t value) { return (entry & kCodePointMask) < value; });
-  if (found != std::end(kCanonicalDecompositions) && (*found & kCodePointMask) == code_point) {
-    Decompose(static_cast<char32_t>(*found >> 21 & kCodePointMask), compatibility, out);
-    const auto second = static_cast<char32_t>(*found >> 42 & kCodePointMask);
+  if (const uint64_t* entry = CanonicalMapping(code_point)) {
+    Decompose(static_cast<char32_t>(*entry >> 21 & kCodePointMask), compatibility, out);
+    const auto second = static_cast<char32_t>(*entry >> 42 & kCodePointMask);
     if (second != 0) Decompose(second, compatibility, out);
     return;
   }
@@ -178,11 +191,71 @@ std::u32string ComposeAll(const std::u32string& decomposed, const std::vector<ui
   return composed;
 }
 
-std::string Normalize(std::string_view text, bool compatibility, bool compose) {
-  if (IsAscii(text)) return std::string(text);
+std::string NormalizeAll(std::string_view text, bool compatibility, bool compose) {
   std::vector<uint8_t> classes;
   const std::u32string decomposed = DecomposeOrdered(text, compatibility, &classes);
   return ToUtf8(compose ? ComposeAll(decomposed, classes) : decomposed);
+}
+
+// True when `code_point` has class 0, NFC (NFKC with `compatibility`) leaves it as it is, and it
+// is never the second of a composition: nothing before it can change it or move past it. Above
+// the BMP, a primary composite counts as not inert, which only costs time.
+bool IsInert(char32_t code_point, bool compatibility) {
+  if (code_point < 0x10000) {
+    const uint32_t* bits = compatibility ? kNfkcInertBmp : kNfcInertBmp;
+    return (bits[code_point >> 5] >> (code_point & 31) & 1) != 0;
+  }
+  if (CombiningClass(code_point) != 0 || CanonicalMapping(code_point) != nullptr) return false;
+  if (compatibility && CompatibilityMapping(code_point).second > 0) return false;
+  return !std::binary_search(std::begin(kSupplementaryCompositionSeconds),
+                             std::end(kSupplementaryCompositionSeconds), code_point);
+}
+
+// NFC or NFKC, normalizing only the stretches around code points that are not inert: each
+// stretch starts at the inert code point before it (which may compose with what follows) and
+// ends before the next inert one, so stretches are independent (UAX #15, section 9). Most text
+// (CJK, Cyrillic, precomposed Latin) is copied as it is.
+std::string NormalizeComposed(std::string_view text, bool compatibility) {
+  std::string out;
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  size_t copied = 0;       // text[0, copied) is done
+  size_t last_inert = 0;   // where the last inert code point starts
+  size_t stretch = kNone;  // where the stretch being collected starts
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t length = 1;
+    bool inert = true;  // the end of the text closes a stretch like an inert code point
+    if (pos < text.size() && static_cast<unsigned char>(text[pos]) >= 0x80) {
+      length = ValidSequenceLength(text, pos);
+      if (length == 0) {
+        length = 1;
+        inert = false;  // becomes U+FFFD in the stretch
+      } else {
+        inert = IsInert(DecodeChar(text, pos, &length), compatibility);
+      }
+    }
+    if (!inert) {
+      if (stretch == kNone) stretch = last_inert;
+    } else {
+      if (stretch != kNone) {
+        out.append(text.substr(copied, stretch - copied));
+        out += NormalizeAll(text.substr(stretch, pos - stretch), compatibility, true);
+        copied = pos;
+        stretch = kNone;
+      }
+      last_inert = pos;
+    }
+    pos += length;
+  }
+  if (copied == 0) return std::string(text);
+  out.append(text.substr(copied));
+  return out;
+}
+
+std::string Normalize(std::string_view text, bool compatibility, bool compose) {
+  if (IsAscii(text)) return std::string(text);
+  return compose ? NormalizeComposed(text, compatibility)
+                 : NormalizeAll(text, compatibility, false);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 // char::to_lowercase in tokenizers 0.23.3). A library with newer tables (ICU) would reorder and
 // compose some marks differently from HF; see docs/architecture.md.
 //
-// All functions are pure and thread-safe; the tables are constant data (about 60 KB).
+// All functions are pure and thread-safe; the tables are constant data (about 80 KB).
 #ifndef LLMRT_TOKENIZER_UNICODE_NORMALIZE_H_
 #define LLMRT_TOKENIZER_UNICODE_NORMALIZE_H_
 
@@ -14,8 +14,8 @@
 
 namespace llmrt::tokenizer_internal {
 
-// Inputs should be valid UTF-8; an invalid byte is taken as U+FFFD (the tokenizer never passes
-// one: it repairs its input first). ASCII-only inputs are returned as they are.
+// Inputs should be valid UTF-8 (the tokenizer repairs its input first); an invalid byte becomes
+// U+FFFD here and stays as it is in Lowercase. ASCII-only inputs are returned as they are.
 std::string NormalizeNfc(std::string_view text);
 std::string NormalizeNfkc(std::string_view text);
 // The decompositions alone: not used by any normalizer of the plan format, kept because NFC and
