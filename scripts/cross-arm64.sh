@@ -26,21 +26,8 @@ host_build_dir=${2:+$(realpath -m "$2")}
 jobs=${JOBS:-2}
 run_seconds=${RUN_SECONDS:-300}
 
-skip() {
-  echo "cross-arm64: SKIP: $*"
-  exit 77
-}
-command -v aarch64-linux-gnu-g++ >/dev/null ||
-  skip "no aarch64-linux-gnu-g++ (apt-get install g++-aarch64-linux-gnu; scripts/install-deps.sh)"
-qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static || true)
-[ -n "$qemu" ] || skip "no qemu-aarch64 (apt-get install qemu-user)"
-[ -e /lib/ld-linux-aarch64.so.1 ] ||
-  skip "no arm64 loader /lib/ld-linux-aarch64.so.1 (libc6:arm64; scripts/install-deps.sh)"
-for library in libabsl_status.so libprotobuf-lite.so libhwy.so libpcre2-8.so libxxhash.so \
-  libgtest.a libgmock.a; do
-  [ -e /usr/lib/aarch64-linux-gnu/$library ] ||
-    skip "no arm64 $library (dpkg --add-architecture arm64; scripts/install-deps.sh)"
-done
+source "$source_dir/scripts/arm64-prerequisites.sh"
+arm64_prerequisites cross-arm64
 
 start=$(date +%s)
 mkdir -p "$build_dir"

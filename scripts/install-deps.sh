@@ -9,7 +9,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libhwy-dev libpcre2-dev libxxhash-dev libicu-dev
+  libhwy-dev libpcre2-dev libxxhash-dev
   clang-16 libclang-rt-16-dev
   libcpp-httplib-dev nlohmann-json3-dev
 )
@@ -21,7 +21,7 @@ packages=(
 arm64_packages=(
   g++-aarch64-linux-gnu qemu-user
   libabsl-dev:arm64 libprotobuf-dev:arm64 libhwy-dev:arm64 libpcre2-dev:arm64
-  libxxhash-dev:arm64 libicu-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64
+  libxxhash-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64
 )
 
 # The OpenAI Python SDK, for the server's client tests (a reference client nobody here wrote),
