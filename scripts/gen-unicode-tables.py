@@ -2,7 +2,7 @@
 """Generates runtime/tokenizer/unicode_tables.inc: the Unicode tables of the tokenizer's NFC, NFKC
 and Lowercase normalizers, at the Unicode versions HF `tokenizers` uses.
 
-Why these versions (see docs/architecture.md, "Unicode tables without ICU"):
+Why these versions (see docs/architecture.md, "Unicode tables of our own, at HF's versions, instead of ICU"):
   - NFC/NFKC: HF normalizes with the Rust crate unicode-normalization-alignments 0.1.12, whose
     tables are Unicode 9.0.0 (its UNICODE_VERSION). Newer data reorders or composes differently
     (U+07FD has canonical combining class 220 since Unicode 11; U+11935 U+11930 compose since 13).
