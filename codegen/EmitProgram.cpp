@@ -508,12 +508,12 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
   } else if (auto norm = dyn_cast<llm::RmsNormOp>(op)) {
     planOp.set_kind(plan::RMS_NORM);
     kernelName = "rms_norm";
-    planOp.set_eps(norm.getEps().convertToDouble());
+    planOp.mutable_norm()->set_eps(norm.getEps().convertToDouble());
     status = addWeight({norm.getWeightAttr()}, plan::F32);
   } else if (auto fused = dyn_cast<llm::FusedAddRmsNormOp>(op)) {
     planOp.set_kind(plan::FUSED_ADD_RMS_NORM);
     kernelName = "fused_add_rms_norm";
-    planOp.set_eps(fused.getEps().convertToDouble());
+    planOp.mutable_norm()->set_eps(fused.getEps().convertToDouble());
     status = addWeight({fused.getWeightAttr()}, plan::F32);
   } else if (auto matmul = dyn_cast<llm::MatmulOp>(op)) {
     planOp.set_kind(plan::MATMUL);
@@ -524,27 +524,35 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
   } else if (auto rope = dyn_cast<llm::RopeOp>(op)) {
     planOp.set_kind(plan::ROPE);
     kernelName = "rope";
-    planOp.set_num_heads(rope.getNumHeads());
-    planOp.set_head_dim(rope.getHeadDim());
-    plan::RopeConfig *config = planOp.mutable_rope();
+    plan::RopeAttrs *attrs = planOp.mutable_rope();
+    attrs->set_num_heads(rope.getNumHeads());
+    attrs->set_head_dim(rope.getHeadDim());
+    plan::RopeConfig *config = attrs->mutable_config();
     config->set_theta(rope.getTheta().convertToDouble());
     StringRef scaling = rope.getScaling();
     config->set_scaling(scaling == "linear"   ? plan::RopeConfig::LINEAR
                         : scaling == "llama3" ? plan::RopeConfig::LLAMA3
+                        : scaling == "yarn"   ? plan::RopeConfig::YARN
                                               : plan::RopeConfig::SCALING_NONE);
     config->set_factor(rope.getFactor().convertToDouble());
     config->set_low_freq_factor(rope.getLowFreqFactor().convertToDouble());
     config->set_high_freq_factor(rope.getHighFreqFactor().convertToDouble());
     config->set_original_max_position_embeddings(rope.getOriginalMaxPositionEmbeddings());
+    if (scaling == "yarn") {
+      config->set_beta_fast(rope.getBetaFast().convertToDouble());
+      config->set_beta_slow(rope.getBetaSlow().convertToDouble());
+      config->set_untruncated(rope.getUntruncated());
+    }
   } else if (auto attention = dyn_cast<llm::AttentionOp>(op)) {
     planOp.set_kind(plan::ATTENTION);
     kernelName = "attention";
-    planOp.set_layer(attention.getLayer());
-    planOp.set_num_heads(attention.getNumHeads());
-    planOp.set_num_kv_heads(attention.getNumKvHeads());
-    planOp.set_head_dim(attention.getHeadDim());
-    planOp.set_sliding_window(attention.getSlidingWindow());
-    planOp.set_scale(attention.getScale().convertToDouble());
+    plan::AttentionAttrs *attrs = planOp.mutable_attention();
+    attrs->set_layer(attention.getLayer());
+    attrs->set_num_heads(attention.getNumHeads());
+    attrs->set_num_kv_heads(attention.getNumKvHeads());
+    attrs->set_head_dim(attention.getHeadDim());
+    attrs->set_sliding_window(attention.getSlidingWindow());
+    attrs->set_scale(attention.getScale().convertToDouble());
   } else if (isa<llm::SiluOp>(op)) {
     planOp.set_kind(plan::SILU);
     kernelName = "silu";

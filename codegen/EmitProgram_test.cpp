@@ -246,17 +246,17 @@ TEST_F(EmitProgramTest, WritesPlanThatReadsBack) {
 
   // Op attributes.
   const plan::Op &rope = readProgram.ops(3);
-  EXPECT_EQ(rope.num_heads(), 2);
-  EXPECT_EQ(rope.head_dim(), 4);
-  EXPECT_EQ(rope.rope().scaling(), plan::RopeConfig::LLAMA3);
-  EXPECT_EQ(rope.rope().original_max_position_embeddings(), 8192);
-  EXPECT_DOUBLE_EQ(rope.rope().theta(), 500000.0);
+  EXPECT_EQ(rope.rope().num_heads(), 2);
+  EXPECT_EQ(rope.rope().head_dim(), 4);
+  EXPECT_EQ(rope.rope().config().scaling(), plan::RopeConfig::LLAMA3);
+  EXPECT_EQ(rope.rope().config().original_max_position_embeddings(), 8192);
+  EXPECT_DOUBLE_EQ(rope.rope().config().theta(), 500000.0);
   EXPECT_EQ(rope.inputs(1), 1); // positions
   const plan::Op &attention = readProgram.ops(5);
-  EXPECT_EQ(attention.num_kv_heads(), 1);
-  EXPECT_EQ(attention.sliding_window(), 32);
-  EXPECT_DOUBLE_EQ(attention.scale(), 0.5);
-  EXPECT_DOUBLE_EQ(readProgram.ops(1).eps(), 1e-6);
+  EXPECT_EQ(attention.attention().num_kv_heads(), 1);
+  EXPECT_EQ(attention.attention().sliding_window(), 32);
+  EXPECT_DOUBLE_EQ(attention.attention().scale(), 0.5);
+  EXPECT_DOUBLE_EQ(readProgram.ops(1).norm().eps(), 1e-6);
 
   // Kernels: one CPU table, names shared between ops of the same kind and dtype.
   ASSERT_EQ(readProgram.kernel_tables_size(), 1);

@@ -78,9 +78,25 @@ LogicalResult EmbedOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 }
 
 LogicalResult RmsNormOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  return verifyParam(*this, symbolTable, getWeightAttr(), "weight",
-                     {getActivationWidth(getType())});
+  auto param = symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getWeightAttr());
+  if (!param)
+    return emitOpError() << "weight " << getWeightAttr() << " does not name an llm.param";
+  RankedTensorType type = param.getTensorType();
+  int64_t width = getActivationWidth(getType());
+  if (type.getRank() != 1 || type.getDimSize(0) <= 0 || width % type.getDimSize(0) != 0)
+    return emitOpError() << "weight " << getWeightAttr() << " has type " << type
+                         << ", expected [G] with G dividing the width " << width;
+  return success();
 }
+
+int64_t RmsNormOp::getGroupWidth() {
+  ParamOp param = lookupParam(*this, getWeightAttr());
+  if (!param || param.getTensorType().getRank() != 1)
+    return 0;
+  return param.getTensorType().getDimSize(0);
+}
+
+bool RmsNormOp::normalizesWholeRows() { return getGroupWidth() == getActivationWidth(getType()); }
 
 LogicalResult FusedAddRmsNormOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return verifyParam(*this, symbolTable, getWeightAttr(), "weight",
@@ -133,8 +149,9 @@ LogicalResult RopeOp::verify() {
   if (failed(verifyWidth(*this, getX(), "x", getNumHeads() * getHeadDim())))
     return failure();
   StringRef scaling = getScaling();
-  if (scaling != "none" && scaling != "linear" && scaling != "llama3")
-    return emitOpError() << "scaling must be none, linear or llama3, found \"" << scaling << "\"";
+  if (scaling != "none" && scaling != "linear" && scaling != "llama3" && scaling != "yarn")
+    return emitOpError() << "scaling must be none, linear, llama3 or yarn, found \"" << scaling
+                         << "\"";
   double theta = getTheta().convertToDouble(), factor = getFactor().convertToDouble();
   if (theta <= 0)
     return emitOpError() << "theta must be positive, found " << theta;
@@ -145,6 +162,11 @@ LogicalResult RopeOp::verify() {
        getHighFreqFactor().convertToDouble() <= getLowFreqFactor().convertToDouble()))
     return emitOpError() << "llama3 scaling needs original_max_position_embeddings > 0 and "
                             "high_freq_factor > low_freq_factor";
+  if (scaling == "yarn" &&
+      (getOriginalMaxPositionEmbeddings() <= 0 || !(getBetaFast().convertToDouble() > 0) ||
+       !(getBetaSlow().convertToDouble() > 0)))
+    return emitOpError() << "yarn scaling needs original_max_position_embeddings, beta_fast and "
+                            "beta_slow positive";
   return success();
 }
 

@@ -55,9 +55,20 @@ def Llm_EmbedOp : Llm_Op<"embed", [Pure, DeclareOpInterfaceMethods<SymbolUserOpI
 def Llm_RmsNormOp : Llm_Op<"rms_norm", [Pure, AllTypesMatch<["x", "result"]>,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "x / sqrt(mean(x^2) + eps) * weight";
+  let description = [{
+    The weight's length G divides the row width W: each of the W / G groups of G consecutive
+    elements is normalized on its own, with the same weight. G = W normalizes whole rows; G =
+    head_dim normalizes each head (Qwen3's q_norm / k_norm).
+  }];
   let arguments = (ins Llm_Activation:$x, FlatSymbolRefAttr:$weight, F64Attr:$eps);
   let results = (outs Llm_Activation:$result);
   let assemblyFormat = "$x attr-dict `:` type($x)";
+  let extraClassDeclaration = [{
+    // G: the weight's length (0 when the weight is not a 1-D llm.param).
+    int64_t getGroupWidth();
+    // Whole rows are normalized (G = W): the form residual fusion and AWQ folding handle.
+    bool normalizesWholeRows();
+  }];
 }
 
 def Llm_FusedAddRmsNormOp : Llm_Op<"fused_add_rms_norm", [Pure,
@@ -93,9 +104,13 @@ def Llm_MatmulOp : Llm_Op<"matmul", [Pure,
 def Llm_RopeOp : Llm_Op<"rope", [Pure, AllTypesMatch<["x", "result"]>]> {
   let summary = "rotary position embedding, HF rotate-half layout";
   let description = [{
-    `scaling` is "none", "linear" (positions divided by `factor`) or "llama3" (Llama 3.1
+    `scaling` is "none", "linear" (positions divided by `factor`), "llama3" (Llama 3.1
     frequency-dependent scaling using the low/high frequency factors and
-    `original_max_position_embeddings`).
+    `original_max_position_embeddings`) or "yarn" (YaRN's blend of interpolated and
+    extrapolated frequencies over the ramp set by `beta_fast`, `beta_slow` and
+    `original_max_position_embeddings`, rounded outward unless `untruncated`). YaRN's cos/sin
+    scale is not applied here: it scales q and k alike, so builders fold its square into the
+    attention scale.
   }];
   let arguments = (ins Llm_Activation:$x, Llm_TokenVector:$positions,
                        I64Attr:$num_heads, I64Attr:$head_dim, F64Attr:$theta,
@@ -103,7 +118,10 @@ def Llm_RopeOp : Llm_Op<"rope", [Pure, AllTypesMatch<["x", "result"]>]> {
                        DefaultValuedAttr<F64Attr, "1.0">:$factor,
                        DefaultValuedAttr<F64Attr, "1.0">:$low_freq_factor,
                        DefaultValuedAttr<F64Attr, "4.0">:$high_freq_factor,
-                       DefaultValuedAttr<I64Attr, "0">:$original_max_position_embeddings);
+                       DefaultValuedAttr<I64Attr, "0">:$original_max_position_embeddings,
+                       DefaultValuedAttr<F64Attr, "32.0">:$beta_fast,
+                       DefaultValuedAttr<F64Attr, "1.0">:$beta_slow,
+                       DefaultValuedAttr<BoolAttr, "false">:$untruncated);
   let results = (outs Llm_Activation:$result);
   let assemblyFormat = "$x `,` $positions attr-dict `:` type($x) `,` type($positions)";
   let hasVerifier = 1;

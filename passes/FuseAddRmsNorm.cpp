@@ -20,7 +20,8 @@ struct FuseAddRmsNormPass : impl::FuseAddRmsNormPassBase<FuseAddRmsNormPass> {
     getOperation().walk([&](llm::RmsNormOp op) { norms.push_back(op); });
     for (llm::RmsNormOp norm : norms) {
       auto add = norm.getX().getDefiningOp<llm::AddOp>();
-      if (!add)
+      // The fused op normalizes whole rows only.
+      if (!add || !norm.normalizesWholeRows())
         continue;
       // Created where the add was: its operands dominate that point and every user of the add
       // (the norm included) comes after it.

@@ -13,11 +13,13 @@ using namespace mlir;
 namespace llmc {
 namespace {
 
-// q and k reach attention through rope; v directly. Either way the producer must be a
-// single-weight matmul.
+// q and k reach attention through rope, and before that through a per-head norm in some
+// families (Qwen3's q_norm / k_norm); v directly. The producer must be a single-weight matmul.
 llm::MatmulOp findProjection(Value attentionOperand) {
   if (auto rope = attentionOperand.getDefiningOp<llm::RopeOp>())
     attentionOperand = rope.getX();
+  if (auto norm = attentionOperand.getDefiningOp<llm::RmsNormOp>())
+    attentionOperand = norm.getX();
   return detail::getSingleWeightMatmul(attentionOperand);
 }
 

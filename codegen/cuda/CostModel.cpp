@@ -139,7 +139,8 @@ absl::StatusOr<std::vector<KernelCost>> estimateStep(const plan::PlanMeta &meta,
       break;
     }
     case plan::ATTENTION: {
-      const double heads = op.num_heads(), kvHeads = op.num_kv_heads(), d = op.head_dim();
+      const double heads = op.attention().num_heads(), kvHeads = op.attention().num_kv_heads(),
+                   d = op.attention().head_dim();
       const double kvWidth = kvHeads * d;
       // Bytes per cached element; an int8 cache adds one f32 scale per head_dim elements.
       const double kvBytes = kvElementBytes + (kvDtype == plan::I8 ? 4 / d : 0);
@@ -147,7 +148,9 @@ absl::StatusOr<std::vector<KernelCost>> estimateStep(const plan::PlanMeta &meta,
       // Keys visible to the step's query i (its index in the sequence is context - tokens + i).
       auto visible = [&](double query) {
         const double keys = query + 1;
-        return op.sliding_window() > 0 ? std::min<double>(keys, op.sliding_window()) : keys;
+        return op.attention().sliding_window() > 0
+                   ? std::min<double>(keys, op.attention().sliding_window())
+                   : keys;
       };
       const bool prefill = kernels.size() == 4 && tokens > llmrt::cuda::kPrefillMinTokens;
       if (prefill) {
@@ -158,8 +161,8 @@ absl::StatusOr<std::vector<KernelCost>> estimateStep(const plan::PlanMeta &meta,
           const int last = std::min(tokens, first + 64) - 1;
           const double lastQuery = context - tokens + last;
           const double firstKey =
-              op.sliding_window() > 0
-                  ? std::max(0.0, context - tokens + first - op.sliding_window() + 1.0)
+              op.attention().sliding_window() > 0
+                  ? std::max(0.0, context - tokens + first - op.attention().sliding_window() + 1.0)
                   : 0.0;
           const double keys = lastQuery + 1 - firstKey;
           kvRead += kvHeads * keys * d * kvBytes * 2;

@@ -14,6 +14,7 @@
 #include "codegen/cuda/KernelSources.inc"
 #include "runtime/backend/cpu/kernels.h"
 #include "runtime/backend/cuda/kernel_backend.h"
+#include "runtime/plan/program_check.h"
 #include "xxhash.h"
 
 namespace llmc::cuda {
@@ -83,6 +84,12 @@ public:
   explicit Emitter(const plan::PlanMeta &meta) : meta(meta), program(meta.program()) {}
 
   absl::StatusOr<CudaEmission> run() {
+    // The one program validator (the meta only: blob contents are the runtime's to check); what
+    // follows checks only what the kernels additionally need.
+    if (absl::StatusOr<plan::ProgramFacts> facts =
+            plan::CheckProgram(meta, {}, plan::ProgramScope::kOps);
+        !facts.ok())
+      return facts.status();
     emission.prelude = kKernelParamsSource;
     emission.prelude += kKernelLibrarySource;
     findFusedRopes();
@@ -127,13 +134,15 @@ private:
           continue;
         }
         const plan::Op &rope = program.ops(ropes[i]);
-        fusable = fusable && rope.kind() == plan::ROPE && rope.outputs_size() == 1 &&
-                  rope.inputs_size() >= 1 && rope.head_dim() == op.head_dim() &&
-                  rope.head_dim() % 2 == 0 &&
-                  rope.num_heads() == (i == 0 ? op.num_heads() : op.num_kv_heads());
+        const plan::AttentionAttrs &attention = op.attention();
+        fusable =
+            fusable && rope.kind() == plan::ROPE && rope.outputs_size() == 1 &&
+            rope.inputs_size() >= 1 && rope.rope().head_dim() == attention.head_dim() &&
+            rope.rope().head_dim() % 2 == 0 &&
+            rope.rope().num_heads() == (i == 0 ? attention.num_heads() : attention.num_kv_heads());
       }
-      if (!fusable || program.ops(ropes[0]).rope().SerializeAsString() !=
-                          program.ops(ropes[1]).rope().SerializeAsString())
+      if (!fusable || program.ops(ropes[0]).rope().config().SerializeAsString() !=
+                          program.ops(ropes[1]).rope().config().SerializeAsString())
         continue;
       fusedRopes.insert(ropes[0]);
       fusedRopes.insert(ropes[1]);
@@ -144,8 +153,9 @@ private:
   // The rope inverse-frequency table of `op` as a `__constant__` array, named by its contents
   // (which is what makes two rope kernels different): returns {definitions, name}.
   std::pair<std::string, std::string> ropeTable(const plan::Op &op) {
-    std::vector<float> inverseFrequencies(op.head_dim() / 2);
-    llmrt::cpu::RopeInverseFrequencies(op.rope(), op.head_dim(), inverseFrequencies.data());
+    const plan::RopeAttrs &rope = op.rope();
+    std::vector<float> inverseFrequencies(rope.head_dim() / 2);
+    llmrt::cpu::RopeInverseFrequencies(rope.config(), rope.head_dim(), inverseFrequencies.data());
     std::string table = "__constant__ float ROPE_TABLE[] = {";
     for (size_t i = 0; i < inverseFrequencies.size(); ++i)
       absl::StrAppend(&table, i ? ", " : "", floatLiteral(inverseFrequencies[i]));
@@ -261,28 +271,40 @@ private:
       auto in = value(index, op.inputs(0));
       if (!in.ok())
         return in.status();
+      // A gamma shorter than the row normalizes each group of its length (a per-head norm):
+      // the kernel sees [tokens * groups, group] rows, one block each.
+      const plan::Tensor &gamma = meta.tensors(op.weights(0));
       const int64_t width = (*in)->width();
-      const int threads = std::min<int>(256, std::max<int>(32, roundUp(width, 32)));
-      kernels.push_back(add(absl::StrCat(fused ? "add_rms_norm_" : "rms_norm_", width), "",
-                            absl::StrFormat("llmc::rmsNorm<%d, %d, %s>(p, %s);", width, threads,
-                                            fused ? "true" : "false", floatLiteral(op.eps())),
-                            perToken(threads)));
+      const int64_t group = gamma.shape_size() == 1 ? gamma.shape(0) : 0;
+      if (group <= 0 || width % group != 0 || (fused && group != width))
+        return error(index, absl::StrFormat("gamma %s of %d elements does not divide the width %d",
+                                            gamma.name(), group, width));
+      const int threads = std::min<int>(256, std::max<int>(32, roundUp(group, 32)));
+      Kernel geometry = perToken(threads);
+      geometry.set_grid_row_multiplier(width / group);
+      kernels.push_back(
+          add(absl::StrCat(fused ? "add_rms_norm_" : "rms_norm_", group), "",
+              absl::StrFormat("llmc::rmsNorm<%d, %d, %s>(p, %s);", group, threads,
+                              fused ? "true" : "false", floatLiteral(op.norm().eps())),
+              geometry));
       return absl::OkStatus();
     }
     case plan::MATMUL:
     case plan::LOGITS:
       return emitMatmul(op, index, kernels);
     case plan::ROPE: {
-      if (op.head_dim() <= 0 || op.head_dim() % 2 != 0 || op.num_heads() <= 0)
+      const plan::RopeAttrs &rope = op.rope();
+      if (rope.head_dim() <= 0 || rope.head_dim() % 2 != 0 || rope.num_heads() <= 0)
         return error(index, "ROPE needs positive heads and an even head_dim");
       if (fusedRopes.count(index))
         return absl::OkStatus(); // applied by the attention kernels
       const auto [definitions, tableName] = ropeTable(op);
-      const int pairs = op.num_heads() * op.head_dim() / 2;
+      const int pairs = rope.num_heads() * rope.head_dim() / 2;
       const int threads = std::min(256, std::max(32, roundUp(pairs, 32)));
-      kernels.push_back(add(absl::StrCat("rope_", op.num_heads(), "x", op.head_dim()), definitions,
-                            absl::StrFormat("llmc::rope<%d, %d, %d>(p, %s);", op.num_heads(),
-                                            op.head_dim(), threads, tableName),
+      kernels.push_back(add(absl::StrCat("rope_", rope.num_heads(), "x", rope.head_dim()),
+                            definitions,
+                            absl::StrFormat("llmc::rope<%d, %d, %d>(p, %s);", rope.num_heads(),
+                                            rope.head_dim(), threads, tableName),
                             perToken(threads)));
       return absl::OkStatus();
     }
@@ -529,12 +551,14 @@ private:
   }
 
   absl::Status emitAttention(const plan::Op &op, int index, std::vector<int32_t> &kernels) {
-    const int heads = op.num_heads(), kvHeads = op.num_kv_heads(), headDim = op.head_dim();
+    const plan::AttentionAttrs &attention = op.attention();
+    const int heads = attention.num_heads(), kvHeads = attention.num_kv_heads(),
+              headDim = attention.head_dim();
     if (heads <= 0 || kvHeads <= 0 || headDim <= 0 || heads % kvHeads != 0)
       return error(index, "ATTENTION needs heads a positive multiple of kv heads");
-    if (op.sliding_window() < 0 || op.sliding_window() > (int64_t{1} << 30))
-      return error(index,
-                   absl::StrFormat("sliding_window %d outside [0, 2^30]", op.sliding_window()));
+    if (attention.sliding_window() < 0 || attention.sliding_window() > (int64_t{1} << 30))
+      return error(index, absl::StrFormat("sliding_window %d outside [0, 2^30]",
+                                          attention.sliding_window()));
     auto kv = kvType(index);
     if (!kv.ok())
       return kv.status();
@@ -559,8 +583,8 @@ private:
     kernels.push_back(
         add(absl::StrCat("attention_", heads, "x", kvHeads, "x", headDim, suffix), definitions,
             absl::StrFormat("llmc::attentionSplit<%d, %d, %d, %d, %d, %d, %s, %s>(p, %s, %s);",
-                            heads, kvHeads, headDim, splits, op.sliding_window(), kAttentionWarps,
-                            ropeFlag, *kv, floatLiteral(op.scale()), table),
+                            heads, kvHeads, headDim, splits, attention.sliding_window(),
+                            kAttentionWarps, ropeFlag, *kv, floatLiteral(attention.scale()), table),
             split));
     Kernel combine = perToken(32);
     combine.set_grid_y(heads);
@@ -577,8 +601,8 @@ private:
           add(absl::StrCat("attention_prefill_", heads, "x", kvHeads, "x", headDim, suffix),
               definitions,
               absl::StrFormat("llmc::attentionPrefill<%d, %d, %d, %d, %s, %s>(p, %s, %s);", heads,
-                              kvHeads, headDim, op.sliding_window(), ropeFlag, *kv,
-                              floatLiteral(op.scale()), table),
+                              kvHeads, headDim, attention.sliding_window(), ropeFlag, *kv,
+                              floatLiteral(attention.scale()), table),
               prefill));
     }
     return absl::OkStatus();

@@ -1,12 +1,5 @@
-// Model-family builders: checkpoint tensors + ModelConfig -> the llm MLIR module.
-//
-// Supported architectures (config.json `architectures[0]`): LlamaForCausalLM,
-// MistralForCausalLM, Qwen2ForCausalLM. They share one builder (llama.cc): Qwen2 is Llama with
-// q/k/v biases (config.attention_bias()), Mistral is Llama with a sliding window
-// (config.sliding_window()). Per layer, exactly transformers' LlamaDecoderLayer:
-//   h  = x + o_proj(attention(rope(q_proj(rms(x))), rope(k_proj(rms(x))), v_proj(rms(x))))
-//   x' = h + down_proj(silu(gate_proj(rms(h))) * up_proj(rms(h)))
-// then the final `model.norm` and `lm_head` (the embedding table when tie_word_embeddings).
+// Checkpoint tensors + ModelConfig -> the llm MLIR module, through the config's family
+// (family.h: one file per family under families/, composed of the blocks in blocks.h).
 //
 // The module holds one `llm.param` per checkpoint tensor it uses (type = shape and checkpoint
 // dtype) and `func.func @forward(%tokens: tensor<?xi32>, %positions: tensor<?xi32>)
@@ -23,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "compiler/arch/graph.h"
 #include "compiler/importer/checkpoint.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -31,12 +25,10 @@
 
 namespace llmc {
 
-using TensorMap = std::map<std::string, TensorInfo>;
-
-// Checks the config (supported architecture, consistent head counts, silu activation) and that
-// every tensor the config implies is present with the expected shape and a float dtype, and that
-// there are no others. Tolerated: `lm_head.weight` absent when tie_word_embeddings (and ignored
-// when present), `*.rotary_emb.inv_freq` (recomputed from the rope config).
+// Checks the config (a registered architecture, consistent head counts, silu activation) and
+// that every tensor the family reads is present with the shape the config implies and a float
+// dtype, and that there are no others. Tolerated: `lm_head.weight` when tie_word_embeddings
+// (unused), `*.rotary_emb.inv_freq` (recomputed from the rope config).
 absl::Status ValidateTensors(const llmrt::plan::ModelConfig& config, const TensorMap& tensors);
 
 // Validates, then builds the unfused module in `context` (loading the llm and func dialects).

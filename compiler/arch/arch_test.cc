@@ -1,3 +1,5 @@
+#include "compiler/arch/arch.h"
+
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -5,7 +7,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/arch/arch.h"
 #include "compiler/arch/weight_source.h"
 #include "gtest/gtest.h"
 #include "ir/LlmDialect.h"
@@ -35,6 +36,7 @@ plan::ModelConfig SmallConfig(const std::string& architecture) {
   config.set_hidden_act("silu");
   config.set_tie_word_embeddings(true);
   if (architecture == "Qwen2ForCausalLM") config.set_attention_bias(true);
+  if (architecture == "Qwen3ForCausalLM") config.set_tie_word_embeddings(false);
   if (architecture == "MistralForCausalLM") config.set_sliding_window(8);
   return config;
 }
@@ -78,6 +80,13 @@ FakeCheckpoint MakeCheckpoint(const plan::ModelConfig& config) {
       checkpoint.Add(p + "self_attn.q_proj.bias", {q});
       checkpoint.Add(p + "self_attn.k_proj.bias", {kv});
       checkpoint.Add(p + "self_attn.v_proj.bias", {kv});
+      // Llama's and Qwen3's attention_bias covers o_proj too; Qwen2's biases are q/k/v only.
+      if (config.architecture() != "Qwen2ForCausalLM")
+        checkpoint.Add(p + "self_attn.o_proj.bias", {hidden});
+    }
+    if (config.architecture() == "Qwen3ForCausalLM") {
+      checkpoint.Add(p + "self_attn.q_norm.weight", {4});
+      checkpoint.Add(p + "self_attn.k_norm.weight", {4});
     }
     checkpoint.Add(p + "self_attn.o_proj.weight", {hidden, q});
     checkpoint.Add(p + "post_attention_layernorm.weight", {hidden});
@@ -98,7 +107,8 @@ std::map<std::string, int> CountOps(mlir::ModuleOp module) {
 }
 
 TEST(ValidateTensorsTest, AcceptsEverySupportedArchitecture) {
-  for (const char* architecture : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}) {
+  for (const char* architecture :
+       {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}) {
     plan::ModelConfig config = SmallConfig(architecture);
     FakeCheckpoint checkpoint = MakeCheckpoint(config);
     EXPECT_TRUE(ValidateTensors(config, checkpoint.tensors()).ok()) << architecture;
@@ -109,7 +119,7 @@ TEST(ValidateTensorsTest, RejectsUnsupportedArchitecture) {
   plan::ModelConfig config = SmallConfig("Foo");
   EXPECT_EQ(ValidateTensors(config, MakeCheckpoint(config).tensors()).message(),
             "config.json: architectures[0] is \"Foo\"; supported: LlamaForCausalLM, "
-            "MistralForCausalLM, Qwen2ForCausalLM");
+            "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM");
 }
 
 TEST(ValidateTensorsTest, NamesWrongShape) {
@@ -228,6 +238,50 @@ TEST(BuildModuleTest, MistralSlidingWindowAndQwen2Biases) {
   (*qwen_module)->walk([&](llm::MatmulOp op) { with_bias += !op.getBiasRefs().empty(); });
   EXPECT_EQ(with_bias, 2 * 3);  // q, k, v; not o_proj or the MLP
   (*qwen_module)->walk([&](llm::LogitsOp op) { EXPECT_EQ(op.getWeight(), "lm_head.weight"); });
+}
+
+// Qwen3: a per-head rms_norm (weight [head_dim]) between each of the q/k projections and rope,
+// and the q/k/v projections still fuse into one matmul through it.
+TEST(BuildModuleTest, Qwen3NormsEachHeadOfQAndKAndStillFusesQkv) {
+  plan::ModelConfig config = SmallConfig("Qwen3ForCausalLM");
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  mlir::MLIRContext context;
+  auto module = BuildModule(context, config, checkpoint.tensors());
+  ASSERT_TRUE(module.ok()) << module.status();
+  std::map<std::string, int> counts = CountOps(**module);
+  EXPECT_EQ(counts["llm.rms_norm"], 2 * 4 + 1);
+  EXPECT_EQ(counts["llm.param"], 1 + 2 * 11 + 1 + 1);
+  (*module)->walk([&](llm::RopeOp rope) {
+    auto norm = rope.getX().getDefiningOp<llm::RmsNormOp>();
+    ASSERT_TRUE(norm) << "rope without a q/k norm before it";
+    EXPECT_EQ(norm.getGroupWidth(), 4);
+    EXPECT_FALSE(norm.normalizesWholeRows());
+  });
+  ASSERT_TRUE(runPipeline(**module).ok());
+  counts = CountOps(**module);
+  int qkv = 0;
+  (*module)->walk([&](llm::MatmulOp op) { qkv += op.getWeights().size() == 3; });
+  EXPECT_EQ(qkv, 2);
+  // The per-head norms are never fused into an add; layer 0's input norm has no add before it.
+  EXPECT_EQ(counts["llm.rms_norm"], 2 * 2 + 1);
+  EXPECT_EQ(counts["llm.fused_add_rms_norm"], 2 * 2);
+}
+
+// Llama's attention_bias puts a bias on o_proj too (LlamaAttention), unlike Qwen2.
+TEST(BuildModuleTest, LlamaAttentionBiasCoversOProj) {
+  plan::ModelConfig config = SmallConfig("LlamaForCausalLM");
+  config.set_attention_bias(true);
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  mlir::MLIRContext context;
+  auto module = BuildModule(context, config, checkpoint.tensors());
+  ASSERT_TRUE(module.ok()) << module.status();
+  int with_bias = 0;
+  (*module)->walk([&](llm::MatmulOp op) { with_bias += !op.getBiasRefs().empty(); });
+  EXPECT_EQ(with_bias, 2 * 4);
+  checkpoint.Remove("model.layers.0.self_attn.o_proj.bias");
+  EXPECT_EQ(ValidateTensors(config, checkpoint.tensors()).message(),
+            "missing tensor model.layers.0.self_attn.o_proj.bias expected by config.json "
+            "(num_hidden_layers=2, attention_bias=true)");
 }
 
 // Arch builder -> default pipeline -> codegen -> plan file, read back.

@@ -1,5 +1,6 @@
 #include "compiler/importer/hf_config.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -7,6 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/arch/family.h"
+#include "compiler/importer/config_reader.h"
 #include "compiler/importer/json_util.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
@@ -21,108 +24,6 @@ using ::llmrt::plan::ModelConfig;
 using ::llmrt::plan::RopeConfig;
 using Json = nlohmann::json;
 
-enum class Family { kLlama, kMistral, kQwen2 };
-
-// transformers' per-class defaults for the fields that have one (configuration_llama.py,
-// configuration_mistral.py, configuration_qwen2.py). Mistral's and Qwen2's
-// num_key_value_heads default to a number (8, 32), not to num_attention_heads: only an
-// explicit null means "same as the query heads" there.
-struct FamilyDefaults {
-  const char* model_type;
-  std::optional<int64_t> num_key_value_heads;  // nullopt: num_attention_heads
-  int64_t max_position_embeddings;
-  int64_t bos_token_id;  // -1: none
-  int64_t eos_token_id;  // -1: none
-};
-
-FamilyDefaults DefaultsFor(Family family) {
-  switch (family) {
-    case Family::kLlama:
-      return {"llama", std::nullopt, 2048, 1, 2};
-    case Family::kMistral:
-      return {"mistral", 8, 4096 * 32, 1, 2};
-    case Family::kQwen2:
-      return {"qwen2", 32, 32768, -1, -1};
-  }
-  return {"", std::nullopt, 0, -1, -1};
-}
-
-// Reads typed fields from one JSON object; every error names the file and the field.
-class FieldReader {
- public:
-  FieldReader(const Json& object, std::string path) : object_(object), path_(std::move(path)) {}
-
-  bool Has(const char* field) const { return object_.contains(field); }
-  // Present and not null.
-  bool HasValue(const char* field) const { return Has(field) && !object_.at(field).is_null(); }
-  const Json& Get(const char* field) const { return object_.at(field); }
-
-  absl::Status Error(const char* field, const char* expected) const {
-    const std::string found = Has(field) ? DescribeJson(object_.at(field))
-                                         : std::string("nothing (the field is missing)");
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: field \"%s\": expected %s, found %s", path_, field, expected, found));
-  }
-
-  absl::Status Unsupported(const char* field, const std::string& detail) const {
-    return absl::UnimplementedError(absl::StrFormat("%s: field \"%s\": %s", path_, field, detail));
-  }
-
-  absl::StatusOr<int64_t> RequiredPositiveInt(const char* field) const {
-    if (!Has(field)) return Error(field, "a positive integer");
-    return PositiveInt(field, Get(field));
-  }
-
-  // `fallback` when absent or null.
-  absl::StatusOr<int64_t> PositiveIntOr(const char* field, int64_t fallback) const {
-    if (!HasValue(field)) return fallback;
-    return PositiveInt(field, Get(field));
-  }
-
-  absl::StatusOr<double> PositiveNumberOr(const char* field, double fallback) const {
-    if (!HasValue(field)) return fallback;
-    return PositiveNumber(field, Get(field));
-  }
-
-  absl::StatusOr<double> NumberOr(const char* field, double fallback) const {
-    if (!HasValue(field)) return fallback;
-    if (!Get(field).is_number()) return Error(field, "a number");
-    return Get(field).get<double>();
-  }
-
-  absl::StatusOr<bool> BoolOr(const char* field, bool fallback) const {
-    if (!HasValue(field)) return fallback;
-    if (!Get(field).is_boolean()) return Error(field, "true or false");
-    return Get(field).get<bool>();
-  }
-
-  absl::StatusOr<std::string> StringOr(const char* field, const std::string& fallback) const {
-    if (!HasValue(field)) return fallback;
-    if (!Get(field).is_string()) return Error(field, "a string");
-    return Get(field).get<std::string>();
-  }
-
-  absl::StatusOr<int64_t> PositiveInt(const char* field, const Json& value) const {
-    if (value.is_number_unsigned() && value.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX) &&
-        value.get<uint64_t>() > 0) {
-      return static_cast<int64_t>(value.get<uint64_t>());
-    }
-    if (value.is_number_integer() && value.get<int64_t>() > 0) return value.get<int64_t>();
-    return Error(field, "a positive integer");
-  }
-
-  absl::StatusOr<double> PositiveNumber(const char* field, const Json& value) const {
-    if (value.is_number() && value.get<double>() > 0) return value.get<double>();
-    return Error(field, "a positive number");
-  }
-
-  const std::string& path() const { return path_; }
-
- private:
-  const Json& object_;
-  std::string path_;
-};
-
 absl::StatusOr<Json> ParseObject(std::string_view text, const std::string& path) {
   absl::StatusOr<Json> parsed = ParseJson(text, path);
   if (!parsed.ok()) return parsed.status();
@@ -133,26 +34,68 @@ absl::StatusOr<Json> ParseObject(std::string_view text, const std::string& path)
   return parsed;
 }
 
-absl::StatusOr<Family> ParseArchitecture(const FieldReader& config, std::string* architecture) {
-  const std::string supported = absl::StrJoin(kSupportedArchitectures, ", ");
+absl::StatusOr<const Family*> ParseArchitecture(const ConfigReader& config) {
   if (!config.HasValue("architectures") || !config.Get("architectures").is_array() ||
       config.Get("architectures").empty() || !config.Get("architectures")[0].is_string()) {
     return config.Error("architectures",
                         "a non-empty list of architecture names (one of the supported)");
   }
-  *architecture = config.Get("architectures")[0].get<std::string>();
-  if (*architecture == "LlamaForCausalLM") return Family::kLlama;
-  if (*architecture == "MistralForCausalLM") return Family::kMistral;
-  if (*architecture == "Qwen2ForCausalLM") return Family::kQwen2;
+  const std::string architecture = config.Get("architectures")[0].get<std::string>();
+  if (const Family* family = FindFamily(architecture)) return family;
   return absl::UnimplementedError(
       absl::StrFormat("%s: field \"architectures\": architecture \"%s\" is not supported "
                       "(supported: %s)",
-                      config.path(), *architecture, supported));
+                      config.path(), architecture, SupportedArchitectures()));
+}
+
+// YaRN as transformers' _compute_yarn_parameters reads it: factor (absent: max_position_embeddings
+// / original_max_position_embeddings), original_max_position_embeddings (absent: the config's
+// max_position_embeddings), beta_fast 32, beta_slow 1, truncate true, and the cos/sin scale
+// attention_factor (absent: from mscale / mscale_all_dim, else 0.1 ln(factor) + 1).
+absl::Status ParseYarn(const ConfigReader& config, const ConfigReader& parameters,
+                       RopeConfig* rope) {
+  rope->set_scaling(RopeConfig::YARN);
+  int64_t max_positions = 0;
+  LLMRT_ASSIGN_OR_RETURN(max_positions, config.PositiveIntOr("max_position_embeddings", 0));
+  int64_t original = 0;
+  LLMRT_ASSIGN_OR_RETURN(
+      original, parameters.PositiveIntOr("original_max_position_embeddings", max_positions));
+  if (original <= 0)
+    return parameters.Error("original_max_position_embeddings", "a positive integer");
+  rope->set_original_max_position_embeddings(original);
+  double factor = 0;
+  LLMRT_ASSIGN_OR_RETURN(
+      factor, parameters.PositiveNumberOr("factor", static_cast<double>(max_positions) / original));
+  if (!(factor > 0)) return parameters.Error("factor", "a positive number");
+  rope->set_factor(factor);
+  double value = 0;
+  LLMRT_ASSIGN_OR_RETURN(value, parameters.PositiveNumberOr("beta_fast", 32.0));
+  rope->set_beta_fast(value);
+  LLMRT_ASSIGN_OR_RETURN(value, parameters.PositiveNumberOr("beta_slow", 1.0));
+  rope->set_beta_slow(value);
+  bool truncate = true;
+  LLMRT_ASSIGN_OR_RETURN(truncate, parameters.BoolOr("truncate", true));
+  rope->set_untruncated(!truncate);
+  auto mscale_of = [](double scale, double mscale) {
+    return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+  };
+  double attention_factor = 0;
+  LLMRT_ASSIGN_OR_RETURN(attention_factor, parameters.PositiveNumberOr("attention_factor", 0.0));
+  if (attention_factor == 0) {
+    double mscale = 0, mscale_all_dim = 0;
+    LLMRT_ASSIGN_OR_RETURN(mscale, parameters.NumberOr("mscale", 0.0));
+    LLMRT_ASSIGN_OR_RETURN(mscale_all_dim, parameters.NumberOr("mscale_all_dim", 0.0));
+    attention_factor = mscale != 0 && mscale_all_dim != 0
+                           ? mscale_of(factor, mscale) / mscale_of(factor, mscale_all_dim)
+                           : mscale_of(factor, 1.0);
+  }
+  rope->set_attention_factor(attention_factor);
+  return absl::OkStatus();
 }
 
 // rope_theta and rope scaling. Older configs carry "rope_theta" and "rope_scaling" at the top
 // level; transformers >= 4.56 writes both inside "rope_parameters". Either is accepted.
-absl::Status ParseRope(const FieldReader& config, RopeConfig* rope) {
+absl::Status ParseRope(const ConfigReader& config, RopeConfig* rope) {
   const char* scaling_field = nullptr;
   if (config.HasValue("rope_scaling")) {
     scaling_field = "rope_scaling";
@@ -164,8 +107,8 @@ absl::Status ParseRope(const FieldReader& config, RopeConfig* rope) {
     LLMRT_ASSIGN_OR_RETURN(theta, config.PositiveNumberOr("rope_theta", theta));
   } else if (scaling_field != nullptr && config.Get(scaling_field).is_object() &&
              config.Get(scaling_field).contains("rope_theta")) {
-    FieldReader parameters(config.Get(scaling_field),
-                           absl::StrFormat("%s: field \"%s\"", config.path(), scaling_field));
+    ConfigReader parameters(config.Get(scaling_field),
+                            absl::StrFormat("%s: field \"%s\"", config.path(), scaling_field));
     LLMRT_ASSIGN_OR_RETURN(theta, parameters.PositiveNumberOr("rope_theta", theta));
   }
   rope->set_theta(theta);
@@ -174,8 +117,8 @@ absl::Status ParseRope(const FieldReader& config, RopeConfig* rope) {
 
   const Json& scaling = config.Get(scaling_field);
   if (!scaling.is_object()) return config.Error(scaling_field, "null or an object");
-  FieldReader parameters(scaling,
-                         absl::StrFormat("%s: field \"%s\"", config.path(), scaling_field));
+  ConfigReader parameters(scaling,
+                          absl::StrFormat("%s: field \"%s\"", config.path(), scaling_field));
   // transformers reads "rope_type", falling back to the legacy "type".
   const char* type_field = parameters.HasValue("rope_type") ? "rope_type" : "type";
   std::string type;
@@ -208,9 +151,10 @@ absl::Status ParseRope(const FieldReader& config, RopeConfig* rope) {
     }
     return absl::OkStatus();
   }
+  if (type == "yarn") return ParseYarn(config, parameters, rope);
   return config.Unsupported(scaling_field,
                             absl::StrFormat("rope type \"%s\" is not supported (supported: "
-                                            "default, linear, llama3)",
+                                            "default, linear, llama3, yarn)",
                                             type));
 }
 
@@ -222,7 +166,7 @@ llmrt::plan::DType DTypeFromTorchName(const std::string& name) {
 }
 
 // A token id field: an integer (negative means none), or null/absent (nullopt).
-absl::StatusOr<std::optional<int64_t>> OptionalTokenId(const FieldReader& reader,
+absl::StatusOr<std::optional<int64_t>> OptionalTokenId(const ConfigReader& reader,
                                                        const char* field) {
   if (!reader.HasValue(field)) return std::optional<int64_t>();
   const Json& value = reader.Get(field);
@@ -233,7 +177,7 @@ absl::StatusOr<std::optional<int64_t>> OptionalTokenId(const FieldReader& reader
 }
 
 // eos_token_id: an integer, a list of integers, or null/absent (nullopt).
-absl::StatusOr<std::optional<std::vector<int64_t>>> OptionalTokenIdList(const FieldReader& reader,
+absl::StatusOr<std::optional<std::vector<int64_t>>> OptionalTokenIdList(const ConfigReader& reader,
                                                                         const char* field) {
   if (!reader.HasValue(field)) return std::optional<std::vector<int64_t>>();
   const Json& value = reader.Get(field);
@@ -266,14 +210,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
                                              const std::string& config_path) {
   Json json;
   LLMRT_ASSIGN_OR_RETURN(json, ParseObject(config_json, config_path));
-  const FieldReader config(json, config_path);
+  const ConfigReader config(json, config_path);
   ModelConfig result;
 
-  std::string architecture;
-  Family family;
-  LLMRT_ASSIGN_OR_RETURN(family, ParseArchitecture(config, &architecture));
-  const FamilyDefaults defaults = DefaultsFor(family);
-  result.set_architecture(architecture);
+  const Family* family = nullptr;
+  LLMRT_ASSIGN_OR_RETURN(family, ParseArchitecture(config));
+  const FamilyDefaults& defaults = family->defaults;
+  result.set_architecture(family->architecture);
   std::string model_type;
   LLMRT_ASSIGN_OR_RETURN(model_type, config.StringOr("model_type", defaults.model_type));
   result.set_model_type(model_type);
@@ -308,6 +251,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
   if (config.HasValue("head_dim")) {
     LLMRT_ASSIGN_OR_RETURN(value, config.PositiveInt("head_dim", config.Get("head_dim")));
     result.set_head_dim(value);
+  } else if (defaults.head_dim.has_value()) {
+    result.set_head_dim(*defaults.head_dim);
   } else if (result.hidden_size() % result.num_attention_heads() != 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: field \"head_dim\" is absent and hidden_size %d is not divisible by "
@@ -338,35 +283,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
   }
   result.set_hidden_act(hidden_act);
 
-  switch (family) {
-    case Family::kLlama: {
-      LLMRT_ASSIGN_OR_RETURN(flag, config.BoolOr("attention_bias", false));
-      result.set_attention_bias(flag);
-      LLMRT_ASSIGN_OR_RETURN(flag, config.BoolOr("mlp_bias", false));
-      if (flag) return config.Unsupported("mlp_bias", "MLP biases (true) are not supported");
-      break;
-    }
-    case Family::kMistral: {
-      // MistralConfig defaults sliding_window to 4096 when the key is absent; null disables it.
-      int64_t window = 4096;
-      if (config.Has("sliding_window")) {
-        window = 0;
-        LLMRT_ASSIGN_OR_RETURN(window, config.PositiveIntOr("sliding_window", 0));
-      }
-      result.set_sliding_window(window);
-      break;
-    }
-    case Family::kQwen2: {
-      // Qwen2's q/k/v projections always carry a bias.
-      result.set_attention_bias(true);
-      LLMRT_ASSIGN_OR_RETURN(flag, config.BoolOr("use_sliding_window", false));
-      if (flag) {
-        return config.Unsupported("use_sliding_window",
-                                  "Qwen2 sliding-window layers (true) are not supported");
-      }
-      break;
-    }
-  }
+  if (absl::Status status = family->read_config(config, result); !status.ok()) return status;
 
   std::string torch_dtype;
   const char* dtype_field = config.HasValue("torch_dtype") ? "torch_dtype" : "dtype";
@@ -380,17 +297,16 @@ absl::StatusOr<GenerationDefaults> ParseGenerationDefaults(
     std::string_view config_json, const std::string& config_path) {
   Json config_object;
   LLMRT_ASSIGN_OR_RETURN(config_object, ParseObject(config_json, config_path));
-  const FieldReader config(config_object, config_path);
-  std::string architecture;
-  Family family;
-  LLMRT_ASSIGN_OR_RETURN(family, ParseArchitecture(config, &architecture));
-  const FamilyDefaults defaults = DefaultsFor(family);
+  const ConfigReader config(config_object, config_path);
+  const Family* family = nullptr;
+  LLMRT_ASSIGN_OR_RETURN(family, ParseArchitecture(config));
+  const FamilyDefaults& defaults = family->defaults;
 
   Json generation_object = Json::object();
   if (generation_json.has_value()) {
     LLMRT_ASSIGN_OR_RETURN(generation_object, ParseObject(*generation_json, generation_path));
   }
-  const FieldReader generation(generation_object, generation_path);
+  const ConfigReader generation(generation_object, generation_path);
 
   GenerationDefaults result;
   // bos and pad: generation_config.json, else config.json, else the class default.

@@ -21,12 +21,9 @@
 
 namespace llmc {
 
-// The architectures ModelConfig can describe, in the order error messages list them.
-inline constexpr const char* kSupportedArchitectures[] = {"LlamaForCausalLM", "MistralForCausalLM",
-                                                          "Qwen2ForCausalLM"};
-
-// Parses config.json's text. checkpoint_dtype comes from "torch_dtype" (or the newer "dtype");
-// Checkpoint::Open overrides it with what the weights actually hold.
+// Parses config.json's text: the fields every family shares here, then the family's own
+// (compiler/arch/family.h, found by architectures[0]). checkpoint_dtype comes from "torch_dtype"
+// (or the newer "dtype"); Checkpoint::Open overrides it with what the weights actually hold.
 absl::StatusOr<llmrt::plan::ModelConfig> ParseModelConfig(std::string_view config_json,
                                                           const std::string& config_path);
 

@@ -1,5 +1,6 @@
 #include "compiler/importer/hf_config.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -151,7 +152,7 @@ TEST(ModelConfigTest, RopeScalingTypes) {
                                        "\"original_max_position_embeddings\": expected a positive "
                                        "integer, found nothing"));
 
-  for (const char* type : {"dynamic", "yarn", "longrope"}) {
+  for (const char* type : {"dynamic", "longrope"}) {
     json["rope_scaling"] = {{"rope_type", type}, {"factor", 2.0}};
     EXPECT_THAT(ErrorOf(json), HasSubstr(std::string("dir/config.json: field \"rope_scaling\": "
                                                      "rope type \"") +
@@ -186,13 +187,63 @@ TEST(ModelConfigTest, BadJsonNamesLineAndColumn) {
   EXPECT_THAT(ParseModelConfig("", "c.json").status().message(), HasSubstr("invalid JSON"));
 }
 
+// Qwen3Config: head_dim defaults to 128 (not hidden / heads), num_key_value_heads to 32,
+// attention_bias to false; use_sliding_window true is refused by name.
+TEST(ModelConfigTest, Qwen3DefaultsAndRefusals) {
+  Json json = LlamaConfigJson();
+  json["architectures"] = {"Qwen3ForCausalLM"};
+  json.erase("head_dim");
+  json.erase("num_key_value_heads");
+  json.erase("model_type");
+  json["num_attention_heads"] = 32;
+  auto config = ParseModelConfig(json.dump(), "dir/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model_type(), "qwen3");
+  EXPECT_EQ(config->head_dim(), 128);
+  EXPECT_EQ(config->num_kv_heads(), 32);
+  EXPECT_FALSE(config->attention_bias());
+  json["use_sliding_window"] = true;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("dir/config.json: field \"use_sliding_window\": Qwen3 "
+                                       "sliding-window layers (true) are not supported"));
+}
+
+// YaRN as Qwen3 ships it: the defaults transformers' _compute_yarn_parameters uses, and the
+// cos/sin scale 0.1 ln(factor) + 1 (or mscale / mscale_all_dim, or an explicit attention_factor).
+TEST(ModelConfigTest, YarnRopeScaling) {
+  Json json = LlamaConfigJson();
+  json["architectures"] = {"Qwen3ForCausalLM"};
+  json["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  auto config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope().scaling(), RopeConfig::YARN);
+  EXPECT_DOUBLE_EQ(config->rope().factor(), 4.0);
+  EXPECT_EQ(config->rope().original_max_position_embeddings(), 32768);
+  EXPECT_DOUBLE_EQ(config->rope().beta_fast(), 32.0);
+  EXPECT_DOUBLE_EQ(config->rope().beta_slow(), 1.0);
+  EXPECT_FALSE(config->rope().untruncated());
+  EXPECT_DOUBLE_EQ(config->rope().attention_factor(), 0.1 * std::log(4.0) + 1.0);
+  json["rope_scaling"]["mscale"] = 1.0;
+  json["rope_scaling"]["mscale_all_dim"] = 0.5;
+  json["rope_scaling"]["truncate"] = false;
+  config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_DOUBLE_EQ(config->rope().attention_factor(),
+                   (0.1 * std::log(4.0) + 1.0) / (0.05 * std::log(4.0) + 1.0));
+  EXPECT_TRUE(config->rope().untruncated());
+  json["rope_scaling"]["attention_factor"] = 1.25;
+  EXPECT_DOUBLE_EQ(Parse(json)->rope().attention_factor(), 1.25);
+  json["rope_scaling"]["beta_fast"] = -1;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"beta_fast\": expected a positive number"));
+}
+
 TEST(ModelConfigTest, UnknownArchitectureListsSupported) {
   Json json = LlamaConfigJson();
   json["architectures"] = {"GPT2LMHeadModel"};
   EXPECT_THAT(ErrorOf(json),
               HasSubstr("dir/config.json: field \"architectures\": architecture "
                         "\"GPT2LMHeadModel\" is not supported (supported: LlamaForCausalLM, "
-                        "MistralForCausalLM, Qwen2ForCausalLM)"));
+                        "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"));
   json.erase("architectures");
   EXPECT_THAT(ErrorOf(json), HasSubstr("field \"architectures\": expected a non-empty list"));
 }

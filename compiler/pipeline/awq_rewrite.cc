@@ -135,8 +135,9 @@ absl::StatusOr<AwqSummary> ApplyAwq(mlir::ModuleOp module,
     if (!scale) {
       // GPTQ alone: nothing to fold.
     } else if (auto norm = mlir::dyn_cast_or_null<llm::RmsNormOp>(producer)) {
+      // A per-head norm's weight is shared by every head: no per-column scale folds into it.
       gamma = norm.getWeight().str();
-      foldable = true;
+      foldable = norm.normalizesWholeRows();
     } else if (auto fused_norm = mlir::dyn_cast_or_null<llm::FusedAddRmsNormOp>(producer)) {
       foldable = op.getX() == fused_norm.getNormed();
       gamma = fused_norm.getWeight().str();

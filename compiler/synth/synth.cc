@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/arch/graph.h"
 #include "compiler/importer/hf_config.h"
 #include "compiler/importer/json_util.h"
 #include "compiler/synth/synth_tokenizer.h"
@@ -222,7 +224,9 @@ absl::Status WriteAll(const SynthOptions& options, const std::string& dir) {
 
   // Shards as transformers cuts them: tensors in order, a new shard when the next tensor would
   // overflow the current one (a tensor larger than the limit gets a shard of its own).
-  const std::vector<SynthTensor> tensors = SynthTensors(config);
+  absl::StatusOr<std::vector<SynthTensor>> declared = SynthTensors(config);
+  if (!declared.ok()) return declared.status();
+  const std::vector<SynthTensor>& tensors = *declared;
   const size_t element_bytes = ElementBytes(options.dtype);
   std::vector<Shard> shards(1);
   uint64_t total_bytes = 0;
@@ -291,7 +295,9 @@ uint64_t SynthTensor::num_elements() const {
   return count;
 }
 
-std::vector<std::string> SynthPresetNames() { return {"tinyllama-1.1b", "llama-110m"}; }
+std::vector<std::string> SynthPresetNames() {
+  return {"tinyllama-1.1b", "llama-110m", "qwen3-0.6b"};
+}
 
 absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name) {
   SynthModelConfig config;
@@ -312,6 +318,23 @@ absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name) {
     config.num_attention_heads = 12;
     config.num_kv_heads = 12;
     config.max_position_embeddings = 1024;
+  } else if (name == "qwen3-0.6b") {
+    // Qwen/Qwen3-0.6B's config.json: explicit head_dim 128 (16 x 128 = 2048 != hidden 1024),
+    // q/k norms, tied embeddings.
+    config.architecture = "Qwen3ForCausalLM";
+    config.model_type = "qwen3";
+    config.vocab_size = 151936;
+    config.hidden_size = 1024;
+    config.intermediate_size = 3072;
+    config.num_layers = 28;
+    config.num_attention_heads = 16;
+    config.num_kv_heads = 8;
+    config.head_dim = 128;
+    config.max_position_embeddings = 40960;
+    config.rms_norm_eps = 1e-6;
+    config.rope_theta = 1000000.0;
+    config.tie_word_embeddings = true;
+    return config;
   } else {
     return absl::InvalidArgumentError(
         absl::StrFormat("unknown preset \"%s\"; expected one of %s, or a config.json path", name,
@@ -347,36 +370,40 @@ absl::StatusOr<SynthModelConfig> SynthConfigFromFile(const std::string& config_p
   return config;
 }
 
-std::vector<SynthTensor> SynthTensors(const SynthModelConfig& config) {
-  const int64_t hidden = config.hidden_size;
-  const int64_t q_width = config.num_attention_heads * config.head_dim;
-  const int64_t kv_width = config.num_kv_heads * config.head_dim;
-  const int64_t inter = config.intermediate_size;
-  std::vector<SynthTensor> tensors;
-  auto add = [&](std::string name, std::vector<int64_t> shape,
-                 SynthTensor::Init init = SynthTensor::Init::kNormal) {
-    tensors.push_back({std::move(name), std::move(shape), init});
-  };
-  add("model.embed_tokens.weight", {config.vocab_size, hidden});
-  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    const std::string prefix = absl::StrCat("model.layers.", layer, ".");
-    add(prefix + "input_layernorm.weight", {hidden}, SynthTensor::Init::kOnes);
-    add(prefix + "self_attn.q_proj.weight", {q_width, hidden});
-    add(prefix + "self_attn.k_proj.weight", {kv_width, hidden});
-    add(prefix + "self_attn.v_proj.weight", {kv_width, hidden});
-    if (config.attention_bias) {
-      add(prefix + "self_attn.q_proj.bias", {q_width});
-      add(prefix + "self_attn.k_proj.bias", {kv_width});
-      add(prefix + "self_attn.v_proj.bias", {kv_width});
-    }
-    add(prefix + "self_attn.o_proj.weight", {hidden, q_width});
-    add(prefix + "post_attention_layernorm.weight", {hidden}, SynthTensor::Init::kOnes);
-    add(prefix + "mlp.gate_proj.weight", {inter, hidden});
-    add(prefix + "mlp.up_proj.weight", {inter, hidden});
-    add(prefix + "mlp.down_proj.weight", {hidden, inter});
+absl::StatusOr<std::vector<SynthTensor>> SynthTensors(const SynthModelConfig& config) {
+  // The family declares what its forward pass reads (compiler/arch): synth writes exactly that,
+  // so every registered family can be synthesized.
+  llmrt::plan::ModelConfig model;
+  if (!config.source_config_json.empty()) {
+    absl::StatusOr<llmrt::plan::ModelConfig> parsed =
+        ParseModelConfig(config.source_config_json, "config.json");
+    if (!parsed.ok()) return parsed.status();
+    model = *parsed;
+  } else {
+    model.set_architecture(config.architecture);
+    model.set_model_type(config.model_type);
+    model.set_vocab_size(config.vocab_size);
+    model.set_hidden_size(config.hidden_size);
+    model.set_intermediate_size(config.intermediate_size);
+    model.set_num_layers(config.num_layers);
+    model.set_num_attention_heads(config.num_attention_heads);
+    model.set_num_kv_heads(config.num_kv_heads);
+    model.set_head_dim(config.head_dim);
+    model.set_rms_norm_eps(config.rms_norm_eps);
+    model.mutable_rope()->set_theta(config.rope_theta);
+    model.set_tie_word_embeddings(config.tie_word_embeddings);
+    model.set_attention_bias(config.attention_bias);
   }
-  add("model.norm.weight", {hidden}, SynthTensor::Init::kOnes);
-  if (!config.tie_word_embeddings) add("lm_head.weight", {config.vocab_size, hidden});
+  absl::StatusOr<std::vector<FamilyTensor>> declared = FamilyTensors(model);
+  if (!declared.ok()) return declared.status();
+  std::vector<SynthTensor> tensors;
+  for (FamilyTensor& tensor : *declared) {
+    // Norm scales start at one, as transformers initializes them.
+    const SynthTensor::Init init = absl::EndsWith(tensor.name, "norm.weight")
+                                       ? SynthTensor::Init::kOnes
+                                       : SynthTensor::Init::kNormal;
+    tensors.push_back({std::move(tensor.name), std::move(tensor.shape), init});
+  }
   return tensors;
 }
 

@@ -56,8 +56,9 @@ struct SynthModelConfig {
 };
 
 // "tinyllama-1.1b" (TinyLlama-1.1B: hidden 2048, intermediate 5632, 22 layers, 32 heads, 4 KV
-// heads) or "llama-110m" (llama2.c stories110M: hidden 768, intermediate 2048, 12 layers, 12
-// heads); both vocab 32000. Unknown names are an error listing the presets.
+// heads), "llama-110m" (llama2.c stories110M: hidden 768, intermediate 2048, 12 layers, 12
+// heads), both vocab 32000, or "qwen3-0.6b" (Qwen3-0.6B: hidden 1024, 28 layers, 16 heads of 128,
+// 8 KV heads, q/k norms, vocab 151936, tied). Unknown names are an error listing the presets.
 absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name);
 std::vector<std::string> SynthPresetNames();
 
@@ -82,8 +83,9 @@ struct SynthTensor {
   uint64_t num_elements() const;
 };
 
-// The tensors transformers' LlamaForCausalLM (and Mistral/Qwen2) state_dict holds for `config`.
-std::vector<SynthTensor> SynthTensors(const SynthModelConfig& config);
+// The tensors the config's family reads (compiler/arch), as transformers' state_dict holds them;
+// an error for an architecture no family implements.
+absl::StatusOr<std::vector<SynthTensor>> SynthTensors(const SynthModelConfig& config);
 
 // Writes the checkpoint; on error nothing is left at options.output_dir.
 absl::Status WriteSyntheticCheckpoint(const SynthOptions& options);

@@ -126,7 +126,9 @@ TEST(SynthTensorsTest, TinyLlamaPresetMatchesTransformersStateDict) {
   ASSERT_TRUE(config.ok()) << config.status();
   std::vector<std::string> ours;
   uint64_t parameters = 0;
-  for (const SynthTensor& tensor : SynthTensors(*config)) {
+  absl::StatusOr<std::vector<SynthTensor>> tensors = SynthTensors(*config);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  for (const SynthTensor& tensor : *tensors) {
     std::string line = tensor.name + " ";
     for (size_t i = 0; i < tensor.shape.size(); ++i) {
       line += (i ? "," : "") + std::to_string(tensor.shape[i]);
@@ -201,7 +203,9 @@ TEST_F(SynthTest, ShardedCheckpointCompilesAndRuns) {
   absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(options.output_dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   EXPECT_EQ((*checkpoint)->config().num_kv_heads(), 2);
-  const std::vector<SynthTensor> tensors = SynthTensors(options.config);
+  absl::StatusOr<std::vector<SynthTensor>> declared = SynthTensors(options.config);
+  ASSERT_TRUE(declared.ok()) << declared.status();
+  const std::vector<SynthTensor>& tensors = *declared;
   EXPECT_EQ((*checkpoint)->tensors().size(), tensors.size());
   for (const SynthTensor& tensor : tensors) {
     const TensorInfo* info = (*checkpoint)->Find(tensor.name);

@@ -39,7 +39,7 @@ func.func @matmul_missing_param(%x: tensor<?x64xf32>) -> tensor<?x32xf32> {
 
 llm.param @g : tensor<48xf32>
 func.func @rms_norm_weight(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
-  // expected-error @+1 {{weight @g has type 'tensor<48xf32>', expected shape [64]}}
+  // expected-error @+1 {{weight @g has type 'tensor<48xf32>', expected [G] with G dividing the width 64}}
   %y = llm.rms_norm %x {weight = @g, eps = 1.0e-05 : f64} : tensor<?x64xf32>
   return %y : tensor<?x64xf32>
 }
@@ -63,8 +63,16 @@ func.func @attention_k_width(%q: tensor<?x64xf32>, %kv: tensor<?x48xf32>) -> ten
 // -----
 
 func.func @rope_scaling(%x: tensor<?x64xf32>, %pos: tensor<?xi32>) -> tensor<?x64xf32> {
-  // expected-error @+1 {{scaling must be none, linear or llama3, found "yarn"}}
-  %y = llm.rope %x, %pos {num_heads = 4, head_dim = 16, theta = 10000.0, scaling = "yarn"} : tensor<?x64xf32>, tensor<?xi32>
+  // expected-error @+1 {{scaling must be none, linear, llama3 or yarn, found "ntk"}}
+  %y = llm.rope %x, %pos {num_heads = 4, head_dim = 16, theta = 10000.0, scaling = "ntk"} : tensor<?x64xf32>, tensor<?xi32>
+  return %y : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @rope_yarn_needs_original_context(%x: tensor<?x64xf32>, %pos: tensor<?xi32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{yarn scaling needs original_max_position_embeddings, beta_fast and beta_slow positive}}
+  %y = llm.rope %x, %pos {num_heads = 4, head_dim = 16, theta = 10000.0, scaling = "yarn", factor = 4.0} : tensor<?x64xf32>, tensor<?xi32>
   return %y : tensor<?x64xf32>
 }
 

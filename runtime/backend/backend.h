@@ -21,16 +21,17 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "runtime/plan/program_check.h"
 #include "runtime/plan/proto/plan.pb.h"
 
 namespace llmrt {
 
 // The bytes of meta.tensors(tensor_index), or nullptr when there are none. The bytes must
 // outlive the backend and stay unchanged.
-using BlobLookup = std::function<const uint8_t*(int tensor_index)>;
+using BlobLookup = plan::BlobLookup;
 
-using MatmulObserver = std::function<void(int32_t op_index, const float* input, int64_t num_rows,
-                                          int64_t width)>;
+using MatmulObserver =
+    std::function<void(int32_t op_index, const float* input, int64_t num_rows, int64_t width)>;
 
 // How quantized (I8 / I4) matmuls treat their f32 input rows.
 enum class QuantizedActivations {

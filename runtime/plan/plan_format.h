@@ -21,10 +21,9 @@
 namespace llmrt::plan {
 
 inline constexpr char kPlanMagic[8] = {'L', 'L', 'M', 'P', 'L', 'A', 'N', '\0'};
-inline constexpr uint16_t kPlanMajorVersion = 1;
-// 1.1: I4 codes in Tensor.Layout LANE_CHUNKS (1.0 wrote them ROW_MAJOR in runs of 32; the
-// runtimes of either refuse the other's I4 tensors by their layout, naming it).
-inline constexpr uint16_t kPlanMinorVersion = 1;
+// 2.0: typed op attributes (Op.attrs: one message per op kind) instead of 1.x's flat fields.
+inline constexpr uint16_t kPlanMajorVersion = 2;
+inline constexpr uint16_t kPlanMinorVersion = 0;
 inline constexpr uint64_t kBlobAlignment = 256;
 inline constexpr uint64_t kFilePadding = 64 * 1024;
 inline constexpr size_t kHeaderSize = 64;

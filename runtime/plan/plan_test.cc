@@ -253,12 +253,13 @@ TEST_F(PlanTest, TruncatedFileIsRejected) {
 TEST_F(PlanTest, WrongMajorVersionNamesBothVersions) {
   std::string bytes = bytes_;
   PlanHeader header = HeaderOf(bytes);
-  header.major = 2;
+  header.major = kPlanMajorVersion + 1;
   header.minor = 0;
   SetHeader(bytes, header);
-  EXPECT_THAT(OpenError(bytes),
-              HasSubstr("corrupt.plan: plan format version 2.0 is not supported by this llmrt "
-                        "(supports 1.x)"));
+  EXPECT_THAT(OpenError(bytes), HasSubstr("corrupt.plan: plan format version " +
+                                          std::to_string(kPlanMajorVersion + 1) +
+                                          ".0 is not supported by this llmrt (supports " +
+                                          std::to_string(kPlanMajorVersion) + ".x)"));
 }
 
 TEST_F(PlanTest, NewerMinorVersionIsAccepted) {

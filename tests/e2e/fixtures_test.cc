@@ -22,6 +22,7 @@
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/engine/model.h"
 #include "tests/e2e/test_util.h"
+#include "tests/fixtures/fixture_list.h"
 
 namespace llmc::testing {
 namespace {
@@ -60,12 +61,7 @@ Reference LoadReference(const std::string& dir) {
 }
 
 std::vector<std::string> ListFixtures() {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(SourcePath("tests/fixtures"))) {
-    if (fs::exists(entry.path() / "reference.json")) names.push_back(entry.path().filename());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
+  return fixtures::TransformersFixtureNames(SourcePath(""));
 }
 
 int32_t Argmax(const float* row, int64_t size) {

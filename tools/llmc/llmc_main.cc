@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "codegen/cuda/CudaTarget.h"
+#include "compiler/arch/family.h"
 #include "compiler/pipeline/compile.h"
 #include "compiler/pipeline/memory_budget.h"
 #include "compiler/synth/synth.h"
@@ -66,14 +67,20 @@ constexpr char kUsage[] =
     "                  [--max-shard-size SIZE]\n"
     "\n"
     "  writes a random-weight HuggingFace checkpoint (config, safetensors, tokenizer)\n"
-    "  --preset      tinyllama-1.1b, llama-110m, or a config.json to take the shapes from\n"
+    "  --preset      tinyllama-1.1b, llama-110m, qwen3-0.6b, or a config.json to take the\n"
+    "                shapes from\n"
     "  -o DIR        the directory to create (must not exist; written via a temporary one)\n"
     "  --dtype T     weight dtype (default f16)\n"
     "  --seed S      random seed (default 0); the same seed gives the same weights\n"
     "  --max-shard-size SIZE  bytes per safetensors shard, e.g. 5GB (default), 500MB\n";
 
+// kUsage and the architectures the registry (compiler/arch/family.h) knows.
+std::string Usage() {
+  return std::string(kUsage) + "\narchitectures: " + llmc::SupportedArchitectures() + "\n";
+}
+
 int UsageError(const std::string& message) {
-  std::fprintf(stderr, "llmc: %s\n\n%s", message.c_str(), kUsage);
+  std::fprintf(stderr, "llmc: %s\n\n%s", message.c_str(), Usage().c_str());
   return 2;
 }
 
@@ -414,7 +421,8 @@ int Synth(const std::vector<std::string>& args) {
     return 1;
   }
   uint64_t parameters = 0;
-  for (const llmc::SynthTensor& tensor : llmc::SynthTensors(options.config)) {
+  // The checkpoint was written from this same list, so it cannot fail now.
+  for (const llmc::SynthTensor& tensor : *llmc::SynthTensors(options.config)) {
     parameters += tensor.num_elements();
   }
   std::fprintf(stderr, "llmc: wrote %s (%.3f G parameters) in %.1f s\n", options.output_dir.c_str(),
@@ -432,7 +440,7 @@ int main(int argc, char** argv) {
   if (command == "compile") return Compile(args);
   if (command == "synth") return Synth(args);
   if (command == "-h" || command == "--help" || command == "help") {
-    std::fputs(kUsage, stdout);
+    std::fputs(Usage().c_str(), stdout);
     return 0;
   }
   return UsageError("unknown command \"" + command + "\"");

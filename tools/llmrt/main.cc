@@ -459,8 +459,9 @@ int Inspect(int argc, char** argv) {
     if (!weights.empty()) absl::StrAppendFormat(&out, "  weights %s", absl::StrJoin(weights, ", "));
     if (op.kind() == plan::ATTENTION) {
       absl::StrAppendFormat(&out, "  layer %d heads %d/%d head_dim %d scale %g window %d",
-                            op.layer(), op.num_heads(), op.num_kv_heads(), op.head_dim(),
-                            op.scale(), op.sliding_window());
+                            op.attention().layer(), op.attention().num_heads(),
+                            op.attention().num_kv_heads(), op.attention().head_dim(),
+                            op.attention().scale(), op.attention().sliding_window());
     }
     const std::string kernel = kernel_name(op.kernel());
     if (!kernel.empty()) absl::StrAppendFormat(&out, "  kernel %s", kernel);

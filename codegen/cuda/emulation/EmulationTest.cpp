@@ -35,6 +35,7 @@
 #include "runtime/kv/kv_storage.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/plan_reader.h"
+#include "tests/fixtures/fixture_list.h"
 #include "gtest/gtest.h"
 
 namespace llmc::cuda {
@@ -109,10 +110,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 std::vector<FixtureCase> fixtureCases() {
   std::vector<FixtureCase> cases;
-  for (const char *fixture : {"llama_mha", "llama_gqa_tied", "llama3_rope", "llama_rope_linear",
-                              "llama_sharded_bf16", "mistral_sliding", "qwen2_bias"}) {
+  for (const std::string &fixture : fixtures::TransformersFixtureNames(LLMC_SOURCE_DIR)) {
     for (plan::DType dtype : {plan::F16, plan::BF16})
-      cases.push_back({std::string("tests/fixtures/") + fixture, dtype});
+      cases.push_back({"tests/fixtures/" + fixture, dtype});
   }
   cases.push_back({"tests/fixtures/llama_gqa_tied", plan::F32});
   return cases;
@@ -176,9 +176,7 @@ TEST_P(TransformersReferenceTest, LogitsAndGreedyIdsMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TransformersReferenceTest,
-                         ::testing::Values("llama_mha", "llama_gqa_tied", "llama3_rope",
-                                           "llama_rope_linear", "llama_sharded_bf16",
-                                           "mistral_sliding", "qwen2_bias"));
+                         ::testing::ValuesIn(fixtures::TransformersFixtureNames(LLMC_SOURCE_DIR)));
 
 // stories260K under emulation: greedy decoding gives the CPU backend's tokens, which for the
 // f32 plan are the README's documented story.

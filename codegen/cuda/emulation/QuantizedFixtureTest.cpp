@@ -28,6 +28,7 @@
 #include "codegen/cuda/NvrtcCompiler.h"
 #include "codegen/cuda/emulation/EmulatedBackends.h"
 #include "codegen/cuda/emulation/StepScript.h"
+#include "tests/fixtures/fixture_list.h"
 #include "gtest/gtest.h"
 
 namespace llmc::cuda {
@@ -129,11 +130,10 @@ TEST_P(QuantizedFixtureTest, EveryKernelMatchesTheDequantizedPlan) {
 
 std::vector<QuantFixtureCase> quantFixtureCases() {
   std::vector<QuantFixtureCase> cases;
-  for (const char *fixture : {"llama_mha", "llama_gqa_tied", "llama3_rope", "llama_rope_linear",
-                              "llama_sharded_bf16", "mistral_sliding", "qwen2_bias"})
+  for (const std::string &fixture : fixtures::TransformersFixtureNames(LLMC_SOURCE_DIR))
     for (const Mode &mode : kModes)
-      if (!mode.lmHead || std::string(fixture) == "llama_mha")
-        cases.push_back({std::string("tests/fixtures/") + fixture, &mode});
+      if (!mode.lmHead || fixture == "llama_mha")
+        cases.push_back({"tests/fixtures/" + fixture, &mode});
   for (const char *imported : {"llama_gptq", "llama_gptq_actorder", "llama_awq"})
     cases.push_back({std::string("tests/fixtures/") + imported, nullptr});
   for (const Mode &mode : kModes)

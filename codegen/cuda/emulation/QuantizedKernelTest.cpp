@@ -187,13 +187,10 @@ TEST(QuantizedMatmulTest, AWeightInTheWrongLayoutIsRefused) {
     plan::Tensor::Layout layout;
     const char *message;
   };
-  for (const Wrong &wrong :
-       {Wrong{plan::I4, plan::Tensor::ROW_MAJOR,
-              "quantized weight w: layout ROW_MAJOR, the CUDA kernels read I4 codes in layout "
-              "LANE_CHUNKS"},
-        Wrong{plan::I8, plan::Tensor::LANE_CHUNKS,
-              "quantized weight w: layout LANE_CHUNKS, the CUDA kernels read I8 codes in layout "
-              "ROW_MAJOR"}}) {
+  for (const Wrong &wrong : {Wrong{plan::I4, plan::Tensor::ROW_MAJOR,
+                                   "tensor w is I4 in layout ROW_MAJOR, expected LANE_CHUNKS"},
+                             Wrong{plan::I8, plan::Tensor::LANE_CHUNKS,
+                                   "tensor w is I8 in layout LANE_CHUNKS, expected ROW_MAJOR"}}) {
     plan::PlanMeta meta = matmulMeta(QuantCase{wrong.dtype, false, 96, 40, 32, false, false});
     meta.mutable_tensors(0)->set_layout(wrong.layout);
     auto emission = emitCuda(meta);
@@ -207,7 +204,7 @@ TEST(QuantizedMatmulTest, AContractViolationNamesTheTensor) {
   QuantCase c{plan::I4, false, 96, 40, 48, false, false}; // I4 groups must be multiples of 32
   auto emission = emitCuda(matmulMeta(c));
   ASSERT_FALSE(emission.ok());
-  EXPECT_NE(emission.status().message().find("quantized weight w: group_size 48"),
+  EXPECT_NE(emission.status().message().find("tensor w: quantization.group_size 48"),
             std::string::npos)
       << emission.status();
 }
@@ -221,6 +218,7 @@ TEST(LogitsTopKKernelTest, TiesInfinitiesAndOddVocabularies) {
   plan::Value *x = program->add_values();
   x->set_kind(plan::Value::ACTIVATION);
   x->set_width(kHidden);
+  program->set_arena_bytes_per_token(kHidden * sizeof(float));
   plan::Value *logits = program->add_values();
   logits->set_kind(plan::Value::LOGITS);
   logits->set_width(kVocab);

@@ -35,11 +35,14 @@ inline void PrintTo(const QuantCase &c, std::ostream *out) {
 inline llmrt::plan::PlanMeta matmulMeta(const QuantCase &c) {
   llmrt::plan::PlanMeta meta;
   llmrt::plan::Program *program = meta.mutable_program();
+  // x at arena offset 0, y after it.
   for (int64_t width : {c.k, c.n}) {
     llmrt::plan::Value *value = program->add_values();
     value->set_kind(llmrt::plan::Value::ACTIVATION);
     value->set_width(width);
     value->set_dtype(llmrt::plan::F32);
+    value->set_arena_offset_per_token(program->arena_bytes_per_token());
+    program->set_arena_bytes_per_token(program->arena_bytes_per_token() + 4 * width);
   }
   llmrt::plan::Tensor *w = meta.add_tensors();
   w->set_name("w");

@@ -478,9 +478,9 @@ TEST(CpuBackendOpTest, RopeAtLargePositionsForEveryScaling) {
     const int32_t in = harness.Input(x);
     const int32_t out = harness.Activation(heads * head_dim);
     plan::Op* op = harness.AddOp(plan::ROPE, {in, harness.positions()}, {out}, {});
-    op->set_num_heads(heads);
-    op->set_head_dim(head_dim);
-    *op->mutable_rope() = rope;
+    op->mutable_rope()->set_num_heads(heads);
+    op->mutable_rope()->set_head_dim(head_dim);
+    *op->mutable_rope()->mutable_config() = rope;
     const std::vector<float> result = harness.Run(out, positions);
     const std::vector<double> inv_freq =
         ::llmrt::testing::ReferenceInverseFrequencies(rope, head_dim);
@@ -912,7 +912,8 @@ TEST(CpuBackendOpTest, ElementwiseAndNorms) {
       if (kind == plan::RMS_NORM || kind == plan::FUSED_ADD_RMS_NORM) {
         weights = {harness.Tensor(plan::F32, {width}, gamma)};
       }
-      harness.AddOp(kind, inputs, outputs, weights)->set_eps(1e-6);
+      plan::Op* op = harness.AddOp(kind, inputs, outputs, weights);
+      if (!weights.empty()) op->mutable_norm()->set_eps(1e-6);
       const std::vector<float> result = harness.Run(outputs[which], {0, 1, 2, 3});
       for (int r = 0; r < rows; ++r) {
         std::vector<double> sum(width);
@@ -983,7 +984,7 @@ TEST(CpuBackendTest, RejectsMalformedPrograms) {
   {
     TinyLlama model = BuildTinyLlama({});
     for (plan::Op& op : *model.meta.mutable_program()->mutable_ops()) {
-      if (op.kind() == plan::ATTENTION) op.set_num_kv_heads(3);
+      if (op.kind() == plan::ATTENTION) op.mutable_attention()->set_num_kv_heads(3);
     }
     expect_error(std::move(model), "num_kv_heads");
   }

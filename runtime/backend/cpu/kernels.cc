@@ -967,6 +967,27 @@ void RopeInverseFrequencies(const plan::RopeConfig& rope, int32_t head_dim, floa
       }
       inv_freq[i] = scaled;
     }
+  } else if (rope.scaling() == plan::RopeConfig::YARN) {
+    // transformers' _compute_yarn_parameters: the ramp bounds in double as Python computes
+    // them, the blend in f32. attention_factor is folded into the attention scale (plan.proto).
+    const double dim = head_dim, base = rope.theta();
+    const double old_context = static_cast<double>(rope.original_max_position_embeddings());
+    auto correction_dim = [&](double rotations) {
+      return dim * std::log(old_context / (rotations * 2.0 * M_PI)) / (2.0 * std::log(base));
+    };
+    double low = correction_dim(rope.beta_fast()), high = correction_dim(rope.beta_slow());
+    if (!rope.untruncated()) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1.0);
+    if (low == high) high += 0.001;  // as transformers: no division by zero
+    const float factor = static_cast<float>(rope.factor());
+    for (int32_t i = 0; i < half; ++i) {
+      const float ramp =
+          std::clamp(static_cast<float>((static_cast<float>(i) - low) / (high - low)), 0.0f, 1.0f);
+      const float extrapolation = 1.0f - ramp;
+      const float interpolated = inv_freq[i] / factor;
+      inv_freq[i] = interpolated * (1.0f - extrapolation) + inv_freq[i] * extrapolation;
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include "runtime/backend/step_batch_check.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/plan_reader.h"
+#include "runtime/plan/program_check.h"
 
 namespace llmrt::cuda {
 namespace {
@@ -53,9 +54,8 @@ absl::StatusOr<int> KvElementBytes(plan::DType dtype) {
       return 1;
     default:
       return absl::UnimplementedError(
-          absl::StrFormat("kv_cache.dtype %s: the CUDA kernels keep the KV cache in F32, F16, "
-                          "BF16 or I8",
-                          plan::DTypeName(dtype)));
+          absl::StrFormat("KV cache dtype %s has no CUDA kernels (F32, F16, BF16 and I8 do)",
+                          plan::DType_Name(dtype)));
   }
 }
 
@@ -145,20 +145,16 @@ class KernelBackend final : public KernelStepBackend {
 
 absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::KernelTable& table,
                                    const BlobLookup& blobs, const BackendOptions& options) {
-  // The CPU backend's compiler is the program validator: both backends accept the same plans,
-  // with the same messages. One token keeps its arena tiny.
-  BackendOptions check_options = options;
-  check_options.max_tokens_per_step = 1;
-  check_options.num_threads = 1;
-  absl::StatusOr<std::unique_ptr<Backend>> check =
-      cpu::CreateCpuBackend(meta, blobs, check_options);
-  if (!check.ok()) return check.status();
+  // The one program validator; what the kernels additionally need, EmitCuda checked when it
+  // emitted this table (and the table is checked against the program below).
+  absl::StatusOr<plan::ProgramFacts> facts = plan::CheckProgram(meta, blobs);
+  if (!facts.ok()) return facts.status();
   if (options.max_tokens_per_step <= 0 || options.max_tokens_per_step > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "max_tokens_per_step must be in [1, 2^20], got %d", options.max_tokens_per_step));
   }
   max_tokens_ = options.max_tokens_per_step;
-  vocab_size_ = (*check)->vocab_size();
+  vocab_size_ = facts->vocab_size;
   // The generated kernels read the cache dtype the plan was compiled for; another one needs
   // another plan.
   const plan::DType plan_kv_dtype =
@@ -249,12 +245,11 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
     }
   }
 
-  max_token_id_ = std::numeric_limits<int64_t>::max();
   for (int index = 0; index < program.ops_size(); ++index) {
     const plan::Op& op = program.ops(index);
     OpLaunch launch;
     launch.kind = op.kind();
-    launch.layer = op.layer();
+    launch.layer = op.attention().layer();
     for (int32_t kernel : table.op_kernels(index).kernels()) {
       if (kernel < 0 || kernel >= static_cast<int32_t>(kernels_.size())) {
         return absl::InvalidArgumentError(
@@ -300,8 +295,8 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
       auto pointer = weight(op.weights(0));
       if (!pointer.ok()) return pointer.status();
       params.weight = *pointer;
-      // A quantized matrix's scales, zero points and permutation (validated by the CPU
-      // backend's compiler above) go along with its codes.
+      // A quantized matrix's scales, zero points and permutation (validated by CheckProgram
+      // above) go along with its codes.
       const plan::Quantization& quantization = meta.tensors(op.weights(0)).quantization();
       const plan::DType dtype = meta.tensors(op.weights(0)).dtype();
       if (dtype == plan::I8 || dtype == plan::I4) {
@@ -329,17 +324,14 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
       if (!pointer.ok()) return pointer.status();
       params.bias = *pointer;
     }
-    if (op.kind() == plan::EMBED && !meta.tensors(op.weights(0)).shape().empty()) {
-      max_token_id_ = std::min(max_token_id_, meta.tensors(op.weights(0)).shape(0));
-    }
-    if (op.kind() == plan::ATTENTION) {
-      kv_layers_ = std::max(kv_layers_, op.layer() + 1);
-      kv_width_ = static_cast<int64_t>(op.num_kv_heads()) * op.head_dim();
-      kv_heads_ = op.num_kv_heads();
-    }
+
     params.scratch = scratch_;
     ops_.push_back(std::move(launch));
   }
+  max_token_id_ = facts->max_token_id;
+  kv_layers_ = facts->kv_layers;
+  kv_heads_ = facts->kv_heads;
+  kv_width_ = static_cast<int64_t>(facts->kv_heads) * facts->kv_head_dim;
   host_metadata_.resize(kMetadataArrays * static_cast<size_t>(max_tokens_));
   return absl::OkStatus();
 }

@@ -62,6 +62,25 @@ std::vector<double> ReferenceInverseFrequencies(const plan::RopeConfig& rope, in
                             (rope.high_freq_factor() - rope.low_freq_factor());
       frequency = (1.0 - smooth) * frequency / rope.factor() + smooth * frequency;
     }
+  } else if (rope.scaling() == plan::RopeConfig::YARN) {
+    // YaRN (arXiv 2309.00071, section 3.2): dimension d rotates old_context * inv_freq[d] / 2pi
+    // times over the original context; dimensions between beta_slow and beta_fast rotations
+    // blend interpolation (divided by factor) into extrapolation linearly in d.
+    const double old_context = static_cast<double>(rope.original_max_position_embeddings());
+    auto dimension_of = [&](double rotations) {
+      return head_dim * std::log(old_context / (rotations * 2.0 * M_PI)) /
+             (2.0 * std::log(rope.theta()));
+    };
+    double low = dimension_of(rope.beta_fast()), high = dimension_of(rope.beta_slow());
+    if (!rope.untruncated()) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0);
+    high = std::min(high, head_dim - 1.0);
+    if (low == high) high += 0.001;
+    for (size_t i = 0; i < inv_freq.size(); ++i) {
+      const double interpolation_weight = std::clamp((i - low) / (high - low), 0.0, 1.0);
+      inv_freq[i] = interpolation_weight * inv_freq[i] / rope.factor() +
+                    (1.0 - interpolation_weight) * inv_freq[i];
+    }
   }
   return inv_freq;
 }
@@ -160,10 +179,11 @@ class Builder {
       const int32_t normed = Value(plan::Value::ACTIVATION, o.hidden_size, name + ".normed");
       if (o.fused) {
         AddOp(plan::FUSED_ADD_RMS_NORM, {residual, delta}, {sum, normed}, {gamma})
+            ->mutable_norm()
             ->set_eps(o.rms_norm_eps);
       } else {
         AddOp(plan::ADD, {residual, delta}, {sum}, {});
-        AddOp(plan::RMS_NORM, {sum}, {normed}, {gamma})->set_eps(o.rms_norm_eps);
+        AddOp(plan::RMS_NORM, {sum}, {normed}, {gamma})->mutable_norm()->set_eps(o.rms_norm_eps);
       }
       residual = sum;
       return normed;
@@ -177,7 +197,9 @@ class Builder {
       int32_t normed;
       if (layer == 0) {
         normed = Value(plan::Value::ACTIVATION, o.hidden_size, prefix + "normed");
-        AddOp(plan::RMS_NORM, {residual}, {normed}, {input_norm})->set_eps(o.rms_norm_eps);
+        AddOp(plan::RMS_NORM, {residual}, {normed}, {input_norm})
+            ->mutable_norm()
+            ->set_eps(o.rms_norm_eps);
       } else {
         normed = add_norm(mlp_out, input_norm, prefix + "input");
       }
@@ -209,24 +231,37 @@ class Builder {
           AddOp(plan::MATMUL, {normed}, {outs[i]}, weights);
         }
       }
+      int32_t q_in = q, k_in = k;
+      if (o.qk_norm) {
+        q_in = Value(plan::Value::ACTIVATION, q_width, prefix + "q_normed");
+        k_in = Value(plan::Value::ACTIVATION, kv_width, prefix + "k_normed");
+        AddOp(plan::RMS_NORM, {q}, {q_in},
+              {Tensor(prefix + "self_attn.q_norm.weight", plan::F32, {o.head_dim}, 0.2f, 1.0f)})
+            ->mutable_norm()
+            ->set_eps(o.rms_norm_eps);
+        AddOp(plan::RMS_NORM, {k}, {k_in},
+              {Tensor(prefix + "self_attn.k_norm.weight", plan::F32, {o.head_dim}, 0.2f, 1.0f)})
+            ->mutable_norm()
+            ->set_eps(o.rms_norm_eps);
+      }
       const int32_t q_rotated = Value(plan::Value::ACTIVATION, q_width, prefix + "q_rope");
       const int32_t k_rotated = Value(plan::Value::ACTIVATION, kv_width, prefix + "k_rope");
-      plan::Op* rope_q = AddOp(plan::ROPE, {q, positions}, {q_rotated}, {});
-      rope_q->set_num_heads(o.num_heads);
-      rope_q->set_head_dim(o.head_dim);
-      *rope_q->mutable_rope() = rope;
-      plan::Op* rope_k = AddOp(plan::ROPE, {k, positions}, {k_rotated}, {});
-      rope_k->set_num_heads(o.num_kv_heads);
-      rope_k->set_head_dim(o.head_dim);
-      *rope_k->mutable_rope() = rope;
+      plan::Op* rope_q = AddOp(plan::ROPE, {q_in, positions}, {q_rotated}, {});
+      rope_q->mutable_rope()->set_num_heads(o.num_heads);
+      rope_q->mutable_rope()->set_head_dim(o.head_dim);
+      *rope_q->mutable_rope()->mutable_config() = rope;
+      plan::Op* rope_k = AddOp(plan::ROPE, {k_in, positions}, {k_rotated}, {});
+      rope_k->mutable_rope()->set_num_heads(o.num_kv_heads);
+      rope_k->mutable_rope()->set_head_dim(o.head_dim);
+      *rope_k->mutable_rope()->mutable_config() = rope;
       const int32_t attention = Value(plan::Value::ACTIVATION, q_width, prefix + "attention");
       plan::Op* attend = AddOp(plan::ATTENTION, {q_rotated, k_rotated, v}, {attention}, {});
-      attend->set_layer(layer);
-      attend->set_num_heads(o.num_heads);
-      attend->set_num_kv_heads(o.num_kv_heads);
-      attend->set_head_dim(o.head_dim);
-      attend->set_sliding_window(o.sliding_window);
-      attend->set_scale(1.0 / std::sqrt(static_cast<double>(o.head_dim)));
+      attend->mutable_attention()->set_layer(layer);
+      attend->mutable_attention()->set_num_heads(o.num_heads);
+      attend->mutable_attention()->set_num_kv_heads(o.num_kv_heads);
+      attend->mutable_attention()->set_head_dim(o.head_dim);
+      attend->mutable_attention()->set_sliding_window(o.sliding_window);
+      attend->mutable_attention()->set_scale(1.0 / std::sqrt(static_cast<double>(o.head_dim)));
       const int32_t attention_out = Value(plan::Value::ACTIVATION, o.hidden_size, prefix + "o");
       AddOp(plan::MATMUL, {attention}, {attention_out},
             {Tensor(prefix + "self_attn.o_proj.weight", wd, {o.hidden_size, q_width},
@@ -302,13 +337,17 @@ std::vector<float> TinyLlama::ReferenceLogits(const std::vector<int32_t>& tokens
     return DecodeFrom(meta.tensors(index).dtype(), blobs[index]);
   };
   auto rows = [&](int64_t width) { return Matrix(num_tokens, std::vector<double>(width, 0.0)); };
+  // Each group of gamma.size() elements of a row is normalized on its own.
   auto rms_norm = [&](const Matrix& x, const std::vector<float>& gamma, double eps) {
     Matrix y = x;
+    const size_t group = gamma.size();
     for (auto& row : y) {
-      double squares = 0;
-      for (double element : row) squares += element * element;
-      const double inverse = 1.0 / std::sqrt(squares / row.size() + eps);
-      for (size_t i = 0; i < row.size(); ++i) row[i] = row[i] * inverse * gamma[i];
+      for (size_t start = 0; start + group <= row.size(); start += group) {
+        double squares = 0;
+        for (size_t i = 0; i < group; ++i) squares += row[start + i] * row[start + i];
+        const double inverse = 1.0 / std::sqrt(squares / group + eps);
+        for (size_t i = 0; i < group; ++i) row[start + i] = row[start + i] * inverse * gamma[i];
+      }
     }
     return y;
   };
@@ -326,7 +365,8 @@ std::vector<float> TinyLlama::ReferenceLogits(const std::vector<int32_t>& tokens
         break;
       }
       case plan::RMS_NORM:
-        values[op.outputs(0)] = rms_norm(values[op.inputs(0)], weight(op.weights(0)), op.eps());
+        values[op.outputs(0)] =
+            rms_norm(values[op.inputs(0)], weight(op.weights(0)), op.norm().eps());
         break;
       case plan::FUSED_ADD_RMS_NORM:
       case plan::ADD: {
@@ -335,7 +375,7 @@ std::vector<float> TinyLlama::ReferenceLogits(const std::vector<int32_t>& tokens
           for (size_t i = 0; i < sum[t].size(); ++i) sum[t][i] += values[op.inputs(1)][t][i];
         }
         if (op.kind() == plan::FUSED_ADD_RMS_NORM) {
-          values[op.outputs(1)] = rms_norm(sum, weight(op.weights(0)), op.eps());
+          values[op.outputs(1)] = rms_norm(sum, weight(op.weights(0)), op.norm().eps());
         }
         values[op.outputs(0)] = sum;
         break;
@@ -374,12 +414,14 @@ std::vector<float> TinyLlama::ReferenceLogits(const std::vector<int32_t>& tokens
         break;
       }
       case plan::ROPE: {
-        const std::vector<double> inv_freq = ReferenceInverseFrequencies(op.rope(), op.head_dim());
+        const plan::RopeAttrs& rope = op.rope();
+        const std::vector<double> inv_freq =
+            ReferenceInverseFrequencies(rope.config(), rope.head_dim());
         Matrix x = values[op.inputs(0)];
-        const int32_t half = op.head_dim() / 2;
+        const int32_t half = rope.head_dim() / 2;
         for (int64_t t = 0; t < num_tokens; ++t) {
-          for (int32_t head = 0; head < op.num_heads(); ++head) {
-            double* h = x[t].data() + head * op.head_dim();
+          for (int32_t head = 0; head < rope.num_heads(); ++head) {
+            double* h = x[t].data() + head * rope.head_dim();
             for (int32_t i = 0; i < half; ++i) {
               // Position t: the reference always runs a whole sequence from position 0.
               const double angle = static_cast<double>(t) * inv_freq[i];
@@ -396,21 +438,22 @@ std::vector<float> TinyLlama::ReferenceLogits(const std::vector<int32_t>& tokens
         const Matrix& q = values[op.inputs(0)];
         const Matrix& k = values[op.inputs(1)];
         const Matrix& v = values[op.inputs(2)];
-        const int32_t head_dim = op.head_dim();
-        const int32_t group = op.num_heads() / op.num_kv_heads();
-        Matrix out = rows(int64_t{op.num_heads()} * head_dim);
+        const int32_t head_dim = op.attention().head_dim();
+        const int32_t group = op.attention().num_heads() / op.attention().num_kv_heads();
+        Matrix out = rows(int64_t{op.attention().num_heads()} * head_dim);
         for (int64_t i = 0; i < num_tokens; ++i) {
-          for (int32_t head = 0; head < op.num_heads(); ++head) {
+          for (int32_t head = 0; head < op.attention().num_heads(); ++head) {
             const int32_t kv_head = head / group;
             std::vector<double> scores;
             std::vector<int64_t> keys;
             for (int64_t j = 0; j <= i; ++j) {
-              if (op.sliding_window() > 0 && i - j >= op.sliding_window()) continue;
+              if (op.attention().sliding_window() > 0 && i - j >= op.attention().sliding_window())
+                continue;
               double dot = 0;
               for (int32_t d = 0; d < head_dim; ++d) {
                 dot += q[i][head * head_dim + d] * k[j][kv_head * head_dim + d];
               }
-              scores.push_back(dot * op.scale());
+              scores.push_back(dot * op.attention().scale());
               keys.push_back(j);
             }
             const double max_score = *std::max_element(scores.begin(), scores.end());

@@ -27,6 +27,8 @@ struct TinyLlamaOptions {
   plan::RopeConfig rope;  // theta 0 means 10000
   int64_t sliding_window = 0;
   bool qkv_bias = false;
+  // Qwen3's per-head RMS_NORM of q and k (gamma [head_dim]) between the projection and rope.
+  bool qk_norm = false;
   bool tie_embeddings = false;
   // Fused: one q/k/v matmul, one gate/up matmul + SILU_MUL, FUSED_ADD_RMS_NORM. Unfused:
   // separate matmuls, SILU + MUL, ADD + RMS_NORM.

@@ -1,0 +1,112 @@
+#include "compiler/arch/blocks.h"
+
+#include <cmath>
+#include <string>
+
+namespace llmc::blocks {
+
+Activation Embedding(ModelGraph& graph) {
+  const ModelDims& dims = graph.dims();
+  return graph.Embed(
+      graph.Weight("model.embed_tokens.weight", {dims.vocab_size, dims.hidden_size}));
+}
+
+namespace {
+
+// prefix + name + ".weight", and its bias when `bias` (else "").
+struct Projection {
+  std::string weight;
+  std::string bias;
+};
+
+Projection DeclareProjection(ModelGraph& graph, const std::string& name, int64_t rows, int64_t cols,
+                             bool bias, const char* because) {
+  Projection projection;
+  projection.weight = graph.Weight(name + ".weight", {rows, cols});
+  if (bias) projection.bias = graph.Weight(name + ".bias", {rows}, because);
+  return projection;
+}
+
+Activation Project(ModelGraph& graph, Activation x, const std::string& name, int64_t rows,
+                   bool bias, const char* because) {
+  Projection projection = DeclareProjection(graph, name, rows, x.width, bias, because);
+  return graph.Matmul(x, projection.weight, projection.bias);
+}
+
+const char* AttentionBiasOption(const ModelGraph& graph) {
+  return graph.config().attention_bias() ? "attention_bias=true" : "";
+}
+
+}  // namespace
+
+Activation SelfAttention(ModelGraph& graph, Activation x, int64_t layer,
+                         const AttentionOptions& options) {
+  const ModelDims& dims = graph.dims();
+  const std::string prefix = ModelGraph::LayerPrefix(layer) + "self_attn.";
+  const char* because = AttentionBiasOption(graph);
+  Activation q = Project(graph, x, prefix + "q_proj", dims.q_width(), options.qkv_bias, because);
+  Activation k = Project(graph, x, prefix + "k_proj", dims.kv_width(), options.qkv_bias, because);
+  Activation v = Project(graph, x, prefix + "v_proj", dims.kv_width(), options.qkv_bias, because);
+  if (options.qk_norm) {
+    q = graph.RmsNorm(q, graph.Weight(prefix + "q_norm.weight", {dims.head_dim}));
+    k = graph.RmsNorm(k, graph.Weight(prefix + "k_norm.weight", {dims.head_dim}));
+  }
+  q = graph.Rope(q, dims.num_heads, prefix + "rope_q");
+  k = graph.Rope(k, dims.num_kv_heads, prefix + "rope_k");
+  AttentionAttrs attrs;
+  attrs.layer = layer;
+  attrs.sliding_window = options.sliding_window;
+  attrs.scale = 1.0 / std::sqrt(static_cast<double>(dims.head_dim));
+  // YaRN scales cos and sin, so q and k, by attention_factor: the logits by its square.
+  const llmrt::plan::RopeConfig& rope = graph.config().rope();
+  if (rope.scaling() == llmrt::plan::RopeConfig::YARN)
+    attrs.scale *= rope.attention_factor() * rope.attention_factor();
+  Activation attention = graph.Attention(q, k, v, attrs, prefix.substr(0, prefix.size() - 1));
+  return Project(graph, attention, prefix + "o_proj", dims.hidden_size, options.o_bias, because);
+}
+
+Activation GatedFfn(ModelGraph& graph, Activation x, int64_t layer, const FfnOptions& options) {
+  const ModelDims& dims = graph.dims();
+  const std::string prefix = ModelGraph::LayerPrefix(layer) + "mlp.";
+  const char* because = options.bias ? "mlp_bias=true" : "";
+  Activation gate =
+      Project(graph, x, prefix + "gate_proj", dims.intermediate_size, options.bias, because);
+  Activation up =
+      Project(graph, x, prefix + "up_proj", dims.intermediate_size, options.bias, because);
+  Activation product = graph.Mul(graph.Silu(gate, prefix + "act"), up, prefix + "mul");
+  return Project(graph, product, prefix + "down_proj", dims.hidden_size, options.bias, because);
+}
+
+Activation PreNormDecoderLayer(ModelGraph& graph, Activation x, int64_t layer,
+                               const AttentionOptions& attention, const FfnOptions& ffn) {
+  const ModelDims& dims = graph.dims();
+  const std::string prefix = ModelGraph::LayerPrefix(layer);
+  Activation normed =
+      graph.RmsNorm(x, graph.Weight(prefix + "input_layernorm.weight", {dims.hidden_size}));
+  Activation h =
+      graph.Add(x, SelfAttention(graph, normed, layer, attention), prefix + "residual_attn");
+  Activation mlp_in = graph.RmsNorm(
+      h, graph.Weight(prefix + "post_attention_layernorm.weight", {dims.hidden_size}));
+  return graph.Add(h, GatedFfn(graph, mlp_in, layer, ffn), prefix + "residual_mlp");
+}
+
+void FinalNormAndLogits(ModelGraph& graph, Activation x) {
+  const ModelDims& dims = graph.dims();
+  Activation normed = graph.RmsNorm(x, graph.Weight("model.norm.weight", {dims.hidden_size}));
+  if (graph.config().tie_word_embeddings()) {
+    graph.Ignore("lm_head.weight", {dims.vocab_size, dims.hidden_size});
+    graph.Logits(normed, "model.embed_tokens.weight");
+  } else {
+    graph.Logits(normed, graph.Weight("lm_head.weight", {dims.vocab_size, dims.hidden_size},
+                                      "tie_word_embeddings=false"));
+  }
+}
+
+void PreNormDecoder(ModelGraph& graph, const AttentionOptions& attention, const FfnOptions& ffn) {
+  Activation x = Embedding(graph);
+  for (int64_t layer = 0; layer < graph.dims().num_layers; ++layer)
+    x = PreNormDecoderLayer(graph, x, layer, attention, ffn);
+  FinalNormAndLogits(graph, x);
+}
+
+}  // namespace llmc::blocks

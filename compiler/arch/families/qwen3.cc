@@ -1,0 +1,30 @@
+// Qwen3ForCausalLM (modeling_qwen3.py): Llama with an RMSNorm over each head of q and k
+// (q_norm / k_norm, before rope), no q/k/v biases unless attention_bias (then o_proj too), and
+// an explicit head_dim (default 128).
+#include "compiler/arch/blocks.h"
+#include "compiler/arch/family.h"
+
+namespace llmc {
+namespace {
+
+absl::Status ReadConfig(const ConfigReader& json, llmrt::plan::ModelConfig& config) {
+  absl::StatusOr<bool> attention_bias = json.BoolOr("attention_bias", false);
+  if (!attention_bias.ok()) return attention_bias.status();
+  config.set_attention_bias(*attention_bias);
+  // Qwen3 configs carry sliding_window with use_sliding_window false: full attention then.
+  return json.RefuseTrue("use_sliding_window", "Qwen3 sliding-window layers");
+}
+
+void Build(ModelGraph& graph) {
+  blocks::AttentionOptions attention;
+  attention.qkv_bias = attention.o_bias = graph.config().attention_bias();
+  attention.qk_norm = true;
+  blocks::PreNormDecoder(graph, attention, {});
+}
+
+}  // namespace
+
+extern const Family kQwen3Family{
+    "Qwen3ForCausalLM", {"qwen3", 32, 32768, -1, -1, /*head_dim=*/128}, ReadConfig, Build};
+
+}  // namespace llmc

@@ -1,0 +1,197 @@
+// ModelGraph emitting the llm dialect: BuildModule and ValidateTensors of arch.h.
+#include <string>
+#include <vector>
+
+#include "compiler/arch/arch.h"
+#include "compiler/arch/graph.h"
+#include "ir/LlmDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Verifier.h"
+
+namespace llmc {
+namespace {
+
+using llmrt::plan::ModelConfig;
+
+mlir::Type ElementType(mlir::Builder& builder, llmrt::plan::DType dtype) {
+  switch (dtype) {
+    case llmrt::plan::F16:
+      return builder.getF16Type();
+    case llmrt::plan::BF16:
+      return builder.getBF16Type();
+    default:
+      return builder.getF32Type();
+  }
+}
+
+const char* ScalingName(llmrt::plan::RopeConfig::Scaling scaling) {
+  switch (scaling) {
+    case llmrt::plan::RopeConfig::LINEAR:
+      return "linear";
+    case llmrt::plan::RopeConfig::LLAMA3:
+      return "llama3";
+    case llmrt::plan::RopeConfig::YARN:
+      return "yarn";
+    default:
+      return "none";
+  }
+}
+
+class MlirGraph final : public ModelGraph {
+ public:
+  MlirGraph(mlir::MLIRContext& context, const ModelConfig& config, const TensorMap& tensors)
+      : ModelGraph(config, &tensors), context_(context), builder_(&context) {
+    context.loadDialect<llm::LlmDialect, mlir::func::FuncDialect>();
+    module_ = mlir::ModuleOp::create(builder_.getUnknownLoc());
+    builder_.setInsertionPointToEnd(module_->getBody());
+    auto token_vector =
+        mlir::RankedTensorType::get({mlir::ShapedType::kDynamic}, builder_.getI32Type());
+    function_ = builder_.create<mlir::func::FuncOp>(
+        builder_.getUnknownLoc(), "forward",
+        builder_.getFunctionType({token_vector, token_vector},
+                                 {ActivationType(std::max<int64_t>(config.vocab_size(), 1))}));
+    mlir::Block* body = function_.addEntryBlock();
+    builder_.setInsertionPointToStart(body);
+  }
+
+  // The module once the family has built it, verified; params in the order they were declared.
+  absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> TakeModule() {
+    if (absl::Status status = Finish(); !status.ok()) return status;
+    mlir::OpBuilder params(&context_);
+    params.setInsertionPoint(function_);
+    for (const std::string& name : declared()) {
+      const TensorInfo* info = Tensor(name);
+      params.create<llm::ParamOp>(params.getFusedLoc({}, params.getStringAttr(info->file)),
+                                  params.getStringAttr(name),
+                                  mlir::TypeAttr::get(mlir::RankedTensorType::get(
+                                      info->shape, ElementType(params, info->dtype))));
+    }
+    if (mlir::failed(mlir::verify(*module_)))
+      return absl::InternalError("llmc: the built module does not verify (a family builder bug)");
+    return std::move(module_);
+  }
+
+  Activation Embed(const std::string& table) override {
+    const std::vector<int64_t>& shape = DeclaredShape(table);
+    const int64_t width = shape.size() == 2 ? shape[1] : 1;
+    return Record(builder_.create<llm::EmbedOp>(Loc("model.embed_tokens"), ActivationType(width),
+                                                Tokens(), Symbol(table)),
+                  width);
+  }
+
+  Activation RmsNorm(Activation x, const std::string& weight) override {
+    return Record(
+        builder_.create<llm::RmsNormOp>(Loc(weight), Value(x).getType(), Value(x), Symbol(weight),
+                                        builder_.getF64FloatAttr(config().rms_norm_eps())),
+        x.width);
+  }
+
+  Activation Matmul(Activation x, const std::string& weight, const std::string& bias) override {
+    const std::vector<int64_t>& shape = DeclaredShape(weight);
+    const int64_t width = shape.empty() ? 1 : shape[0];
+    mlir::ArrayAttr biases;
+    if (!bias.empty()) biases = builder_.getArrayAttr({Symbol(bias)});
+    std::string name = weight;
+    if (name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0)
+      name.resize(name.size() - 7);
+    auto op =
+        builder_.create<llm::MatmulOp>(Loc(name), mlir::TypeRange{ActivationType(width)}, Value(x),
+                                       builder_.getArrayAttr({Symbol(weight)}), biases);
+    return Record(op.getResult(0), width);
+  }
+
+  Activation Rope(Activation x, int64_t num_heads, const std::string& name) override {
+    const llmrt::plan::RopeConfig& rope = config().rope();
+    return Record(
+        builder_.create<llm::RopeOp>(
+            Loc(name), Value(x).getType(), Value(x), Positions(),
+            builder_.getI64IntegerAttr(num_heads), builder_.getI64IntegerAttr(dims().head_dim),
+            builder_.getF64FloatAttr(rope.theta()),
+            builder_.getStringAttr(ScalingName(rope.scaling())),
+            builder_.getF64FloatAttr(
+                rope.scaling() == llmrt::plan::RopeConfig::SCALING_NONE ? 1.0 : rope.factor()),
+            builder_.getF64FloatAttr(rope.low_freq_factor()),
+            builder_.getF64FloatAttr(rope.high_freq_factor()),
+            builder_.getI64IntegerAttr(rope.original_max_position_embeddings()),
+            builder_.getF64FloatAttr(
+                rope.scaling() == llmrt::plan::RopeConfig::YARN ? rope.beta_fast() : 32.0),
+            builder_.getF64FloatAttr(
+                rope.scaling() == llmrt::plan::RopeConfig::YARN ? rope.beta_slow() : 1.0),
+            builder_.getBoolAttr(rope.untruncated())),
+        x.width);
+  }
+
+  Activation Attention(Activation q, Activation k, Activation v, const AttentionAttrs& attrs,
+                       const std::string& name) override {
+    return Record(
+        builder_.create<llm::AttentionOp>(Loc(name), Value(q).getType(), Value(q), Value(k),
+                                          Value(v), builder_.getI64IntegerAttr(attrs.layer),
+                                          builder_.getI64IntegerAttr(dims().num_heads),
+                                          builder_.getI64IntegerAttr(dims().num_kv_heads),
+                                          builder_.getI64IntegerAttr(dims().head_dim),
+                                          builder_.getI64IntegerAttr(attrs.sliding_window),
+                                          builder_.getF64FloatAttr(attrs.scale)),
+        q.width);
+  }
+
+  Activation Silu(Activation x, const std::string& name) override {
+    return Record(builder_.create<llm::SiluOp>(Loc(name), Value(x).getType(), Value(x)), x.width);
+  }
+  Activation Mul(Activation a, Activation b, const std::string& name) override {
+    return Record(builder_.create<llm::MulOp>(Loc(name), Value(a).getType(), Value(a), Value(b)),
+                  a.width);
+  }
+  Activation Add(Activation a, Activation b, const std::string& name) override {
+    return Record(builder_.create<llm::AddOp>(Loc(name), Value(a).getType(), Value(a), Value(b)),
+                  a.width);
+  }
+
+  void Logits(Activation x, const std::string& weight) override {
+    mlir::Value logits = builder_.create<llm::LogitsOp>(
+        Loc("lm_head"), ActivationType(dims().vocab_size), Value(x), Symbol(weight));
+    builder_.create<mlir::func::ReturnOp>(builder_.getUnknownLoc(), logits);
+  }
+
+ private:
+  mlir::Type ActivationType(int64_t width) { return llm::getActivationType(&context_, width); }
+  mlir::Location Loc(const std::string& name) {
+    return mlir::NameLoc::get(builder_.getStringAttr(name));
+  }
+  mlir::FlatSymbolRefAttr Symbol(const std::string& name) {
+    return mlir::FlatSymbolRefAttr::get(&context_, name);
+  }
+  mlir::Value Tokens() { return function_.getArgument(0); }
+  mlir::Value Positions() { return function_.getArgument(1); }
+  mlir::Value Value(Activation activation) { return values_.at(activation.id); }
+  Activation Record(mlir::Value value, int64_t width) {
+    values_.push_back(value);
+    return {static_cast<int32_t>(values_.size() - 1), width};
+  }
+
+  mlir::MLIRContext& context_;
+  mlir::OpBuilder builder_;
+  mlir::OwningOpRef<mlir::ModuleOp> module_;
+  mlir::func::FuncOp function_;
+  std::vector<mlir::Value> values_;
+};
+
+}  // namespace
+
+absl::Status ValidateTensors(const ModelConfig& config, const TensorMap& tensors) {
+  ValidatingGraph graph(config, &tensors);
+  return BuildFamily(graph);
+}
+
+absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> BuildModule(mlir::MLIRContext& context,
+                                                              const ModelConfig& config,
+                                                              const TensorMap& tensors) {
+  // Validate first: the MLIR builder assumes consistent shapes (placeholder values after an
+  // error would not type-check).
+  if (absl::Status status = ValidateTensors(config, tensors); !status.ok()) return status;
+  MlirGraph graph(context, config, tensors);
+  if (absl::Status status = BuildFamily(graph); !status.ok()) return status;
+  return graph.TakeModule();
+}
+
+}  // namespace llmc

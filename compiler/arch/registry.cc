@@ -1,0 +1,32 @@
+// The architecture registry: one line per family file under families/.
+#include "absl/strings/str_join.h"
+#include "compiler/arch/family.h"
+
+namespace llmc {
+
+extern const Family kLlamaFamily;
+extern const Family kMistralFamily;
+extern const Family kQwen2Family;
+extern const Family kQwen3Family;
+
+namespace {
+
+constexpr const Family* kFamilies[] = {&kLlamaFamily, &kMistralFamily, &kQwen2Family,
+                                       &kQwen3Family};
+
+}  // namespace
+
+const Family* FindFamily(std::string_view architecture) {
+  for (const Family* family : kFamilies) {
+    if (architecture == family->architecture) return family;
+  }
+  return nullptr;
+}
+
+std::string SupportedArchitectures() {
+  return absl::StrJoin(kFamilies, ", ", [](std::string* out, const Family* family) {
+    out->append(family->architecture);
+  });
+}
+
+}  // namespace llmc

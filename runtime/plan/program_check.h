@@ -1,0 +1,62 @@
+// The one validator of a plan's program. Every consumer of a Program — the CPU backend, the
+// CUDA backend and the CUDA emitter — calls CheckProgram before anything else and then relies
+// on what it guarantees instead of checking again:
+//
+//   values:  positive widths; ACTIVATION values are F32 and fit arena_bytes_per_token;
+//            TOKEN_IDS / POSITIONS have width 1; exactly one LOGITS width (the vocabulary).
+//   ops:     per OpKind (plan.proto) the input, output and weight counts, the kinds and widths
+//            of the values they name, the typed attributes (Op.attrs set for the kinds that
+//            have them, with valid values), every weight's shape, dtype and layout against the
+//            op, quantized matrices' companions (scales, zero points, permutation) and, when
+//            the blobs are given, their contents (zero points 0..15, a true permutation);
+//            a MATMUL's outputs never share arena bytes with its input.
+//   program: exactly one LOGITS op; ATTENTION ops agree on one KV shape, which matches
+//            the plan's KvCacheSpec.
+//
+// What a backend's kernels additionally need (the CPU's panel height or group sizes, which
+// dtypes each op reads, which kernels a CUDA table holds) each backend checks for itself.
+// Errors name the op ("program op 12 (ROPE): …") or value and what was expected.
+#ifndef LLMRT_PLAN_PROGRAM_CHECK_H_
+#define LLMRT_PLAN_PROGRAM_CHECK_H_
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+
+#include "absl/status/statusor.h"
+#include "runtime/plan/proto/plan.pb.h"
+
+namespace llmrt::plan {
+
+// The bytes of meta.tensors(index), or nullptr when there are none.
+using BlobLookup = std::function<const uint8_t*(int tensor_index)>;
+
+// What a valid program implies, for sizing a backend's state.
+struct ProgramFacts {
+  int64_t vocab_size = 0;  // the LOGITS value's width
+  // Token ids must be below this: the smallest EMBED table's rows.
+  int64_t max_token_id = std::numeric_limits<int64_t>::max();
+  int32_t kv_layers = 0;  // 1 + the largest ATTENTION layer; 0 without attention
+  int32_t kv_heads = 0;
+  int32_t kv_head_dim = 0;
+  int32_t max_rope_head_dim = 0;
+};
+
+// What CheckProgram is asked to accept.
+enum class ProgramScope {
+  // A model a backend runs: additionally exactly one LOGITS op and value.
+  kModel,
+  // Ops whose kernels are emitted or tested one by one (the CUDA emitter, kernel tests): the
+  // program need not end in logits.
+  kOps,
+};
+
+// Checks meta.program() against meta's tensor table and KV spec. `blobs` empty: the tensors'
+// sizes and contents are not checked (the CUDA emitter sees the meta only); otherwise every
+// tensor an op reads must have data of the size its shape, dtype and layout need.
+absl::StatusOr<ProgramFacts> CheckProgram(const PlanMeta& meta, const BlobLookup& blobs,
+                                          ProgramScope scope = ProgramScope::kModel);
+
+}  // namespace llmrt::plan
+
+#endif  // LLMRT_PLAN_PROGRAM_CHECK_H_
