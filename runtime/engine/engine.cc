@@ -282,9 +282,11 @@ void Engine::TakeInbox() {
     sequence->sampler = std::make_unique<sampling::Sampler>(params);
     sequence->sampler->SetPrompt(request.prompt_ids);
     if (tokenizer_ != nullptr) {
-      sequence->decoder = std::make_unique<StreamDecoder>(*tokenizer_, request.prompt_ids);
+      sequence->decoder = std::make_unique<StreamDecoder>(*tokenizer_, request.prompt_ids,
+                                                          request.skip_special_tokens);
     }
     sequence->stop_matcher = std::make_unique<sampling::StopStringMatcher>(request.stop);
+    if (request.constraint != nullptr) sequence->constraint = request.constraint->CloneInitial();
     sequence->pending_forks = request.n - 1;
     prompt_tokens_ += sequence->prompt_size;
     waiting_.push_back(sequence.get());
@@ -382,9 +384,13 @@ std::unique_ptr<Sequence> Engine::Fork(Sequence& parent, int32_t index) {
   child->sampler->SetPrompt(parent.request->request.prompt_ids);
   if (tokenizer_ != nullptr) {
     child->decoder =
-        std::make_unique<StreamDecoder>(*tokenizer_, parent.request->request.prompt_ids);
+        std::make_unique<StreamDecoder>(*tokenizer_, parent.request->request.prompt_ids,
+                                        parent.request->request.skip_special_tokens);
   }
   child->stop_matcher = std::make_unique<sampling::StopStringMatcher>(parent.request->request.stop);
+  if (parent.request->request.constraint != nullptr) {
+    child->constraint = parent.request->request.constraint->CloneInitial();
+  }
   return child;
 }
 
@@ -424,10 +430,51 @@ void Engine::Sample() {
   }
 }
 
+// The constraint's mask plus, when it may end, the EOS and stop token ids. kStop: nothing may
+// follow any more; kError (status set): the constraint failed or is stuck.
+FinishReason Engine::ConstrainedMask(Sequence& sequence, absl::Status& status) {
+  const int32_t vocab = static_cast<int32_t>(model_.vocab_size());
+  const GenerationRequest& request = sequence.request->request;
+  sequence.allowed.resize(sampling::MaskWords(vocab));
+  const absl::Span<uint32_t> mask = absl::MakeSpan(sequence.allowed);
+  status = sequence.constraint->FillNextTokenMask(mask);
+  if (!status.ok()) return FinishReason::kError;
+  const bool can_end = sequence.constraint->CanEnd();
+  if (can_end) {
+    auto allow = [&](int32_t token) {
+      if (token >= 0 && token < vocab) mask[token >> 5] |= 1u << (token & 31);
+    };
+    if (!request.ignore_eos) {
+      for (int32_t token : eos_token_ids_) allow(token);
+    }
+    for (int32_t token : request.stop_token_ids) allow(token);
+  }
+  if (std::any_of(mask.begin(), mask.end(), [](uint32_t word) { return word != 0; })) {
+    return FinishReason::kNone;
+  }
+  if (can_end) return FinishReason::kStop;
+  status = absl::FailedPreconditionError(
+      "structured output: no token of the vocabulary can continue the text here");
+  return FinishReason::kError;
+}
+
 void Engine::SampleOne(Sequence& sequence, const float* logits) {
   const int32_t vocab = static_cast<int32_t>(model_.vocab_size());
   const GenerationRequest& request = sequence.request->request;
-  const int32_t token = sequence.sampler->Sample(logits, vocab);
+  const uint32_t* allowed = nullptr;
+  if (sequence.constraint != nullptr) {
+    absl::Status status;
+    const FinishReason early = ConstrainedMask(sequence, status);
+    if (early != FinishReason::kNone) {
+      RequestOutput output;
+      output.status = status;
+      Finish(sequence, early, output);
+      request.on_output(output);
+      return;
+    }
+    allowed = sequence.allowed.data();
+  }
+  const int32_t token = sequence.sampler->Sample(logits, vocab, allowed);
   sequence.sampler->Accept(token);
   sequence.tokens.push_back(token);
   ++sequence.num_generated;
@@ -441,6 +488,12 @@ void Engine::SampleOne(Sequence& sequence, const float* logits) {
   FinishReason reason = FinishReason::kNone;
   if (is_eos || is_stop_token) {
     reason = FinishReason::kStop;
+  } else if (absl::Status status = sequence.constraint != nullptr
+                                       ? sequence.constraint->Accept(token)
+                                       : absl::OkStatus();
+             !status.ok()) {
+    output.status = status;
+    reason = FinishReason::kError;
   } else {
     TokenOutput token_output;
     token_output.token = token;

@@ -54,6 +54,7 @@
 #include "runtime/engine/sequence.h"
 #include "runtime/engine/step_builder.h"
 #include "runtime/sampling/sampler.h"
+#include "runtime/sampling/token_constraint.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace llmrt::engine {
@@ -107,7 +108,15 @@ struct GenerationRequest {
   bool logprobs = false;
   int32_t top_logprobs = 0;  // [0, 20]
   int32_t n = 1;             // choices; they share the prompt's KV blocks
+  // false: special tokens (<|python_tag|>, [TOOL_CALLS], ...) stay in the text, as HF's
+  // decode(skip_special_tokens=False); the server's tool-call parsers need them.
+  bool skip_special_tokens = true;
   OutputCallback on_output;  // required
+  // Structured output: each choice samples under its own CloneInitial() of this constraint;
+  // the EOS ids and stop_token_ids are allowed exactly when the constraint CanEnd(). A choice
+  // whose constraint allows nothing more finishes with kStop; a constraint that fails (or
+  // leaves no token while it cannot end) finishes it with kError and the reason.
+  std::shared_ptr<const sampling::TokenConstraint> constraint;
 };
 
 // 32 prompt tokens next to a decode batch. TinyLlama-1.1B f16 on 2 AVX2 cores: a prompt token
@@ -210,6 +219,7 @@ class Engine {
   void Finish(Sequence& sequence, FinishReason reason, RequestOutput& output);
   void FailScheduled(const absl::Status& status);
   void SampleOne(Sequence& sequence, const float* logits);
+  FinishReason ConstrainedMask(Sequence& sequence, absl::Status& status);
   std::unique_ptr<Sequence> Fork(Sequence& parent, int32_t index);
   void PublishStats();
 

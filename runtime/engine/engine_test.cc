@@ -84,6 +84,66 @@ class EngineStepTest : public ::testing::Test {
   std::map<RequestId, Result> results_;
 };
 
+// Allows exactly the tokens of `script`, in order, then the end.
+class ScriptConstraint : public sampling::TokenConstraint {
+ public:
+  explicit ScriptConstraint(std::vector<int32_t> script) : script_(std::move(script)) {}
+  absl::Status FillNextTokenMask(absl::Span<uint32_t> mask) override {
+    std::fill(mask.begin(), mask.end(), 0u);
+    if (next_ < script_.size()) mask[script_[next_] >> 5] |= 1u << (script_[next_] & 31);
+    return absl::OkStatus();
+  }
+  bool CanEnd() const override { return next_ == script_.size(); }
+  absl::Status Accept(int32_t token) override {
+    if (next_ >= script_.size() || token != script_[next_]) {
+      return absl::InvalidArgumentError("not in the script");
+    }
+    ++next_;
+    return absl::OkStatus();
+  }
+  std::unique_ptr<sampling::TokenConstraint> CloneInitial() const override {
+    return std::make_unique<ScriptConstraint>(script_);
+  }
+
+ private:
+  std::vector<int32_t> script_;
+  size_t next_ = 0;
+};
+
+TEST_F(EngineStepTest, EveryChoiceFollowsItsConstraintToTheEndOrTheLengthLimit) {
+  Reset();
+  std::map<std::pair<RequestId, int32_t>, Result> choices;
+  auto submit = [&](int64_t max_tokens) {
+    GenerationRequest request;
+    request.prompt_ids = Prompt(3);
+    request.sampling.temperature = 1.0;
+    request.seed = 11;
+    request.n = 3;
+    request.max_tokens = max_tokens;
+    request.constraint = std::make_shared<ScriptConstraint>(std::vector<int32_t>{5, 33, 7});
+    request.on_output = [&choices](const RequestOutput& output) {
+      Result& result = choices[{output.request_id, output.index}];
+      for (const TokenOutput& token : output.tokens) result.tokens.push_back(token.token);
+      if (output.finished) result.reason = output.finish_reason;
+    };
+    absl::StatusOr<RequestId> id = engine_->Submit(std::move(request));
+    EXPECT_TRUE(id.ok()) << id.status();
+    return *id;
+  };
+  const RequestId full = submit(16);
+  const RequestId cut = submit(2);
+  ASSERT_TRUE(engine_->RunUntilIdle().ok());
+  for (int32_t index = 0; index < 3; ++index) {
+    const Result& whole = choices[std::make_pair(full, index)];
+    const Result& limited = choices[std::make_pair(cut, index)];
+    // The script's end leaves no token allowed (the EOS id lies outside the vocabulary): stop.
+    EXPECT_EQ(whole.tokens, (std::vector<int32_t>{5, 33, 7})) << index;
+    EXPECT_EQ(whole.reason, FinishReason::kStop) << index;
+    EXPECT_EQ(limited.tokens, (std::vector<int32_t>{5, 33})) << index;
+    EXPECT_EQ(limited.reason, FinishReason::kLength) << index;
+  }
+}
+
 TEST_F(EngineStepTest, SixteenGreedyRequestsInOneDecodeStepMatchEachAlone) {
   constexpr int kRequests = 16;
   constexpr int64_t kMaxTokens = 12;

@@ -18,6 +18,7 @@
 #include "runtime/kv/block_pool.h"
 #include "runtime/sampling/sampler.h"
 #include "runtime/sampling/stop_strings.h"
+#include "runtime/sampling/token_constraint.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace llmrt::engine {
@@ -43,6 +44,8 @@ struct Sequence {
   std::unique_ptr<sampling::Sampler> sampler;
   std::unique_ptr<StreamDecoder> decoder;
   std::unique_ptr<sampling::StopStringMatcher> stop_matcher;
+  std::unique_ptr<sampling::TokenConstraint> constraint;  // null: unconstrained
+  std::vector<uint32_t> allowed;                          // the constraint's mask, per step
   int64_t num_generated = 0;
   int32_t pending_forks = 0;  // n - 1 until the first token is sampled
   bool finished = false;

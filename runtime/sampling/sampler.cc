@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_format.h"
+#include "runtime/sampling/token_constraint.h"
 
 namespace llmrt::sampling {
 
@@ -73,11 +75,16 @@ void Sampler::Accept(int32_t token) {
   ++output_counts_[token];
 }
 
-const float* Sampler::Process(const float* logits, int32_t vocab_size) {
+const float* Sampler::Process(const float* logits, int32_t vocab_size, const uint32_t* allowed) {
   const bool penalties = params_.repetition_penalty != 1.0 || params_.presence_penalty != 0.0 ||
                          params_.frequency_penalty != 0.0;
-  if (params_.logit_bias.empty() && !penalties) return logits;
+  if (params_.logit_bias.empty() && !penalties && allowed == nullptr) return logits;
   processed_.assign(logits, logits + vocab_size);
+  if (allowed != nullptr) {
+    for (int32_t id = 0; id < vocab_size; ++id) {
+      if (!MaskAllows(allowed, id)) processed_[id] = -std::numeric_limits<float>::infinity();
+    }
+  }
   for (const auto& [token, bias] : params_.logit_bias) {
     if (token >= 0 && token < vocab_size) processed_[token] += bias;
   }
@@ -203,8 +210,8 @@ double Sampler::NextUniform() {
   return static_cast<double>(random_() >> 11) * (1.0 / 9007199254740992.0);
 }
 
-int32_t Sampler::Sample(const float* raw_logits, int32_t vocab_size) {
-  const float* logits = Process(raw_logits, vocab_size);
+int32_t Sampler::Sample(const float* raw_logits, int32_t vocab_size, const uint32_t* allowed) {
+  const float* logits = Process(raw_logits, vocab_size, allowed);
   if (params_.temperature == 0.0) return ArgMax(logits, vocab_size);
   BuildCandidates(logits, vocab_size);
   // Walk the sorted candidates until their mass passes the draw, sorting further on demand.
@@ -215,12 +222,17 @@ int32_t Sampler::Sample(const float* raw_logits, int32_t vocab_size) {
     cumulative += candidates_[i].probability;
     if (target < cumulative) return candidates_[i].id;
   }
-  // Rounding left the total a hair below the kept weight and the draw above it.
-  return candidates_[kept_ - 1].id;
+  // Rounding left the total a hair below the kept weight and the draw above it: the last kept
+  // token of non-zero weight (a masked token has weight 0 and top-k may keep some).
+  for (int64_t i = kept_ - 1; i > 0; --i) {
+    if (candidates_[i].probability > 0.0) return candidates_[i].id;
+  }
+  return candidates_[0].id;
 }
 
-std::vector<float> Sampler::Probabilities(const float* raw_logits, int32_t vocab_size) {
-  const float* logits = Process(raw_logits, vocab_size);
+std::vector<float> Sampler::Probabilities(const float* raw_logits, int32_t vocab_size,
+                                          const uint32_t* allowed) {
+  const float* logits = Process(raw_logits, vocab_size, allowed);
   std::vector<float> probabilities(vocab_size, 0.0f);
   if (params_.temperature == 0.0) {
     probabilities[ArgMax(logits, vocab_size)] = 1.0f;

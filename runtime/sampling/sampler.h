@@ -2,6 +2,9 @@
 //
 // Order of transformations (vLLM's, which matches transformers' LogitsProcessor order for the
 // options both have):
+//   0. the allowed-token mask of structured output (token_constraint.h), when given: every
+//      other token's logit becomes -inf, so nothing below can bring it back (vLLM applies its
+//      grammar bitmask to the logits before its sampler, too);
 //   1. logit_bias is added (OpenAI semantics, clamped to [-100, 100]);
 //   2. repetition_penalty (transformers/CTRL): a token seen in the prompt or the output has its
 //      logit divided by the penalty when positive, multiplied when negative;
@@ -73,8 +76,9 @@ class Sampler {
   // Records a generated token for the penalties. The engine calls it for each token it keeps.
   void Accept(int32_t token);
 
-  // The chosen token id in [0, vocab_size).
-  int32_t Sample(const float* logits, int32_t vocab_size);
+  // The chosen token id in [0, vocab_size). `allowed` (MaskWords(vocab_size) words, or null
+  // for no constraint) must allow at least one token; the result is always an allowed one.
+  int32_t Sample(const float* logits, int32_t vocab_size, const uint32_t* allowed = nullptr);
 
   // Log-probability of `token` and the `top_n` most likely tokens (descending, lowest id first
   // on ties) under log-softmax of the raw `logits`.
@@ -83,13 +87,14 @@ class Sampler {
 
   // The distribution Sample() draws from, after every step; masked tokens get probability 0.
   // With temperature 0, all mass on the argmax. For tests and inspection.
-  std::vector<float> Probabilities(const float* logits, int32_t vocab_size);
+  std::vector<float> Probabilities(const float* logits, int32_t vocab_size,
+                                   const uint32_t* allowed = nullptr);
 
   const SamplingParams& params() const { return params_; }
 
  private:
-  // Applies bias and penalties; returns `logits` itself when none is active.
-  const float* Process(const float* logits, int32_t vocab_size);
+  // Applies the mask, bias and penalties; returns `logits` itself when none is active.
+  const float* Process(const float* logits, int32_t vocab_size, const uint32_t* allowed);
   // Sets up the distribution Sample() draws from: candidates_ holds every id, of which the
   // first kept_ survive top-k/top-p/min-p, each with weight exp(logit / T - max) in
   // `probability` (its probability is weight / kept_weight_). Only a prefix of candidates_ is

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/sampling/token_constraint.h"
 
 namespace llmrt::sampling {
 namespace {
@@ -318,6 +319,29 @@ TEST(SamplerTest, LogprobsAreLogSoftmaxOfRawLogits) {
   EXPECT_EQ(top[1].token, 3);
   EXPECT_EQ(top[2].token, 2);
   EXPECT_NEAR(top[0].logprob, 3.0 - log_total, 1e-6);
+}
+
+TEST(SamplerTest, MaskComesFirstAndNothingBringsAMaskedTokenBack) {
+  // Token 1 dominates and has a +100 bias, yet it is masked; top-k 3 keeps a masked token too.
+  const std::vector<float> logits = {1.0f, 9.0f, 2.0f, 0.5f, 8.0f};
+  const uint32_t allowed = (1u << 0) | (1u << 2) | (1u << 3);
+  SamplingParams params;
+  params.logit_bias = {{1, 100.0f}};
+  params.top_k = 3;
+  params.seed = 7;
+  Sampler sampler(params);
+  std::vector<float> probabilities = sampler.Probabilities(logits.data(), 5, &allowed);
+  EXPECT_EQ(probabilities[1], 0.0f);
+  EXPECT_EQ(probabilities[4], 0.0f);
+  const double total = std::exp(1.0) + std::exp(2.0) + std::exp(0.5);
+  EXPECT_NEAR(probabilities[2], std::exp(2.0) / total, 1e-6);
+  for (int i = 0; i < 200; ++i) {
+    const int32_t token = sampler.Sample(logits.data(), 5, &allowed);
+    EXPECT_TRUE(MaskAllows(&allowed, token)) << token;
+  }
+  params.temperature = 0.0;
+  Sampler greedy(params);
+  EXPECT_EQ(greedy.Sample(logits.data(), 5, &allowed), 2);
 }
 
 }  // namespace
