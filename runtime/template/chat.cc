@@ -3,10 +3,22 @@
 namespace llmrt::jinja {
 
 Value MessageValue(const ChatMessage& message) {
+  // transformers copies a message's reasoning, found under the first of these names that is not
+  // None, to "thinking" (gpt-oss reads it) and "reasoning_content" (Qwen3, DeepSeek read it):
+  // {"thinking": reasoning, **message, "reasoning_content": reasoning}.
+  const Value* reasoning = nullptr;
+  for (const char* name : {"reasoning_content", "thinking", "reasoning"}) {
+    for (const auto& [key, value] : message.fields) {
+      if (reasoning == nullptr && key == name && !value.is_none()) reasoning = &value;
+    }
+  }
   Value::Entries entries;
+  if (reasoning != nullptr) entries.emplace_back(Value::String("thinking"), *reasoning);
   entries.emplace_back(Value::String("role"), Value::String(message.role));
   entries.emplace_back(Value::String("content"), message.content);
   for (const auto& [key, value] : message.fields) entries.emplace_back(Value::String(key), value);
+  if (reasoning != nullptr) entries.emplace_back(Value::String("reasoning_content"), *reasoning);
+  // Value::Dict keeps a repeated key's first position and last value, as the dict literal does.
   return Value::Dict(std::move(entries));
 }
 

@@ -36,7 +36,9 @@ struct ChatOptions {
   RenderOptions render;
 };
 
-// The message as the dict a template sees: {"role": ..., "content": ..., fields...}.
+// The message as the dict a template sees: {"role": ..., "content": ..., fields...}, with its
+// reasoning (reasoning_content, thinking or reasoning) also under "thinking" and
+// "reasoning_content", as transformers' apply_chat_template passes it.
 Value MessageValue(const ChatMessage& message);
 
 absl::StatusOr<std::string> RenderChat(const Template& chat_template,

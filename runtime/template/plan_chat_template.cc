@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace llmrt::jinja {
 namespace {
@@ -15,30 +16,85 @@ std::optional<std::string> PieceText(const plan::TokenizerSpec& tokenizer, int32
   return tokenizer.pieces(id);
 }
 
+constexpr char kToolUseTemplateName[] = "tool_use";
+
+// How messages name a template: the default one as before named templates existed.
+std::string TemplateLabel(std::string_view name) {
+  if (name == kDefaultTemplateName) return "chat template";
+  return absl::StrCat("chat template \"", std::string(name), "\"");
+}
+
 }  // namespace
 
 absl::StatusOr<PlanChatTemplate> PlanChatTemplate::Create(const plan::TokenizerSpec& tokenizer) {
-  if (tokenizer.chat_template().empty()) {
+  if (tokenizer.chat_template().empty() && tokenizer.named_chat_templates().empty()) {
     return absl::FailedPreconditionError(
-        "the plan has no chat template (tokenizer_config.json had no \"chat_template\"; "
-        "give one with llmc compile --chat-template FILE)");
+        "the plan has no chat template (the checkpoint had no chat_template.jinja and "
+        "tokenizer_config.json no \"chat_template\"; give one with llmc compile --chat-template "
+        "FILE)");
   }
-  absl::StatusOr<Template> parsed = Template::Parse(tokenizer.chat_template());
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("chat template: ", parsed.status().message()));
+  std::vector<std::pair<std::string, std::string_view>> sources;
+  if (!tokenizer.chat_template().empty()) {
+    sources.emplace_back(kDefaultTemplateName, tokenizer.chat_template());
   }
-  return PlanChatTemplate(*std::move(parsed), PieceText(tokenizer, tokenizer.bos_id()),
+  for (const plan::TokenizerSpec::NamedChatTemplate& named : tokenizer.named_chat_templates()) {
+    sources.emplace_back(named.name(), named.source());
+  }
+  std::vector<std::pair<std::string, Template>> templates;
+  for (auto& [name, source] : sources) {
+    absl::StatusOr<Template> parsed = Template::Parse(source);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(TemplateLabel(name), ": ", parsed.status().message()));
+    }
+    templates.emplace_back(std::move(name), *std::move(parsed));
+  }
+  return PlanChatTemplate(std::move(templates), PieceText(tokenizer, tokenizer.bos_id()),
                           PieceText(tokenizer, tokenizer.eos_id()));
 }
 
+std::vector<std::string> PlanChatTemplate::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, parsed] : templates_) out.push_back(name);
+  return out;
+}
+
+const Template* PlanChatTemplate::Find(std::string_view name) const {
+  for (const auto& [existing, parsed] : templates_) {
+    if (existing == name) return &parsed;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::string> PlanChatTemplate::Select(std::string_view requested,
+                                                     bool has_tools) const {
+  if (!requested.empty()) {
+    if (Find(requested) != nullptr) return std::string(requested);
+    return absl::NotFoundError(absl::StrCat("the plan has no chat template named \"",
+                                            std::string(requested),
+                                            "\"; it has: ", absl::StrJoin(names(), ", ")));
+  }
+  if (has_tools && Find(kToolUseTemplateName) != nullptr) return std::string(kToolUseTemplateName);
+  if (Find(kDefaultTemplateName) != nullptr) return std::string(kDefaultTemplateName);
+  return absl::FailedPreconditionError(
+      absl::StrCat("the plan has several chat templates and no \"default\"; name one (",
+                   absl::StrJoin(names(), ", "), ")"));
+}
+
 absl::StatusOr<std::string> PlanChatTemplate::Render(const std::vector<ChatMessage>& messages,
-                                                     ChatOptions options) const {
+                                                     ChatOptions options,
+                                                     std::string_view template_name) const {
+  absl::StatusOr<std::string> name = Select(template_name, options.tools.has_value());
+  if (!name.ok()) {
+    return absl::Status(name.status().code(),
+                        absl::StrCat("chat template: ", name.status().message()));
+  }
   if (!options.bos_token) options.bos_token = bos_token_;
   if (!options.eos_token) options.eos_token = eos_token_;
-  absl::StatusOr<std::string> rendered = RenderChat(template_, messages, options);
+  absl::StatusOr<std::string> rendered = RenderChat(*Find(*name), messages, options);
   if (!rendered.ok()) {
     return absl::Status(rendered.status().code(),
-                        absl::StrCat("chat template: ", rendered.status().message()));
+                        absl::StrCat(TemplateLabel(*name), ": ", rendered.status().message()));
   }
   return rendered;
 }

@@ -1,8 +1,10 @@
 #include "runtime/template/template.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <ctime>
 #include <utility>
 #include <vector>
@@ -145,6 +147,48 @@ std::string Capitalize(const std::string& text) {
   return AsciiUpper(text.substr(0, 1)) + AsciiLower(text.substr(1));
 }
 
+// What a str contributes to Markup: itself when already Markup, else HTML-escaped (markupsafe).
+std::string MarkupText(const Value& value) {
+  return value.is_markup() ? value.string_value() : HtmlEscape(value.Str());
+}
+
+// `text` as Markup when `original` is Markup: Markup's own methods return Markup.
+Value SameStringKind(const Value& original, std::string text) {
+  return original.is_markup() ? Value::Markup(std::move(text)) : Value::String(std::move(text));
+}
+
+// jinja2's builtin filters and tests plus transformers' tojson: what `is filter` / `is test`
+// answer. The ones without an implementation here are in kUnsupportedFilters.
+constexpr const char* kFilterNames[] = {
+    "abs",    "attr",       "batch",       "capitalize", "center",   "count",
+    "d",      "default",    "dictsort",    "e",          "escape",   "filesizeformat",
+    "first",  "float",      "forceescape", "format",     "groupby",  "indent",
+    "int",    "items",      "join",        "last",       "length",   "list",
+    "lower",  "map",        "max",         "min",        "pprint",   "random",
+    "reject", "rejectattr", "replace",     "reverse",    "round",    "safe",
+    "select", "selectattr", "slice",       "sort",       "string",   "striptags",
+    "sum",    "title",      "tojson",      "trim",       "truncate", "unique",
+    "upper",  "urlencode",  "urlize",      "wordcount",  "wordwrap", "xmlattr"};
+constexpr const char* kUnsupportedFilters[] = {"filesizeformat", "pprint", "random",   "striptags",
+                                               "urlencode",      "urlize", "wordwrap", "xmlattr"};
+constexpr const char* kTestNames[] = {
+    "!=",       "<",        "<=",          "==",       ">",           ">=",       "boolean",
+    "callable", "defined",  "divisibleby", "eq",       "equalto",     "escaped",  "even",
+    "false",    "filter",   "float",       "ge",       "greaterthan", "gt",       "in",
+    "integer",  "iterable", "le",          "lessthan", "lower",       "lt",       "mapping",
+    "ne",       "none",     "number",      "odd",      "sameas",      "sequence", "string",
+    "test",     "true",     "undefined",   "upper"};
+
+template <size_t N>
+bool IsOneOf(const char* const (&names)[N], std::string_view name) {
+  for (const char* candidate : names) {
+    if (name == candidate) return true;
+  }
+  return false;
+}
+bool IsFilterName(std::string_view name) { return IsOneOf(kFilterNames, name); }
+bool IsTestName(std::string_view name) { return IsOneOf(kTestNames, name); }
+
 std::string PythonReplace(const std::string& text, const std::string& old_text,
                           const std::string& new_text, int64_t count) {
   std::string out;
@@ -233,6 +277,231 @@ const Value* Argument(const CallArguments& arguments, size_t position, std::stri
   }
   if (position < arguments.positional.size()) return &arguments.positional[position];
   return nullptr;
+}
+
+// Python's str.center(width, fill): the extra fill goes right when the padding is odd, except
+// that an odd width with an odd length puts it left (CPython: left = pad / 2 + (pad & width & 1)).
+std::string Center(const std::string& text, int64_t width, const std::string& fill) {
+  const int64_t length = CodePointCount(text);
+  if (width <= length) return text;
+  const int64_t pad = width - length;
+  const int64_t left = pad / 2 + (pad & width & 1);
+  std::string out;
+  for (int64_t index = 0; index < left; ++index) out += fill;
+  out += text;
+  for (int64_t index = 0; index < pad - left; ++index) out += fill;
+  return out;
+}
+
+std::string PadTo(const std::string& text, int64_t width, const std::string& fill, bool left) {
+  std::string padding;
+  for (int64_t index = CodePointCount(text); index < width; ++index) padding += fill;
+  return left ? padding + text : text + padding;
+}
+
+// Python's printf-style `format % values` (the `format` filter and the `%` operator): conversions
+// s r d i u f F e E g G x X o c and %%, with a mapping key, flags "-+ 0#", width and precision.
+absl::StatusOr<std::string> PrintfFormat(const std::string& format, const Value& values) {
+  const bool by_name = values.is_dict();
+  std::vector<Value> positional;
+  if (values.is_tuple()) {
+    positional = values.items();
+  } else if (!by_name) {
+    positional.push_back(values);
+  }
+  size_t next = 0;
+  std::string out;
+  for (size_t index = 0; index < format.size(); ++index) {
+    if (format[index] != '%') {
+      out += format[index];
+      continue;
+    }
+    if (++index >= format.size())
+      return absl::InvalidArgumentError("ValueError: incomplete format");
+    const Value* argument = nullptr;
+    if (format[index] == '(') {
+      const size_t close = format.find(')', index);
+      if (close == std::string::npos) {
+        return absl::InvalidArgumentError("ValueError: incomplete format key");
+      }
+      if (!by_name) return TypeError("format requires a mapping");
+      argument = values.Find(format.substr(index + 1, close - index - 1));
+      if (argument == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("KeyError: ", StringRepr(format.substr(index + 1, close - index - 1))));
+      }
+      index = close + 1;
+    }
+    std::string flags;
+    while (index < format.size() &&
+           std::string_view("-+ 0#").find(format[index]) != std::string::npos) {
+      flags += format[index++];
+    }
+    std::string width, precision;
+    while (index < format.size() && std::isdigit(static_cast<unsigned char>(format[index]))) {
+      width += format[index++];
+    }
+    bool has_precision = false;
+    if (index < format.size() && format[index] == '.') {
+      has_precision = true;
+      ++index;
+      while (index < format.size() && std::isdigit(static_cast<unsigned char>(format[index]))) {
+        precision += format[index++];
+      }
+    }
+    if (index >= format.size()) return absl::InvalidArgumentError("ValueError: incomplete format");
+    const char conversion = format[index];
+    if (conversion == '%') {
+      out += '%';
+      continue;
+    }
+    if (argument == nullptr) {
+      if (by_name) return TypeError("format requires a mapping");
+      if (next >= positional.size()) return TypeError("not enough arguments for format string");
+      argument = &positional[next++];
+    }
+    const int64_t width_value = width.empty() ? 0 : std::stoll(width.substr(0, 6));
+    const bool left = flags.find('-') != std::string::npos;
+    if (conversion == 's' || conversion == 'r' || conversion == 'a' || conversion == 'c') {
+      std::string text = conversion == 's'   ? argument->Str()
+                         : conversion == 'c' ? argument->Str().substr(0, 4)
+                                             : argument->Repr();
+      if (has_precision) {
+        const std::vector<std::string> points = CodePoints(text);
+        const size_t keep =
+            std::min<size_t>(points.size(), std::stoul("0" + precision.substr(0, 6)));
+        text.clear();
+        for (size_t point = 0; point < keep; ++point) text += points[point];
+      }
+      out += PadTo(text, width_value, " ", !left);
+      continue;
+    }
+    if (std::string_view("diufFeEgGxXo").find(conversion) == std::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("ValueError: unsupported format character '%c'", conversion));
+    }
+    if (!argument->is_number()) {
+      return TypeError(absl::StrFormat("%%%c format: a real number is required, not %s", conversion,
+                                       argument->TypeName()));
+    }
+    // Width and precision up to 999 keep every result inside the buffer below (a double prints
+    // at most 309 integer digits).
+    const std::string spec = "%" + flags + width.substr(0, 3) +
+                             (has_precision ? "." + precision.substr(0, 3) : std::string());
+    const bool integral = std::string_view("diuxXo").find(conversion) != std::string_view::npos;
+    // The spec is built from digits and flags only, so snprintf cannot read past its argument.
+    char buffer[2048];
+    if (integral) {
+      long long number = argument->is_float() ? static_cast<long long>(argument->float_value())
+                                              : static_cast<long long>(argument->int_value());
+      const char c_conversion = conversion == 'i' || conversion == 'u' ? 'd' : conversion;
+      std::string sign;
+      if (c_conversion != 'd' && number < 0) {
+        // Python prints a sign and the magnitude; C would print the two's complement.
+        sign = "-";
+        number = -number;
+      }
+      std::snprintf(buffer, sizeof(buffer), (spec + "ll" + c_conversion).c_str(), number);
+      out += sign + buffer;
+    } else {
+      std::snprintf(buffer, sizeof(buffer), (spec + conversion).c_str(), argument->float_value());
+      out += buffer;
+    }
+  }
+  if (!by_name && next < positional.size()) {
+    return TypeError("not all arguments converted during string formatting");
+  }
+  return out;
+}
+
+// Python's str.format for the forms templates use: {} {0} {name} and {{ }}; a format spec or
+// conversion ({:>8}, {!r}) is not supported.
+absl::StatusOr<std::string> BraceFormat(const std::string& format, const CallArguments& arguments) {
+  std::string out;
+  size_t automatic = 0;
+  for (size_t index = 0; index < format.size(); ++index) {
+    const char c = format[index];
+    if (c == '}') {
+      if (index + 1 < format.size() && format[index + 1] == '}') {
+        out += '}';
+        ++index;
+        continue;
+      }
+      return absl::InvalidArgumentError("ValueError: Single '}' encountered in format string");
+    }
+    if (c != '{') {
+      out += c;
+      continue;
+    }
+    if (index + 1 < format.size() && format[index + 1] == '{') {
+      out += '{';
+      ++index;
+      continue;
+    }
+    const size_t close = format.find('}', index);
+    if (close == std::string::npos) {
+      return absl::InvalidArgumentError("ValueError: Single '{' encountered in format string");
+    }
+    const std::string field = format.substr(index + 1, close - index - 1);
+    if (field.find_first_of(":!.[") != std::string::npos) {
+      return absl::Status(kTemplateUnsupportedCode,
+                          absl::StrCat("str.format: the field {", field,
+                                       "} (a format spec, conversion, attribute or index) is not "
+                                       "supported by this interpreter"));
+    }
+    const Value* value = nullptr;
+    size_t position;
+    if (field.empty()) {
+      position = automatic++;
+      if (position >= arguments.positional.size()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "IndexError: Replacement index %d out of range for positional args tuple", position));
+      }
+      value = &arguments.positional[position];
+    } else if (absl::SimpleAtoi(field, &position)) {
+      if (position >= arguments.positional.size()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "IndexError: Replacement index %d out of range for positional args tuple", position));
+      }
+      value = &arguments.positional[position];
+    } else {
+      for (const auto& [key, keyword_value] : arguments.keyword) {
+        if (key == field) value = &keyword_value;
+      }
+      if (value == nullptr) return absl::InvalidArgumentError("KeyError: " + StringRepr(field));
+    }
+    out += value->Str();
+    index = close;
+  }
+  return out;
+}
+
+// jinja2's truncate filter.
+std::string Truncate(const std::string& text, int64_t length, bool kill_words,
+                     const std::string& end, int64_t leeway) {
+  const std::vector<std::string> points = CodePoints(text);
+  if (static_cast<int64_t>(points.size()) <= length + leeway) return text;
+  const int64_t keep =
+      std::clamp<int64_t>(length - CodePointCount(end), 0, static_cast<int64_t>(points.size()));
+  std::string head;
+  for (int64_t index = 0; index < keep; ++index) head += points[index];
+  if (kill_words) return head + end;
+  const size_t space = head.rfind(' ');
+  if (space != std::string::npos) head.resize(space);
+  return head + end;
+}
+
+// jinja2's wordcount: the number of \w+ runs (Unicode letters and digits count as word
+// characters; every non-ASCII byte is taken as part of a word).
+int64_t WordCount(const std::string& text) {
+  int64_t count = 0;
+  bool in_word = false;
+  for (unsigned char c : text) {
+    const bool word = std::isalnum(c) || c == '_' || c >= 0x80;
+    if (word && !in_word) ++count;
+    in_word = word;
+  }
+  return count;
 }
 
 struct Scope {
@@ -329,10 +598,13 @@ class Renderer {
   }
 
   static absl::Status AtLine(absl::Status status, int line) {
-    if (status.ok() || status.code() != absl::StatusCode::kInvalidArgument) return status;
+    if (status.ok() || (status.code() != absl::StatusCode::kInvalidArgument &&
+                        status.code() != kTemplateUnsupportedCode)) {
+      return status;
+    }
     if (absl::StartsWith(status.message(), "template line")) return status;
-    return absl::InvalidArgumentError(
-        absl::StrFormat("template line %d: %s", line, status.message()));
+    return absl::Status(status.code(),
+                        absl::StrFormat("template line %d: %s", line, status.message()));
   }
 
   // ---- Statements ----
@@ -865,7 +1137,7 @@ class Renderer {
     if (object.is_string()) {
       std::string out;
       for (int64_t index : indices) out += points[index];
-      return Value::String(std::move(out));
+      return SameStringKind(object, std::move(out));
     }
     Value::Items items;
     for (int64_t index : indices) items.push_back(object.items()[index]);
@@ -887,7 +1159,7 @@ class Renderer {
           const int64_t length = static_cast<int64_t>(points.size());
           if (index < 0) index += length;
           if (index < 0 || index >= length) return MissingElement(object, key);
-          return Value::String(points[index]);
+          return SameStringKind(object, points[index]);
         }
         const int64_t length = static_cast<int64_t>(object.items().size());
         if (index < 0) index += length;
@@ -938,6 +1210,7 @@ class Renderer {
       if (method.ok()) return method;
       return MissingAttribute(object, name);
     }
+    if (const Value* field = object.Field(name)) return *field;
     if (object.is_sequence_of_items()) {
       if (name == "append" || name == "extend" || name == "insert" || name == "pop" ||
           name == "remove" || name == "reverse" || name == "sort" || name == "clear") {
@@ -992,17 +1265,53 @@ class Renderer {
 
   absl::StatusOr<Value> StringMethod(const Value& object, const std::string& name) {
     static const char* const kMethods[] = {
-        "strip",   "lstrip",  "rstrip",       "split",        "rsplit",  "startswith", "endswith",
-        "upper",   "lower",   "title",        "capitalize",   "replace", "find",       "rfind",
-        "count",   "join",    "splitlines",   "isdigit",      "isalpha", "isspace",    "isalnum",
-        "islower", "isupper", "removeprefix", "removesuffix", "format",  "index"};
+        "strip",        "lstrip",  "rstrip",  "split",     "rsplit",     "startswith",
+        "endswith",     "upper",   "lower",   "title",     "capitalize", "replace",
+        "find",         "rfind",   "count",   "join",      "splitlines", "isdigit",
+        "isalpha",      "isspace", "isalnum", "islower",   "isupper",    "removeprefix",
+        "removesuffix", "format",  "index",   "partition", "rpartition", "center",
+        "ljust",        "rjust",   "zfill",   "swapcase"};
     bool known = false;
     for (const char* method : kMethods) known |= name == method;
     if (!known) return absl::NotFoundError(name);
     return Method(
         object, name,
         [this, name](const Value& self, const CallArguments& arguments) -> absl::StatusOr<Value> {
-          return CallStringMethod(self.string_value(), name, arguments);
+          if (!self.is_markup()) return CallStringMethod(self.string_value(), name, arguments);
+          // Markup's methods return Markup (lists of it from the splits) and escape the text
+          // they insert: replace's new text, join's items, format's arguments.
+          CallArguments escaped = arguments;
+          auto escape_at = [&](size_t position, const char* keyword) {
+            for (auto& [key, value] : escaped.keyword) {
+              if (key == keyword) value = Value::Markup(MarkupText(value));
+            }
+            if (position < escaped.positional.size()) {
+              escaped.positional[position] =
+                  Value::Markup(MarkupText(escaped.positional[position]));
+            }
+          };
+          if (name == "replace") escape_at(1, "new");
+          if (name == "format") {
+            for (size_t index = 0; index < escaped.positional.size(); ++index) escape_at(index, "");
+            for (auto& [key, value] : escaped.keyword) value = Value::Markup(MarkupText(value));
+          }
+          if (name == "join" && !escaped.positional.empty()) {
+            LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(escaped.positional[0]));
+            for (Value& item : items) {
+              if (item.is_string()) item = Value::Markup(MarkupText(item));
+            }
+            escaped.positional[0] = Value::List(std::move(items));
+          }
+          LLMRT_ASSIGN_OR_RETURN(Value result,
+                                 CallStringMethod(self.string_value(), name, escaped));
+          if (result.is_string()) return Value::Markup(result.string_value());
+          if (result.is_list() && (name == "split" || name == "rsplit" || name == "splitlines")) {
+            Value::Items parts;
+            for (const Value& part : result.items())
+              parts.push_back(Value::Markup(part.string_value()));
+            return Value::List(std::move(parts));
+          }
+          return result;
         });
   }
 
@@ -1153,6 +1462,60 @@ class Renderer {
       }
       return Value::String(std::move(out));
     }
+    if (name == "format") {
+      LLMRT_ASSIGN_OR_RETURN(std::string out, BraceFormat(text, arguments));
+      LLMRT_RETURN_IF_ERROR(CheckSize(out.size()));
+      return Value::String(std::move(out));
+    }
+    if (name == "partition" || name == "rpartition") {
+      const Value* separator = Argument(arguments, 0, "sep");
+      if (separator == nullptr || !separator->is_string()) {
+        return TypeError(
+            absl::StrFormat("must be str, not %s", separator ? separator->TypeName() : "nothing"));
+      }
+      const std::string& needle = separator->string_value();
+      if (needle.empty()) return absl::InvalidArgumentError("ValueError: empty separator");
+      const size_t found = name == "partition" ? text.find(needle) : text.rfind(needle);
+      if (found == std::string::npos) {
+        return name == "partition"
+                   ? Value::Tuple({Value::String(text), Value::String(""), Value::String("")})
+                   : Value::Tuple({Value::String(""), Value::String(""), Value::String(text)});
+      }
+      return Value::Tuple({Value::String(text.substr(0, found)), Value::String(needle),
+                           Value::String(text.substr(found + needle.size()))});
+    }
+    if (name == "center" || name == "ljust" || name == "rjust" || name == "zfill") {
+      const Value* width = Argument(arguments, 0, "width");
+      if (width == nullptr || !(width->is_int() || width->is_bool())) {
+        return TypeError(name + "() needs an integer width");
+      }
+      const int64_t columns =
+          std::min<int64_t>(width->int_value(), options_.limits.max_output_bytes);
+      if (name == "zfill") {
+        const bool signed_text = !text.empty() && (text[0] == '-' || text[0] == '+');
+        const std::string digits = signed_text ? text.substr(1) : text;
+        const std::string padded = PadTo(digits, columns - (signed_text ? 1 : 0), "0", true);
+        return Value::String(signed_text ? text.substr(0, 1) + padded : padded);
+      }
+      LLMRT_ASSIGN_OR_RETURN(std::optional<std::string> fill, string_argument(1, "fillchar"));
+      if (fill && CodePointCount(*fill) != 1) {
+        return TypeError("The fill character must be exactly one character long");
+      }
+      const std::string fill_char = fill.value_or(" ");
+      if (name == "center") return Value::String(Center(text, columns, fill_char));
+      return Value::String(PadTo(text, columns, fill_char, name == "rjust"));
+    }
+    if (name == "swapcase") {
+      std::string out = text;
+      for (char& c : out) {
+        if (c >= 'a' && c <= 'z') {
+          c = static_cast<char>(c - 'a' + 'A');
+        } else if (c >= 'A' && c <= 'Z') {
+          c = static_cast<char>(c - 'A' + 'a');
+        }
+      }
+      return Value::String(std::move(out));
+    }
     if (name == "splitlines") {
       Value::Items lines;
       for (std::string& line : SplitLines(text)) lines.push_back(Value::String(std::move(line)));
@@ -1188,8 +1551,8 @@ class Renderer {
       if (name == "islower" || name == "isupper") return Value::Bool(has_cased);
       return Value::Bool(true);
     }
-    return absl::InvalidArgumentError(
-        absl::StrFormat("SecurityError: str.%s is not available in chat templates", name));
+    return absl::Status(kTemplateUnsupportedCode,
+                        absl::StrFormat("str.%s is not supported by this interpreter", name));
   }
 
   // Python iteration: list/tuple items, dict keys, string code points; Undefined is empty.
@@ -1291,6 +1654,9 @@ class Renderer {
     if (op == "+") {
       if (left.is_string() && right.is_string()) {
         LLMRT_RETURN_IF_ERROR(CheckSize(left.string_value().size() + right.string_value().size()));
+        if (left.is_markup() || right.is_markup()) {
+          return Value::Markup(MarkupText(left) + MarkupText(right));
+        }
         return Value::String(left.string_value() + right.string_value());
       }
       if ((left.is_list() && right.is_list()) || (left.is_tuple() && right.is_tuple())) {
@@ -1336,7 +1702,7 @@ class Renderer {
             std::min<double>(1e18, static_cast<double>(sequence->string_value().size()) * times))));
         std::string out;
         for (int64_t step = 0; step < times; ++step) out += sequence->string_value();
-        return Value::String(std::move(out));
+        return SameStringKind(*sequence, std::move(out));
       }
       LLMRT_RETURN_IF_ERROR(CountIterations(
           static_cast<int64_t>(std::min<double>(1e15, double(sequence->items().size()) * times))));
@@ -1347,8 +1713,9 @@ class Renderer {
       return sequence->is_list() ? Value::List(std::move(items)) : Value::Tuple(std::move(items));
     }
     if (op == "%" && left.is_string()) {
-      return absl::InvalidArgumentError(
-          "TypeError: printf-style '%' string formatting is not supported in chat templates");
+      LLMRT_ASSIGN_OR_RETURN(std::string out, PrintfFormat(left.string_value(), right));
+      LLMRT_RETURN_IF_ERROR(CheckSize(out.size()));
+      return SameStringKind(left, std::move(out));
     }
     return unsupported();
   }
@@ -1455,6 +1822,13 @@ class Renderer {
     if (name == "true") return value.is_bool() && value.bool_value();
     if (name == "false") return value.is_bool() && !value.bool_value();
     if (name == "callable") return value.is_function();
+    if (name == "escaped") return value.is_markup();
+    if (name == "filter" || name == "test") {
+      // Whether the name is one this interpreter has (jinja2 asks its environment).
+      if (!value.is_string()) return false;
+      return name == "filter" ? IsFilterName(value.string_value())
+                              : IsTestName(value.string_value());
+    }
     if (name == "lower" || name == "upper") {
       const std::string text = value.Str();
       return name == "lower" ? AsciiLower(text) == text : AsciiUpper(text) == text;
@@ -1499,8 +1873,8 @@ class Renderer {
         return Compare(op, value, *argument);
       }
     }
-    return absl::InvalidArgumentError(
-        absl::StrFormat("TemplateRuntimeError: No test named '%s'.", name));
+    return absl::Status(kTemplateUnsupportedCode,
+                        absl::StrFormat("TemplateRuntimeError: No test named '%s'.", name));
   }
 
   // ---- Filters ----
@@ -1547,19 +1921,173 @@ class Renderer {
       tail.keyword = arguments.keyword;
       return tail;
     };
+    if (IsOneOf(kUnsupportedFilters, name)) {
+      return absl::Status(
+          kTemplateUnsupportedCode,
+          absl::StrFormat("the filter '%s' is not supported by this interpreter", name));
+    }
     if (name == "length" || name == "count") return Length(value);
-    if (name == "string") return Value::String(value.Str());
-    if (name == "safe") return Value::String(value.Str());
+    // string, trim, upper, lower and capitalize keep Markup (soft_str and Markup's methods).
+    if (name == "string") return value.is_markup() ? value : Value::String(value.Str());
+    if (name == "safe") return value.is_markup() ? value : Value::Markup(value.Str());
+    if (name == "e" || name == "escape") {
+      return value.is_markup() ? value : Value::Markup(HtmlEscape(value.Str()));
+    }
+    if (name == "forceescape") return Value::Markup(HtmlEscape(value.Str()));
     if (name == "trim") {
       const Value* chars = Argument(arguments, 0, "chars");
       std::optional<std::string> set;
       if (chars != nullptr && !chars->is_none()) set = chars->Str();
-      return Value::String(Strip(value.Str(), set, true, true));
+      return SameStringKind(value, Strip(value.Str(), set, true, true));
     }
-    if (name == "upper") return Value::String(AsciiUpper(value.Str()));
-    if (name == "lower") return Value::String(AsciiLower(value.Str()));
+    if (name == "upper") return SameStringKind(value, AsciiUpper(value.Str()));
+    if (name == "lower") return SameStringKind(value, AsciiLower(value.Str()));
     if (name == "title") return Value::String(JinjaTitle(value.Str()));
-    if (name == "capitalize") return Value::String(Capitalize(value.Str()));
+    if (name == "capitalize") return SameStringKind(value, Capitalize(value.Str()));
+    if (name == "center") {
+      const Value* width = Argument(arguments, 0, "width");
+      const int64_t columns = width == nullptr ? 80 : width->int_value();
+      return Value::String(
+          Center(value.Str(), std::min<int64_t>(columns, options_.limits.max_output_bytes), " "));
+    }
+    if (name == "wordcount") return Value::Int(WordCount(value.Str()));
+    if (name == "truncate") {
+      const Value* length = Argument(arguments, 0, "length");
+      const Value* kill_words = Argument(arguments, 1, "killwords");
+      const Value* end = Argument(arguments, 2, "end");
+      const Value* leeway = Argument(arguments, 3, "leeway");
+      const int64_t max_length = length ? length->int_value() : 255;
+      // jinja2's policy truncate.leeway defaults to 5.
+      const int64_t margin = leeway && !leeway->is_none() ? leeway->int_value() : 5;
+      if (max_length < CodePointCount(end ? end->Str() : "...")) {
+        return absl::InvalidArgumentError("AssertionError: expected length >= len(end), got " +
+                                          std::to_string(max_length));
+      }
+      if (margin < 0) {
+        return absl::InvalidArgumentError("AssertionError: expected leeway >= 0, got " +
+                                          std::to_string(margin));
+      }
+      return Value::String(Truncate(value.Str(), max_length, kill_words && kill_words->Truthy(),
+                                    end ? end->Str() : "...", margin));
+    }
+    if (name == "format") {
+      if (!arguments.positional.empty() && !arguments.keyword.empty()) {
+        return absl::InvalidArgumentError(
+            "FilterArgumentError: can't handle positional and keyword arguments at the same time");
+      }
+      Value values;
+      if (!arguments.keyword.empty()) {
+        Value::Entries entries;
+        for (const auto& [key, item] : arguments.keyword)
+          entries.emplace_back(Value::String(key), item);
+        values = Value::Dict(std::move(entries));
+      } else {
+        values = Value::Tuple(arguments.positional);
+      }
+      LLMRT_ASSIGN_OR_RETURN(std::string out, PrintfFormat(value.Str(), values));
+      LLMRT_RETURN_IF_ERROR(CheckSize(out.size()));
+      return SameStringKind(value, std::move(out));
+    }
+    if (name == "attr") {
+      // The object's attribute only, never an item: a dict's keys are not attributes.
+      const Value* attribute = Argument(arguments, 0, "name");
+      if (attribute == nullptr || !attribute->is_string()) return TypeError("attr needs a name");
+      if (value.is_dict()) {
+        return MissingAttribute(value, attribute->string_value());
+      }
+      return GetAttribute(value, attribute->string_value());
+    }
+    if (name == "reverse") {
+      if (value.is_string()) {
+        std::vector<std::string> points = CodePoints(value.string_value());
+        std::reverse(points.begin(), points.end());
+        return SameStringKind(value, absl::StrJoin(points, ""));
+      }
+      if (!value.is_sequence_of_items() && !value.is_dict() && !value.is_undefined()) {
+        return absl::InvalidArgumentError("FilterArgumentError: argument must be iterable");
+      }
+      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      std::reverse(items.begin(), items.end());
+      return Value::List(std::move(items));
+    }
+    if (name == "batch" || name == "slice") {
+      const Value* count = Argument(arguments, 0, name == "batch" ? "linecount" : "slices");
+      const Value* fill = Argument(arguments, 1, "fill_with");
+      if (count == nullptr || !(count->is_int() || count->is_bool()) || count->int_value() <= 0) {
+        return TypeError(name + " needs a positive integer count");
+      }
+      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      const int64_t size = count->int_value();
+      LLMRT_RETURN_IF_ERROR(CountIterations(std::min<int64_t>(size, 1'000'000'000)));
+      Value::Items groups;
+      if (name == "batch") {
+        for (size_t start = 0; start < items.size(); start += size) {
+          Value::Items group(items.begin() + start,
+                             items.begin() + std::min<size_t>(items.size(), start + size));
+          while (fill && !fill->is_none() && static_cast<int64_t>(group.size()) < size) {
+            group.push_back(*fill);
+          }
+          groups.push_back(Value::List(std::move(group)));
+        }
+        return Value::List(std::move(groups));
+      }
+      // slice: `size` columns; the first (length % size) get one item more, the others get
+      // fill_with appended when it is given (jinja2's do_slice).
+      const int64_t length = static_cast<int64_t>(items.size());
+      const int64_t per_slice = length / size, with_extra = length % size;
+      int64_t offset = 0;
+      for (int64_t slice = 0; slice < size; ++slice) {
+        const int64_t start = offset + slice * per_slice;
+        if (slice < with_extra) ++offset;
+        const int64_t end = offset + (slice + 1) * per_slice;
+        Value::Items group(items.begin() + start, items.begin() + end);
+        if (fill && !fill->is_none() && slice >= with_extra) group.push_back(*fill);
+        groups.push_back(Value::List(std::move(group)));
+      }
+      return Value::List(std::move(groups));
+    }
+    if (name == "groupby") {
+      const Value* attribute = Argument(arguments, 0, "attribute");
+      const Value* fallback = Argument(arguments, 1, "default");
+      const Value* case_sensitive = Argument(arguments, 2, "case_sensitive");
+      if (attribute == nullptr) return TypeError("groupby needs an attribute");
+      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      const bool fold_case = !(case_sensitive && case_sensitive->Truthy());
+      std::vector<std::pair<Value, Value>> keyed;  // (sort key, item)
+      for (const Value& item : items) {
+        LLMRT_ASSIGN_OR_RETURN(Value key, AttributePath(item, *attribute));
+        if (key.is_undefined() && fallback != nullptr) key = *fallback;
+        if (fold_case && key.is_string()) key = Value::String(AsciiLower(key.string_value()));
+        keyed.emplace_back(std::move(key), item);
+      }
+      absl::Status error;
+      std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
+        absl::StatusOr<int> order = Order("<", a.first, b.first);
+        if (!order.ok()) {
+          error = order.status();
+          return false;
+        }
+        return *order < 0;
+      });
+      LLMRT_RETURN_IF_ERROR(error);
+      Value::Items groups;
+      for (size_t start = 0; start < keyed.size();) {
+        size_t end = start + 1;
+        while (end < keyed.size() && keyed[end].first.Equals(keyed[start].first)) ++end;
+        Value::Items members;
+        for (size_t index = start; index < end; ++index) members.push_back(keyed[index].second);
+        // The grouper is the first member's own value (its case kept), as jinja2 does.
+        Value grouper = keyed[start].first;
+        if (fold_case) {
+          LLMRT_ASSIGN_OR_RETURN(grouper, AttributePath(members[0], *attribute));
+          if (grouper.is_undefined() && fallback != nullptr) grouper = *fallback;
+        }
+        groups.push_back(
+            Value::NamedTuple({grouper, Value::List(std::move(members))}, {"grouper", "list"}));
+        start = end;
+      }
+      return Value::List(std::move(groups));
+    }
     if (name == "default" || name == "d") {
       const Value* fallback = Argument(arguments, 0, "default_value");
       const Value* boolean = Argument(arguments, 1, "boolean");
@@ -1569,8 +2097,13 @@ class Renderer {
       return fallback ? *fallback : Value::String("");
     }
     if (name == "tojson") {
+      // transformers' tojson(x, ensure_ascii=False, indent=None, separators=None,
+      // sort_keys=False), which is json.dumps with those arguments.
       JsonOptions json;
-      if (const Value* indent = Argument(arguments, 0, "indent"); indent && !indent->is_none()) {
+      if (const Value* ensure_ascii = Argument(arguments, 0, "ensure_ascii")) {
+        json.ensure_ascii = ensure_ascii->Truthy();
+      }
+      if (const Value* indent = Argument(arguments, 1, "indent"); indent && !indent->is_none()) {
         if (indent->is_string()) {
           json.indent = indent->string_value();
         } else if (indent->is_int()) {
@@ -1580,7 +2113,17 @@ class Renderer {
           return TypeError("tojson indent must be an int or a str");
         }
       }
-      if (const Value* sort_keys = Argument(arguments, 99, "sort_keys")) {
+      if (const Value* separators = Argument(arguments, 2, "separators");
+          separators && !separators->is_none()) {
+        if (!separators->is_sequence_of_items() || separators->items().size() != 2 ||
+            !separators->items()[0].is_string() || !separators->items()[1].is_string()) {
+          return absl::InvalidArgumentError(
+              "ValueError: tojson separators must be a pair of strings (item, key)");
+        }
+        json.item_separator = separators->items()[0].string_value();
+        json.key_separator = separators->items()[1].string_value();
+      }
+      if (const Value* sort_keys = Argument(arguments, 3, "sort_keys")) {
         json.sort_keys = sort_keys->Truthy();
       }
       LLMRT_ASSIGN_OR_RETURN(std::string text, ToJson(value, json));
@@ -1723,8 +2266,13 @@ class Renderer {
       LLMRT_RETURN_IF_ERROR(CheckSize(out.size()));
       return Value::String(std::move(out));
     }
+    // map, select, reject, selectattr and rejectattr yield nothing for a falsy input (None, "",
+    // 0, an empty list) instead of iterating it: jinja2 guards them with `if seq:`.
+    const bool falsy = !value.Truthy();
     if (name == "map") {
-      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      LLMRT_ASSIGN_OR_RETURN(
+          std::vector<Value> items,
+          falsy ? absl::StatusOr<std::vector<Value>>(std::vector<Value>()) : Iterate(value));
       const Value* attribute = nullptr;
       const Value* fallback = nullptr;
       for (const auto& [key, item] : arguments.keyword) {
@@ -1754,7 +2302,9 @@ class Renderer {
     if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
       const bool by_attribute = name == "selectattr" || name == "rejectattr";
       const bool keep_when = name == "select" || name == "selectattr";
-      LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+      LLMRT_ASSIGN_OR_RETURN(
+          std::vector<Value> items,
+          falsy ? absl::StatusOr<std::vector<Value>>(std::vector<Value>()) : Iterate(value));
       size_t next = 0;
       const Value* attribute = nullptr;
       if (by_attribute) {
@@ -1883,8 +2433,8 @@ class Renderer {
       }
       return best;
     }
-    return absl::InvalidArgumentError(
-        absl::StrFormat("TemplateRuntimeError: No filter named '%s'.", name));
+    return absl::Status(kTemplateUnsupportedCode,
+                        absl::StrFormat("TemplateRuntimeError: No filter named '%s'.", name));
   }
 
   const RenderOptions& options_;

@@ -49,6 +49,10 @@ struct RenderOptions {
 // exactly the template's message. Other render errors are kInvalidArgument (bad data or template
 // logic, with the template line) or kResourceExhausted (a RenderLimits limit, named).
 inline constexpr absl::StatusCode kTemplateRaisedCode = absl::StatusCode::kFailedPrecondition;
+// The template uses a filter, test or str method this interpreter does not have (jinja2's
+// random, urlize, wordwrap, xmlattr, ...; see docs/chat-templates.md): a gap of ours, not the
+// template's, so llmc's compile-time check refuses it whatever sample it appears in.
+inline constexpr absl::StatusCode kTemplateUnsupportedCode = absl::StatusCode::kUnimplemented;
 
 class Template {
  public:

@@ -63,6 +63,39 @@ Value Value::String(std::string text) {
   return value;
 }
 
+Value Value::Markup(std::string text) {
+  Value value = String(std::move(text));
+  value.markup_ = true;
+  return value;
+}
+
+std::string HtmlEscape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
 Value Value::List(Items items) {
   Value value;
   value.kind_ = Kind::kList;
@@ -74,6 +107,20 @@ Value Value::Tuple(Items items) {
   Value value = List(std::move(items));
   value.kind_ = Kind::kTuple;
   return value;
+}
+
+Value Value::NamedTuple(Items items, std::vector<std::string> field_names) {
+  Value value = Tuple(std::move(items));
+  value.field_names_ = std::make_shared<const std::vector<std::string>>(std::move(field_names));
+  return value;
+}
+
+const Value* Value::Field(std::string_view name) const {
+  if (!is_tuple() || field_names_ == nullptr) return nullptr;
+  for (size_t index = 0; index < field_names_->size() && index < items().size(); ++index) {
+    if ((*field_names_)[index] == name) return &items()[index];
+  }
+  return nullptr;
 }
 
 Value Value::Object(std::initializer_list<std::pair<std::string, Value>> entries) {
@@ -271,7 +318,7 @@ std::string Value::Repr() const {
     case Kind::kFloat:
       return FloatRepr(float_);
     case Kind::kString:
-      return StringRepr(string_);
+      return markup_ ? "Markup(" + StringRepr(string_) + ")" : StringRepr(string_);
     case Kind::kList:
     case Kind::kTuple: {
       std::string out = is_list() ? "[" : "(";
@@ -314,7 +361,7 @@ std::string_view Value::TypeName() const {
     case Kind::kFloat:
       return "float";
     case Kind::kString:
-      return "str";
+      return markup_ ? "Markup" : "str";
     case Kind::kList:
       return "list";
     case Kind::kTuple:
@@ -368,11 +415,45 @@ bool Value::Equals(const Value& other) const {
 
 namespace {
 
-void AppendJsonString(std::string_view text, std::string& out) {
+// A code point of `text` at `index` (advanced past it); malformed bytes decode as themselves.
+uint32_t NextCodePoint(std::string_view text, size_t& index) {
+  const unsigned char lead = text[index];
+  const int length = lead < 0x80       ? 1
+                     : lead >> 5 == 6  ? 2
+                     : lead >> 4 == 14 ? 3
+                     : lead >> 3 == 30 ? 4
+                                       : 1;
+  if (length == 1 || index + length > text.size()) {
+    ++index;
+    return lead;
+  }
+  uint32_t point = lead & (0x7F >> length);
+  for (int offset = 1; offset < length; ++offset) {
+    point = (point << 6) | (static_cast<unsigned char>(text[index + offset]) & 0x3F);
+  }
+  index += length;
+  return point;
+}
+
+void AppendJsonString(std::string_view text, bool ensure_ascii, std::string& out) {
   // json.dumps(ensure_ascii=False): only '"', '\\' and the C0 controls are escaped; everything
-  // else, including non-ASCII and U+007F, is written as is.
+  // else, including non-ASCII and U+007F, is written as is. ensure_ascii=True also escapes
+  // U+007F and everything above it.
   out += '"';
-  for (unsigned char c : text) {
+  for (size_t index = 0; index < text.size();) {
+    const unsigned char c = text[index];
+    if (ensure_ascii && c >= 0x7F) {
+      const uint32_t point = NextCodePoint(text, index);
+      if (point >= 0x10000) {
+        const uint32_t offset = point - 0x10000;
+        absl::StrAppendFormat(&out, "\\u%04x\\u%04x", 0xD800 + (offset >> 10),
+                              0xDC00 + (offset & 0x3FF));
+      } else {
+        absl::StrAppendFormat(&out, "\\u%04x", point);
+      }
+      continue;
+    }
+    ++index;
     switch (c) {
       case '"':
         out += "\\\"";
@@ -435,7 +516,7 @@ absl::Status AppendJson(const Value& value, const JsonOptions& options, int dept
                                                  return indent;
                                                }()
                                          : "";
-  const std::string item_separator = options.indent ? "," : ", ";
+  const std::string item_separator = options.item_separator.value_or(options.indent ? "," : ", ");
   switch (value.kind()) {
     case Value::Kind::kNone:
       out += "null";
@@ -450,7 +531,7 @@ absl::Status AppendJson(const Value& value, const JsonOptions& options, int dept
       out += JsonFloat(value.float_value());
       return absl::OkStatus();
     case Value::Kind::kString:
-      AppendJsonString(value.string_value(), out);
+      AppendJsonString(value.string_value(), options.ensure_ascii, out);
       return absl::OkStatus();
     case Value::Kind::kList:
     case Value::Kind::kTuple: {
@@ -512,8 +593,8 @@ absl::Status AppendJson(const Value& value, const JsonOptions& options, int dept
       for (size_t position = 0; position < order.size(); ++position) {
         if (position > 0) out += item_separator;
         out += newline_indent;
-        AppendJsonString(keys[order[position]], out);
-        out += ": ";
+        AppendJsonString(keys[order[position]], options.ensure_ascii, out);
+        out += options.key_separator.value_or(": ");
         if (absl::Status status =
                 AppendJson(ordered[order[position]]->second, options, depth + 1, out);
             !status.ok()) {

@@ -61,8 +61,14 @@ class Value {
   static Value Int(int64_t value);
   static Value Float(double value);
   static Value String(std::string value);
+  // A str marked safe (markupsafe's Markup), from |safe, |escape or |forceescape: printed as is,
+  // but a plain str joined to it with + is HTML-escaped first, as Markup.__add__/__radd__ do
+  // (Mistral's templates build tool calls as 'text' + (arguments|tojson|safe)).
+  static Value Markup(std::string value);
   static Value List(Items items);
   static Value Tuple(Items items);
+  // A tuple whose items are also attributes (Python's namedtuple; groupby's (grouper, list)).
+  static Value NamedTuple(Items items, std::vector<std::string> field_names);
   // A dict with string keys, in the order given (a JSON object).
   static Value Object(std::initializer_list<std::pair<std::string, Value>> entries);
   static Value Dict(Entries entries);
@@ -79,6 +85,7 @@ class Value {
   bool is_float() const { return kind_ == Kind::kFloat; }
   bool is_number() const { return is_bool() || is_int() || is_float(); }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return kind_ == Kind::kString && markup_; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_tuple() const { return kind_ == Kind::kTuple; }
   bool is_sequence_of_items() const { return is_list() || is_tuple(); }
@@ -101,6 +108,8 @@ class Value {
   // Dict/namespace lookup; nullptr when absent (Python equality of keys).
   const Value* Find(const Value& key) const;
   const Value* Find(std::string_view key) const;
+  // A named tuple's item by field name; nullptr for other values or an unknown name.
+  const Value* Field(std::string_view name) const;
   // Namespace assignment (the one mutable kind); inserts or replaces.
   void SetAttribute(const std::string& name, Value value) const;
   // Drops a namespace's attributes. A namespace can hold itself (`set ns.me = ns`), a reference
@@ -121,26 +130,35 @@ class Value {
  private:
   Kind kind_;
   bool bool_ = false;
+  bool markup_ = false;
   int64_t int_ = 0;
   double float_ = 0;
   std::string string_;  // string value, undefined hint or function name
   std::shared_ptr<Items> items_;
   std::shared_ptr<Entries> entries_;
   std::shared_ptr<Function> function_;
+  std::shared_ptr<const std::vector<std::string>> field_names_;  // named tuples only
 };
 
 // Python float repr(): the shortest string that round-trips ("0.1", "1e+20", "1e-05", "3.0").
 std::string FloatRepr(double value);
 // Python repr() of a str.
 std::string StringRepr(std::string_view text);
+// markupsafe.escape() of a str: & < > " ' as &amp; &lt; &gt; &#34; &#39;.
+std::string HtmlEscape(std::string_view text);
 
 struct JsonOptions {
-  // json.dumps(indent=...): nullopt is the one-line form with ", " and ": " separators.
+  // json.dumps(indent=...): nullopt is the one-line form.
   std::optional<std::string> indent;
+  // json.dumps(separators=(item, key)); unset: ", " / ": " without indent, "," / ": " with it.
+  std::optional<std::string> item_separator;
+  std::optional<std::string> key_separator;
   bool sort_keys = false;
+  // Escape everything outside printable ASCII as \uXXXX (surrogate pairs above U+FFFF).
+  bool ensure_ascii = false;
 };
-// json.dumps(value, ensure_ascii=False, ...), as transformers' tojson filter. Undefined, callables
-// and namespaces are not serializable, as in Python.
+// json.dumps(value, ...) with the options above, as transformers' tojson filter (whose default is
+// ensure_ascii=False). Undefined, callables and namespaces are not serializable, as in Python.
 absl::StatusOr<std::string> ToJson(const Value& value, const JsonOptions& options);
 
 }  // namespace llmrt::jinja

@@ -8,9 +8,12 @@ loop controls, its tojson filter, raise_exception, strftime_now, namespace and d
 is pinned to 2024-07-26 10:00:00 so the outputs are deterministic (the C++ test pins the same).
 
 Writes, next to this script:
-  chat_reference.json      every template in ../shared/tokenizers/*/chat_template.jinja and
-                           */extra/*.jinja on every conversation below, with and without
-                           add_generation_prompt: the output, or the error a template raised.
+  chat_reference.json      every template in ../shared/tokenizers (each folder's *.jinja, its
+                           extra/ and more/ *.jinja, and the templates inside tokenizer_config*.json
+                           and chat_template.json, named "file#name" for a list) on every
+                           conversation below (tools offered, tool calls with dict and JSON-string
+                           arguments, tool results, the templates' keyword variables), with and
+                           without add_generation_prompt: the output, or the error it raised.
   features_reference.json  small templates exercising each language feature, with jinja2's output.
 
 Usage: python3 runtime/template/testdata/make_reference.py [path/to/shared/tokenizers]
@@ -81,6 +84,45 @@ WEATHER_TOOL = {
     },
 }
 
+TIME_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Current time in a timezone.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "timezone": {"type": "string", "description": "IANA name"},
+                "format": {"type": ["string", "null"], "enum": ["24h", "12h", None]},
+                "fields": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["timezone"],
+        },
+        "return": {"type": "string", "description": "HH:MM"},
+    },
+}
+
+OSLO_WEATHER = {"city": "Oslo", "unit": "celsius"}
+OSLO_TIME = {"timezone": "Europe/Oslo"}
+
+
+def oslo_round_trip(content, weather_arguments, time_arguments):
+    """A question, two parallel tool calls with these arguments, their results, the answer."""
+    def call(call_id, name, arguments):
+        return {"id": call_id, "type": "function",
+                "function": {"name": name, "arguments": arguments}}
+    return [
+        {"role": "user", "content": "Weather and time in Oslo?"},
+        {"role": "assistant", "content": content,
+         "tool_calls": [call("abc123def", "get_weather", weather_arguments),
+                        call("xyz789uvw", "get_time", time_arguments)]},
+        {"role": "tool", "content": "{\"temperature\": -3}", "tool_call_id": "abc123def",
+         "name": "get_weather"},
+        {"role": "tool", "content": "14:05", "tool_call_id": "xyz789uvw", "name": "get_time"},
+        {"role": "assistant", "content": "It is -3 °C and 14:05 in Oslo."},
+    ]
+
+
 CONVERSATIONS = [
     {"name": "single_user", "messages": [{"role": "user", "content": "Hello!"}]},
     {
@@ -144,6 +186,71 @@ CONVERSATIONS = [
             {"role": "tool", "content": "{\"temperature\": 21}", "tool_call_id": "call_1"},
         ],
     },
+    # Tools offered, no call yet: what a server renders for the first request of an agent.
+    {
+        "name": "tools_offered",
+        "tools": [WEATHER_TOOL, TIME_TOOL],
+        "messages": [
+            {"role": "system", "content": "You are a helpful agent."},
+            {"role": "user", "content": "What's the weather in Zürich?"},
+        ],
+    },
+    # The OpenAI wire form: arguments as a JSON string; ids of 9 characters (Mistral requires
+    # them); two parallel calls, their results (with `name`, as some templates read it) and the
+    # assistant's answer, then a new question.
+    {
+        "name": "tool_round_trip_string_arguments",
+        "tools": [WEATHER_TOOL, TIME_TOOL],
+        "messages": [{"role": "system", "content": "Use the tools."}] + oslo_round_trip(
+            None, json.dumps(OSLO_WEATHER), json.dumps(OSLO_TIME)) + [
+            {"role": "user", "content": "Thanks! And tomorrow?"}],
+    },
+    # The same with arguments as dicts (transformers' own form), and content beside the call.
+    {
+        "name": "tool_round_trip_dict_arguments",
+        "tools": [WEATHER_TOOL, TIME_TOOL],
+        "messages": oslo_round_trip("Let me check.", OSLO_WEATHER, OSLO_TIME),
+    },
+    # Reasoning kept in the history: transformers also passes it as `thinking` (gpt-oss reads
+    # that); a `reasoning` name is aliased the same way.
+    {
+        "name": "reasoning_in_history",
+        "messages": [
+            {"role": "user", "content": "Pick a number."},
+            {"role": "assistant", "content": "42", "reasoning_content": "Any number will do."},
+            {"role": "user", "content": "Why that one?"},
+            {"role": "assistant", "content": "Tradition.", "reasoning": "Douglas Adams."},
+        ],
+    },
+    # The templates' own keyword variables: Qwen3's enable_thinking, gpt-oss's reasoning_effort,
+    # Llama 3.x's builtin_tools and date_string. Every template gets them; the others ignore them.
+    {
+        "name": "kwargs_thinking_off",
+        "kwargs": {"enable_thinking": False},
+        "messages": [
+            {"role": "user", "content": "Quick: 3*7?"},
+            {"role": "assistant", "content": "<think>\n3*7=21\n</think>\n\n21"},
+            {"role": "user", "content": "And 4*8?"},
+        ],
+    },
+    {
+        "name": "kwargs_reasoning_effort",
+        "kwargs": {"reasoning_effort": "high"},
+        "tools": [WEATHER_TOOL],
+        "messages": [
+            {"role": "developer", "content": "Answer in French."},
+            {"role": "user", "content": "Weather in Lyon?"},
+        ],
+    },
+    {
+        "name": "kwargs_builtin_tools",
+        "kwargs": {"builtin_tools": ["brave_search", "wolfram_alpha"], "date_string": "1 Mar 2025"},
+        "tools": [WEATHER_TOOL],
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Search for llama news."},
+        ],
+    },
     {
         "name": "roles_not_alternating",
         "messages": [
@@ -165,6 +272,7 @@ def render_chat(source, conversation, add_generation_prompt, bos, eos):
     if eos is not None:
         kwargs["eos_token"] = eos
     try:
+        kwargs.update(conversation.get("kwargs", {}))
         rendered, _ = chat_template_utils.render_jinja_template(
             conversations=[conversation["messages"]],
             tools=conversation.get("tools"),
@@ -177,18 +285,49 @@ def render_chat(source, conversation, add_generation_prompt, bos, eos):
         return error_record(error)
     except (TypeError, ValueError) as error:
         return error_record(error)
+    except RecursionError as error:
+        # Hermes' json_to_python_type recurses without end on an "array" parameter (it passes
+        # `spec|items`, which has no .type); we stop at max_call_depth instead.
+        return error_record(error)
+
+
+def config_templates(path):
+    """The chat templates a tokenizer_config.json (or a processor's chat_template.json) holds."""
+    with open(path, encoding="utf-8") as f:
+        value = json.load(f).get("chat_template")
+    if isinstance(value, str):
+        return [("", value)]
+    if isinstance(value, list):
+        return [("#" + entry["name"], entry["template"]) for entry in value]
+    return []
+
+
+def template_sources(shared):
+    """(name, source, folder) of every template under `shared`: the .jinja files of each folder
+    and of its extra/ and more/, and the templates inside its tokenizer_config*.json files."""
+    found = []
+    for pattern in ("*/*.jinja", "*/extra/*.jinja", "*/more/*.jinja"):
+        for path in sorted(glob.glob(os.path.join(shared, pattern))):
+            with open(path, encoding="utf-8") as f:
+                found.append((os.path.relpath(path, shared), f.read()))
+    for pattern in ("*/tokenizer_config*.json", "*/more/tokenizer_config*.json",
+                    "*/chat_template.json"):
+        for path in sorted(glob.glob(os.path.join(shared, pattern))):
+            for suffix, source in config_templates(path):
+                found.append((os.path.relpath(path, shared) + suffix, source))
+    # The same template text under several names is rendered once, under its first name.
+    seen, unique = set(), []
+    for name, source in found:
+        if source not in seen:
+            seen.add(source)
+            unique.append((name, source, os.path.join(shared, name.split("/")[0])))
+    return unique
 
 
 def make_chat_reference(shared):
-    paths = sorted(glob.glob(os.path.join(shared, "*", "chat_template.jinja")) +
-                   glob.glob(os.path.join(shared, "*", "extra", "*.jinja")))
     templates, cases = [], []
-    for path in paths:
-        rel = os.path.relpath(path, shared)
-        folder = os.path.join(shared, rel.split(os.sep)[0])
+    for rel, source, folder in template_sources(shared):
         bos, eos = folder_tokens(folder)
-        with open(path, encoding="utf-8") as f:
-            source = f.read()
         templates.append({"name": rel, "source": source, "bos_token": bos, "eos_token": eos})
         for conversation in CONVERSATIONS:
             for add_generation_prompt in (False, True):
@@ -311,6 +450,58 @@ FEATURES = [
      "{% for x in nope %}never{% endfor %}{{ nope is none }}{{ nope == nope2 }}",
      {"m": {"a": 1}}),
     ("int_attribute_is_undefined", "[{{ m.a.b }}]", {"m": {"a": 1}}),
+    # Falsy input to select/reject/map is an empty result in jinja2 (`if seq:`), not an error.
+    ("none_select_map", "{{ none | selectattr('a') | list }}|{{ none | map(attribute='a') | list }}|"
+     "{{ none | select | list }}|{{ none | reject | list }}|{{ none | rejectattr('a') | list }}|"
+     "{{ nope | selectattr('a') | list }}|{{ '' | select | list }}|{{ 0 | map('upper') | list }}|"
+     "{{ m.tool_calls | selectattr('type', 'eq', 'function') | list | length }}",
+     {"m": {"tool_calls": None}}),
+    # |safe and |escape make markupsafe.Markup: + escapes the plain side, ~ does not.
+    ("markup", "{{ ('<b>' | safe) + '<i>' }}|{{ '<i>' + ('<b>' | safe) }}|{{ ('<b>' | safe) ~ '<i>' }}|"
+     "{{ q | e }}|{{ '<a>' | escape | e }}|{{ '<a>' | safe | forceescape }}|"
+     "{{ '<a>' | e | length }}|{{ '<a>' | e is escaped }}|{{ 'x' is escaped }}|"
+     "{{ ('a<b' | safe).replace('<', '>') }}|{{ ('a<b' | safe).split('<') }}|"
+     "{{ ('<b>' | safe | upper) + '<' }}|{{ ('<b>' | safe)[0] + '<' }}|"
+     "{{ d | tojson | safe + ' <' }}|{{ ('<b>' | safe) * 2 + '&' }}|{{ ('<b>' | safe | trim) + '&' }}|"
+     "{{ ('<b>' | safe | string) + '&' }}|{{ '<b>' | safe | replace('b', '<') }}|"
+     "{{ ('<b>' | safe | tojson) + '<' }}|{{ ['<'] | join('<' | safe) + '&' }}|"
+     "{{ ('<b>' | safe).strip('<') + '&' }}|{{ [('<b>' | safe)] }}|{{ ('<b>' | e) == '&lt;b&gt;' }}",
+     {"d": {"k": "<v>"}, "q": "<&>\"'"}),
+    ("filters_grouping", "{% for g in people | groupby('city') %}{{ g.grouper }}:"
+     "{{ g.list | map(attribute='name') | join(',') }};{% endfor %}|"
+     "{% for city, items in people | groupby('city', case_sensitive=true) %}{{ city }}={{ items | length }} "
+     "{% endfor %}|{% for g in people | groupby('age', default=0) %}{{ g.grouper }} {% endfor %}|"
+     "{{ [1, 2, 3, 4, 5] | batch(2) | list }} {{ [1, 2, 3] | batch(2, 'x') | list }}|"
+     "{{ [1, 2, 3, 4, 5] | slice(2) | list }} {{ [1, 2, 3, 4] | slice(3, 0) | list }}|"
+     "{{ 'abc' | reverse }} {{ [1, 2, 3] | reverse | list }} {{ (1, 2) | reverse | list }}",
+     {"people": [{"name": "a", "city": "Oslo", "age": 3}, {"name": "b", "city": "Bern"},
+                 {"name": "c", "city": "oslo", "age": 3}]}),
+    ("filters_text_more", "{{ 'a b  c\nd-e' | wordcount }}|{{ 'hello world foo bar' | truncate(11) }}|"
+     "{{ 'hello world' | truncate(5, true) }}|{{ 'hello world foo' | truncate(9, false, '..', 0) }}|"
+     "{{ 'short' | truncate(10) }}|{{ 'hello worlds' | truncate(11) }}|[{{ 'ab' | center(6) }}]"
+     "[{{ 'ab' | center(7) }}][{{ 'abcdef' | center(3) }}]|{{ '%s-%d' | format('a', 3) }}|"
+     "{{ '%(x)s/%(y)r' | format(x=1, y='q') }}|{{ '%.2f%%' | format(2.5) }}|{{ '%5s|%-4d|' | format('a', 7) }}|"
+     "{% set ns = namespace(x=5) %}[{{ d | attr('a') }}][{{ ns | attr('x') }}]",
+     {"d": {"a": 1}}),
+    ("tests_filter_test", "{{ 'upper' is filter }} {{ 'nope' is filter }} {{ 'odd' is test }} "
+     "{{ 'nope' is test }} {{ 'tojson' is filter }}", {}),
+    ("string_methods_more", "{{ '{} and {}'.format('a', 1) }}|{{ '{0}{1}{0}'.format('x', 'y') }}|"
+     "{{ '{name}!'.format(name='n') }}|{{ '{{x}}'.format() }}|{{ 'a-b-c'.partition('-') }}|"
+     "{{ 'a-b-c'.rpartition('-') }}|[{{ 'ab'.center(6, '*') }}][{{ 'ab'.ljust(4) }}][{{ 'ab'.rjust(4, '0') }}]|"
+     "{{ '42'.zfill(5) }}|{{ '-4'.zfill(4) }}|{{ 'MiXeD'.swapcase() }}|"
+     "{{ 'a b'.title() }}|{{ '\n\nx\n'.lstrip('\n') }}", {}),
+    ("tojson_arguments", "{{ d | tojson(separators=(',', ':')) }}|{{ d | tojson(ensure_ascii=true) }}|"
+     "{{ d | tojson(indent=2, separators=(',', ': ')) }}|{{ d | tojson(indent='\t', sort_keys=true) }}|"
+     "{{ [1, [2]] | tojson(indent=1) }}",
+     {"d": {"z": "é😀", "a": [1, None]}}),
+    ("macro_call_arguments", "{% macro list_items(items) %}{% for i in items %}{{ caller(i) }}"
+     "{% endfor %}{% endmacro %}{% call(item) list_items([1, 2]) %}<{{ item }}>{% endcall %}|"
+     "{% macro m() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, k=3) }}", {}),
+    ("set_block_filter", "{% set x | upper %}ab{{ 'c' }}{% endset %}{{ x }}|"
+     "{% filter replace('a', 'b') | upper %}aXa{% endfilter %}", {}),
+    ("loop_depth_and_cycle", "{% for x in [1, 2, 3] %}{{ loop.depth }}{{ loop.depth0 }}"
+     "{{ loop.cycle('a', 'b') }}{{ loop.previtem is defined }}{{ loop.nextitem | default('-') }} "
+     "{% endfor %}", {}),
     # Errors: jinja2 raises, and so must we (the tests compare the message).
     ("error_raise_exception", "{{ raise_exception('Custom failure: ' ~ 42) }}", {}),
     ("error_undefined_attribute", "{{ nope.attr }}", {}),
