@@ -38,6 +38,7 @@ plan::ModelConfig SmallConfig(const std::string& architecture) {
   if (architecture == "Qwen2ForCausalLM") config.set_attention_bias(true);
   if (architecture == "Qwen3ForCausalLM") config.set_tie_word_embeddings(false);
   if (architecture == "MistralForCausalLM") config.set_sliding_window(8);
+  if (architecture == "Olmo2ForCausalLM") config.set_tie_word_embeddings(false);
   return config;
 }
 
@@ -72,7 +73,10 @@ FakeCheckpoint MakeCheckpoint(const plan::ModelConfig& config) {
   checkpoint.Add("model.embed_tokens.weight", {32, hidden});
   for (int layer = 0; layer < 2; ++layer) {
     const std::string p = absl::StrCat("model.layers.", layer, ".");
-    checkpoint.Add(p + "input_layernorm.weight", {hidden});
+    const bool olmo2 = config.architecture() == "Olmo2ForCausalLM";
+    // OLMo2 has no pre-norms; its norms follow attention and the MLP.
+    checkpoint.Add(p + (olmo2 ? "post_feedforward_layernorm.weight" : "input_layernorm.weight"),
+                   {hidden});
     checkpoint.Add(p + "self_attn.q_proj.weight", {q, hidden});
     checkpoint.Add(p + "self_attn.k_proj.weight", {kv, hidden});
     checkpoint.Add(p + "self_attn.v_proj.weight", {kv, hidden});
@@ -88,6 +92,15 @@ FakeCheckpoint MakeCheckpoint(const plan::ModelConfig& config) {
       checkpoint.Add(p + "self_attn.q_norm.weight", {4});
       checkpoint.Add(p + "self_attn.k_norm.weight", {4});
     }
+    if (olmo2) {  // over the whole projection
+      checkpoint.Add(p + "self_attn.q_norm.weight", {q});
+      checkpoint.Add(p + "self_attn.k_norm.weight", {kv});
+    }
+    if (config.mlp_bias()) {
+      checkpoint.Add(p + "mlp.gate_proj.bias", {inter});
+      checkpoint.Add(p + "mlp.up_proj.bias", {inter});
+      checkpoint.Add(p + "mlp.down_proj.bias", {hidden});
+    }
     checkpoint.Add(p + "self_attn.o_proj.weight", {hidden, q});
     checkpoint.Add(p + "post_attention_layernorm.weight", {hidden});
     checkpoint.Add(p + "mlp.gate_proj.weight", {inter, hidden});
@@ -100,6 +113,13 @@ FakeCheckpoint MakeCheckpoint(const plan::ModelConfig& config) {
   return checkpoint;
 }
 
+// What ValidateTensors says once `name` is removed from the checkpoint.
+std::string ErrorWithout(const plan::ModelConfig& config, FakeCheckpoint& checkpoint,
+                         const std::string& name) {
+  checkpoint.Remove(name);
+  return std::string(ValidateTensors(config, checkpoint.tensors()).message());
+}
+
 std::map<std::string, int> CountOps(mlir::ModuleOp module) {
   std::map<std::string, int> counts;
   module.walk([&](mlir::Operation* op) { ++counts[op->getName().getStringRef().str()]; });
@@ -107,8 +127,8 @@ std::map<std::string, int> CountOps(mlir::ModuleOp module) {
 }
 
 TEST(ValidateTensorsTest, AcceptsEverySupportedArchitecture) {
-  for (const char* architecture :
-       {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}) {
+  for (const char* architecture : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                   "Qwen3ForCausalLM", "SmolLM3ForCausalLM", "Olmo2ForCausalLM"}) {
     plan::ModelConfig config = SmallConfig(architecture);
     FakeCheckpoint checkpoint = MakeCheckpoint(config);
     EXPECT_TRUE(ValidateTensors(config, checkpoint.tensors()).ok()) << architecture;
@@ -119,7 +139,8 @@ TEST(ValidateTensorsTest, RejectsUnsupportedArchitecture) {
   plan::ModelConfig config = SmallConfig("Foo");
   EXPECT_EQ(ValidateTensors(config, MakeCheckpoint(config).tensors()).message(),
             "config.json: architectures[0] is \"Foo\"; supported: LlamaForCausalLM, "
-            "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM");
+            "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM, "
+            "Olmo2ForCausalLM");
 }
 
 TEST(ValidateTensorsTest, NamesWrongShape) {
@@ -134,8 +155,7 @@ TEST(ValidateTensorsTest, NamesWrongShape) {
 TEST(ValidateTensorsTest, NamesMissingTensor) {
   plan::ModelConfig config = SmallConfig("LlamaForCausalLM");
   FakeCheckpoint checkpoint = MakeCheckpoint(config);
-  checkpoint.Remove("model.layers.1.mlp.down_proj.weight");
-  EXPECT_EQ(ValidateTensors(config, checkpoint.tensors()).message(),
+  EXPECT_EQ(ErrorWithout(config, checkpoint, "model.layers.1.mlp.down_proj.weight"),
             "missing tensor model.layers.1.mlp.down_proj.weight expected by config.json "
             "(num_hidden_layers=2)");
 }
@@ -143,8 +163,7 @@ TEST(ValidateTensorsTest, NamesMissingTensor) {
 TEST(ValidateTensorsTest, Qwen2NeedsBiases) {
   plan::ModelConfig config = SmallConfig("Qwen2ForCausalLM");
   FakeCheckpoint checkpoint = MakeCheckpoint(config);
-  checkpoint.Remove("model.layers.0.self_attn.k_proj.bias");
-  EXPECT_EQ(ValidateTensors(config, checkpoint.tensors()).message(),
+  EXPECT_EQ(ErrorWithout(config, checkpoint, "model.layers.0.self_attn.k_proj.bias"),
             "missing tensor model.layers.0.self_attn.k_proj.bias expected by config.json "
             "(num_hidden_layers=2, attention_bias=true)");
 }
@@ -164,8 +183,7 @@ TEST(ValidateTensorsTest, LmHeadOptionalOnlyWhenTied) {
   checkpoint.Add("lm_head.weight", {32, 16});  // tied and present: accepted, unused
   EXPECT_TRUE(ValidateTensors(config, checkpoint.tensors()).ok());
   config.set_tie_word_embeddings(false);
-  checkpoint.Remove("lm_head.weight");
-  EXPECT_EQ(ValidateTensors(config, checkpoint.tensors()).message(),
+  EXPECT_EQ(ErrorWithout(config, checkpoint, "lm_head.weight"),
             "missing tensor lm_head.weight expected by config.json (tie_word_embeddings=false)");
 }
 
@@ -278,10 +296,109 @@ TEST(BuildModuleTest, LlamaAttentionBiasCoversOProj) {
   int with_bias = 0;
   (*module)->walk([&](llm::MatmulOp op) { with_bias += !op.getBiasRefs().empty(); });
   EXPECT_EQ(with_bias, 2 * 4);
-  checkpoint.Remove("model.layers.0.self_attn.o_proj.bias");
-  EXPECT_EQ(ValidateTensors(config, checkpoint.tensors()).message(),
+  EXPECT_EQ(ErrorWithout(config, checkpoint, "model.layers.0.self_attn.o_proj.bias"),
             "missing tensor model.layers.0.self_attn.o_proj.bias expected by config.json "
             "(num_hidden_layers=2, attention_bias=true)");
+}
+
+// mlp_bias: biases on gate/up/down, kept when the passes fuse gate and up into one matmul.
+TEST(BuildModuleTest, LlamaMlpBiasSurvivesGateUpFusion) {
+  plan::ModelConfig config = SmallConfig("LlamaForCausalLM");
+  config.set_mlp_bias(true);
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  mlir::MLIRContext context;
+  auto module = BuildModule(context, config, checkpoint.tensors());
+  ASSERT_TRUE(module.ok()) << module.status();
+  ASSERT_TRUE(runPipeline(**module).ok());
+  std::map<std::string, int> counts = CountOps(**module);
+  EXPECT_EQ(counts["llm.silu_mul"], 2);
+  int gate_up = 0, down = 0;
+  (*module)->walk([&](llm::MatmulOp op) {
+    if (op.getWeights().size() == 2) {
+      ++gate_up;
+      ASSERT_EQ(op.getBiasRefs().size(), 2u);
+      EXPECT_TRUE(op.getBiasRefs()[0].getValue().ends_with("mlp.gate_proj.bias"));
+      EXPECT_TRUE(op.getBiasRefs()[1].getValue().ends_with("mlp.up_proj.bias"));
+    }
+    for (mlir::FlatSymbolRefAttr bias : op.getBiasRefs())
+      down += bias.getValue().ends_with("mlp.down_proj.bias");
+  });
+  EXPECT_EQ(gate_up, 2);
+  EXPECT_EQ(down, 2);
+  EXPECT_EQ(ErrorWithout(config, checkpoint, "model.layers.1.mlp.up_proj.bias"),
+            "missing tensor model.layers.1.mlp.up_proj.bias expected by config.json "
+            "(num_hidden_layers=2, mlp_bias=true)");
+}
+
+// SmolLM3's NoPE layers have no rope op, and a per-layer window reaches only its layer's
+// attention. YaRN's attention factor scales only the layers that rotate.
+TEST(BuildModuleTest, PerLayerRopeAndWindow) {
+  plan::ModelConfig config = SmallConfig("SmolLM3ForCausalLM");
+  config.add_layers_without_rope(1);
+  config.set_sliding_window(8);
+  config.add_layer_sliding_windows(0);
+  config.add_layer_sliding_windows(8);
+  config.mutable_rope()->set_scaling(plan::RopeConfig::YARN);
+  config.mutable_rope()->set_factor(4);
+  config.mutable_rope()->set_original_max_position_embeddings(16);
+  config.mutable_rope()->set_beta_fast(32);
+  config.mutable_rope()->set_beta_slow(1);
+  config.mutable_rope()->set_attention_factor(1.5);
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  mlir::MLIRContext context;
+  auto module = BuildModule(context, config, checkpoint.tensors());
+  ASSERT_TRUE(module.ok()) << module.status();
+  std::map<std::string, int> counts = CountOps(**module);
+  EXPECT_EQ(counts["llm.rope"], 2);  // q and k of layer 0
+  std::vector<int64_t> windows;
+  std::vector<double> scales;
+  (*module)->walk([&](llm::AttentionOp op) {
+    windows.push_back(op.getSlidingWindow());
+    scales.push_back(op.getScale().convertToDouble());
+  });
+  EXPECT_EQ(windows, (std::vector<int64_t>{0, 8}));
+  EXPECT_EQ(scales, (std::vector<double>{0.5 * 1.5 * 1.5, 0.5}));
+  ASSERT_TRUE(runPipeline(**module).ok());
+
+  config.add_layers_without_rope(2);
+  EXPECT_EQ(ValidateTensors(config, checkpoint.tensors()).message(),
+            "config.json: a layer without rope is 2, outside [0, 2)");
+  config.clear_layers_without_rope();
+  config.add_layer_sliding_windows(8);
+  EXPECT_EQ(ValidateTensors(config, checkpoint.tensors()).message(),
+            "config.json: layer windows: expected one per layer (2), found 3");
+}
+
+// OLMo2: no pre-norm; the attention and MLP outputs are normalized before their residual add;
+// q and k are normalized over the whole projection (one group per row) before rope.
+TEST(BuildModuleTest, Olmo2PostNormsAndWholeProjectionQkNorm) {
+  plan::ModelConfig config = SmallConfig("Olmo2ForCausalLM");
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  mlir::MLIRContext context;
+  auto module = BuildModule(context, config, checkpoint.tensors());
+  ASSERT_TRUE(module.ok()) << module.status();
+  std::map<std::string, int> counts = CountOps(**module);
+  EXPECT_EQ(counts["llm.rms_norm"], 2 * 4 + 1);
+  EXPECT_EQ(counts["llm.rope"], 2 * 2);
+  (*module)->walk([&](llm::RopeOp rope) {
+    auto norm = rope.getX().getDefiningOp<llm::RmsNormOp>();
+    ASSERT_TRUE(norm) << "rope without a q/k norm before it";
+    EXPECT_TRUE(norm.normalizesWholeRows());
+  });
+  (*module)->walk([&](llm::AddOp add) {
+    // residual + norm(sublayer): exactly one operand is a norm's output.
+    EXPECT_NE(static_cast<bool>(add.getLhs().getDefiningOp<llm::RmsNormOp>()),
+              static_cast<bool>(add.getRhs().getDefiningOp<llm::RmsNormOp>()));
+  });
+  // The q/k/v matmuls read the layer input directly (no norm in between).
+  (*module)->walk([&](llm::MatmulOp op) {
+    if (!llvm::StringRef(op.getWeightRefs()[0].getValue()).ends_with("q_proj.weight")) return;
+    EXPECT_FALSE(op.getX().getDefiningOp<llm::RmsNormOp>());
+  });
+  ASSERT_TRUE(runPipeline(**module).ok());
+  int qkv = 0;
+  (*module)->walk([&](llm::MatmulOp op) { qkv += op.getWeights().size() == 3; });
+  EXPECT_EQ(qkv, 2);
 }
 
 // Arch builder -> default pipeline -> codegen -> plan file, read back.

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "compiler/arch/family_config.h"
+
 namespace llmc::blocks {
 
 Activation Embedding(ModelGraph& graph) {
@@ -47,19 +49,27 @@ Activation SelfAttention(ModelGraph& graph, Activation x, int64_t layer,
   Activation q = Project(graph, x, prefix + "q_proj", dims.q_width(), options.qkv_bias, because);
   Activation k = Project(graph, x, prefix + "k_proj", dims.kv_width(), options.qkv_bias, because);
   Activation v = Project(graph, x, prefix + "v_proj", dims.kv_width(), options.qkv_bias, because);
-  if (options.qk_norm) {
-    q = graph.RmsNorm(q, graph.Weight(prefix + "q_norm.weight", {dims.head_dim}));
-    k = graph.RmsNorm(k, graph.Weight(prefix + "k_norm.weight", {dims.head_dim}));
+  if (options.qk_norm != QkNorm::kNone) {
+    // RmsNorm normalizes each group of the weight's length: a head, or the whole row.
+    const bool per_head = options.qk_norm == QkNorm::kPerHead;
+    q = graph.RmsNorm(
+        q, graph.Weight(prefix + "q_norm.weight", {per_head ? dims.head_dim : dims.q_width()}));
+    k = graph.RmsNorm(
+        k, graph.Weight(prefix + "k_norm.weight", {per_head ? dims.head_dim : dims.kv_width()}));
   }
-  q = graph.Rope(q, dims.num_heads, prefix + "rope_q");
-  k = graph.Rope(k, dims.num_kv_heads, prefix + "rope_k");
+  const llmrt::plan::ModelConfig& config = graph.config();
+  if (LayerHasRope(config, layer)) {
+    q = graph.Rope(q, dims.num_heads, prefix + "rope_q");
+    k = graph.Rope(k, dims.num_kv_heads, prefix + "rope_k");
+  }
   AttentionAttrs attrs;
   attrs.layer = layer;
-  attrs.sliding_window = options.sliding_window;
+  attrs.sliding_window = LayerSlidingWindow(config, layer);
   attrs.scale = 1.0 / std::sqrt(static_cast<double>(dims.head_dim));
-  // YaRN scales cos and sin, so q and k, by attention_factor: the logits by its square.
-  const llmrt::plan::RopeConfig& rope = graph.config().rope();
-  if (rope.scaling() == llmrt::plan::RopeConfig::YARN)
+  // YaRN scales cos and sin, so q and k, by attention_factor: the logits by its square. A layer
+  // without rope has no cos/sin to scale (SmolLM3's NoPE layers skip apply_rotary_pos_emb).
+  const llmrt::plan::RopeConfig& rope = config.rope();
+  if (rope.scaling() == llmrt::plan::RopeConfig::YARN && LayerHasRope(config, layer))
     attrs.scale *= rope.attention_factor() * rope.attention_factor();
   Activation attention = graph.Attention(q, k, v, attrs, prefix.substr(0, prefix.size() - 1));
   return Project(graph, attention, prefix + "o_proj", dims.hidden_size, options.o_bias, because);
@@ -90,6 +100,20 @@ Activation PreNormDecoderLayer(ModelGraph& graph, Activation x, int64_t layer,
   return graph.Add(h, GatedFfn(graph, mlp_in, layer, ffn), prefix + "residual_mlp");
 }
 
+Activation PostNormDecoderLayer(ModelGraph& graph, Activation x, int64_t layer,
+                                const AttentionOptions& attention, const FfnOptions& ffn) {
+  const ModelDims& dims = graph.dims();
+  const std::string prefix = ModelGraph::LayerPrefix(layer);
+  Activation attended =
+      graph.RmsNorm(SelfAttention(graph, x, layer, attention),
+                    graph.Weight(prefix + "post_attention_layernorm.weight", {dims.hidden_size}));
+  Activation h = graph.Add(x, attended, prefix + "residual_attn");
+  Activation mlp_out =
+      graph.RmsNorm(GatedFfn(graph, h, layer, ffn),
+                    graph.Weight(prefix + "post_feedforward_layernorm.weight", {dims.hidden_size}));
+  return graph.Add(h, mlp_out, prefix + "residual_mlp");
+}
+
 void FinalNormAndLogits(ModelGraph& graph, Activation x) {
   const ModelDims& dims = graph.dims();
   Activation normed = graph.RmsNorm(x, graph.Weight("model.norm.weight", {dims.hidden_size}));
@@ -102,11 +126,35 @@ void FinalNormAndLogits(ModelGraph& graph, Activation x) {
   }
 }
 
-void PreNormDecoder(ModelGraph& graph, const AttentionOptions& attention, const FfnOptions& ffn) {
+namespace {
+
+using DecoderLayer = Activation (*)(ModelGraph&, Activation, int64_t, const AttentionOptions&,
+                                    const FfnOptions&);
+
+void Decoder(ModelGraph& graph, DecoderLayer decoder_layer, const AttentionOptions& attention,
+             const FfnOptions& ffn) {
   Activation x = Embedding(graph);
   for (int64_t layer = 0; layer < graph.dims().num_layers; ++layer)
-    x = PreNormDecoderLayer(graph, x, layer, attention, ffn);
+    x = decoder_layer(graph, x, layer, attention, ffn);
   FinalNormAndLogits(graph, x);
+}
+
+}  // namespace
+
+void PreNormDecoder(ModelGraph& graph, const AttentionOptions& attention, const FfnOptions& ffn) {
+  Decoder(graph, PreNormDecoderLayer, attention, ffn);
+}
+
+void LlamaDecoder(ModelGraph& graph) {
+  AttentionOptions attention;
+  attention.qkv_bias = attention.o_bias = graph.config().attention_bias();
+  FfnOptions ffn;
+  ffn.bias = graph.config().mlp_bias();
+  PreNormDecoder(graph, attention, ffn);
+}
+
+void PostNormDecoder(ModelGraph& graph, const AttentionOptions& attention, const FfnOptions& ffn) {
+  Decoder(graph, PostNormDecoderLayer, attention, ffn);
 }
 
 }  // namespace llmc::blocks

@@ -10,13 +10,19 @@
 
 namespace llmc::blocks {
 
+// Where q_norm / k_norm apply, after the projection and before rope.
+enum class QkNorm {
+  kNone,
+  kPerHead,          // over each head of head_dim (Qwen3): weights [head_dim]
+  kWholeProjection,  // over the whole q (heads * head_dim) and k projection (OLMo2)
+};
+
+// The sliding window and whether a layer rotates q and k are per layer and come from the config
+// (LayerSlidingWindow, LayerHasRope in family_config.h).
 struct AttentionOptions {
-  bool qkv_bias = false;  // q/k/v projections carry a bias (Qwen2, Llama attention_bias)
-  bool o_bias = false;    // o_proj carries a bias (Llama attention_bias)
-  // RMSNorm over each head of q and k (weights self_attn.q_norm / k_norm of head_dim), after
-  // the projection and before rope (Qwen3).
-  bool qk_norm = false;
-  int64_t sliding_window = 0;  // 0: full causal attention
+  bool qkv_bias = false;           // q/k/v projections carry a bias (Qwen2, Llama attention_bias)
+  bool o_bias = false;             // o_proj carries a bias (Llama attention_bias)
+  QkNorm qk_norm = QkNorm::kNone;  // weights self_attn.q_norm / k_norm
 };
 
 struct FfnOptions {
@@ -39,12 +45,26 @@ Activation GatedFfn(ModelGraph& graph, Activation x, int64_t layer, const FfnOpt
 Activation PreNormDecoderLayer(ModelGraph& graph, Activation x, int64_t layer,
                                const AttentionOptions& attention, const FfnOptions& ffn);
 
+// transformers' Olmo2DecoderLayer: no norm before the sublayers, one on each output inside the
+// residual:
+//   h  = x + post_attention_layernorm(self_attn(x))
+//   x' = h + post_feedforward_layernorm(mlp(h))
+Activation PostNormDecoderLayer(ModelGraph& graph, Activation x, int64_t layer,
+                                const AttentionOptions& attention, const FfnOptions& ffn);
+
 // model.norm, then the lm_head (the embedding table when tie_word_embeddings).
 void FinalNormAndLogits(ModelGraph& graph, Activation x);
 
 // The whole Llama-shaped model: embedding, num_hidden_layers pre-norm layers, final norm,
 // logits.
 void PreNormDecoder(ModelGraph& graph, const AttentionOptions& attention, const FfnOptions& ffn);
+
+// PreNormDecoder with Llama's bias options from the config: attention_bias on q/k/v/o, mlp_bias
+// on gate/up/down.
+void LlamaDecoder(ModelGraph& graph);
+
+// The same with post-norm layers (OLMo2).
+void PostNormDecoder(ModelGraph& graph, const AttentionOptions& attention, const FfnOptions& ffn);
 
 }  // namespace llmc::blocks
 

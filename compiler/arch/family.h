@@ -32,6 +32,10 @@ struct FamilyDefaults {
   int64_t eos_token_id;  // -1: none
   // Absent head_dim: nullopt = hidden_size / num_attention_heads; some classes default to a number.
   std::optional<int64_t> head_dim = std::nullopt;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;  // transformers' default_theta
+  bool tie_word_embeddings = false;
+  int64_t pad_token_id = -1;  // -1: none
 };
 
 struct Family {

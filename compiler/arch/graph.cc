@@ -71,6 +71,21 @@ absl::Status ModelGraph::CheckConfig() {
   if (config.sliding_window() < 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json: sliding_window must not be negative, found ", config.sliding_window()));
+  if (config.layer_sliding_windows_size() != 0 &&
+      config.layer_sliding_windows_size() != dims_.num_layers)
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: layer windows: expected one per layer (", dims_.num_layers,
+                     "), found ", config.layer_sliding_windows_size()));
+  for (int64_t window : config.layer_sliding_windows()) {
+    if (window < 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: a layer's sliding window must not be negative, found ", window));
+  }
+  for (int64_t layer : config.layers_without_rope()) {
+    if (layer < 0 || layer >= dims_.num_layers)
+      return absl::InvalidArgumentError(absl::StrCat("config.json: a layer without rope is ", layer,
+                                                     ", outside [0, ", dims_.num_layers, ")"));
+  }
   return absl::OkStatus();
 }
 
@@ -135,6 +150,7 @@ absl::Status ModelGraph::Finish() {
     if (absl::EndsWith(name, ".rotary_emb.inv_freq")) continue;
     std::string options;
     if (config_.attention_bias()) options += ", attention_bias=true";
+    if (config_.mlp_bias()) options += ", mlp_bias=true";
     return absl::InvalidArgumentError(absl::StrCat(
         info.file, ": unexpected tensor ", name, " (not part of ", config_.architecture(),
         " with num_hidden_layers=", dims_.num_layers, options, ")"));

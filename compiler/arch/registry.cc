@@ -8,11 +8,13 @@ extern const Family kLlamaFamily;
 extern const Family kMistralFamily;
 extern const Family kQwen2Family;
 extern const Family kQwen3Family;
+extern const Family kSmolLM3Family;
+extern const Family kOlmo2Family;
 
 namespace {
 
 constexpr const Family* kFamilies[] = {&kLlamaFamily, &kMistralFamily, &kQwen2Family,
-                                       &kQwen3Family};
+                                       &kQwen3Family, &kSmolLM3Family, &kOlmo2Family};
 
 }  // namespace
 

@@ -28,6 +28,15 @@ absl::StatusOr<int64_t> ConfigReader::PositiveIntOr(const char* field, int64_t f
   return PositiveInt(field, Get(field));
 }
 
+absl::StatusOr<int64_t> ConfigReader::NonNegativeIntOr(const char* field, int64_t fallback) const {
+  if (!HasValue(field)) return fallback;
+  const Json& value = Get(field);
+  if (value.is_number_integer() && value.get<int64_t>() == 0) return 0;
+  absl::StatusOr<int64_t> positive = PositiveInt(field, value);
+  if (!positive.ok()) return Error(field, "a non-negative integer");
+  return positive;
+}
+
 absl::StatusOr<double> ConfigReader::PositiveNumberOr(const char* field, double fallback) const {
   if (!HasValue(field)) return fallback;
   return PositiveNumber(field, Get(field));

@@ -33,6 +33,7 @@ class ConfigReader {
   absl::StatusOr<int64_t> RequiredPositiveInt(const char* field) const;
   // `fallback` when absent or null.
   absl::StatusOr<int64_t> PositiveIntOr(const char* field, int64_t fallback) const;
+  absl::StatusOr<int64_t> NonNegativeIntOr(const char* field, int64_t fallback) const;
   absl::StatusOr<double> PositiveNumberOr(const char* field, double fallback) const;
   absl::StatusOr<double> NumberOr(const char* field, double fallback) const;
   absl::StatusOr<bool> BoolOr(const char* field, bool fallback) const;

@@ -95,14 +95,14 @@ absl::Status ParseYarn(const ConfigReader& config, const ConfigReader& parameter
 
 // rope_theta and rope scaling. Older configs carry "rope_theta" and "rope_scaling" at the top
 // level; transformers >= 4.56 writes both inside "rope_parameters". Either is accepted.
-absl::Status ParseRope(const ConfigReader& config, RopeConfig* rope) {
+absl::Status ParseRope(const ConfigReader& config, double default_theta, RopeConfig* rope) {
   const char* scaling_field = nullptr;
   if (config.HasValue("rope_scaling")) {
     scaling_field = "rope_scaling";
   } else if (config.HasValue("rope_parameters")) {
     scaling_field = "rope_parameters";
   }
-  double theta = 10000.0;  // LlamaConfig, MistralConfig and Qwen2Config all default to 1e4
+  double theta = default_theta;
   if (config.HasValue("rope_theta")) {
     LLMRT_ASSIGN_OR_RETURN(theta, config.PositiveNumberOr("rope_theta", theta));
   } else if (scaling_field != nullptr && config.Get(scaling_field).is_object() &&
@@ -152,6 +152,17 @@ absl::Status ParseRope(const ConfigReader& config, RopeConfig* rope) {
     return absl::OkStatus();
   }
   if (type == "yarn") return ParseYarn(config, parameters, rope);
+  if (type == "dynamic") {
+    // transformers' dynamic_rope_update recomputes the frequencies from the longest sequence the
+    // module has seen so far (it even keeps them across generate calls), while the keys already
+    // cached keep the rotation they were given: the logits depend on the request history, which
+    // a batched engine with a prefix cache cannot reproduce.
+    return config.Unsupported(
+        scaling_field,
+        "rope type \"dynamic\" (NTK scaling recomputed from the sequence length) is not "
+        "supported: transformers' frequencies depend on the longest sequence seen before, so "
+        "cached keys would differ (supported: default, linear, llama3, yarn)");
+  }
   return config.Unsupported(scaling_field,
                             absl::StrFormat("rope type \"%s\" is not supported (supported: "
                                             "default, linear, llama3, yarn)",
@@ -174,6 +185,20 @@ absl::StatusOr<std::optional<int64_t>> OptionalTokenId(const ConfigReader& reade
   const int64_t id = value.is_number_unsigned() ? static_cast<int64_t>(value.get<uint64_t>())
                                                 : value.get<int64_t>();
   return std::optional<int64_t>(id < 0 ? -1 : id);
+}
+
+// A special token id as transformers resolves it: generation_config.json's, else config.json's
+// (an explicit null there: none), else the class default. -1: none.
+absl::StatusOr<int64_t> TokenIdWithFallbacks(const ConfigReader& generation,
+                                             const ConfigReader& config, const char* field,
+                                             int64_t class_default) {
+  std::optional<int64_t> id;
+  LLMRT_ASSIGN_OR_RETURN(id, OptionalTokenId(generation, field));
+  if (!id.has_value()) {
+    LLMRT_ASSIGN_OR_RETURN(id, OptionalTokenId(config, field));
+    if (!config.Has(field)) id = class_default;
+  }
+  return id.value_or(-1);
 }
 
 // eos_token_id: an integer, a list of integers, or null/absent (nullopt).
@@ -266,12 +291,14 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
       value, config.PositiveIntOr("max_position_embeddings", defaults.max_position_embeddings));
   result.set_max_position_embeddings(value);
   double eps = 0;
-  LLMRT_ASSIGN_OR_RETURN(eps, config.PositiveNumberOr("rms_norm_eps", 1e-6));
+  LLMRT_ASSIGN_OR_RETURN(eps, config.PositiveNumberOr("rms_norm_eps", defaults.rms_norm_eps));
   result.set_rms_norm_eps(eps);
-  if (absl::Status status = ParseRope(config, result.mutable_rope()); !status.ok()) return status;
+  if (absl::Status status = ParseRope(config, defaults.rope_theta, result.mutable_rope());
+      !status.ok())
+    return status;
 
   bool flag = false;
-  LLMRT_ASSIGN_OR_RETURN(flag, config.BoolOr("tie_word_embeddings", false));
+  LLMRT_ASSIGN_OR_RETURN(flag, config.BoolOr("tie_word_embeddings", defaults.tie_word_embeddings));
   result.set_tie_word_embeddings(flag);
 
   std::string hidden_act;
@@ -309,14 +336,10 @@ absl::StatusOr<GenerationDefaults> ParseGenerationDefaults(
   const ConfigReader generation(generation_object, generation_path);
 
   GenerationDefaults result;
-  // bos and pad: generation_config.json, else config.json, else the class default.
-  std::optional<int64_t> id;
-  LLMRT_ASSIGN_OR_RETURN(id, OptionalTokenId(generation, "bos_token_id"));
-  if (!id.has_value() && !generation.HasValue("bos_token_id")) {
-    LLMRT_ASSIGN_OR_RETURN(id, OptionalTokenId(config, "bos_token_id"));
-    if (!config.Has("bos_token_id")) id = defaults.bos_token_id;
-  }
-  result.set_bos_token_id(id.value_or(-1));
+  int64_t id = -1;
+  LLMRT_ASSIGN_OR_RETURN(
+      id, TokenIdWithFallbacks(generation, config, "bos_token_id", defaults.bos_token_id));
+  result.set_bos_token_id(id);
 
   std::optional<std::vector<int64_t>> eos;
   LLMRT_ASSIGN_OR_RETURN(eos, OptionalTokenIdList(generation, "eos_token_id"));
@@ -328,11 +351,9 @@ absl::StatusOr<GenerationDefaults> ParseGenerationDefaults(
   }
   for (int64_t eos_id : eos.value_or(std::vector<int64_t>())) result.add_eos_token_ids(eos_id);
 
-  LLMRT_ASSIGN_OR_RETURN(id, OptionalTokenId(generation, "pad_token_id"));
-  if (!id.has_value()) {
-    LLMRT_ASSIGN_OR_RETURN(id, OptionalTokenId(config, "pad_token_id"));
-  }
-  result.set_pad_token_id(id.value_or(-1));
+  LLMRT_ASSIGN_OR_RETURN(
+      id, TokenIdWithFallbacks(generation, config, "pad_token_id", defaults.pad_token_id));
+  result.set_pad_token_id(id);
 
   // transformers' GenerationConfig defaults.
   bool do_sample = false;

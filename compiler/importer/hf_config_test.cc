@@ -59,6 +59,18 @@ TEST(ModelConfigTest, LlamaFieldsAreRead) {
   EXPECT_EQ(config->checkpoint_dtype(), llmrt::plan::BF16);
 }
 
+TEST(ModelConfigTest, LlamaBiases) {
+  Json json = LlamaConfigJson();
+  EXPECT_FALSE(Parse(json)->mlp_bias());
+  json["mlp_bias"] = true;
+  EXPECT_TRUE(Parse(json)->mlp_bias());
+  EXPECT_FALSE(Parse(json)->attention_bias());
+  json["attention_bias"] = true;
+  EXPECT_TRUE(Parse(json)->attention_bias());
+  json["mlp_bias"] = 1;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"mlp_bias\": expected true or false, found 1"));
+}
+
 TEST(ModelConfigTest, LlamaDefaultsFollowTransformers) {
   Json json = LlamaConfigJson();
   for (const char* field :
@@ -121,9 +133,132 @@ TEST(ModelConfigTest, Qwen2HasAttentionBiasAndNoSlidingWindow) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_TRUE(config->attention_bias());
   EXPECT_EQ(config->sliding_window(), 0);
+  EXPECT_EQ(config->layer_sliding_windows_size(), 0);
+}
+
+// Qwen2Config: with use_sliding_window, layers i >= max_window_layers (default 28) use
+// sliding_window (default 4096); config.json's layer_types, when present, decide instead.
+TEST(ModelConfigTest, Qwen2SlidingWindowLayers) {
+  Json json = LlamaConfigJson();
+  json["architectures"] = {"Qwen2ForCausalLM"};
+  json["num_hidden_layers"] = 3;
   json["use_sliding_window"] = true;
-  EXPECT_THAT(ErrorOf(json), HasSubstr("dir/config.json: field \"use_sliding_window\": Qwen2 "
-                                       "sliding-window layers (true) are not supported"));
+  json["sliding_window"] = 8;
+  json["max_window_layers"] = 1;
+  auto config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->sliding_window(), 8);
+  EXPECT_THAT(config->layer_sliding_windows(), ElementsAre(0, 8, 8));
+  json["max_window_layers"] = 0;  // every layer alike: one window, no per-layer list
+  EXPECT_EQ(Parse(json)->sliding_window(), 8);
+  EXPECT_EQ(Parse(json)->layer_sliding_windows_size(), 0);
+  json.erase("max_window_layers");  // 28 >= 3 layers: none slides
+  EXPECT_EQ(Parse(json)->sliding_window(), 0);
+  EXPECT_EQ(Parse(json)->layer_sliding_windows_size(), 0);
+  json["max_window_layers"] = 2;
+  json.erase("sliding_window");
+  EXPECT_THAT(Parse(json)->layer_sliding_windows(), ElementsAre(0, 0, 4096));
+  json["sliding_window"] = nullptr;  // no window: full attention everywhere
+  EXPECT_EQ(Parse(json)->sliding_window(), 0);
+
+  json["sliding_window"] = 8;
+  json["layer_types"] = {"sliding_attention", "full_attention", "attention"};
+  EXPECT_THAT(Parse(json)->layer_sliding_windows(), ElementsAre(8, 0, 0));
+  json["layer_types"] = {"sliding_attention", "full_attention"};
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"layer_types\": expected a list of "
+                                       "num_hidden_layers (3) layer types, found"));
+  json["layer_types"] = {"sliding_attention", "chunked_attention", "full_attention"};
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"layer_types\": entry 1 is \"chunked_attention\"; "
+                                       "supported: \"full_attention\", \"sliding_attention\""));
+  // Qwen2Config drops the window when use_sliding_window is false; a sliding layer then has none.
+  json["layer_types"] = {"sliding_attention", "full_attention", "full_attention"};
+  json["use_sliding_window"] = false;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"sliding_window\": expected a positive integer "
+                                       "(layer_types has sliding_attention layers"));
+  json.erase("layer_types");
+  json["use_sliding_window"] = true;
+  json["max_window_layers"] = -1;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"max_window_layers\": expected a non-negative "
+                                       "integer, found -1"));
+}
+
+// SmolLM3Config: rope_theta 2e6, tied embeddings, 4 kv heads by default; every
+// no_rope_layer_interval-th layer (default 4) is NoPE unless no_rope_layers lists them; with
+// use_sliding_window, the NoPE layers slide.
+TEST(ModelConfigTest, SmolLM3NoRopeLayersAndDefaults) {
+  Json json = LlamaConfigJson();
+  json["architectures"] = {"SmolLM3ForCausalLM"};
+  for (const char* field :
+       {"model_type", "rope_theta", "tie_word_embeddings", "num_key_value_heads", "rms_norm_eps"})
+    json.erase(field);
+  json["num_hidden_layers"] = 8;
+  auto config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model_type(), "smollm3");
+  EXPECT_DOUBLE_EQ(config->rope().theta(), 2000000.0);
+  EXPECT_TRUE(config->tie_word_embeddings());
+  EXPECT_EQ(config->num_kv_heads(), 4);
+  EXPECT_DOUBLE_EQ(config->rms_norm_eps(), 1e-6);
+  EXPECT_THAT(config->layers_without_rope(), ElementsAre(3, 7));
+  EXPECT_EQ(config->sliding_window(), 0);
+  json["no_rope_layer_interval"] = 3;
+  EXPECT_THAT(Parse(json)->layers_without_rope(), ElementsAre(2, 5));
+  json["no_rope_layers"] = {0, 1, 1, 1, 1, 1, 1, 0, 1};  // longer than the layers: tail unused
+  EXPECT_THAT(Parse(json)->layers_without_rope(), ElementsAre(0, 7));
+  json["use_sliding_window"] = true;
+  json["sliding_window"] = 16;
+  config = Parse(json);
+  EXPECT_EQ(config->sliding_window(), 16);
+  EXPECT_THAT(config->layer_sliding_windows(), ElementsAre(16, 0, 0, 0, 0, 0, 0, 16));
+  json["use_sliding_window"] = false;
+  EXPECT_EQ(Parse(json)->sliding_window(), 0);
+  json["no_rope_layers"] = {1, 1, 0};
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"no_rope_layers\": expected a list of at least "
+                                       "num_hidden_layers (8) entries, each 0 (no rope) or 1"));
+  json["no_rope_layers"] = {1, 1, 1, 1, 1, 1, 1, 2};
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"no_rope_layers\": expected"));
+  json["no_rope_layers"] = nullptr;
+  json["no_rope_layer_interval"] = 0;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"no_rope_layer_interval\": expected a positive "
+                                       "integer, found 0"));
+  json.erase("no_rope_layer_interval");
+  json["mlp_bias"] = true;
+  json["attention_bias"] = true;
+  EXPECT_TRUE(Parse(json)->mlp_bias());
+  EXPECT_TRUE(Parse(json)->attention_bias());
+  // SmolLM3Config's pad_token_id 128004 and bos/eos 128000/128001 when config.json has none.
+  json.erase("bos_token_id");
+  json.erase("eos_token_id");
+  auto generation = ParseGeneration(std::nullopt, json);
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  EXPECT_EQ(generation->bos_token_id(), 128000);
+  EXPECT_THAT(generation->eos_token_ids(), ElementsAre(128001));
+  EXPECT_EQ(generation->pad_token_id(), 128004);
+}
+
+// Olmo2Config: rms_norm_eps 1e-5, no bos, eos 50279, pad 1, kv heads = heads.
+TEST(ModelConfigTest, Olmo2Defaults) {
+  Json json = LlamaConfigJson();
+  json["architectures"] = {"Olmo2ForCausalLM"};
+  for (const char* field : {"model_type", "rms_norm_eps", "num_key_value_heads", "bos_token_id",
+                            "eos_token_id", "rope_theta"})
+    json.erase(field);
+  auto config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model_type(), "olmo2");
+  EXPECT_DOUBLE_EQ(config->rms_norm_eps(), 1e-5);
+  EXPECT_DOUBLE_EQ(config->rope().theta(), 10000.0);
+  EXPECT_EQ(config->num_kv_heads(), 4);
+  EXPECT_FALSE(config->attention_bias());
+  EXPECT_FALSE(config->tie_word_embeddings());
+  auto generation = ParseGeneration(std::nullopt, json);
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  EXPECT_EQ(generation->bos_token_id(), -1);
+  EXPECT_THAT(generation->eos_token_ids(), ElementsAre(50279));
+  EXPECT_EQ(generation->pad_token_id(), 1);
+  json["attention_bias"] = "yes";
+  EXPECT_THAT(ErrorOf(json),
+              HasSubstr("field \"attention_bias\": expected true or false, found \"yes\""));
 }
 
 TEST(ModelConfigTest, RopeScalingTypes) {
@@ -152,12 +287,22 @@ TEST(ModelConfigTest, RopeScalingTypes) {
                                        "\"original_max_position_embeddings\": expected a positive "
                                        "integer, found nothing"));
 
-  for (const char* type : {"dynamic", "longrope"}) {
-    json["rope_scaling"] = {{"rope_type", type}, {"factor", 2.0}};
-    EXPECT_THAT(ErrorOf(json), HasSubstr(std::string("dir/config.json: field \"rope_scaling\": "
-                                                     "rope type \"") +
-                                         type + "\" is not supported"));
-  }
+  json["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 2.0}};
+  EXPECT_THAT(ErrorOf(json), HasSubstr("dir/config.json: field \"rope_scaling\": rope type "
+                                       "\"longrope\" is not supported (supported: default, "
+                                       "linear, llama3, yarn)"));
+  json["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  EXPECT_THAT(ErrorOf(json), HasSubstr("dir/config.json: field \"rope_scaling\": rope type "
+                                       "\"dynamic\" (NTK scaling recomputed from the sequence "
+                                       "length) is not supported: transformers' frequencies "
+                                       "depend on the longest sequence seen before"));
+  // YaRN is not Qwen3's alone: every family's rotary embedding reads the same rope parameters.
+  json["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope().scaling(), RopeConfig::YARN);
+  // original_max_position_embeddings absent: the config's max_position_embeddings (128).
+  EXPECT_EQ(config->rope().original_max_position_embeddings(), 128);
   json["rope_scaling"] = {{"type", "linear"}};
   EXPECT_THAT(ErrorOf(json), HasSubstr("field \"factor\": expected a positive number"));
   json["rope_scaling"] = nullptr;
@@ -243,7 +388,8 @@ TEST(ModelConfigTest, UnknownArchitectureListsSupported) {
   EXPECT_THAT(ErrorOf(json),
               HasSubstr("dir/config.json: field \"architectures\": architecture "
                         "\"GPT2LMHeadModel\" is not supported (supported: LlamaForCausalLM, "
-                        "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"));
+                        "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                        "SmolLM3ForCausalLM, Olmo2ForCausalLM)"));
   json.erase("architectures");
   EXPECT_THAT(ErrorOf(json), HasSubstr("field \"architectures\": expected a non-empty list"));
 }
@@ -273,12 +419,11 @@ TEST(ModelConfigTest, MissingAndMistypedFields) {
 
 TEST(ModelConfigTest, UnsupportedFeatures) {
   Json json = LlamaConfigJson();
-  json["mlp_bias"] = true;
-  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"mlp_bias\": MLP biases (true) are not supported"));
-  json = LlamaConfigJson();
-  json["hidden_act"] = "gelu";
-  EXPECT_THAT(ErrorOf(json),
-              HasSubstr("field \"hidden_act\": activation \"gelu\" is not supported"));
+  for (const char* activation : {"gelu", "gelu_new", "gelu_pytorch_tanh"}) {
+    json["hidden_act"] = activation;
+    EXPECT_THAT(ErrorOf(json), HasSubstr(std::string("field \"hidden_act\": activation \"") +
+                                         activation + "\" is not supported (supported: silu)"));
+  }
   json = LlamaConfigJson();
   json["num_key_value_heads"] = 3;
   EXPECT_THAT(ErrorOf(json), HasSubstr("field \"num_key_value_heads\": expected a divisor of "

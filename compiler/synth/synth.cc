@@ -296,7 +296,7 @@ uint64_t SynthTensor::num_elements() const {
 }
 
 std::vector<std::string> SynthPresetNames() {
-  return {"tinyllama-1.1b", "llama-110m", "qwen3-0.6b"};
+  return {"tinyllama-1.1b", "llama-110m", "qwen3-0.6b", "smollm3-3b"};
 }
 
 absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name) {
@@ -333,6 +333,24 @@ absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name) {
     config.max_position_embeddings = 40960;
     config.rms_norm_eps = 1e-6;
     config.rope_theta = 1000000.0;
+    config.tie_word_embeddings = true;
+    return config;
+  } else if (name == "smollm3-3b") {
+    // HuggingFaceTB/SmolLM3-3B's config.json: GQA 16 / 4 of 128, rope_theta 5e6, tied embeddings.
+    // Its NoPE layers (3, 7, ..., 35) are SmolLM3Config's no_rope_layer_interval default, which
+    // the importer applies to the config.json written here.
+    config.architecture = "SmolLM3ForCausalLM";
+    config.model_type = "smollm3";
+    config.vocab_size = 128256;
+    config.hidden_size = 2048;
+    config.intermediate_size = 11008;
+    config.num_layers = 36;
+    config.num_attention_heads = 16;
+    config.num_kv_heads = 4;
+    config.head_dim = 128;
+    config.max_position_embeddings = 65536;
+    config.rms_norm_eps = 1e-6;
+    config.rope_theta = 5000000.0;
     config.tie_word_embeddings = true;
     return config;
   } else {

@@ -58,7 +58,9 @@ struct SynthModelConfig {
 // "tinyllama-1.1b" (TinyLlama-1.1B: hidden 2048, intermediate 5632, 22 layers, 32 heads, 4 KV
 // heads), "llama-110m" (llama2.c stories110M: hidden 768, intermediate 2048, 12 layers, 12
 // heads), both vocab 32000, or "qwen3-0.6b" (Qwen3-0.6B: hidden 1024, 28 layers, 16 heads of 128,
-// 8 KV heads, q/k norms, vocab 151936, tied). Unknown names are an error listing the presets.
+// 8 KV heads, q/k norms, vocab 151936, tied), or "smollm3-3b" (SmolLM3-3B: hidden 2048,
+// intermediate 11008, 36 layers, 16 heads of 128, 4 KV heads, every fourth layer without rope,
+// vocab 128256, tied). Unknown names are an error listing the presets.
 absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name);
 std::vector<std::string> SynthPresetNames();
 

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "compiler/importer/checkpoint.h"
 #include "compiler/pipeline/compile.h"
@@ -143,6 +145,73 @@ TEST(SynthTensorsTest, TinyLlamaPresetMatchesTransformersStateDict) {
   std::sort(reference.begin(), reference.end());
   EXPECT_EQ(ours, reference);
   EXPECT_EQ(parameters, 1'100'048'384u);  // TinyLlama-1.1B's published parameter count
+}
+
+// testdata/smollm3_state_dict.txt: transformers' SmolLM3ForCausalLM for SmolLM3-3B's config
+// (tied, so no lm_head), then its no_rope_layers.
+std::vector<std::string> SmolLM3Reference(std::string* no_rope_layers) {
+  std::vector<std::string> reference =
+      absl::StrSplit(ReadFile(fs::path(LLMC_SYNTH_TESTDATA_DIR) / "smollm3_state_dict.txt"), '\n',
+                     absl::SkipEmpty());
+  EXPECT_TRUE(absl::StartsWith(reference.back(), "no_rope_layers "));
+  *no_rope_layers = reference.back().substr(std::strlen("no_rope_layers "));
+  reference.pop_back();
+  return reference;
+}
+
+TEST(SynthTensorsTest, SmolLM3PresetMatchesTransformersStateDict) {
+  absl::StatusOr<SynthModelConfig> config = SynthPreset("smollm3-3b");
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::vector<SynthTensor>> tensors = SynthTensors(*config);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  std::vector<std::string> ours;
+  uint64_t parameters = 0;
+  for (const SynthTensor& tensor : *tensors) {
+    ours.push_back(tensor.name + " " + absl::StrJoin(tensor.shape, ","));
+    parameters += tensor.num_elements();
+  }
+  std::string no_rope_layers;
+  std::vector<std::string> reference = SmolLM3Reference(&no_rope_layers);
+  std::sort(ours.begin(), ours.end());
+  std::sort(reference.begin(), reference.end());
+  EXPECT_EQ(ours, reference);
+  EXPECT_EQ(parameters, 3'075'098'624u);  // SmolLM3-3B's parameter count (tied embeddings)
+}
+
+// The preset's config.json leaves no_rope_layers to SmolLM3Config's default: the importer must
+// derive transformers' list from it. 36 layers at toy width, so it also compiles and runs.
+TEST_F(SynthTest, SmolLM3PresetNoRopeLayersCompileAndRun) {
+  SynthOptions options;
+  absl::StatusOr<SynthModelConfig> preset = SynthPreset("smollm3-3b");
+  ASSERT_TRUE(preset.ok()) << preset.status();
+  options.config = TinyConfig();
+  options.config.architecture = preset->architecture;
+  options.config.model_type = preset->model_type;
+  options.config.num_layers = preset->num_layers;
+  options.config.rope_theta = preset->rope_theta;
+  options.config.tie_word_embeddings = preset->tie_word_embeddings;
+  options.output_dir = (root_ / "model").string();
+  ASSERT_TRUE(WriteSyntheticCheckpoint(options).ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(options.output_dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  std::string no_rope_layers;
+  SmolLM3Reference(&no_rope_layers);
+  std::vector<std::string> flags(36, "1");
+  for (int64_t layer : (*checkpoint)->config().layers_without_rope()) flags.at(layer) = "0";
+  EXPECT_EQ(absl::StrJoin(flags, ","), no_rope_layers);
+  EXPECT_DOUBLE_EQ((*checkpoint)->config().rope().theta(), 5000000.0);
+
+  CompileOptions compile;
+  compile.model_dir = options.output_dir;
+  compile.output_path = (root_ / "model.plan").string();
+  absl::Status compiled = Compile(compile, nullptr);
+  ASSERT_TRUE(compiled.ok()) << compiled;
+  absl::StatusOr<std::unique_ptr<llmrt::engine::Model>> model =
+      llmrt::engine::Model::Load(compile.output_path, llmrt::engine::ModelOptions());
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<std::vector<float>> logits = (*model)->NewSession()->Append({1, 5, 9}, false);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  for (float value : *logits) ASSERT_TRUE(std::isfinite(value));
 }
 
 TEST(SynthTensorsTest, UnknownPresetNamesTheAlternatives) {

@@ -186,7 +186,10 @@ TEST_P(EngineModelTest, GreedyBatchOf16MatchesEachRequestAlone) {
 
 std::vector<std::string> Models() {
   std::vector<std::string> models = {kStoriesDir};
-  for (const char* fixture : {"llama_gqa_tied", "llama_mha", "qwen2_bias", "mistral_sliding"}) {
+  // The window fixtures: a batch, prefix-cache hits and recomputed prompts must keep every
+  // window layer inside its window (qwen2_sliding and smollm3_nope_window window one layer of two).
+  for (const char* fixture : {"llama_gqa_tied", "llama_mha", "qwen2_bias", "mistral_sliding",
+                              "qwen2_sliding", "smollm3_nope_window", "olmo2_postnorm"}) {
     models.push_back(std::string("tests/fixtures/") + fixture);
   }
   return models;

@@ -8,6 +8,7 @@ namespace {
 
 absl::Status ReadConfig(const ConfigReader& json, llmrt::plan::ModelConfig& config) {
   // MistralConfig defaults sliding_window to 4096 when the key is absent; null disables it.
+  // MistralModel ignores layer_types (transformers warns and windows every layer).
   int64_t window = 4096;
   if (json.Has("sliding_window")) {
     absl::StatusOr<int64_t> value = json.PositiveIntOr("sliding_window", 0);
@@ -18,11 +19,7 @@ absl::Status ReadConfig(const ConfigReader& json, llmrt::plan::ModelConfig& conf
   return absl::OkStatus();
 }
 
-void Build(ModelGraph& graph) {
-  blocks::AttentionOptions attention;
-  attention.sliding_window = graph.config().sliding_window();
-  blocks::PreNormDecoder(graph, attention, {});
-}
+void Build(ModelGraph& graph) { blocks::PreNormDecoder(graph, {}, {}); }
 
 }  // namespace
 

@@ -3,14 +3,13 @@
 // an explicit head_dim (default 128).
 #include "compiler/arch/blocks.h"
 #include "compiler/arch/family.h"
+#include "compiler/arch/family_config.h"
 
 namespace llmc {
 namespace {
 
 absl::Status ReadConfig(const ConfigReader& json, llmrt::plan::ModelConfig& config) {
-  absl::StatusOr<bool> attention_bias = json.BoolOr("attention_bias", false);
-  if (!attention_bias.ok()) return attention_bias.status();
-  config.set_attention_bias(*attention_bias);
+  if (absl::Status status = ReadAttentionBias(json, config); !status.ok()) return status;
   // Qwen3 configs carry sliding_window with use_sliding_window false: full attention then.
   return json.RefuseTrue("use_sliding_window", "Qwen3 sliding-window layers");
 }
@@ -18,7 +17,7 @@ absl::Status ReadConfig(const ConfigReader& json, llmrt::plan::ModelConfig& conf
 void Build(ModelGraph& graph) {
   blocks::AttentionOptions attention;
   attention.qkv_bias = attention.o_bias = graph.config().attention_bias();
-  attention.qk_norm = true;
+  attention.qk_norm = blocks::QkNorm::kPerHead;
   blocks::PreNormDecoder(graph, attention, {});
 }
 

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """Reference data for synth_test.cc, from transformers and HF tokenizers (not from our code).
 
-  python3 make_reference.py TOKENIZER_DIR
+  python3 make_reference.py [TOKENIZER_DIR]
 
 TOKENIZER_DIR holds a tokenizer.json written by `llmc synth` (vocab 32000, e.g. the
 tinyllama-1.1b preset). Writes, next to this script:
   tinyllama_state_dict.txt   name and shape of every tensor of transformers'
                              LlamaForCausalLM for TinyLlama-1.1B's config (built on the meta
                              device: no memory, no weights)
-  tokenizer_encodings.txt    for each test string: HF tokenizers' ids for it, with <s>
+  smollm3_state_dict.txt     the same for SmolLM3ForCausalLM with SmolLM3-3B's config, as
+                             save_pretrained writes it (the tied lm_head dropped), then a line
+                             "no_rope_layers" with transformers' per-layer flags for that config
+  tokenizer_encodings.txt    (only with TOKENIZER_DIR) for each test string: HF tokenizers' ids
+                             for it, with <s>
 """
 import json
 import pathlib
@@ -16,7 +20,7 @@ import sys
 
 import torch
 from tokenizers import Tokenizer
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, SmolLM3Config, SmolLM3ForCausalLM
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -31,6 +35,22 @@ with open(HERE / "tinyllama_state_dict.txt", "w") as out:
     for name, tensor in model.state_dict().items():
         out.write(f"{name} {','.join(str(d) for d in tensor.shape)}\n")
 
+# HuggingFaceTB/SmolLM3-3B's config.json shape fields; no_rope_layers from the class default.
+config = SmolLM3Config(vocab_size=128256, hidden_size=2048, intermediate_size=11008,
+                       num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=4,
+                       max_position_embeddings=65536, rms_norm_eps=1e-6, rope_theta=5000000.0,
+                       tie_word_embeddings=True)
+with torch.device("meta"):
+    model = SmolLM3ForCausalLM(config)
+with open(HERE / "smollm3_state_dict.txt", "w") as out:
+    for name, tensor in model.state_dict().items():
+        if name == "lm_head.weight":  # tied: save_pretrained does not write it
+            continue
+        out.write(f"{name} {','.join(str(d) for d in tensor.shape)}\n")
+    out.write("no_rope_layers " + ",".join(str(flag) for flag in config.no_rope_layers) + "\n")
+
+if len(sys.argv) < 2:
+    sys.exit(0)
 tokenizer = Tokenizer.from_file(str(pathlib.Path(sys.argv[1]) / "tokenizer.json"))
 strings = [
     "Once upon a time",

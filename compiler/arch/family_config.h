@@ -1,0 +1,38 @@
+// config.json reads that several families share, for their read_config functions (family.h):
+// options whose field name and meaning are the same wherever transformers has them.
+#ifndef LLMC_COMPILER_ARCH_FAMILY_CONFIG_H_
+#define LLMC_COMPILER_ARCH_FAMILY_CONFIG_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "compiler/importer/config_reader.h"
+#include "runtime/plan/proto/plan.pb.h"
+
+namespace llmc {
+
+// "attention_bias" (absent: false): biases on q, k, v and o_proj.
+absl::Status ReadAttentionBias(const ConfigReader& json, llmrt::plan::ModelConfig& config);
+
+// ReadAttentionBias, and "mlp_bias" (absent: false): biases on gate_proj, up_proj and down_proj.
+absl::Status ReadAttentionAndMlpBias(const ConfigReader& json, llmrt::plan::ModelConfig& config);
+
+// Which layers attend through a sliding window, as transformers' masks decide it: config.json's
+// "layer_types" when present (transformers >= 4.53 writes it), else `derived_sliding` (the
+// family's rule, one entry per layer). Every "sliding_attention" layer uses `window`, which must
+// then be positive (transformers raises for a sliding layer without a window). Sets
+// config.sliding_window (the window, or 0 when no layer uses it) and
+// config.layer_sliding_windows (one entry per layer when the layers differ, else empty).
+absl::Status ReadLayerWindows(const ConfigReader& json, const std::vector<bool>& derived_sliding,
+                              int64_t window, llmrt::plan::ModelConfig& config);
+
+// The window of `layer` (0: full causal attention), from the fields ReadLayerWindows sets.
+int64_t LayerSlidingWindow(const llmrt::plan::ModelConfig& config, int64_t layer);
+
+// Whether `layer` rotates q and k (false for the layers in config.layers_without_rope).
+bool LayerHasRope(const llmrt::plan::ModelConfig& config, int64_t layer);
+
+}  // namespace llmc
+
+#endif  // LLMC_COMPILER_ARCH_FAMILY_CONFIG_H_
