@@ -1,4 +1,5 @@
 #include "runtime/server/protocol.h"
+#include "runtime/server/structured_output.h"
 
 #include <algorithm>
 #include <cmath>
@@ -457,6 +458,10 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
   }
   LLMRT_RETURN_IF_ERROR(ReadBool(object, "ignore_eos", request.ignore_eos));
   LLMRT_RETURN_IF_ERROR(ReadBool(object, "skip_special_tokens", request.skip_special_tokens));
+  if (const Json* format = Field(object, "response_format")) {
+    LLMRT_RETURN_IF_ERROR(CheckResponseFormat(*format));
+    request.response_format = *format;
+  }
   return request;
 }
 

@@ -113,6 +113,9 @@ struct ParsedRequest {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   bool skip_special_tokens = true;
+  // response_format as sent, checked by CheckResponseFormat (structured_output.h); null
+  // unless given.
+  Json response_format;
 };
 
 // Parses a request body. InvalidArgument for malformed JSON, a field of the wrong type or out of

@@ -165,6 +165,7 @@ Server::Server(engine::Engine& engine, const Tokenizer& tokenizer, const plan::P
     : engine_(engine),
       tokenizer_(tokenizer),
       meta_(meta),
+      structured_output_(std::make_unique<StructuredOutput>(meta)),
       options_(options),
       shared_(std::make_shared<Shared>()),
       http_(std::make_unique<httplib::Server>()) {
@@ -518,6 +519,12 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
     generation.logprobs = parsed->logprobs;
     generation.top_logprobs = parsed->top_logprobs;
     generation.n = n;
+    if (!parsed->response_format.is_null()) {
+      absl::StatusOr<std::shared_ptr<const sampling::TokenConstraint>> constraint =
+          structured_output_->Constraint(parsed->response_format);
+      if (!constraint.ok()) return SendError(response, constraint.status());
+      generation.constraint = *std::move(constraint);
+    }
     if (absl::Status status = engine_.Validate(generation); !status.ok()) {
       if (status.code() == absl::StatusCode::kOutOfRange) {
         status = absl::InvalidArgumentError(status.message());

@@ -40,6 +40,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/plan/proto/plan.pb.h"
 #include "runtime/server/protocol.h"
+#include "runtime/server/structured_output.h"
 #include "runtime/template/template.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -116,6 +117,7 @@ class Server {
   engine::Engine& engine_;
   const Tokenizer& tokenizer_;
   const plan::PlanMeta& meta_;
+  std::unique_ptr<StructuredOutput> structured_output_;  // response_format
   ServerOptions options_;
   std::optional<jinja::Template> chat_template_;
   std::string bos_text_, eos_text_;
