@@ -5,7 +5,10 @@
 #define LLMC_TOKENIZER_IMPORT_INTERNAL_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -23,6 +26,13 @@ inline constexpr int64_t kMaxVocabSize = int64_t{1} << 22;
 absl::StatusOr<llmrt::plan::TokenizerSpec> ImportTokenizerDocument(
     const nlohmann::json& root, std::string_view config_json, std::string_view document_name,
     std::string_view config_json_name);
+
+// Replaces the spec's chat templates with `named` ({name, source}), as transformers builds its
+// tokenizer.chat_template dict: a later entry of a name replaces an earlier one; "default" goes
+// to chat_template (empty when there is none), every other name to named_chat_templates in the
+// order of first appearance.
+void SetChatTemplates(const std::vector<std::pair<std::string, std::string>>& named,
+                      llmrt::plan::TokenizerSpec& spec);
 
 }  // namespace llmc::tokenizer_internal
 

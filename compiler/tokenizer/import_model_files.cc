@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -832,6 +833,17 @@ TokenizerFiles FindTokenizerFiles(const std::string& model_dir) {
   files.tokenizer_config_json = found("tokenizer_config.json");
   files.config_json = found("config.json");
   files.chat_template_jinja = found("chat_template.jinja");
+  // transformers globs "*.jinja" in that directory; files only, as glob would not match a
+  // directory named x.jinja usefully (open() fails on it).
+  std::error_code error;
+  const std::filesystem::path template_dir =
+      std::filesystem::path(model_dir) / "additional_chat_templates";
+  for (const auto& entry : std::filesystem::directory_iterator(template_dir, error)) {
+    if (entry.path().extension() == ".jinja" && entry.is_regular_file(error)) {
+      files.additional_chat_templates.push_back(entry.path().string());
+    }
+  }
+  std::sort(files.additional_chat_templates.begin(), files.additional_chat_templates.end());
   return files;
 }
 
@@ -876,10 +888,19 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerFiles(const TokenizerFiles& files) 
                                             ": no tokenizer: expected tokenizer.json, vocab.json "
                                             "+ merges.txt, or tokenizer.model"));
   }
-  if (spec.chat_template().empty() && !files.chat_template_jinja.empty()) {
-    LLMRT_ASSIGN_OR_RETURN(std::string chat_template, ReadFile(files.chat_template_jinja));
-    spec.set_chat_template(std::move(chat_template));
+  // The template files replace the config's templates entirely, even a config "default" when
+  // only additional_chat_templates/ exists (transformers overwrites init_kwargs["chat_template"]).
+  // A file additional_chat_templates/default.jinja is read after chat_template.jinja and wins.
+  std::vector<std::pair<std::string, std::string>> named;
+  if (!files.chat_template_jinja.empty()) {
+    LLMRT_ASSIGN_OR_RETURN(std::string source, ReadFile(files.chat_template_jinja));
+    named.emplace_back("default", std::move(source));
   }
+  for (const std::string& path : files.additional_chat_templates) {
+    LLMRT_ASSIGN_OR_RETURN(std::string source, ReadFile(path));
+    named.emplace_back(std::filesystem::path(path).stem().string(), std::move(source));
+  }
+  if (!named.empty()) tokenizer_internal::SetChatTemplates(named, spec);
   return spec;
 }
 

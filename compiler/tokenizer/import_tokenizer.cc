@@ -707,24 +707,57 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerDocument(const nlohmann::json& root
     if (chat_template->is_string()) {
       spec.set_chat_template(chat_template->get<std::string>());
     } else if (chat_template->is_array()) {
-      // Named templates ({"name", "template"}): the runtime renders the default one.
-      bool found = false;
-      for (const Json& entry : *chat_template) {
-        if (entry.is_object() && entry.value("name", "") == "default" &&
-            entry.contains("template") && entry["template"].is_string()) {
-          spec.set_chat_template(entry["template"].get<std::string>());
-          found = true;
+      // Named templates, as transformers turns the list into {name: template}: a later entry of
+      // the same name replaces an earlier one. "default" renders unless a name is asked for (or
+      // "tool_use" when tools are given); a list without "default" is legal, it only makes a
+      // name necessary at render time.
+      std::vector<std::pair<std::string, std::string>> named;
+      for (size_t index = 0; index < chat_template->size(); ++index) {
+        const Json& entry = (*chat_template)[index];
+        const std::string field = absl::StrCat("chat_template[", index, "]");
+        if (!entry.is_object()) {
+          return config_reader.Error(field, absl::StrCat("expected an object {\"name\", "
+                                                         "\"template\"}, found ",
+                                                         TypeName(entry)));
         }
+        for (const char* key : {"name", "template"}) {
+          if (!entry.contains(key) || !entry[key].is_string()) {
+            return config_reader.Error(
+                absl::StrCat(field, ".", key),
+                absl::StrCat("expected a string, found ",
+                             entry.contains(key) ? TypeName(entry[key]) : "nothing"));
+          }
+        }
+        named.emplace_back(entry["name"].get<std::string>(), entry["template"].get<std::string>());
       }
-      if (!found) {
-        return config_reader.Error("chat_template", "a list of templates has no \"default\"");
-      }
+      SetChatTemplates(named, spec);
     } else {
-      return config_reader.Error(
-          "chat_template", absl::StrCat("expected a string, found ", TypeName(*chat_template)));
+      return config_reader.Error("chat_template",
+                                 absl::StrCat("expected a string or a list of {\"name\", "
+                                              "\"template\"}, found ",
+                                              TypeName(*chat_template)));
     }
   }
   return spec;
+}
+
+void SetChatTemplates(const std::vector<std::pair<std::string, std::string>>& named,
+                      TokenizerSpec& spec) {
+  spec.clear_chat_template();
+  spec.clear_named_chat_templates();
+  for (const auto& [name, source] : named) {
+    if (name == "default") {
+      spec.set_chat_template(source);
+      continue;
+    }
+    TokenizerSpec::NamedChatTemplate* entry = nullptr;
+    for (TokenizerSpec::NamedChatTemplate& existing : *spec.mutable_named_chat_templates()) {
+      if (existing.name() == name) entry = &existing;
+    }
+    if (entry == nullptr) entry = spec.add_named_chat_templates();
+    entry->set_name(name);
+    entry->set_source(source);
+  }
 }
 
 }  // namespace tokenizer_internal

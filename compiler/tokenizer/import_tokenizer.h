@@ -3,13 +3,15 @@
 //
 // Reads `tokenizer.json` (model, added tokens, normalizer, pre-tokenizer, post-processor,
 // decoder) and, when present, `tokenizer_config.json` (add_bos_token, add_eos_token, bos/eos
-// tokens, chat_template) and `chat_template.jinja`. Every component type or option that the
+// tokens, chat_template), `chat_template.jinja` and `additional_chat_templates/*.jinja`. Every
+// component type or option that the
 // runtime does not execute exactly is an error naming it; nothing is approximated.
 #ifndef LLMC_TOKENIZER_IMPORT_TOKENIZER_H_
 #define LLMC_TOKENIZER_IMPORT_TOKENIZER_H_
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/plan/proto/plan.pb.h"
@@ -27,6 +29,8 @@ struct TokenizerFiles {
   std::string tokenizer_config_json;
   std::string config_json;  // the model's config.json (model_type picks a family)
   std::string chat_template_jinja;
+  // additional_chat_templates/NAME.jinja, sorted by path: the named templates of transformers 5.
+  std::vector<std::string> additional_chat_templates;
 };
 
 // The files of `model_dir` that exist. tokenizer.json wins over the others, as in transformers.
@@ -39,6 +43,10 @@ TokenizerFiles FindTokenizerFiles(const std::string& model_dir);
 // LlamaTokenizer builds it: Metaspace with prepend_scheme "first" unless `legacy`, byte
 // fallback, <s>/</s> per add_bos_token/add_eos_token). No usable file is an error naming what
 // was looked for.
+// Chat templates as transformers' from_pretrained picks them: when chat_template.jinja or any
+// additional_chat_templates/NAME.jinja exists, those files are the templates (chat_template.jinja
+// is "default", each other file the template NAME) and tokenizer_config.json's "chat_template"
+// is not used at all; otherwise the config's string, or its list of named templates.
 absl::StatusOr<llmrt::plan::TokenizerSpec> ImportTokenizerFiles(const TokenizerFiles& files);
 
 // ImportTokenizerFiles(FindTokenizerFiles(model_dir)).

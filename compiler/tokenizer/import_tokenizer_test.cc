@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace llmc {
 namespace {
@@ -365,6 +366,72 @@ TEST(ImportTokenizerModelTest, HugeIdsAndLengthsAreErrors) {
     ASSERT_FALSE(spec.ok());
     EXPECT_NE(spec.status().message().find("malformed"), std::string::npos) << spec.status();
   }
+}
+
+// The chat templates transformers loads from a model folder (tokenizer_config.json's string or
+// list, chat_template.jinja, additional_chat_templates/*.jinja), recorded by
+// runtime/template/testdata/make_reference.py: the plan must carry the same set.
+TEST(ImportTokenizerTest, ChatTemplatesAsTransformersLoadsThem) {
+  std::ifstream file(LLMC_SOURCE_DIR "/runtime/template/testdata/chat_template_selection.json");
+  ASSERT_TRUE(file.good());
+  const nlohmann::ordered_json reference = nlohmann::ordered_json::parse(file);
+  ASSERT_GE(reference["scenarios"].size(), 8u);
+  for (const auto& scenario : reference["scenarios"]) {
+    const std::string name = scenario["name"].get<std::string>();
+    SCOPED_TRACE(name);
+    const std::string dir = testing::TempDir() + "/chat_templates_" + name;
+    ::mkdir(dir.c_str(), 0755);
+    ::mkdir((dir + "/additional_chat_templates").c_str(), 0755);
+    std::ofstream(dir + "/tokenizer.json") << reference["tokenizer_json"].dump();
+    nlohmann::ordered_json config = nlohmann::ordered_json::object();
+    if (!scenario["config_chat_template"].is_null()) {
+      config["chat_template"] = scenario["config_chat_template"];
+    }
+    std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+    for (const auto& [path, text] : scenario["files"].items()) {
+      std::ofstream(dir + "/" + path) << text.get<std::string>();
+    }
+    absl::StatusOr<TokenizerSpec> spec = ImportTokenizer(dir);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    // transformers keeps a lone "default" as a plain string, several templates as a dict.
+    nlohmann::ordered_json loaded;
+    if (spec->named_chat_templates().empty()) {
+      loaded = spec->chat_template();
+    } else {
+      loaded = nlohmann::ordered_json::object();
+      if (!spec->chat_template().empty()) loaded["default"] = spec->chat_template();
+      for (const auto& named : spec->named_chat_templates()) loaded[named.name()] = named.source();
+    }
+    // A dict holding only "default" renders as that one string does (a list in the config stays
+    // a dict in transformers). Order is not part of the contract (transformers globs the folder
+    // in directory order).
+    nlohmann::json expected = scenario["loaded"];
+    if (expected.is_object() && expected.size() == 1 && expected.contains("default")) {
+      expected = expected["default"];
+    }
+    EXPECT_EQ(nlohmann::json(loaded), expected);
+    for (const char* file_name :
+         {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
+      std::remove((dir + "/" + file_name).c_str());
+    }
+  }
+}
+
+TEST(ImportTokenizerTest, ChatTemplateListErrorsNameTheEntry) {
+  auto error = [](const std::string& chat_template) {
+    auto spec = ImportTokenizerFromJson(MakeJson(), R"({"chat_template": )" + chat_template + "}");
+    return spec.ok() ? "(no error)" : std::string(spec.status().message());
+  };
+  EXPECT_EQ(error(R"([{"name": "default", "template": 3}])"),
+            "tokenizer_config.json: chat_template[0].template: expected a string, found number");
+  EXPECT_EQ(error(R"([{"name": "default", "template": "x"}, "y"])"),
+            "tokenizer_config.json: chat_template[1]: expected an object {\"name\", "
+            "\"template\"}, found string");
+  EXPECT_EQ(error(R"([{"template": "x"}])"),
+            "tokenizer_config.json: chat_template[0].name: expected a string, found nothing");
+  EXPECT_EQ(error("7"),
+            "tokenizer_config.json: chat_template: expected a string or a list of {\"name\", "
+            "\"template\"}, found number");
 }
 
 }  // namespace

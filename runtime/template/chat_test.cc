@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "runtime/template/plan_chat_template.h"
 #include "runtime/template/test_json.h"
 
 namespace llmrt::jinja {
@@ -142,6 +143,100 @@ TEST(RenderChatTest, PassesToolsExtraVariablesAndMessageFields) {
       RenderChat(*chat_template, {{"user", Value::String("q")}, tool}, options);
   ASSERT_TRUE(rendered.ok()) << rendered.status();
   EXPECT_EQ(*rendered, "True|1 Jan 2025|user:-;tool:call_7;True");
+}
+
+// Which template renders, against transformers' get_chat_template(name, tools) on the templates
+// it loaded (chat_template_selection.json): the same source, or an error where it raises. Where
+// transformers takes a name it does not know as the template text itself, we refuse the name
+// (a template source is given at compile time, never in place of a name); "default" always
+// names the default template.
+TEST(PlanChatTemplateTest, SelectsAsTransformersGetChatTemplate) {
+  const nlohmann::ordered_json reference =
+      ReadJsonFile(std::string(LLMRT_TEMPLATE_TESTDATA) + "/chat_template_selection.json");
+  int checked = 0;
+  for (const auto& scenario : reference["scenarios"]) {
+    SCOPED_TRACE(scenario["name"].get<std::string>());
+    plan::TokenizerSpec spec;
+    std::map<std::string, std::string> sources;
+    if (scenario["loaded"].is_string()) {
+      spec.set_chat_template(scenario["loaded"].get<std::string>());
+      sources[kDefaultTemplateName] = spec.chat_template();
+    } else {
+      for (const auto& [name, source] : scenario["loaded"].items()) {
+        sources[name] = source.get<std::string>();
+        if (name == kDefaultTemplateName) {
+          spec.set_chat_template(source.get<std::string>());
+        } else {
+          auto* named = spec.add_named_chat_templates();
+          named->set_name(name);
+          named->set_source(source.get<std::string>());
+        }
+      }
+    }
+    absl::StatusOr<PlanChatTemplate> chat_template = PlanChatTemplate::Create(spec);
+    ASSERT_TRUE(chat_template.ok()) << chat_template.status();
+    for (const auto& request : scenario["requests"]) {
+      const std::string requested =
+          request["name"].is_null() ? "" : request["name"].get<std::string>();
+      const bool has_tools = !request["tools"].is_null();
+      SCOPED_TRACE("name '" + requested + "', tools " + (has_tools ? "given" : "none"));
+      absl::StatusOr<std::string> selected = chat_template->Select(requested, has_tools);
+      ++checked;
+      if (request.contains("error")) {
+        ASSERT_FALSE(selected.ok());
+        EXPECT_EQ(selected.status().code(), absl::StatusCode::kFailedPrecondition);
+        continue;
+      }
+      const std::string expected = request["template"].get<std::string>();
+      if (!requested.empty() && expected == requested) {
+        // transformers took the name as template text: with one template it does so even for
+        // "default", which names that template for us.
+        if (sources.count(requested)) {
+          ASSERT_TRUE(selected.ok()) << selected.status();
+          EXPECT_EQ(*selected, requested);
+          continue;
+        }
+        ASSERT_FALSE(selected.ok());
+        EXPECT_EQ(selected.status().code(), absl::StatusCode::kNotFound);
+        EXPECT_TRUE(absl::StrContains(selected.status().message(), "it has: "))
+            << selected.status();
+        continue;
+      }
+      ASSERT_TRUE(selected.ok()) << selected.status();
+      EXPECT_EQ(sources.at(*selected), expected);
+    }
+  }
+  EXPECT_GE(checked, 50);
+}
+
+TEST(PlanChatTemplateTest, RendersTheSelectedTemplateAndNamesItInErrors) {
+  plan::TokenizerSpec spec;
+  spec.set_chat_template("{% for m in messages %}{{ m.content }}{% endfor %}");
+  auto* tool_use = spec.add_named_chat_templates();
+  tool_use->set_name("tool_use");
+  tool_use->set_source("{% for t in tools %}{{ t.name }};{% endfor %}{{ messages[0].content }}");
+  absl::StatusOr<PlanChatTemplate> chat_template = PlanChatTemplate::Create(spec);
+  ASSERT_TRUE(chat_template.ok()) << chat_template.status();
+  EXPECT_EQ(chat_template->names(), (std::vector<std::string>{"default", "tool_use"}));
+  const std::vector<ChatMessage> messages = {{"user", Value::String("hi")}};
+  ChatOptions options;
+  EXPECT_EQ(*chat_template->Render(messages, options), "hi");
+  options.tools = Value::List({Value::Object({{"name", Value::String("f")}})});
+  EXPECT_EQ(*chat_template->Render(messages, options), "f;hi");
+  EXPECT_EQ(*chat_template->Render(messages, options, "default"), "hi");
+  // Without tools the tool_use template iterates None: the error names the template.
+  absl::StatusOr<std::string> failed = chat_template->Render(messages, ChatOptions{}, "tool_use");
+  ASSERT_FALSE(failed.ok());
+  EXPECT_TRUE(absl::StartsWith(failed.status().message(), "chat template \"tool_use\": "))
+      << failed.status();
+
+  tool_use->set_source("{% if %}");
+  absl::StatusOr<PlanChatTemplate> broken = PlanChatTemplate::Create(spec);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_TRUE(absl::StartsWith(broken.status().message(), "chat template \"tool_use\": "))
+      << broken.status();
+  EXPECT_EQ(PlanChatTemplate::Create(plan::TokenizerSpec()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

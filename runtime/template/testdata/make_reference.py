@@ -15,6 +15,11 @@ Writes, next to this script:
                            arguments, tool results, the templates' keyword variables), with and
                            without add_generation_prompt: the output, or the error it raised.
   features_reference.json  small templates exercising each language feature, with jinja2's output.
+  chat_template_selection.json
+                           model folders with chat templates in tokenizer_config.json (a string or
+                           a list of named ones), chat_template.jinja and additional_chat_templates/,
+                           the templates transformers loads from each and the one
+                           get_chat_template(name, tools) picks for each request.
 
 Usage: python3 runtime/template/testdata/make_reference.py [path/to/shared/tokenizers]
 Needs: pip install jinja2 transformers
@@ -531,6 +536,83 @@ def make_features_reference():
             "cases": cases}
 
 
+# A tokenizer transformers loads without a model: the smallest BPE tokenizer.json.
+SELECTION_TOKENIZER = {
+    "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+    "normalizer": None, "pre_tokenizer": None, "post_processor": None, "decoder": None,
+    "model": {"type": "BPE", "dropout": None, "unk_token": None,
+              "continuing_subword_prefix": None, "end_of_word_suffix": None, "fuse_unk": False,
+              "byte_fallback": False, "ignore_merges": False,
+              "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]]},
+}
+DEFAULT_SOURCE = "D:{% for m in messages %}{{ m.content }}{% endfor %}"
+TOOL_USE_SOURCE = "T:{{ tools | length }}"
+RAG_SOURCE = "R:{{ documents }}"
+FILE_SOURCE = "F:{% for m in messages %}{{ m.content }}{% endfor %}"
+# (name, tokenizer_config "chat_template" or None, files beside it {relative path: text}).
+SELECTION_SCENARIOS = [
+    ("config_string", DEFAULT_SOURCE, {}),
+    ("config_list", [{"name": "default", "template": DEFAULT_SOURCE},
+                     {"name": "tool_use", "template": TOOL_USE_SOURCE}], {}),
+    ("config_list_without_default", [{"name": "tool_use", "template": TOOL_USE_SOURCE},
+                                     {"name": "rag", "template": RAG_SOURCE}], {}),
+    ("config_list_repeated_name", [{"name": "default", "template": DEFAULT_SOURCE},
+                                   {"name": "default", "template": FILE_SOURCE}], {}),
+    ("jinja_file_wins_over_config_list",
+     [{"name": "default", "template": DEFAULT_SOURCE},
+      {"name": "tool_use", "template": TOOL_USE_SOURCE}],
+     {"chat_template.jinja": FILE_SOURCE}),
+    ("jinja_file_wins_over_config_string", DEFAULT_SOURCE, {"chat_template.jinja": FILE_SOURCE}),
+    ("additional_templates_replace_config", DEFAULT_SOURCE,
+     {"additional_chat_templates/tool_use.jinja": TOOL_USE_SOURCE}),
+    ("jinja_file_and_additional_templates", None,
+     {"chat_template.jinja": FILE_SOURCE,
+      "additional_chat_templates/tool_use.jinja": TOOL_USE_SOURCE,
+      "additional_chat_templates/rag.jinja": RAG_SOURCE,
+      "additional_chat_templates/notes.txt": "not a template"}),
+    ("additional_default_wins_over_jinja_file", None,
+     {"chat_template.jinja": FILE_SOURCE,
+      "additional_chat_templates/default.jinja": DEFAULT_SOURCE}),
+]
+# What get_chat_template is asked: (requested name or None, tools or None).
+SELECTION_REQUESTS = [(None, None), (None, []), (None, [WEATHER_TOOL]), ("tool_use", None),
+                      ("default", None), ("rag", [WEATHER_TOOL])]
+
+
+def make_selection_reference():
+    """How transformers loads and picks chat templates from a model folder: the loaded
+    tokenizer.chat_template and, for each request, the template get_chat_template returns."""
+    import tempfile
+    scenarios = []
+    for name, config_template, files in SELECTION_SCENARIOS:
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "tokenizer.json"), "w", encoding="utf-8") as f:
+                json.dump(SELECTION_TOKENIZER, f)
+            config = {"tokenizer_class": "PreTrainedTokenizerFast"}
+            if config_template is not None:
+                config["chat_template"] = config_template
+            with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+                json.dump(config, f)
+            for path, text in files.items():
+                os.makedirs(os.path.dirname(os.path.join(folder, path)), exist_ok=True)
+                with open(os.path.join(folder, path), "w", encoding="utf-8") as f:
+                    f.write(text)
+            tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+            requests = []
+            for requested, tools in SELECTION_REQUESTS:
+                request = {"name": requested, "tools": tools}
+                try:
+                    request["template"] = tokenizer.get_chat_template(requested, tools)
+                except ValueError as error:
+                    request["error"] = str(error)
+                requests.append(request)
+            scenarios.append({"name": name, "config_chat_template": config_template,
+                              "files": files, "loaded": tokenizer.chat_template,
+                              "requests": requests})
+    return {"transformers_version": transformers.__version__,
+            "tokenizer_json": SELECTION_TOKENIZER, "scenarios": scenarios}
+
+
 def write(name, data):
     path = os.path.join(HERE, name)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
@@ -545,6 +627,7 @@ def main():
         HERE, "..", "..", "..", "..", "shared", "tokenizers")
     write("chat_reference.json", make_chat_reference(os.path.abspath(shared)))
     write("features_reference.json", make_features_reference())
+    write("chat_template_selection.json", make_selection_reference())
 
 
 if __name__ == "__main__":
