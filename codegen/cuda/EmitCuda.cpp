@@ -584,7 +584,7 @@ private:
         add(absl::StrCat("attention_", heads, "x", kvHeads, "x", headDim, suffix), definitions,
             absl::StrFormat("llmc::attentionSplit<%d, %d, %d, %d, %d, %d, %s, %s>(p, %s, %s);",
                             heads, kvHeads, headDim, splits, attention.sliding_window(),
-                            kAttentionWarps, ropeFlag, *kv, floatLiteral(attention.scale()), table),
+                            kAttentionWarps, ropeFlag, *kv, floatLiteral(plan::SoftmaxScale(attention)), table),
             split));
     Kernel combine = perToken(32);
     combine.set_grid_y(heads);
@@ -602,7 +602,7 @@ private:
               definitions,
               absl::StrFormat("llmc::attentionPrefill<%d, %d, %d, %d, %s, %s>(p, %s, %s);", heads,
                               kvHeads, headDim, attention.sliding_window(), ropeFlag, *kv,
-                              floatLiteral(attention.scale()), table),
+                              floatLiteral(plan::SoftmaxScale(attention)), table),
               prefill));
     }
     return absl::OkStatus();

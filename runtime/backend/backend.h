@@ -97,10 +97,11 @@ class Backend {
 
   virtual std::string name() const = 0;
 
-  // Whether this backend can execute `op` with weights of `weight_dtype` (DTYPE_UNSPECIFIED for
-  // an op without weights). Creation already refuses a program with an unsupported op, naming
-  // it; this query lets a caller choose a backend before trying.
-  virtual bool Supports(plan::OpKind kind, plan::DType weight_dtype) const = 0;
+  // Whether this backend executes op `op_index` of `meta`'s program (one plan::CheckProgram
+  // accepts) as it is: its kind, shapes, dtypes and layouts. OK, or UNIMPLEMENTED naming what
+  // is missing. Creation already refuses a program with an unsupported op the same way; this
+  // lets a caller ask about another plan's ops (e.g. which backend to choose) op by op.
+  virtual absl::Status Supports(const plan::PlanMeta& meta, int op_index) const = 0;
 
   // Allocates (or re-allocates, discarding the contents) the paged KV cache: every ATTENTION
   // layer of the plan gets K and V for `num_blocks` blocks of `block_size` tokens.

@@ -19,6 +19,7 @@
 #ifndef LLMRT_PLAN_PROGRAM_CHECK_H_
 #define LLMRT_PLAN_PROGRAM_CHECK_H_
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -41,6 +42,13 @@ struct ProgramFacts {
   int32_t kv_head_dim = 0;
   int32_t max_rope_head_dim = 0;
 };
+
+// An ATTENTION op's softmax scale: AttentionAttrs.scale, or 1 / sqrt(head_dim) where it is 0
+// (unset).
+inline double SoftmaxScale(const AttentionAttrs& attention) {
+  return attention.scale() > 0.0 ? attention.scale()
+                                 : 1.0 / std::sqrt(static_cast<double>(attention.head_dim()));
+}
 
 // What CheckProgram is asked to accept.
 enum class ProgramScope {

@@ -15,18 +15,16 @@
 #include <vector>
 
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/testing/reference_program.h"
 #include "runtime/plan/dtype.h"
-#include "runtime/plan/int4_layout.h"
 #include "runtime/plan/plan_reader.h"
 #include "gtest/gtest.h"
 
 namespace llmc::cuda {
 
 // The quantized plan with every I8 / I4 matrix replaced by its f32 values, dequantized here
-// from plan.proto's Quantization comment (w = (code - zero) * scale per group, I4 codes found
-// in LANE_CHUNKS by runtime/plan/int4_layout.h, input permutation folded into the column order):
-// the CPU backend runs it in exact f32, the reference for kernels that compute with f32
-// activations.
+// by the scalar reference (llmrt::testing::ReferenceTensor): the CPU backend runs it in exact
+// f32, the reference for kernels that compute with f32 activations.
 struct DequantizedPlan {
   llmrt::plan::PlanMeta meta;
   std::map<int, std::vector<float>> replaced; // tensor -> f32 values
@@ -39,27 +37,7 @@ inline DequantizedPlan dequantize(const llmrt::plan::PlanMeta &meta,
     const llmrt::plan::Tensor &tensor = meta.tensors(t);
     if (tensor.dtype() != llmrt::plan::I8 && tensor.dtype() != llmrt::plan::I4)
       continue;
-    const llmrt::plan::Quantization &q = tensor.quantization();
-    const int64_t rows = tensor.shape(0), cols = tensor.shape(1), group = q.group_size();
-    const uint8_t *codes = blobs(t);
-    const uint16_t *scales = reinterpret_cast<const uint16_t *>(blobs(q.scales()));
-    const uint8_t *zeros = q.has_zero_points() ? blobs(q.zero_points()) : nullptr;
-    const int32_t *permutation =
-        q.has_input_permutation() ? reinterpret_cast<const int32_t *>(blobs(q.input_permutation()))
-                                  : nullptr;
-    std::vector<float> values(rows * cols);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t g = r * (cols / group) + c / group;
-        int code;
-        if (tensor.dtype() == llmrt::plan::I8) {
-          code = static_cast<int8_t>(codes[r * cols + c]);
-        } else {
-          code = llmrt::plan::Int4CodeAt(codes + r * cols / 2, cols, c) - (zeros ? zeros[g] : 8);
-        }
-        values[r * cols + (permutation ? permutation[c] : c)] =
-            static_cast<float>(code * static_cast<double>(llmrt::plan::F16ToF32(scales[g])));
-      }
+    std::vector<float> values = llmrt::testing::ReferenceTensor(meta, blobs, t);
     llmrt::plan::Tensor *out = result.meta.mutable_tensors(t);
     out->set_dtype(llmrt::plan::F32);
     out->clear_quantization();

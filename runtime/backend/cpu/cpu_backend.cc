@@ -25,29 +25,6 @@
 
 namespace llmrt::cpu {
 
-bool CpuSupports(plan::OpKind kind, plan::DType weight_dtype) {
-  const bool matrix_dtype = weight_dtype == plan::F32 || weight_dtype == plan::F16 ||
-                            weight_dtype == plan::BF16 || IsQuantizedMatrix(weight_dtype);
-  switch (kind) {
-    case plan::EMBED:
-    case plan::MATMUL:
-    case plan::LOGITS:
-      return matrix_dtype;
-    case plan::RMS_NORM:
-    case plan::FUSED_ADD_RMS_NORM:
-      return weight_dtype == plan::F32;
-    case plan::ROPE:
-    case plan::ATTENTION:
-    case plan::SILU:
-    case plan::MUL:
-    case plan::ADD:
-    case plan::SILU_MUL:
-      return weight_dtype == plan::DTYPE_UNSPECIFIED;
-    default:
-      return false;
-  }
-}
-
 namespace {
 
 // 64 bytes: a cache line, and the widest SIMD register (AVX-512) the kernels use.
@@ -86,13 +63,47 @@ struct CompiledOp {
   int64_t sliding_window = 0;
   float scale = 0.0f;
   std::vector<float> inv_freq;
+  const struct CpuKernel* kernel = nullptr;
 };
+
+// What a kernel reads besides its op: the backend's state during one step.
+struct CpuStep {
+  threading::ThreadPool* pool = nullptr;
+  const StepBatch* batch = nullptr;
+  int64_t num_tokens = 0;
+  float* logits = nullptr;  // RunStep's output
+  int64_t vocab_size = 0;
+  const MatmulObserver* matmul_observer = nullptr;
+  QuantizedActivations quantized_mode = QuantizedActivations::kInt8;
+  void* quantized_activations = nullptr;  // the quantized matmuls' activation scratch
+  float* rope_scratch = nullptr;          // per thread
+  kv::KvStorage* kv = nullptr;
+  int32_t block_size = 0;
+  float* attention_scratch = nullptr;  // per thread
+  int64_t attention_scratch_stride = 0;
+  // Per batch row: its sequence's block table and the token's index in the sequence.
+  const int32_t* const* token_block_table = nullptr;
+  const int64_t* token_index = nullptr;
+};
+
+class OpBinder;
+
+// The CPU kernel of one op kind: `bind` resolves an op that plan::CheckProgram accepted to
+// pointers and refuses (UNIMPLEMENTED) what the kernels cannot run — without blobs (Supports)
+// only the refusal; `run` executes it for a step. Adding an op adds one entry to kCpuKernels.
+struct CpuKernel {
+  plan::OpKind kind;
+  absl::Status (*bind)(OpBinder& binder, const plan::Op& op, CompiledOp& compiled);
+  void (*run)(const CpuStep& step, const CompiledOp& op);
+};
+
+const CpuKernel* FindCpuKernel(plan::OpKind kind);
 
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
-  bool Supports(plan::OpKind kind, plan::DType weight_dtype) const override {
-    return CpuSupports(kind, weight_dtype);
+  absl::Status Supports(const plan::PlanMeta& meta, int op_index) const override {
+    return CpuSupports(meta, op_index);
   }
   absl::Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override;
   absl::Status RunStep(const StepBatch& batch, float* logits) override;
@@ -109,9 +120,6 @@ class CpuBackend final : public Backend {
 
  private:
   absl::Status CheckBatch(const StepBatch& batch) const;
-  void RunAttention(const CompiledOp& op, const StepBatch& batch);
-  void RunMatMul(const CompiledOp& op, int64_t num_rows, const int32_t* input_rows,
-                 const MatMulOutput* outputs, int32_t num_outputs);
 
   int32_t max_tokens_ = 0;
   MatmulObserver matmul_observer_;  // BackendOptions::matmul_observer
@@ -142,89 +150,30 @@ class CpuBackend final : public Backend {
   std::vector<int64_t> token_index_;
 };
 
-// Builds CompiledOps from a program that plan::CheckProgram accepted: resolves values and
-// weights to pointers, and refuses (Unimplemented) only what the cpu kernels cannot run.
-class ProgramCompiler {
+// Resolves an op's values and weights for the CPU kernels (see CpuKernel). Without blobs and
+// arena it only checks.
+class OpBinder {
  public:
-  ProgramCompiler(const plan::PlanMeta& meta, const BlobLookup& blobs, int32_t max_tokens,
-                  float* arena)
+  OpBinder(const plan::PlanMeta& meta, const BlobLookup* blobs, int32_t max_tokens, float* arena)
       : meta_(meta), blobs_(blobs), max_tokens_(max_tokens), arena_(arena) {}
 
-  absl::StatusOr<CompiledOp> CompileOp(int index) {
+  absl::StatusOr<CompiledOp> Bind(int index) {
     const plan::Op& op = meta_.program().ops(index);
     op_ = &op;
     op_index_ = index;
     CompiledOp compiled;
     compiled.kind = op.kind();
     compiled.index = index;
+    compiled.kernel = FindCpuKernel(op.kind());
+    if (compiled.kernel == nullptr) {
+      return Unsupported("the cpu backend has no kernel for this op kind");
+    }
     for (int i = 0; i < op.inputs_size() && i < 3; ++i) compiled.input[i] = Pointer(op.inputs(i));
-    for (int i = 0; i < op.outputs_size() && i < 2; ++i)
+    for (int i = 0; i < op.outputs_size() && i < 2; ++i) {
       compiled.output[i] = Pointer(op.outputs(i));
-    switch (op.kind()) {
-      case plan::EMBED: {
-        compiled.width = Width(op.outputs(0));
-        auto table = BindMatrix(op.weights(0));
-        if (!table.ok()) return table.status();
-        compiled.weight = *table;
-        break;
-      }
-      case plan::RMS_NORM:
-      case plan::FUSED_ADD_RMS_NORM:
-        if (auto status = RequireDtype(op.weights(0), plan::F32); !status.ok()) return status;
-        compiled.width = Width(op.inputs(0));
-        compiled.vector_weight = Floats(op.weights(0));
-        compiled.norm_group = meta_.tensors(op.weights(0)).shape(0);
-        compiled.eps = static_cast<float>(op.norm().eps());
-        break;
-      case plan::MATMUL:
-      case plan::LOGITS: {
-        compiled.width = Width(op.inputs(0));
-        int64_t total_width = 0;
-        for (int32_t id : op.outputs()) {
-          compiled.matmul_outputs.push_back({Pointer(id), total_width, Width(id)});
-          total_width += Width(id);
-        }
-        auto w = BindMatrix(op.weights(0));
-        if (!w.ok()) return w.status();
-        compiled.weight = *w;
-        if (op.weights_size() == 2) compiled.vector_weight = Floats(op.weights(1));
-        max_cols_ = std::max(max_cols_, compiled.width);
-        if (IsQuantizedMatrix(w->dtype)) {
-          quantized_activation_bytes_ = std::max(
-              quantized_activation_bytes_, QuantizedActivationBytes(max_tokens_, compiled.width));
-        }
-        break;
-      }
-      case plan::ROPE: {
-        const plan::RopeAttrs& rope = op.rope();
-        compiled.width = Width(op.inputs(0));
-        compiled.num_heads = rope.num_heads();
-        compiled.head_dim = rope.head_dim();
-        compiled.inv_freq.resize(rope.head_dim() / 2);
-        RopeInverseFrequencies(rope.config(), rope.head_dim(), compiled.inv_freq.data());
-        break;
-      }
-      case plan::ATTENTION: {
-        const plan::AttentionAttrs& attention = op.attention();
-        compiled.num_heads = attention.num_heads();
-        compiled.num_kv_heads = attention.num_kv_heads();
-        compiled.head_dim = attention.head_dim();
-        compiled.layer = attention.layer();
-        compiled.sliding_window = attention.sliding_window();
-        // 0 means "unset": the usual 1 / sqrt(head_dim).
-        compiled.scale = attention.scale() > 0.0
-                             ? static_cast<float>(attention.scale())
-                             : 1.0f / std::sqrt(static_cast<float>(attention.head_dim()));
-        break;
-      }
-      case plan::SILU:
-      case plan::MUL:
-      case plan::ADD:
-      case plan::SILU_MUL:
-        compiled.width = Width(op.inputs(0));
-        break;
-      default:
-        return Unsupported("the cpu backend does not support this op kind");
+    }
+    if (absl::Status status = compiled.kernel->bind(*this, op, compiled); !status.ok()) {
+      return status;
     }
     return compiled;
   }
@@ -232,24 +181,23 @@ class ProgramCompiler {
   int64_t max_cols() const { return max_cols_; }
   int64_t quantized_activation_bytes() const { return quantized_activation_bytes_; }
 
- private:
   absl::Status Unsupported(const std::string& message) const {
     return absl::UnimplementedError(absl::StrFormat("program op %d (%s): %s", op_index_,
                                                     plan::OpKind_Name(op_->kind()), message));
   }
 
   int64_t Width(int32_t id) const { return meta_.program().values(id).width(); }
+  const plan::Tensor& TensorAt(int32_t index) const { return meta_.tensors(index); }
 
   float* Pointer(int32_t id) const {
     const plan::Value& value = meta_.program().values(id);
-    if (value.kind() != plan::Value::ACTIVATION) return nullptr;
+    if (value.kind() != plan::Value::ACTIVATION || arena_ == nullptr) return nullptr;
     return arena_ + static_cast<int64_t>(max_tokens_) * value.arena_offset_per_token() /
                         static_cast<int64_t>(sizeof(float));
   }
 
-  const float* Floats(int32_t tensor) const {
-    return reinterpret_cast<const float*>(blobs_(tensor));
-  }
+  const uint8_t* Blob(int32_t tensor) const { return blobs_ ? (*blobs_)(tensor) : nullptr; }
+  const float* Floats(int32_t tensor) const { return reinterpret_cast<const float*>(Blob(tensor)); }
 
   absl::Status RequireDtype(int32_t tensor, plan::DType dtype) const {
     const plan::Tensor& t = meta_.tensors(tensor);
@@ -258,17 +206,11 @@ class ProgramCompiler {
                                        plan::DType_Name(t.dtype()), plan::DType_Name(dtype)));
   }
 
-  // A checked matrix as the cpu kernels read it, refusing the dtypes, panel heights and group
-  // sizes they do not implement.
-  absl::StatusOr<MatrixView> BindMatrix(int32_t index) const {
+  // A checked matrix as the cpu kernels read it, refusing the panel heights and group sizes
+  // they do not implement.
+  absl::StatusOr<MatrixView> BindMatrix(int32_t index) {
     const plan::Tensor& t = meta_.tensors(index);
-    if (!CpuSupports(op_->kind(), t.dtype())) {
-      return Unsupported(absl::StrFormat(
-          "tensor %s has dtype %s, the cpu backend reads F32, F16, BF16 (and I8, I4 for EMBED, "
-          "MATMUL, LOGITS)",
-          t.name(), plan::DType_Name(t.dtype())));
-    }
-    MatrixView view{blobs_(index), t.dtype(), t.shape(0), t.shape(1), 0};
+    MatrixView view{Blob(index), t.dtype(), t.shape(0), t.shape(1), 0};
     if (IsQuantizedMatrix(t.dtype())) return BindQuantized(t, view);
     if (t.layout() == plan::Tensor::ROW_PANELS) {
       if (op_->kind() != plan::MATMUL && op_->kind() != plan::LOGITS) {
@@ -285,6 +227,16 @@ class ProgramCompiler {
     return view;
   }
 
+  // Sizes the scratch of a matmul reading `cols` columns of `weight`.
+  void NoteMatmul(const MatrixView& weight, int64_t cols) {
+    max_cols_ = std::max(max_cols_, cols);
+    if (IsQuantizedMatrix(weight.dtype)) {
+      quantized_activation_bytes_ =
+          std::max(quantized_activation_bytes_, QuantizedActivationBytes(max_tokens_, cols));
+    }
+  }
+
+ private:
   absl::StatusOr<MatrixView> BindQuantized(const plan::Tensor& t, MatrixView view) const {
     const plan::Quantization& q = t.quantization();
     // The AVX2 kernel finds a block's group by a shift (quant_matmul.cc): groups of 1, 2, 4
@@ -297,16 +249,16 @@ class ProgramCompiler {
           t.name(), group, view.cols));
     }
     view.group_size = group;
-    view.scales = reinterpret_cast<const uint16_t*>(blobs_(q.scales()));
-    if (q.scheme() == plan::Quantization::ASYMMETRIC) view.zero_points = blobs_(q.zero_points());
+    view.scales = reinterpret_cast<const uint16_t*>(Blob(q.scales()));
+    if (q.scheme() == plan::Quantization::ASYMMETRIC) view.zero_points = Blob(q.zero_points());
     if (q.has_input_permutation()) {
-      view.input_permutation = reinterpret_cast<const int32_t*>(blobs_(q.input_permutation()));
+      view.input_permutation = reinterpret_cast<const int32_t*>(Blob(q.input_permutation()));
     }
     return view;
   }
 
   const plan::PlanMeta& meta_;
-  const BlobLookup& blobs_;
+  const BlobLookup* blobs_;
   int32_t max_tokens_;
   float* arena_;
   const plan::Op* op_ = nullptr;
@@ -314,6 +266,192 @@ class ProgramCompiler {
   int64_t max_cols_ = 0;
   int64_t quantized_activation_bytes_ = 0;
 };
+
+// The kernels, one bind and one run per op kind.
+
+absl::Status BindEmbed(OpBinder& binder, const plan::Op& op, CompiledOp& compiled) {
+  compiled.width = binder.Width(op.outputs(0));
+  auto table = binder.BindMatrix(op.weights(0));
+  if (!table.ok()) return table.status();
+  compiled.weight = *table;
+  return absl::OkStatus();
+}
+
+void RunEmbed(const CpuStep& step, const CompiledOp& op) {
+  for (int64_t row = 0; row < step.num_tokens; ++row) {
+    const int32_t token = step.batch->token_ids[row];
+    float* out = op.output[0] + row * op.width;
+    if (IsQuantizedMatrix(op.weight.dtype)) {
+      QuantizedRowToF32(op.weight, token, out);
+    } else {
+      MatrixRowToF32(op.weight, token, out);
+    }
+  }
+}
+
+absl::Status BindNorm(OpBinder& binder, const plan::Op& op, CompiledOp& compiled) {
+  if (auto status = binder.RequireDtype(op.weights(0), plan::F32); !status.ok()) return status;
+  compiled.width = binder.Width(op.inputs(0));
+  compiled.vector_weight = binder.Floats(op.weights(0));
+  compiled.norm_group = binder.TensorAt(op.weights(0)).shape(0);
+  compiled.eps = static_cast<float>(op.norm().eps());
+  return absl::OkStatus();
+}
+
+void RunRmsNorm(const CpuStep& step, const CompiledOp& op) {
+  RmsNorm(*step.pool, op.input[0], op.vector_weight, op.eps,
+          step.num_tokens * (op.width / op.norm_group), op.norm_group, op.output[0]);
+}
+
+void RunFusedAddRmsNorm(const CpuStep& step, const CompiledOp& op) {
+  FusedAddRmsNorm(*step.pool, op.input[0], op.input[1], op.vector_weight, op.eps, step.num_tokens,
+                  op.width, op.output[0], op.output[1]);
+}
+
+absl::Status BindMatmul(OpBinder& binder, const plan::Op& op, CompiledOp& compiled) {
+  compiled.width = binder.Width(op.inputs(0));
+  int64_t total_width = 0;
+  for (int32_t id : op.outputs()) {
+    compiled.matmul_outputs.push_back({binder.Pointer(id), total_width, binder.Width(id)});
+    total_width += binder.Width(id);
+  }
+  auto w = binder.BindMatrix(op.weights(0));
+  if (!w.ok()) return w.status();
+  compiled.weight = *w;
+  if (op.weights_size() == 2) compiled.vector_weight = binder.Floats(op.weights(1));
+  binder.NoteMatmul(*w, compiled.width);
+  return absl::OkStatus();
+}
+
+void MultiplyRows(const CpuStep& step, const CompiledOp& op, int64_t num_rows,
+                  const int32_t* input_rows, const MatMulOutput* outputs, int32_t num_outputs) {
+  if (IsQuantizedMatrix(op.weight.dtype) && step.quantized_mode == QuantizedActivations::kF32) {
+    QuantizedMatMulExact(*step.pool, op.input[0], num_rows, input_rows, op.weight, op.vector_weight,
+                         outputs, num_outputs, step.quantized_activations);
+  } else if (IsQuantizedMatrix(op.weight.dtype)) {
+    QuantizedMatMul(*step.pool, op.input[0], num_rows, input_rows, op.weight, op.vector_weight,
+                    outputs, num_outputs, step.quantized_activations);
+  } else {
+    MatMul(*step.pool, op.input[0], num_rows, input_rows, op.weight, op.vector_weight, outputs,
+           num_outputs);
+  }
+}
+
+void RunMatmul(const CpuStep& step, const CompiledOp& op) {
+  if (*step.matmul_observer) {
+    (*step.matmul_observer)(op.index, op.input[0], step.num_tokens, op.width);
+  }
+  MultiplyRows(step, op, step.num_tokens, nullptr, op.matmul_outputs.data(),
+               static_cast<int32_t>(op.matmul_outputs.size()));
+}
+
+// The logits of the rows the step asks for, into RunStep's output.
+void RunLogits(const CpuStep& step, const CompiledOp& op) {
+  MatMulOutput output{step.logits, 0, step.vocab_size};
+  MultiplyRows(step, op, static_cast<int64_t>(step.batch->logit_rows.size()),
+               step.batch->logit_rows.data(), &output, 1);
+}
+
+absl::Status BindRope(OpBinder& binder, const plan::Op& op, CompiledOp& compiled) {
+  const plan::RopeAttrs& rope = op.rope();
+  compiled.width = binder.Width(op.inputs(0));
+  compiled.num_heads = rope.num_heads();
+  compiled.head_dim = rope.head_dim();
+  compiled.inv_freq.resize(rope.head_dim() / 2);
+  RopeInverseFrequencies(rope.config(), rope.head_dim(), compiled.inv_freq.data());
+  return absl::OkStatus();
+}
+
+void RunRope(const CpuStep& step, const CompiledOp& op) {
+  if (op.output[0] != op.input[0]) {
+    std::memmove(op.output[0], op.input[0], step.num_tokens * op.width * sizeof(float));
+  }
+  Rope(*step.pool, op.output[0], step.batch->positions.data(), step.num_tokens, op.num_heads,
+       op.head_dim, op.inv_freq.data(), step.rope_scratch);
+}
+
+absl::Status BindAttention(OpBinder&, const plan::Op& op, CompiledOp& compiled) {
+  const plan::AttentionAttrs& attention = op.attention();
+  compiled.num_heads = attention.num_heads();
+  compiled.num_kv_heads = attention.num_kv_heads();
+  compiled.head_dim = attention.head_dim();
+  compiled.layer = attention.layer();
+  compiled.sliding_window = attention.sliding_window();
+  compiled.scale = static_cast<float>(plan::SoftmaxScale(attention));
+  return absl::OkStatus();
+}
+
+void RunAttention(const CpuStep& step, const CompiledOp& op) {
+  kv::KvStorage& kv = *step.kv;
+  const int64_t kv_width = static_cast<int64_t>(op.num_kv_heads) * op.head_dim;
+  // Every token's k and v go into the cache first, so tokens of one step see each other.
+  for (int64_t row = 0; row < step.num_tokens; ++row) {
+    kv.WriteToken(op.layer, step.batch->slot_mapping[row], op.input[1] + row * kv_width,
+                  op.input[2] + row * kv_width);
+  }
+  AttentionArgs args;
+  args.q = op.input[0];
+  args.out = op.output[0];
+  args.kv_dtype = kv.dtype();
+  if (kv.dtype() == plan::F32) {
+    args.key_cache = kv.key(op.layer, 0);
+    args.value_cache = kv.value(op.layer, 0);
+  } else {
+    args.key_bytes = kv.key_bytes(op.layer, 0);
+    args.value_bytes = kv.value_bytes(op.layer, 0);
+    args.key_scales = kv.key_scales(op.layer, 0);
+    args.value_scales = kv.value_scales(op.layer, 0);
+  }
+  args.token_stride = kv.token_stride();
+  args.num_heads = op.num_heads;
+  args.num_kv_heads = op.num_kv_heads;
+  args.head_dim = op.head_dim;
+  args.block_size = step.block_size;
+  args.sliding_window = op.sliding_window;
+  args.scale = op.scale;
+  args.num_tokens = step.num_tokens;
+  args.token_block_table = step.token_block_table;
+  args.token_index = step.token_index;
+  args.scratch = step.attention_scratch;
+  args.scratch_stride = step.attention_scratch_stride;
+  if (args.kv_dtype == plan::F32) {
+    Attention(*step.pool, args);
+  } else {
+    KvCacheAttention(*step.pool, args);
+  }
+}
+
+absl::Status BindElementwise(OpBinder& binder, const plan::Op& op, CompiledOp& compiled) {
+  compiled.width = binder.Width(op.inputs(0));
+  return absl::OkStatus();
+}
+
+template <Elementwise kOp>
+void RunElementwise(const CpuStep& step, const CompiledOp& op) {
+  ElementwiseOp(*step.pool, kOp, op.input[0], op.input[1], step.num_tokens * op.width,
+                op.output[0]);
+}
+
+constexpr CpuKernel kCpuKernels[] = {
+    {plan::EMBED, BindEmbed, RunEmbed},
+    {plan::RMS_NORM, BindNorm, RunRmsNorm},
+    {plan::FUSED_ADD_RMS_NORM, BindNorm, RunFusedAddRmsNorm},
+    {plan::MATMUL, BindMatmul, RunMatmul},
+    {plan::LOGITS, BindMatmul, RunLogits},
+    {plan::ROPE, BindRope, RunRope},
+    {plan::ATTENTION, BindAttention, RunAttention},
+    {plan::SILU, BindElementwise, RunElementwise<Elementwise::kSilu>},
+    {plan::MUL, BindElementwise, RunElementwise<Elementwise::kMul>},
+    {plan::ADD, BindElementwise, RunElementwise<Elementwise::kAdd>},
+    {plan::SILU_MUL, BindElementwise, RunElementwise<Elementwise::kSiluMul>},
+};
+
+const CpuKernel* FindCpuKernel(plan::OpKind kind) {
+  for (const CpuKernel& kernel : kCpuKernels) {
+    if (kernel.kind == kind) return &kernel;
+  }
+  return nullptr;
+}
 
 absl::Status CpuBackend::Compile(const plan::PlanMeta& meta, const BlobLookup& blobs,
                                  const BackendOptions& options) {
@@ -340,9 +478,9 @@ absl::Status CpuBackend::Compile(const plan::PlanMeta& meta, const BlobLookup& b
         absl::StrFormat("cannot allocate the %d-byte activation arena", arena_bytes_));
   }
 
-  ProgramCompiler compiler(meta, blobs, max_tokens_, arena_.get());
+  OpBinder compiler(meta, &blobs, max_tokens_, arena_.get());
   for (int index = 0; index < meta.program().ops_size(); ++index) {
-    absl::StatusOr<CompiledOp> op = compiler.CompileOp(index);
+    absl::StatusOr<CompiledOp> op = compiler.Bind(index);
     if (!op.ok()) return op.status();
     ops_.push_back(std::move(*op));
   }
@@ -436,61 +574,6 @@ absl::Status CpuBackend::CheckBatch(const StepBatch& batch) const {
   return CheckStepBatch(batch, limits);
 }
 
-void CpuBackend::RunAttention(const CompiledOp& op, const StepBatch& batch) {
-  const int64_t num_tokens = batch.num_tokens();
-  const int64_t kv_width = static_cast<int64_t>(op.num_kv_heads) * op.head_dim;
-  const int64_t q_width = static_cast<int64_t>(op.num_heads) * op.head_dim;
-  // Every token's k and v go into the cache first, so tokens of one step see each other.
-  for (int64_t row = 0; row < num_tokens; ++row) {
-    kv_->WriteToken(op.layer, batch.slot_mapping[row], op.input[1] + row * kv_width,
-                    op.input[2] + row * kv_width);
-  }
-  AttentionArgs args;
-  args.q = op.input[0];
-  args.out = op.output[0];
-  args.kv_dtype = kv_->dtype();
-  if (kv_->dtype() == plan::F32) {
-    args.key_cache = kv_->key(op.layer, 0);
-    args.value_cache = kv_->value(op.layer, 0);
-  } else {
-    args.key_bytes = kv_->key_bytes(op.layer, 0);
-    args.value_bytes = kv_->value_bytes(op.layer, 0);
-    args.key_scales = kv_->key_scales(op.layer, 0);
-    args.value_scales = kv_->value_scales(op.layer, 0);
-  }
-  args.token_stride = kv_->token_stride();
-  args.num_heads = op.num_heads;
-  args.num_kv_heads = op.num_kv_heads;
-  args.head_dim = op.head_dim;
-  args.block_size = block_size_;
-  args.sliding_window = op.sliding_window;
-  args.scale = op.scale;
-  args.num_tokens = num_tokens;
-  args.token_block_table = token_block_table_.data();
-  args.token_index = token_index_.data();
-  args.scratch = attention_scratch_.get();
-  args.scratch_stride = attention_scratch_stride_;
-  if (args.kv_dtype == plan::F32) {
-    Attention(*pool_, args);
-  } else {
-    KvCacheAttention(*pool_, args);
-  }
-}
-
-void CpuBackend::RunMatMul(const CompiledOp& op, int64_t num_rows, const int32_t* input_rows,
-                           const MatMulOutput* outputs, int32_t num_outputs) {
-  if (IsQuantizedMatrix(op.weight.dtype) && quantized_mode_ == QuantizedActivations::kF32) {
-    QuantizedMatMulExact(*pool_, op.input[0], num_rows, input_rows, op.weight, op.vector_weight,
-                         outputs, num_outputs, quantized_activations_.get());
-  } else if (IsQuantizedMatrix(op.weight.dtype)) {
-    QuantizedMatMul(*pool_, op.input[0], num_rows, input_rows, op.weight, op.vector_weight, outputs,
-                    num_outputs, quantized_activations_.get());
-  } else {
-    MatMul(*pool_, op.input[0], num_rows, input_rows, op.weight, op.vector_weight, outputs,
-           num_outputs);
-  }
-}
-
 absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
   if (absl::Status status = CheckBatch(batch); !status.ok()) return status;
   const int64_t num_tokens = batch.num_tokens();
@@ -507,68 +590,35 @@ absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
       token_index_[row] = sequence.context_length - sequence.num_tokens + i;
     }
   }
-  for (const CompiledOp& op : ops_) {
-    const int64_t elements = num_tokens * op.width;
-    switch (op.kind) {
-      case plan::EMBED:
-        for (int64_t row = 0; row < num_tokens; ++row) {
-          if (IsQuantizedMatrix(op.weight.dtype)) {
-            QuantizedRowToF32(op.weight, batch.token_ids[row], op.output[0] + row * op.width);
-          } else {
-            MatrixRowToF32(op.weight, batch.token_ids[row], op.output[0] + row * op.width);
-          }
-        }
-        break;
-      case plan::RMS_NORM:
-        RmsNorm(*pool_, op.input[0], op.vector_weight, op.eps,
-                num_tokens * (op.width / op.norm_group), op.norm_group, op.output[0]);
-        break;
-      case plan::FUSED_ADD_RMS_NORM:
-        FusedAddRmsNorm(*pool_, op.input[0], op.input[1], op.vector_weight, op.eps, num_tokens,
-                        op.width, op.output[0], op.output[1]);
-        break;
-      case plan::MATMUL:
-        if (matmul_observer_) matmul_observer_(op.index, op.input[0], num_tokens, op.width);
-        RunMatMul(op, num_tokens, nullptr, op.matmul_outputs.data(),
-                  static_cast<int32_t>(op.matmul_outputs.size()));
-        break;
-      case plan::LOGITS: {
-        MatMulOutput output{logits, 0, vocab_size_};
-        RunMatMul(op, static_cast<int64_t>(batch.logit_rows.size()), batch.logit_rows.data(),
-                  &output, 1);
-        break;
-      }
-      case plan::ROPE:
-        if (op.output[0] != op.input[0]) {
-          std::memmove(op.output[0], op.input[0], elements * sizeof(float));
-        }
-        Rope(*pool_, op.output[0], batch.positions.data(), num_tokens, op.num_heads, op.head_dim,
-             op.inv_freq.data(), scratch_.get());
-        break;
-      case plan::ATTENTION:
-        RunAttention(op, batch);
-        break;
-      case plan::SILU:
-        ElementwiseOp(*pool_, Elementwise::kSilu, op.input[0], nullptr, elements, op.output[0]);
-        break;
-      case plan::MUL:
-        ElementwiseOp(*pool_, Elementwise::kMul, op.input[0], op.input[1], elements, op.output[0]);
-        break;
-      case plan::ADD:
-        ElementwiseOp(*pool_, Elementwise::kAdd, op.input[0], op.input[1], elements, op.output[0]);
-        break;
-      case plan::SILU_MUL:
-        ElementwiseOp(*pool_, Elementwise::kSiluMul, op.input[0], op.input[1], elements,
-                      op.output[0]);
-        break;
-      default:
-        break;  // Compile() admits no other kind
-    }
-  }
+  CpuStep step;
+  step.pool = pool_.get();
+  step.batch = &batch;
+  step.num_tokens = num_tokens;
+  step.logits = logits;
+  step.vocab_size = vocab_size_;
+  step.matmul_observer = &matmul_observer_;
+  step.quantized_mode = quantized_mode_;
+  step.quantized_activations = quantized_activations_.get();
+  step.rope_scratch = scratch_.get();
+  step.kv = kv_.get();
+  step.block_size = block_size_;
+  step.attention_scratch = attention_scratch_.get();
+  step.attention_scratch_stride = attention_scratch_stride_;
+  step.token_block_table = token_block_table_.data();
+  step.token_index = token_index_.data();
+  for (const CompiledOp& op : ops_) op.kernel->run(step, op);
   return absl::OkStatus();
 }
 
 }  // namespace
+
+absl::Status CpuSupports(const plan::PlanMeta& meta, int op_index) {
+  if (op_index < 0 || op_index >= meta.program().ops_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("program op %d outside [0, %d)", op_index, meta.program().ops_size()));
+  }
+  return OpBinder(meta, nullptr, 1, nullptr).Bind(op_index).status();
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const plan::PlanMeta& meta,
                                                           const BlobLookup& blobs,

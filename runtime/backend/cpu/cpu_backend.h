@@ -37,8 +37,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const plan::PlanMeta& 
                                                           const BlobLookup& blobs,
                                                           const BackendOptions& options);
 
-// Whether the CPU backend supports `kind` with weights of `weight_dtype` (see Backend).
-bool CpuSupports(plan::OpKind kind, plan::DType weight_dtype);
+// Whether the CPU kernels run op `op_index` of a program that plan::CheckProgram accepts, with
+// its shapes, dtypes and layouts: OK or UNIMPLEMENTED naming what they lack (see
+// Backend::Supports).
+absl::Status CpuSupports(const plan::PlanMeta& meta, int op_index);
 
 }  // namespace llmrt::cpu
 

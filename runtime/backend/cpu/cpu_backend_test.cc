@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/kernels.h"
+#include "runtime/backend/testing/op_program.h"
 #include "runtime/backend/testing/tiny_llama.h"
 #include "runtime/plan/dtype.h"
 
@@ -200,22 +201,7 @@ TEST(CpuBackendTest, ReusedBlocksNeverLeakStaleData) {
   }
 }
 
-// Packs a row-major [rows, cols] blob into ROW_PANELS of `panel_rows`, written from the layout
-// formula in plan.proto (element (r, c) at (r / P) * P * cols + c * P + r % P; rows a multiple
-// of P), independently of codegen's packer.
-std::vector<uint8_t> PackPanels(const std::vector<uint8_t>& row_major, int64_t rows, int64_t cols,
-                                size_t element_bytes, int32_t panel_rows) {
-  EXPECT_EQ(rows % panel_rows, 0);
-  std::vector<uint8_t> packed(rows * cols * element_bytes, 0);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t index = (r / panel_rows) * panel_rows * cols + c * panel_rows + r % panel_rows;
-      std::memcpy(&packed[index * element_bytes], &row_major[(r * cols + c) * element_bytes],
-                  element_bytes);
-    }
-  }
-  return packed;
-}
+using ::llmrt::testing::PackPanels;
 
 // Re-lays every matmul and lm_head weight of `model` as ROW_PANELS of 16, as codegen does for
 // the CPU target; an embedding table (also when tied to lm_head) stays ROW_MAJOR.
@@ -355,103 +341,30 @@ TEST(CpuBackendTest, LogitRowsSelectTokens) {
 
 // Single-op programs: inputs come from EMBED tables whose row t is token t's input, and an
 // identity LOGITS matrix reads the op's output back exactly.
-class OpHarness {
+// A program built with testing::OpProgram (inputs given row by row), run on the CPU backend
+// in one step.
+class OpHarness : public ::llmrt::testing::OpProgram {
  public:
-  int32_t Input(const std::vector<std::vector<float>>& rows, plan::DType dtype = plan::F32) {
-    const int32_t table =
-        Tensor(dtype, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())},
-               Flatten(rows));
-    const int32_t value = Activation(rows[0].size());
-    AddOp(plan::EMBED, {token_ids_}, {value}, {table});
-    return value;
-  }
-  int32_t Activation(int64_t width) {
-    plan::Value* value = meta_.mutable_program()->add_values();
-    value->set_kind(plan::Value::ACTIVATION);
-    value->set_dtype(plan::F32);
-    value->set_width(width);
-    value->set_arena_offset_per_token(arena_per_token_);
-    arena_per_token_ += width * 4;
-    return meta_.program().values_size() - 1;
-  }
-  int32_t Tensor(plan::DType dtype, std::vector<int64_t> shape, const std::vector<float>& data) {
-    plan::Tensor* tensor = meta_.add_tensors();
-    tensor->set_name("t" + std::to_string(meta_.tensors_size() - 1));
-    tensor->set_dtype(dtype);
-    for (int64_t dim : shape) tensor->add_shape(dim);
-    blobs_.push_back(::llmrt::testing::EncodeAs(dtype, data));
-    tensor->set_size_bytes(blobs_.back().size());
-    return meta_.tensors_size() - 1;
-  }
-  plan::Op* AddOp(plan::OpKind kind, std::vector<int32_t> inputs, std::vector<int32_t> outputs,
-                  std::vector<int32_t> weights) {
-    plan::Op* op = meta_.mutable_program()->add_ops();
-    op->set_kind(kind);
-    for (int32_t id : inputs) op->add_inputs(id);
-    for (int32_t id : outputs) op->add_outputs(id);
-    for (int32_t id : weights) op->add_weights(id);
-    return op;
-  }
-  int32_t positions() const { return positions_; }
-  // A [rows, cols] matrix stored as ROW_PANELS of kPanelRows.
+  int32_t Input(const std::vector<std::vector<float>>& rows) { return InputRows(rows); }
   int32_t PanelTensor(plan::DType dtype, int64_t rows, int64_t cols,
                       const std::vector<float>& data) {
-    const int32_t index = Tensor(dtype, {rows, cols}, data);
-    plan::Tensor* tensor = meta_.mutable_tensors(index);
-    blobs_[index] = PackPanels(blobs_[index], rows, cols, dtype == plan::F32 ? 4 : 2, kPanelRows);
-    tensor->set_layout(plan::Tensor::ROW_PANELS);
-    tensor->set_panel_rows(kPanelRows);
-    tensor->set_size_bytes(blobs_[index].size());
-    return index;
+    return PanelMatrix(dtype, rows, cols, kPanelRows, data);
   }
   void set_threads(int32_t threads) { threads_ = threads; }
 
-  // Runs the program on tokens 0..num_tokens-1 with the given positions; returns `output`.
+  // Runs the program on tokens 0..positions.size()-1 at `positions`; returns `output`.
   std::vector<float> Run(int32_t output, const std::vector<int32_t>& positions) {
-    const int64_t width = meta_.program().values(output).width();
-    std::vector<float> identity(width * width, 0.0f);
-    for (int64_t i = 0; i < width; ++i) identity[i * width + i] = 1.0f;
-    meta_.mutable_program()->mutable_values(logits_)->set_width(width);
-    AddOp(plan::LOGITS, {output}, {logits_}, {Tensor(plan::F32, {width, width}, identity)});
-    meta_.mutable_program()->set_arena_bytes_per_token(arena_per_token_);
-    auto backend =
-        CreateCpuBackend(meta_, [this](int index) { return blobs_[index].data(); }, {64, threads_});
+    ReadOut(output);
+    const int64_t width = meta().program().values(output).width();
+    auto backend = CreateCpuBackend(meta(), Lookup(), {64, threads_});
     EXPECT_TRUE(backend.ok()) << backend.status();
     if (!backend.ok()) return {};
-    StepBatch batch;
-    const int32_t num_tokens = static_cast<int32_t>(positions.size());
-    for (int32_t t = 0; t < num_tokens; ++t) {
-      batch.token_ids.push_back(t);
-      batch.positions.push_back(positions[t]);
-      batch.slot_mapping.push_back(t);
-      batch.logit_rows.push_back(t);
-    }
-    batch.sequences.push_back({0, num_tokens, num_tokens, nullptr, 0});
-    std::vector<float> result(num_tokens * width);
-    absl::Status status = (*backend)->RunStep(batch, result.data());
-    EXPECT_TRUE(status.ok()) << status;
-    return result;
+    return ::llmrt::testing::RunSteps(**backend, {static_cast<int32_t>(positions.size())},
+                                      positions, width);
   }
 
  private:
-  static std::vector<float> Flatten(const std::vector<std::vector<float>>& rows) {
-    std::vector<float> flat;
-    for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
-    return flat;
-  }
-  plan::PlanMeta meta_;
-  std::vector<std::vector<uint8_t>> blobs_;
-  int64_t arena_per_token_ = 0;
   int32_t threads_ = 1;
-  int32_t token_ids_ = AddValue(plan::Value::TOKEN_IDS, 1);
-  int32_t positions_ = AddValue(plan::Value::POSITIONS, 1);
-  int32_t logits_ = AddValue(plan::Value::LOGITS, 1);
-  int32_t AddValue(plan::Value::Kind kind, int64_t width) {
-    plan::Value* value = meta_.mutable_program()->add_values();
-    value->set_kind(kind);
-    value->set_width(width);
-    return meta_.program().values_size() - 1;
-  }
 };
 
 std::vector<std::vector<float>> RandomRows(int rows, int width, int salt) {
@@ -1029,12 +942,28 @@ TEST(CpuBackendTest, RejectsMalformedBatchesWithoutCrashing) {
   EXPECT_FALSE(backend->RunStep(bad, logits.data()).ok());  // 10 tokens > max 8
 }
 
-TEST(CpuBackendTest, SupportsQuery) {
-  EXPECT_TRUE(CpuSupports(plan::MATMUL, plan::BF16));
-  EXPECT_TRUE(CpuSupports(plan::ATTENTION, plan::DTYPE_UNSPECIFIED));
-  EXPECT_FALSE(CpuSupports(plan::MATMUL, plan::I32));
-  EXPECT_FALSE(CpuSupports(plan::RMS_NORM, plan::F16));
-  EXPECT_FALSE(CpuSupports(plan::OP_UNSPECIFIED, plan::F32));
+// Supports sees each op's shapes, dtypes and layouts, not only its kind.
+TEST(CpuBackendTest, SupportsAnswersPerOpWithTheReason) {
+  ::llmrt::testing::TinyLlama model = ::llmrt::testing::BuildTinyLlama({});
+  const plan::Program& program = model.meta.program();
+  for (int i = 0; i < program.ops_size(); ++i) {
+    EXPECT_TRUE(CpuSupports(model.meta, i).ok()) << i << ": " << CpuSupports(model.meta, i);
+  }
+  auto backend = CreateCpuBackend(model.meta, model.Lookup(), {});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  int matmul = 0;
+  while (program.ops(matmul).kind() != plan::MATMUL) ++matmul;
+  EXPECT_TRUE((*backend)->Supports(model.meta, matmul).ok());
+  // Panels of 8 rows are a valid plan (plan.proto) that the cpu kernels do not read.
+  plan::PlanMeta panels = model.meta;
+  plan::Tensor* weight = panels.mutable_tensors(program.ops(matmul).weights(0));
+  ASSERT_EQ(weight->shape(0) % 8, 0);
+  weight->set_layout(plan::Tensor::ROW_PANELS);
+  weight->set_panel_rows(8);
+  const absl::Status refused = (*backend)->Supports(panels, matmul);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented) << refused;
+  EXPECT_NE(refused.message().find("panel_rows 8"), std::string::npos) << refused;
+  EXPECT_EQ(CpuSupports(model.meta, program.ops_size()).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

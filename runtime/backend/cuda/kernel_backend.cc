@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/step_batch_check.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/plan_reader.h"
@@ -70,8 +69,27 @@ class KernelBackend final : public KernelStepBackend {
   }
 
   std::string name() const override { return name_; }
-  bool Supports(plan::OpKind kind, plan::DType weight_dtype) const override {
-    return cpu::CpuSupports(kind, weight_dtype);
+  // The CUDA kernels are generated per plan (llmc --target cuda): this backend runs what its
+  // kernel table binds to its own program's ops. A ROPE with no kernel of its own is fused into
+  // the attention that reads it.
+  absl::Status Supports(const plan::PlanMeta& meta, int op_index) const override {
+    if (op_index < 0 || op_index >= meta.program().ops_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("program op %d outside [0, %d)", op_index, meta.program().ops_size()));
+    }
+    const plan::OpKind kind = meta.program().ops(op_index).kind();
+    if (op_index >= static_cast<int>(ops_.size()) || ops_[op_index].kind != kind) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "program op %d (%s): %s holds kernels for its own plan's ops only; compile this plan "
+          "with llmc --target cuda for its kernels",
+          op_index, plan::OpKind_Name(kind), name_));
+    }
+    if (ops_[op_index].kernels.empty() && kind != plan::ROPE) {
+      return absl::UnimplementedError(
+          absl::StrFormat("program op %d (%s): the kernel table binds no kernel to it", op_index,
+                          plan::OpKind_Name(kind)));
+    }
+    return absl::OkStatus();
   }
   absl::Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override;
   absl::Status RunStep(const StepBatch& batch, float* logits) override;

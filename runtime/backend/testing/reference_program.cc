@@ -1,0 +1,243 @@
+#include "runtime/backend/testing/reference_program.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/backend/testing/tiny_llama.h"
+#include "runtime/plan/dtype.h"
+#include "runtime/plan/int4_layout.h"
+#include "runtime/plan/plan_reader.h"
+
+namespace llmrt::testing {
+namespace {
+
+using Matrix = std::vector<std::vector<double>>;  // [tokens][width]
+
+// Element (r, c) of a stored float matrix: plan.proto's ROW_PANELS formula or row-major.
+int64_t StoredIndex(const plan::Tensor& tensor, int64_t r, int64_t c) {
+  if (tensor.layout() != plan::Tensor::ROW_PANELS) return r * tensor.shape(1) + c;
+  const int64_t panel = tensor.panel_rows(), cols = tensor.shape(1);
+  return (r / panel) * panel * cols + c * panel + r % panel;
+}
+
+std::vector<float> Dequantized(const BlobLookup& blobs, const plan::Tensor& tensor,
+                               const uint8_t* codes) {
+  const plan::Quantization& q = tensor.quantization();
+  const int64_t rows = tensor.shape(0), cols = tensor.shape(1), group = q.group_size();
+  std::vector<uint16_t> scales(rows * (cols / group));
+  std::memcpy(scales.data(), blobs(q.scales()), scales.size() * sizeof(uint16_t));
+  const uint8_t* zeros = q.has_zero_points() ? blobs(q.zero_points()) : nullptr;
+  std::vector<int32_t> permutation;
+  if (q.has_input_permutation()) {
+    permutation.resize(cols);
+    std::memcpy(permutation.data(), blobs(q.input_permutation()), cols * sizeof(int32_t));
+  }
+  std::vector<float> values(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t g = r * (cols / group) + c / group;
+      const int code =
+          tensor.dtype() == plan::I8
+              ? static_cast<int8_t>(codes[r * cols + c])
+              : plan::Int4CodeAt(codes + r * cols / 2, cols, c) - (zeros ? zeros[g] : 8);
+      // Stored column c multiplies input column permutation[c].
+      const int64_t column = permutation.empty() ? c : permutation[c];
+      values[r * cols + column] =
+          static_cast<float>(code * static_cast<double>(plan::F16ToF32(scales[g])));
+    }
+  }
+  return values;
+}
+
+}  // namespace
+
+std::vector<float> ReferenceTensor(const plan::PlanMeta& meta, const BlobLookup& blobs,
+                                   int32_t index) {
+  const plan::Tensor& tensor = meta.tensors(index);
+  const uint8_t* bytes = blobs(index);
+  if (tensor.dtype() == plan::I8 || tensor.dtype() == plan::I4) {
+    return Dequantized(blobs, tensor, bytes);
+  }
+  int64_t elements = 1;
+  for (int64_t dim : tensor.shape()) elements *= dim;
+  const std::vector<float> stored =
+      DecodeFrom(tensor.dtype(),
+                 std::vector<uint8_t>(bytes, bytes + elements * plan::DTypeSize(tensor.dtype())));
+  if (tensor.shape_size() != 2) return stored;
+  std::vector<float> values(elements);
+  for (int64_t r = 0; r < tensor.shape(0); ++r) {
+    for (int64_t c = 0; c < tensor.shape(1); ++c) {
+      values[r * tensor.shape(1) + c] = stored[StoredIndex(tensor, r, c)];
+    }
+  }
+  return values;
+}
+
+std::vector<double> ReferenceProgram(const plan::PlanMeta& meta, const BlobLookup& blobs,
+                                     const std::vector<int32_t>& tokens,
+                                     const std::vector<int32_t>& positions) {
+  const plan::Program& program = meta.program();
+  const int64_t num_tokens = static_cast<int64_t>(tokens.size());
+  std::vector<Matrix> values(program.values_size());
+  std::vector<double> logits;
+  auto weight = [&](int32_t index) { return ReferenceTensor(meta, blobs, index); };
+  auto rows = [&](int64_t width) { return Matrix(num_tokens, std::vector<double>(width, 0.0)); };
+  // Each group of gamma.size() elements of a row is normalized on its own.
+  auto rms_norm = [&](const Matrix& x, const std::vector<float>& gamma, double eps) {
+    Matrix y = x;
+    const size_t group = gamma.size();
+    for (auto& row : y) {
+      for (size_t start = 0; start + group <= row.size(); start += group) {
+        double squares = 0;
+        for (size_t i = 0; i < group; ++i) squares += row[start + i] * row[start + i];
+        const double inverse = 1.0 / std::sqrt(squares / group + eps);
+        for (size_t i = 0; i < group; ++i) row[start + i] = row[start + i] * inverse * gamma[i];
+      }
+    }
+    return y;
+  };
+  auto silu = [](double x) { return x / (1.0 + std::exp(-x)); };
+  for (const plan::Op& op : program.ops()) {
+    switch (op.kind()) {
+      case plan::EMBED: {
+        const std::vector<float> table = weight(op.weights(0));
+        const int64_t width = program.values(op.outputs(0)).width();
+        Matrix out = rows(width);
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (int64_t i = 0; i < width; ++i) out[t][i] = table[tokens[t] * width + i];
+        }
+        values[op.outputs(0)] = out;
+        break;
+      }
+      case plan::RMS_NORM:
+        values[op.outputs(0)] =
+            rms_norm(values[op.inputs(0)], weight(op.weights(0)), op.norm().eps());
+        break;
+      case plan::FUSED_ADD_RMS_NORM:
+      case plan::ADD: {
+        Matrix sum = values[op.inputs(0)];
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (size_t i = 0; i < sum[t].size(); ++i) sum[t][i] += values[op.inputs(1)][t][i];
+        }
+        if (op.kind() == plan::FUSED_ADD_RMS_NORM) {
+          values[op.outputs(1)] = rms_norm(sum, weight(op.weights(0)), op.norm().eps());
+        }
+        values[op.outputs(0)] = sum;
+        break;
+      }
+      case plan::MATMUL:
+      case plan::LOGITS: {
+        const plan::Tensor& tensor = meta.tensors(op.weights(0));
+        const std::vector<float> w = weight(op.weights(0));
+        const std::vector<float> bias =
+            op.weights_size() > 1 ? weight(op.weights(1)) : std::vector<float>();
+        const int64_t out_rows = tensor.shape(0);
+        const int64_t cols = tensor.shape(1);
+        const Matrix& x = values[op.inputs(0)];
+        Matrix full = Matrix(num_tokens, std::vector<double>(out_rows, 0.0));
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (int64_t n = 0; n < out_rows; ++n) {
+            double sum = bias.empty() ? 0.0 : bias[n];
+            for (int64_t k = 0; k < cols; ++k) sum += x[t][k] * w[n * cols + k];
+            full[t][n] = sum;
+          }
+        }
+        if (op.kind() == plan::LOGITS) {
+          for (const auto& row : full) logits.insert(logits.end(), row.begin(), row.end());
+          break;
+        }
+        int64_t begin = 0;
+        for (int32_t id : op.outputs()) {
+          const int64_t width = program.values(id).width();
+          Matrix part = rows(width);
+          for (int64_t t = 0; t < num_tokens; ++t) {
+            std::copy(full[t].begin() + begin, full[t].begin() + begin + width, part[t].begin());
+          }
+          values[id] = part;
+          begin += width;
+        }
+        break;
+      }
+      case plan::ROPE: {
+        const plan::RopeAttrs& rope = op.rope();
+        const std::vector<double> inv_freq =
+            ReferenceInverseFrequencies(rope.config(), rope.head_dim());
+        Matrix x = values[op.inputs(0)];
+        const int32_t half = rope.head_dim() / 2;
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (int32_t head = 0; head < rope.num_heads(); ++head) {
+            double* h = x[t].data() + head * rope.head_dim();
+            for (int32_t i = 0; i < half; ++i) {
+              const double angle = static_cast<double>(positions[t]) * inv_freq[i];
+              const double first = h[i], second = h[i + half];
+              h[i] = first * std::cos(angle) - second * std::sin(angle);
+              h[i + half] = second * std::cos(angle) + first * std::sin(angle);
+            }
+          }
+        }
+        values[op.outputs(0)] = x;
+        break;
+      }
+      case plan::ATTENTION: {
+        const plan::AttentionAttrs& attention = op.attention();
+        const Matrix& q = values[op.inputs(0)];
+        const Matrix& k = values[op.inputs(1)];
+        const Matrix& v = values[op.inputs(2)];
+        const int32_t head_dim = attention.head_dim();
+        const int32_t group = attention.num_heads() / attention.num_kv_heads();
+        // 0: unset, the usual 1 / sqrt(head_dim).
+        const double scale =
+            attention.scale() > 0.0 ? attention.scale() : 1.0 / std::sqrt(double{head_dim});
+        Matrix out = rows(int64_t{attention.num_heads()} * head_dim);
+        for (int64_t i = 0; i < num_tokens; ++i) {
+          for (int32_t head = 0; head < attention.num_heads(); ++head) {
+            const int32_t kv_head = head / group;
+            std::vector<double> scores;
+            std::vector<int64_t> keys;
+            for (int64_t j = 0; j <= i; ++j) {
+              if (attention.sliding_window() > 0 && i - j >= attention.sliding_window()) continue;
+              double dot = 0;
+              for (int32_t d = 0; d < head_dim; ++d) {
+                dot += q[i][head * head_dim + d] * k[j][kv_head * head_dim + d];
+              }
+              scores.push_back(dot * scale);
+              keys.push_back(j);
+            }
+            const double max_score = *std::max_element(scores.begin(), scores.end());
+            double total = 0;
+            for (double& score : scores) total += (score = std::exp(score - max_score));
+            for (size_t s = 0; s < keys.size(); ++s) {
+              for (int32_t d = 0; d < head_dim; ++d) {
+                out[i][head * head_dim + d] +=
+                    scores[s] / total * v[keys[s]][kv_head * head_dim + d];
+              }
+            }
+          }
+        }
+        values[op.outputs(0)] = out;
+        break;
+      }
+      case plan::SILU:
+      case plan::MUL:
+      case plan::SILU_MUL: {
+        Matrix out = values[op.inputs(0)];
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (size_t i = 0; i < out[t].size(); ++i) {
+            if (op.kind() == plan::SILU) out[t][i] = silu(out[t][i]);
+            if (op.kind() == plan::MUL) out[t][i] *= values[op.inputs(1)][t][i];
+            if (op.kind() == plan::SILU_MUL)
+              out[t][i] = silu(out[t][i]) * values[op.inputs(1)][t][i];
+          }
+        }
+        values[op.outputs(0)] = out;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return logits;
+}
+
+}  // namespace llmrt::testing
