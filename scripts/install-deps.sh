@@ -24,14 +24,17 @@ arm64_packages=(
   libxxhash-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64
 )
 
-# The OpenAI Python SDK, for the server's client tests (a reference client nobody here wrote),
-# into the python3 on PATH, which is the one the tests run. Debian's own python3 refuses
-# system-wide pip installs (PEP 668); there the flag below says we mean it.
+# The OpenAI and Anthropic Python SDKs, for the server's client tests (reference clients nobody
+# here wrote), into the python3 on PATH, which is the one the tests run. Debian's own python3
+# refuses system-wide pip installs (PEP 668); there the flag below says we mean it.
 install_openai_sdk() {
-  python3 -c 'import openai' 2>/dev/null && return 0
-  echo "install-deps: pip install openai"
-  python3 -m pip install --quiet openai 2>/dev/null ||
-    python3 -m pip install --quiet --break-system-packages openai
+  local sdk
+  for sdk in openai anthropic; do
+    python3 -c "import $sdk" 2>/dev/null && continue
+    echo "install-deps: pip install $sdk"
+    python3 -m pip install --quiet "$sdk" 2>/dev/null ||
+      python3 -m pip install --quiet --break-system-packages "$sdk"
+  done
 }
 
 missing_of() {

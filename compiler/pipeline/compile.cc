@@ -23,6 +23,7 @@
 #include "compiler/quant/prequantized.h"
 #include "compiler/tokenizer/import_tokenizer.h"
 #include "compiler/tokenizer/self_check.h"
+#include "compiler/tokenizer/tool_call_format.h"
 #include "mlir/IR/MLIRContext.h"
 #include "passes/Passes.h"
 #include "runtime/plan/plan_writer.h"
@@ -172,6 +173,7 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
       tokenizer.set_chat_template(*std::move(text));
       template_source = options.chat_template_path;
     }
+    SetToolCallFormat(tokenizer);
     if (absl::Status checked = CheckChatTemplate(tokenizer, template_source); !checked.ok()) {
       return checked;
     }

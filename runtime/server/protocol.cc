@@ -1,5 +1,4 @@
 #include "runtime/server/protocol.h"
-#include "runtime/server/structured_output.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/server/structured_output.h"
 
 namespace llmrt::server {
 namespace {
@@ -188,10 +188,134 @@ absl::Status ReadMessages(const Json& object, Json& messages) {
       return TypeError(absl::StrFormat("messages[%d].content", index).c_str(),
                        "a string or an array of text parts", *content);
     }
+    // Templates format the arguments of earlier calls themselves (Llama's `| tojson`, Qwen's
+    // mapping check): give them the object, as transformers' and vLLM's callers do, not the
+    // JSON string the OpenAI API carries.
+    auto calls = message.find("tool_calls");
+    if (calls != message.end() && !calls->is_null()) {
+      if (!calls->is_array()) {
+        return TypeError(absl::StrFormat("messages[%d].tool_calls", index).c_str(), "an array",
+                         *calls);
+      }
+      for (size_t call_index = 0; call_index < calls->size(); ++call_index) {
+        Json& call = (*calls)[call_index];
+        auto function = call.find("function");
+        if (!call.is_object() || function == call.end() || !function->is_object() ||
+            !function->contains("name") || !(*function)["name"].is_string()) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "'messages[%d].tool_calls[%d]' must be {\"id\", \"type\": \"function\", "
+              "\"function\": {\"name\", \"arguments\"}}, found %s",
+              index, call_index, call.dump()));
+        }
+        auto arguments = function->find("arguments");
+        if (arguments != function->end() && arguments->is_string()) {
+          Json parsed = Json::parse(arguments->get<std::string>(), nullptr, false);
+          if (parsed.is_object()) *arguments = std::move(parsed);
+        }
+      }
+    }
     messages.push_back(std::move(message));
   }
   return absl::OkStatus();
 }
+
+// Tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}].
+absl::Status ReadTools(const Json& object, Json& tools) {
+  const Json* value = Field(object, "tools");
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_array()) return TypeError("tools", "an array", *value);
+  for (size_t index = 0; index < value->size(); ++index) {
+    const Json& tool = (*value)[index];
+    const Json* function = tool.is_object() ? Field(tool, "function") : nullptr;
+    const Json* name =
+        function != nullptr && function->is_object() ? Field(*function, "name") : nullptr;
+    if (!tool.is_object() || tool.value("type", Json()) != "function" || name == nullptr ||
+        !name->is_string() || name->get<std::string>().empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "'tools[%d]' must be {\"type\": \"function\", \"function\": {\"name\": ..., "
+          "\"parameters\": {...}}}, found %s",
+          index, tool.dump()));
+    }
+    const Json* parameters = Field(*function, "parameters");
+    if (parameters != nullptr && !parameters->is_object()) {
+      return TypeError(absl::StrFormat("tools[%d].function.parameters", index).c_str(),
+                       "a JSON schema object", *parameters);
+    }
+  }
+  tools = *value;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ReadToolChoice(const Json& object, std::string& tool_choice) {
+  const Json* value = Field(object, "tool_choice");
+  if (value != nullptr) {
+    if (value->is_string() && (*value == "auto" || *value == "none")) {
+      tool_choice = value->get<std::string>();
+    } else if (value->is_string() && *value != "required") {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "'tool_choice' must be \"auto\", \"none\", \"required\" or a named function, "
+          "found %s",
+          value->dump()));
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "'tool_choice' %s forces a tool call, which needs constrained decoding; this server "
+          "does not have it yet: use \"auto\" or \"none\"",
+          value->dump()));
+    }
+  }
+  const Json* parallel = Field(object, "parallel_tool_calls");
+  if (parallel != nullptr) {
+    if (!parallel->is_boolean()) return TypeError("parallel_tool_calls", "a boolean", *parallel);
+    if (!parallel->get<bool>()) {
+      return absl::InvalidArgumentError(
+          "'parallel_tool_calls' false needs constrained decoding (at most one call), which "
+          "this server does not have yet; leave it out or set it to true");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FieldError(const std::string& field, const std::string& expected, const Json& found) {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("'%s' must be %s, found %s", field, expected, DumpJson(found)));
+}
+
+absl::StatusOr<std::string> JoinTextParts(const Json& content, const std::string& field,
+                                          std::initializer_list<std::string_view> types,
+                                          const std::string& expected_part) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return FieldError(field, "a string or an array of text parts", content);
+  std::string text;
+  for (size_t index = 0; index < content.size(); ++index) {
+    const Json& part = content[index];
+    const std::string type = part.is_object() ? part.value("type", "") : "";
+    bool known = false;
+    for (std::string_view allowed : types) known = known || type == allowed;
+    if (!known || !part.contains("text") || !part["text"].is_string()) {
+      return FieldError(absl::StrFormat("%s[%d]", field, index), expected_part, part);
+    }
+    if (!text.empty()) text += "\n";
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+absl::Status CheckKnownFields(const Json& object, const std::vector<std::string_view>& known,
+                              std::initializer_list<std::string_view> more, std::string_view api) {
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    bool found = false;
+    for (std::string_view name : known) found = found || it.key() == name;
+    for (std::string_view name : more) found = found || it.key() == name;
+    if (found || it.value().is_null()) continue;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "'%s' is not supported by this server's %s API; leave it out", it.key(), api));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
 
 absl::Status ReadStop(const Json& object, const RequestLimits& limits,
                       std::vector<std::string>& stop) {
@@ -314,8 +438,7 @@ std::string SseEvent(std::string_view payload) {
   return event;
 }
 
-absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view body,
-                                           const RequestLimits& limits) {
+absl::StatusOr<Json> ParseBody(std::string_view body) {
   // Copying, dumping and converting JSON recurse once per nesting level: a 16 MiB body of '['
   // (8M levels) overflowed the handler thread's stack and took the server down (found by
   // tests/fuzz/request_body_fuzzer.cc). Real requests nest about 10 levels (tool parameter
@@ -344,8 +467,53 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
     return absl::InvalidArgumentError(
         absl::StrFormat("the request body must be a JSON object, found %s", object.type_name()));
   }
+  return object;
+}
+
+absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view body,
+                                           const RequestLimits& limits) {
+  LLMRT_ASSIGN_OR_RETURN(const Json object, ParseBody(body));
+  return ParseRequestJson(endpoint, object, limits);
+}
+
+absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const Json& object,
+                                               const RequestLimits& limits) {
+  static const std::vector<std::string_view> kCommon = {"model",
+                                                        "stream",
+                                                        "stream_options",
+                                                        "max_tokens",
+                                                        "max_completion_tokens",
+                                                        "n",
+                                                        "best_of",
+                                                        "logprobs",
+                                                        "temperature",
+                                                        "top_p",
+                                                        "top_k",
+                                                        "min_p",
+                                                        "repetition_penalty",
+                                                        "presence_penalty",
+                                                        "frequency_penalty",
+                                                        "logit_bias",
+                                                        "seed",
+                                                        "stop",
+                                                        "stop_token_ids",
+                                                        "ignore_eos",
+                                                        "skip_special_tokens",
+                                                        "response_format"};
   ParsedRequest request;
   request.endpoint = endpoint;
+  // Every field is either implemented or refused: a parameter the client relies on must never
+  // be silently dropped.
+  if (endpoint == Endpoint::kCompletions) {
+    LLMRT_RETURN_IF_ERROR(
+        CheckKnownFields(object, kCommon, {"prompt", "echo", "suffix"}, "completions"));
+  } else {
+    LLMRT_RETURN_IF_ERROR(CheckKnownFields(
+        object, kCommon,
+        {"messages", "tools", "tool_choice", "parallel_tool_calls", "add_generation_prompt",
+         "top_logprobs", "chat_template_kwargs", "reasoning_effort", "continue_final_message"},
+        "chat completions"));
+  }
   if (const Json* model = Field(object, "model")) {
     if (!model->is_string()) return TypeError("model", "a string", *model);
     request.model = model->get<std::string>();
@@ -354,11 +522,36 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
     LLMRT_RETURN_IF_ERROR(ReadPrompts(object, limits, request.prompts));
   } else {
     LLMRT_RETURN_IF_ERROR(ReadMessages(object, request.messages));
-    if (const Json* tools = Field(object, "tools")) {
-      if (!tools->is_array()) return TypeError("tools", "an array", *tools);
-      request.tools = *tools;
-    }
+    LLMRT_RETURN_IF_ERROR(ReadTools(object, request.tools));
+    LLMRT_RETURN_IF_ERROR(ReadToolChoice(object, request.tool_choice));
     LLMRT_RETURN_IF_ERROR(ReadBool(object, "add_generation_prompt", request.add_generation_prompt));
+    if (const Json* kwargs = Field(object, "chat_template_kwargs")) {
+      if (!kwargs->is_object()) {
+        return TypeError("chat_template_kwargs", "an object of template variables", *kwargs);
+      }
+      request.chat_template_kwargs = *kwargs;
+    }
+    if (const Json* effort = Field(object, "reasoning_effort")) {
+      if (!effort->is_string() ||
+          (*effort != "minimal" && *effort != "low" && *effort != "medium" && *effort != "high")) {
+        return TypeError("reasoning_effort", "\"minimal\", \"low\", \"medium\" or \"high\"",
+                         *effort);
+      }
+      request.reasoning_effort = effort->get<std::string>();
+    }
+    LLMRT_RETURN_IF_ERROR(
+        ReadBool(object, "continue_final_message", request.continue_final_message));
+    if (request.continue_final_message) {
+      if (request.add_generation_prompt) {
+        return absl::InvalidArgumentError(
+            "'continue_final_message' continues the last message, 'add_generation_prompt' "
+            "starts a new one: set 'add_generation_prompt' to false");
+      }
+      if (request.messages.back().value("role", "") != "assistant") {
+        return absl::InvalidArgumentError(
+            "'continue_final_message' needs the last message to be an assistant message");
+      }
+    }
   }
 
   LLMRT_RETURN_IF_ERROR(ReadBool(object, "stream", request.stream));
@@ -485,9 +678,21 @@ sampling::SamplingParams ResolveSampling(const ParsedRequest& request,
 std::string NewResponseId(Endpoint endpoint) {
   // Ids only need to be unique per server; 96 random bits from a per-thread engine.
   thread_local std::mt19937_64 random(std::random_device{}());
-  return absl::StrFormat("%s%016x%08x",
-                         endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-", random(),
-                         static_cast<uint32_t>(random()));
+  const char* prefix = "cmpl-";
+  switch (endpoint) {
+    case Endpoint::kChatCompletions:
+      prefix = "chatcmpl-";
+      break;
+    case Endpoint::kMessages:
+      prefix = "msg_";
+      break;
+    case Endpoint::kResponses:
+      prefix = "resp_";
+      break;
+    case Endpoint::kCompletions:
+      break;
+  }
+  return absl::StrFormat("%s%016x%08x", prefix, random(), static_cast<uint32_t>(random()));
 }
 
 const char* FinishReasonString(engine::FinishReason reason) {
@@ -603,10 +808,25 @@ Json CompletionResponse(const ResponseContext& context, const std::vector<Choice
   for (const ChoiceResult* choice : sorted) {
     Json logprobs = context.logprobs ? LogprobsJson(context, choice->tokens, 0) : Json(nullptr);
     if (context.endpoint == Endpoint::kChatCompletions) {
+      // OpenAI's message for a turn that only calls tools has "content": null.
+      Json message = {
+          {"role", "assistant"},
+          {"content", choice->text.empty() && !choice->tool_calls.empty() ? Json(nullptr)
+                                                                          : Json(choice->text)}};
+      if (context.reasoning) {
+        message["reasoning_content"] =
+            choice->reasoning.empty() ? Json(nullptr) : Json(choice->reasoning);
+      }
+      if (!choice->tool_calls.empty()) {
+        Json calls = Json::array();
+        for (const ToolCall& call : choice->tool_calls) calls.push_back(ToolCallJson(call));
+        message["tool_calls"] = std::move(calls);
+      }
       array.push_back({{"index", choice->index},
-                       {"message", {{"role", "assistant"}, {"content", choice->text}}},
+                       {"message", std::move(message)},
                        {"logprobs", std::move(logprobs)},
-                       {"finish_reason", FinishReasonJson(choice->finish_reason)}});
+                       {"finish_reason",
+                        ChatFinishReason(choice->finish_reason, !choice->tool_calls.empty())}});
     } else {
       array.push_back({{"index", choice->index},
                        {"text", choice->text},
@@ -619,32 +839,63 @@ Json CompletionResponse(const ResponseContext& context, const std::vector<Choice
   return response;
 }
 
+Json ChatFinishReason(engine::FinishReason reason, bool made_tool_calls) {
+  if (made_tool_calls &&
+      (reason == engine::FinishReason::kStop || reason == engine::FinishReason::kLength)) {
+    return "tool_calls";
+  }
+  return FinishReasonJson(reason);
+}
+
+Json ToolCallJson(const ToolCall& call) {
+  return {{"id", call.id},
+          {"type", "function"},
+          {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
+std::vector<Json> ToolCallDeltas(const ToolCall& call, int32_t index) {
+  return {{{"index", index},
+           {"id", call.id},
+           {"type", "function"},
+           {"function", {{"name", call.name}, {"arguments", ""}}}},
+          {{"index", index}, {"function", {{"arguments", call.arguments}}}}};
+}
+
+Json ChatChunk(const ResponseContext& context, int32_t index, Json delta,
+               const std::vector<engine::TokenOutput>& tokens, Json finish_reason,
+               bool include_usage_field) {
+  Json chunk = Envelope(context, /*chunk=*/true);
+  Json logprobs =
+      context.logprobs && !tokens.empty() ? LogprobsJson(context, tokens, 0) : Json(nullptr);
+  chunk["choices"] = Json::array({{{"index", index},
+                                   {"delta", std::move(delta)},
+                                   {"logprobs", std::move(logprobs)},
+                                   {"finish_reason", std::move(finish_reason)}}});
+  if (include_usage_field) chunk["usage"] = nullptr;
+  return chunk;
+}
+
 Json StreamChunk(const ResponseContext& context, int32_t index, const std::string& text,
                  const std::vector<engine::TokenOutput>& tokens, bool role_first,
                  engine::FinishReason finish_reason, bool include_usage_field,
                  int64_t text_offset_base) {
-  Json chunk = Envelope(context, /*chunk=*/true);
-  Json logprobs = context.logprobs && !tokens.empty()
-                      ? LogprobsJson(context, tokens, text_offset_base)
-                      : Json(nullptr);
-  Json choice;
   if (context.endpoint == Endpoint::kChatCompletions) {
     Json delta = Json::object();
     if (role_first) delta["role"] = "assistant";
     // OpenAI's first chunk is {"role": "assistant", "content": ""}; the closing chunk has an
     // empty delta.
     if (!text.empty() || role_first) delta["content"] = text;
-    choice = {{"index", index},
-              {"delta", std::move(delta)},
-              {"logprobs", std::move(logprobs)},
-              {"finish_reason", FinishReasonJson(finish_reason)}};
-  } else {
-    choice = {{"index", index},
-              {"text", text},
-              {"logprobs", std::move(logprobs)},
-              {"finish_reason", FinishReasonJson(finish_reason)}};
+    return ChatChunk(context, index, std::move(delta), tokens, FinishReasonJson(finish_reason),
+                     include_usage_field);
   }
-  chunk["choices"] = Json::array({std::move(choice)});
+  Json chunk = Envelope(context, /*chunk=*/true);
+  Json logprobs = context.logprobs && !tokens.empty()
+                      ? LogprobsJson(context, tokens, text_offset_base)
+                      : Json(nullptr);
+  chunk["choices"] = Json::array({{{"index", index},
+                                   {"text", text},
+                                   {"logprobs", std::move(logprobs)},
+                                   {"finish_reason", FinishReasonJson(finish_reason)}}});
   if (include_usage_field) chunk["usage"] = nullptr;
   return chunk;
 }
@@ -654,6 +905,97 @@ Json UsageChunk(const ResponseContext& context, const Usage& usage) {
   chunk["choices"] = Json::array();
   chunk["usage"] = UsageJson(usage);
   return chunk;
+}
+
+namespace {
+
+class OpenAiWriter : public ApiWriter {
+ public:
+  OpenAiWriter(const ResponseContext& context, int32_t choices, bool include_usage)
+      : context_(context),
+        choices_(choices),
+        include_usage_(include_usage),
+        text_sent_(choices, 0) {}
+
+  Json Response(const std::vector<ChoiceResult>& choices, const Usage& usage) override {
+    return CompletionResponse(context_, choices, usage);
+  }
+
+  std::string StreamStart() override {
+    std::string events;
+    // OpenAI opens every chat choice with {"role": "assistant", "content": ""}.
+    if (context_.endpoint != Endpoint::kChatCompletions) return events;
+    for (int32_t index = 0; index < choices_; ++index) {
+      events += Event(StreamChunk(context_, index, "", {}, /*role_first=*/true,
+                                  engine::FinishReason::kNone, include_usage_, 0));
+    }
+    return events;
+  }
+
+  std::string StreamDelta(const ChoiceResult& choice, const ParsedDelta& delta,
+                          const engine::RequestOutput& output) override {
+    const bool logprobs = context_.logprobs && !output.tokens.empty();
+    if (context_.endpoint != Endpoint::kChatCompletions) {
+      // Completions: the text, and the finish reason on the chunk of the last text.
+      if (delta.content.empty() && !logprobs && !output.finished) return "";
+      std::string event =
+          Event(StreamChunk(context_, choice.index, delta.content, output.tokens, false,
+                            output.finished ? output.finish_reason : engine::FinishReason::kNone,
+                            include_usage_, text_sent_[choice.index]));
+      text_sent_[choice.index] += static_cast<int64_t>(delta.content.size());
+      return event;
+    }
+    // One chunk per kind of news; the token logprobs ride on the first (or on an empty delta
+    // when the parser holds the text back).
+    std::vector<Json> deltas;
+    if (!delta.reasoning.empty()) deltas.push_back({{"reasoning_content", delta.reasoning}});
+    if (!delta.content.empty()) deltas.push_back({{"content", delta.content}});
+    int32_t call_index = static_cast<int32_t>(choice.tool_calls.size() - delta.calls.size());
+    for (const ToolCall& call : delta.calls) {
+      for (Json& part : ToolCallDeltas(call, call_index)) {
+        deltas.push_back({{"tool_calls", Json::array({std::move(part)})}});
+      }
+      ++call_index;
+    }
+    if (deltas.empty() && logprobs) deltas.push_back(Json::object());
+    std::string events;
+    for (size_t index = 0; index < deltas.size(); ++index) {
+      events += Event(ChatChunk(context_, choice.index, std::move(deltas[index]),
+                                index == 0 ? output.tokens : std::vector<engine::TokenOutput>{},
+                                nullptr, include_usage_));
+    }
+    return events;
+  }
+
+  std::string StreamFinish(const ChoiceResult& choice) override {
+    if (context_.endpoint != Endpoint::kChatCompletions) return "";
+    return Event(ChatChunk(context_, choice.index, Json::object(), {},
+                           ChatFinishReason(choice.finish_reason, !choice.tool_calls.empty()),
+                           include_usage_));
+  }
+
+  std::string StreamEnd(const std::vector<ChoiceResult>&, const Usage& usage) override {
+    std::string events;
+    if (include_usage_) events += Event(UsageChunk(context_, usage));
+    return events + kSseDone;
+  }
+
+  std::string StreamError(const ApiError& error) override { return SseEvent(ErrorBody(error)); }
+
+ private:
+  static std::string Event(const Json& json) { return SseEvent(DumpJson(json)); }
+
+  ResponseContext context_;
+  int32_t choices_;
+  bool include_usage_;
+  std::vector<int64_t> text_sent_;  // completions: bytes per choice, for text_offset
+};
+
+}  // namespace
+
+std::unique_ptr<ApiWriter> MakeOpenAiWriter(const ResponseContext& context, int32_t choices,
+                                            bool include_usage) {
+  return std::make_unique<OpenAiWriter>(context, choices, include_usage);
 }
 
 }  // namespace llmrt::server

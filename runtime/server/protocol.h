@@ -20,6 +20,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,6 +32,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/engine/engine.h"
 #include "runtime/sampling/sampler.h"
+#include "runtime/server/tool_calls.h"
 
 namespace llmrt::server {
 
@@ -65,7 +68,9 @@ inline constexpr char kSseDone[] = "data: [DONE]\n\n";
 
 // ---- Requests ----
 
-enum class Endpoint { kCompletions, kChatCompletions };
+// The generation endpoints. Messages (Anthropic) and Responses (OpenAI) requests are converted
+// to a chat request (anthropic.h, responses.h) and share everything after that.
+enum class Endpoint { kCompletions, kChatCompletions, kMessages, kResponses };
 
 // Caps that keep one request from taking the server; each breach is a 400 naming the field.
 struct RequestLimits {
@@ -93,6 +98,15 @@ struct ParsedRequest {
   std::vector<Prompt> prompts;  // completions: one or more prompts
   Json messages;                // chat: the messages array as sent
   Json tools;                   // chat: null unless given
+  // "auto" (tools given: parse tool calls) or "none" (tools are neither rendered nor parsed).
+  // "required" and a named function need constrained decoding and are refused (400).
+  std::string tool_choice = "auto";
+  Json chat_template_kwargs;  // chat: an object of extra template variables, or null
+  std::optional<std::string> reasoning_effort;  // passed to the template as reasoning_effort
+  // The last message is an assistant turn the model continues (rendered without its end).
+  bool continue_final_message = false;
+  // Responses API: the request fields its response objects repeat (instructions, tools, ...).
+  Json api_echo;
   bool add_generation_prompt = true;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
@@ -123,6 +137,26 @@ struct ParsedRequest {
 // value found.
 absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view body,
                                            const RequestLimits& limits);
+// The same for an already parsed object (the Messages and Responses converters build one).
+absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const Json& object,
+                                               const RequestLimits& limits);
+// A request body as a JSON object: InvalidArgument for malformed JSON, another top-level type,
+// or nesting deeper than 64 levels.
+absl::StatusOr<Json> ParseBody(std::string_view body);
+// InvalidArgument naming the first non-null field of `object` in neither `known` nor `more`
+// ("'X' is not supported by this server's API API; leave it out").
+absl::Status CheckKnownFields(const Json& object, const std::vector<std::string_view>& known,
+                              std::initializer_list<std::string_view> more, std::string_view api);
+// InvalidArgument "'FIELD' must be EXPECTED, found JSON".
+absl::Status FieldError(const std::string& field, const std::string& expected, const Json& found);
+// The text of a string, or of an array of parts {"type": one of `types`, "text": ...} joined by
+// newlines; any other part is refused as "'FIELD[i]' must be EXPECTED_PART".
+absl::StatusOr<std::string> JoinTextParts(const Json& content, const std::string& field,
+                                          std::initializer_list<std::string_view> types,
+                                          const std::string& expected_part);
+// tool_choice ("auto", "none"; the forcing forms are refused) and parallel_tool_calls (false is
+// refused) of an OpenAI-shaped object.
+absl::Status ReadToolChoice(const Json& object, std::string& tool_choice);
 
 // The sampling settings, with unset fields taken from the plan's generation defaults and then
 // from OpenAI's defaults (temperature 1, top_p 1).
@@ -141,7 +175,8 @@ sampling::SamplingParams ResolveSampling(const ParsedRequest& request,
 // Everything the response JSON needs besides the per-choice results.
 struct ResponseContext {
   Endpoint endpoint = Endpoint::kCompletions;
-  std::string id;  // "chatcmpl-..." / "cmpl-...", the same on every chunk
+  bool reasoning = false;  // the template thinks: messages carry reasoning_content
+  std::string id;          // "chatcmpl-..." / "cmpl-...", the same on every chunk
   int64_t created = 0;
   std::string model;
   bool logprobs = false;
@@ -165,7 +200,10 @@ Json UsageJson(const Usage& usage);
 // One choice's accumulated result for a non-streamed response.
 struct ChoiceResult {
   int32_t index = 0;
-  std::string text;
+  std::string text;  // chat: the content, without reasoning and tool calls
+  std::string reasoning;
+  std::vector<ToolCall> tool_calls;
+  std::string stop_string;  // the stop string that ended it, if one did
   std::vector<engine::TokenOutput> tokens;
   engine::FinishReason finish_reason = engine::FinishReason::kNone;
 };
@@ -179,6 +217,20 @@ Json LogprobsJson(const ResponseContext& context, const std::vector<engine::Toke
 Json CompletionResponse(const ResponseContext& context, const std::vector<ChoiceResult>& choices,
                         const Usage& usage);
 
+// "tool_calls" when the choice made calls (and was not cancelled or failed), else
+// FinishReasonString; null while running.
+Json ChatFinishReason(engine::FinishReason reason, bool made_tool_calls);
+
+// One streamed chat chunk with the given delta object; `finish_reason` is a string or null.
+Json ChatChunk(const ResponseContext& context, int32_t index, Json delta,
+               const std::vector<engine::TokenOutput>& tokens, Json finish_reason,
+               bool include_usage_field);
+// The delta.tool_calls entries of one call as the OpenAI SDK accumulates them: the first
+// carries index, id, type and name with empty arguments, the second the arguments.
+std::vector<Json> ToolCallDeltas(const ToolCall& call, int32_t index);
+// {"id", "type": "function", "function": {"name", "arguments"}}.
+Json ToolCallJson(const ToolCall& call);
+
 // One streamed chunk for one choice. `role_first` adds the assistant role to a chat delta (the
 // first chunk of a choice); `finish_reason` kNone gives null. `text_offset_base`: bytes of this
 // choice's text already sent (completions logprobs).
@@ -188,6 +240,30 @@ Json StreamChunk(const ResponseContext& context, int32_t index, const std::strin
                  int64_t text_offset_base);
 // The final usage chunk: "choices": [] and the usage.
 Json UsageChunk(const ResponseContext& context, const Usage& usage);
+
+// ---- One API's view of a generation ----
+
+// How one API writes a generation's results: OpenAI chat / completions (MakeOpenAiWriter),
+// Anthropic Messages (anthropic.h), OpenAI Responses (responses.h). The server drives every API
+// through this, so admission, streaming, disconnects and drain are written once. Stream methods
+// return complete SSE events ("" for none); `choices` hold everything received so far.
+class ApiWriter {
+ public:
+  virtual ~ApiWriter() = default;
+  virtual Json Response(const std::vector<ChoiceResult>& choices, const Usage& usage) = 0;
+  virtual std::string StreamStart() = 0;
+  // New parsed output of one choice, with the engine output it came from (tokens, finished).
+  virtual std::string StreamDelta(const ChoiceResult& choice, const ParsedDelta& delta,
+                                  const engine::RequestOutput& output) = 0;
+  // The choice finished (choice.finish_reason, stop_string and tool_calls are final).
+  virtual std::string StreamFinish(const ChoiceResult& choice) = 0;
+  virtual std::string StreamEnd(const std::vector<ChoiceResult>& choices, const Usage& usage) = 0;
+  virtual std::string StreamError(const ApiError& error) = 0;
+};
+
+// Chat completions or completions (context.endpoint), `choices` choices.
+std::unique_ptr<ApiWriter> MakeOpenAiWriter(const ResponseContext& context, int32_t choices,
+                                            bool include_usage);
 
 }  // namespace llmrt::server
 

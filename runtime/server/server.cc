@@ -10,10 +10,15 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "httplib.h"
+#include "runtime/server/anthropic.h"
 #include "runtime/server/metrics.h"
 #include "runtime/server/peer_watch.h"
+#include "runtime/server/responses.h"
 #include "runtime/template/chat.h"
 
 namespace llmrt::server {
@@ -30,10 +35,30 @@ constexpr auto kPollInterval = std::chrono::milliseconds(10);
 
 double Seconds(Clock::duration duration) { return std::chrono::duration<double>(duration).count(); }
 
-void SendError(httplib::Response& response, const absl::Status& status) {
+// The error in the shape of the endpoint's API (Anthropic's for /v1/messages). A 429 says when
+// to come back: the queue moves within a few decode steps.
+void SendError(httplib::Response& response, const absl::Status& status,
+               Endpoint endpoint = Endpoint::kChatCompletions) {
   const ApiError error = ErrorFromStatus(status);
   response.status = error.http_status;
-  response.set_content(ErrorBody(error), "application/json");
+  if (error.http_status == 429) response.set_header("Retry-After", "1");
+  response.set_content(
+      endpoint == Endpoint::kMessages ? AnthropicErrorBody(error) : ErrorBody(error),
+      "application/json");
+}
+
+// The methods a path of this server takes, or nullptr for an unknown path.
+const char* AllowedMethods(const std::string& path) {
+  for (const char* get : {"/health", "/metrics", "/v1/models"}) {
+    if (path == get) return "GET";
+  }
+  if (absl::StartsWith(path, "/v1/models/")) return "GET";
+  for (const char* post :
+       {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens",
+        "/v1/responses", "/tokenize", "/detokenize"}) {
+    if (path == post) return "POST";
+  }
+  return nullptr;
 }
 
 void SendJson(httplib::Response& response, const Json& json) {
@@ -137,6 +162,48 @@ struct Tracker {
   Clock::time_point arrival;
 };
 
+// The parsed results of one HTTP request's choices (handler thread only).
+struct ChoiceOutputs {
+  std::vector<ChoiceResult> choices;
+  std::vector<OutputParser> parsers;
+  std::vector<Usage> prompt_usage;  // per prompt
+
+  // Takes one engine output of choice `index` (prompts hold `n` choices each); returns what it
+  // added to the choice.
+  ParsedDelta Apply(int32_t index, int32_t n, const engine::RequestOutput& output) {
+    ChoiceResult& choice = choices[index];
+    OutputParser& parser = parsers[index];
+    ParsedDelta delta = parser.Push(output.text);
+    Usage& usage = prompt_usage[index / n];
+    usage.prompt_tokens = output.prompt_tokens;
+    usage.cached_prompt_tokens = output.cached_prompt_tokens;
+    if (output.finished) {
+      ParsedDelta rest = parser.Finish();
+      delta.reasoning += rest.reasoning;
+      delta.content += rest.content;
+      for (ToolCall& call : rest.calls) delta.calls.push_back(std::move(call));
+      choice.finish_reason = output.finish_reason;
+      choice.stop_string = output.stop_string;
+      usage.completion_tokens += output.completion_tokens;
+    }
+    choice.text += delta.content;
+    choice.reasoning += delta.reasoning;
+    for (const ToolCall& call : delta.calls) choice.tool_calls.push_back(call);
+    for (const engine::TokenOutput& token : output.tokens) choice.tokens.push_back(token);
+    return delta;
+  }
+
+  Usage TotalUsage() const {
+    Usage total;
+    for (const Usage& part : prompt_usage) {
+      total.prompt_tokens += part.prompt_tokens;
+      total.completion_tokens += part.completion_tokens;
+      total.cached_prompt_tokens += part.cached_prompt_tokens;
+    }
+    return total;
+  }
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine,
@@ -156,7 +223,21 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine,
           parsed.status().message()));
     }
     server->chat_template_ = std::move(*parsed);
+    server->template_source_ = source;
+    // <think> families: the template strips or writes </think> around earlier reasoning.
+    server->reasoning_template_ = absl::StrContains(source, "</think>");
   }
+  const std::string& format_name = options.tool_call_format.empty()
+                                       ? meta.tokenizer().tool_call_format()
+                                       : options.tool_call_format;
+  std::optional<ToolCallFormat> format = ToolCallFormatFromName(format_name);
+  if (!format.has_value()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s '%s' is not a tool-call format; known: %s",
+        options.tool_call_format.empty() ? "the plan's tool_call_format" : "--tool-call-format",
+        format_name, ToolCallFormatNames()));
+  }
+  server->tool_format_ = *format;
   return server;
 }
 
@@ -263,15 +344,14 @@ std::string Server::TokenText(int32_t id) const {
   return both.substr(anchor.size());
 }
 
-absl::StatusOr<std::string> Server::RenderChat(const Json& messages, const Json& tools,
-                                               bool add_generation_prompt) const {
+absl::StatusOr<std::string> Server::RenderChat(const ParsedRequest& request) const {
   if (!chat_template_.has_value()) {
     return absl::InvalidArgumentError(
         "this model has no chat template (the plan's TokenizerSpec.chat_template is empty); use "
         "/v1/completions, or start the server with --chat-template FILE");
   }
   std::vector<jinja::ChatMessage> chat_messages;
-  for (const Json& message : messages) {
+  for (const Json& message : request.messages) {
     jinja::ChatMessage chat_message;
     chat_message.content = jinja::Value::None();
     for (auto it = message.begin(); it != message.end(); ++it) {
@@ -286,10 +366,30 @@ absl::StatusOr<std::string> Server::RenderChat(const Json& messages, const Json&
     chat_messages.push_back(std::move(chat_message));
   }
   jinja::ChatOptions options;
-  options.add_generation_prompt = add_generation_prompt;
+  options.add_generation_prompt = request.add_generation_prompt;
   if (!bos_text_.empty()) options.bos_token = bos_text_;
   if (!eos_text_.empty()) options.eos_token = eos_text_;
-  if (!tools.is_null()) options.tools = ToTemplateValue(tools);
+  // tool_choice "none": the model is not told about the tools (and its output is not parsed
+  // for calls), so it answers in text; earlier calls and results in the messages still render.
+  if (!request.tools.is_null() && request.tool_choice != "none") {
+    options.tools = ToTemplateValue(request.tools);
+  }
+  if (request.reasoning_effort.has_value()) {
+    // Accepted only where it changes something: a template that reads the variable (gpt-oss).
+    if (!absl::StrContains(template_source_, "reasoning_effort")) {
+      return absl::InvalidArgumentError(
+          "'reasoning_effort' is not used by this model's chat template (it never reads the "
+          "variable reasoning_effort); leave it out");
+    }
+    options.extra_variables.emplace_back("reasoning_effort",
+                                         jinja::Value::String(*request.reasoning_effort));
+  }
+  if (request.chat_template_kwargs.is_object()) {
+    for (auto it = request.chat_template_kwargs.begin(); it != request.chat_template_kwargs.end();
+         ++it) {
+      options.extra_variables.emplace_back(it.key(), ToTemplateValue(it.value()));
+    }
+  }
   absl::StatusOr<std::string> prompt = jinja::RenderChat(*chat_template_, chat_messages, options);
   if (!prompt.ok()) {
     // The template's own raise_exception messages ("Conversation roles must alternate...") are
@@ -297,35 +397,68 @@ absl::StatusOr<std::string> Server::RenderChat(const Json& messages, const Json&
     return absl::InvalidArgumentError(
         absl::StrFormat("chat template: %s", prompt.status().message()));
   }
+  if (request.continue_final_message) {
+    // As transformers' continue_final_message: the prompt ends right after the final
+    // message's content, so the template's end-of-turn is cut and the model continues it.
+    const Json& content = request.messages.back()["content"];
+    const std::string final_text =
+        content.is_string() ? std::string(absl::StripAsciiWhitespace(content.get<std::string>()))
+                            : "";
+    const size_t at = final_text.empty() ? std::string::npos : prompt->rfind(final_text);
+    if (at == std::string::npos) {
+      return absl::InvalidArgumentError(
+          "'continue_final_message': the final message needs text content that the chat "
+          "template writes unchanged");
+    }
+    prompt->resize(at + final_text.size());
+  }
   return prompt;
 }
 
 void Server::Routes() {
-  http_->set_pre_routing_handler(
-      [this](const httplib::Request& request, httplib::Response& response) {
-        if (options_.api_key.empty() || request.path == "/health") {
-          return httplib::Server::HandlerResponse::Unhandled;
-        }
-        const std::string header = request.get_header_value("Authorization");
-        constexpr char kBearer[] = "Bearer ";
-        const bool has_bearer = header.rfind(kBearer, 0) == 0;
-        const std::string presented = has_bearer ? header.substr(sizeof(kBearer) - 1) : "";
-        if (has_bearer && ConstantTimeEquals(presented, options_.api_key)) {
-          return httplib::Server::HandlerResponse::Unhandled;
-        }
-        SendError(response, absl::UnauthenticatedError(
-                                has_bearer ? "Incorrect API key provided."
-                                           : "Missing API key: send 'Authorization: Bearer KEY'."));
-        return httplib::Server::HandlerResponse::Handled;
-      });
+  http_->set_pre_routing_handler([this](const httplib::Request& request,
+                                        httplib::Response& response) {
+    if (options_.api_key.empty() || request.path == "/health") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    const std::string header = request.get_header_value("Authorization");
+    constexpr char kBearer[] = "Bearer ";
+    const bool has_bearer = header.rfind(kBearer, 0) == 0;
+    // Anthropic's clients send the key as x-api-key.
+    const bool has_x_api_key = request.has_header("x-api-key");
+    const std::string presented =
+        has_bearer ? header.substr(sizeof(kBearer) - 1) : request.get_header_value("x-api-key");
+    if ((has_bearer || has_x_api_key) && ConstantTimeEquals(presented, options_.api_key)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    SendError(response,
+              absl::UnauthenticatedError(
+                  has_bearer || has_x_api_key
+                      ? "Incorrect API key provided."
+                      : "Missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'."),
+              absl::StartsWith(request.path, "/v1/messages") ? Endpoint::kMessages
+                                                             : Endpoint::kChatCompletions);
+    return httplib::Server::HandlerResponse::Handled;
+  });
   // Fills the body of errors httplib produces itself (404 route, 413 body too large, 400 bad
   // request line); our own errors already have one.
   http_->set_error_handler([](const httplib::Request& request, httplib::Response& response) {
     if (!response.body.empty()) return;
     std::string message;
+    // httplib answers 404 for a known path with another method; that is a 405 with the methods
+    // the path takes.
+    const char* allowed = AllowedMethods(request.path);
+    if (response.status == 404 && allowed != nullptr) {
+      response.status = 405;
+      response.set_header("Allow", allowed);
+    }
     switch (response.status) {
       case 404:
         message = absl::StrFormat("no route %s %s", request.method, request.path);
+        break;
+      case 405:
+        message =
+            absl::StrFormat("%s does not take %s; use %s", request.path, request.method, allowed);
         break;
       case 413:
         message = "the request body is larger than the server accepts";
@@ -365,6 +498,21 @@ void Server::Routes() {
   http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
     HandleModels(response);
   });
+  http_->Get(R"(/v1/models/(.+))",
+             [this](const httplib::Request& request, httplib::Response& response) {
+               HandleModel(request.matches[1].str(), response);
+             });
+  http_->Post("/v1/messages", [this](const httplib::Request& request, httplib::Response& response) {
+    HandleGenerate(Endpoint::kMessages, request, response);
+  });
+  http_->Post("/v1/messages/count_tokens",
+              [this](const httplib::Request& request, httplib::Response& response) {
+                HandleCountTokens(request, response);
+              });
+  http_->Post("/v1/responses",
+              [this](const httplib::Request& request, httplib::Response& response) {
+                HandleGenerate(Endpoint::kResponses, request, response);
+              });
   http_->Post("/v1/completions",
               [this](const httplib::Request& request, httplib::Response& response) {
                 HandleGenerate(Endpoint::kCompletions, request, response);
@@ -381,13 +529,35 @@ void Server::Routes() {
   });
 }
 
+Json Server::ModelJson() const {
+  return {{"id", options_.model_name},
+          {"object", "model"},
+          {"created", created_},
+          {"owned_by", "llmrt"},
+          {"max_model_len", engine_.max_context()}};
+}
+
 void Server::HandleModels(httplib::Response& response) {
-  SendJson(response, {{"object", "list"},
-                      {"data", Json::array({{{"id", options_.model_name},
-                                             {"object", "model"},
-                                             {"created", created_},
-                                             {"owned_by", "llmrt"},
-                                             {"max_model_len", engine_.max_context()}}})}});
+  SendJson(response, {{"object", "list"}, {"data", Json::array({ModelJson()})}});
+}
+
+void Server::HandleModel(const std::string& id, httplib::Response& response) {
+  if (id != options_.model_name) {
+    return SendError(response, absl::NotFoundError(absl::StrFormat(
+                                   "The model '%s' does not exist; this server runs '%s'", id,
+                                   options_.model_name)));
+  }
+  SendJson(response, ModelJson());
+}
+
+void Server::HandleCountTokens(const httplib::Request& request, httplib::Response& response) {
+  absl::StatusOr<ParsedRequest> parsed = ParseMessagesRequest(request.body, options_.limits,
+                                                              /*count_tokens=*/true);
+  if (!parsed.ok()) return SendError(response, parsed.status(), Endpoint::kMessages);
+  absl::StatusOr<std::string> prompt = RenderChat(*parsed);
+  if (!prompt.ok()) return SendError(response, prompt.status(), Endpoint::kMessages);
+  SendJson(response,
+           {{"input_tokens", tokenizer_.Encode(*prompt, /*add_special_tokens=*/false).size()}});
 }
 
 void Server::HandleTokenize(const httplib::Request& request, httplib::Response& response) {
@@ -401,8 +571,7 @@ void Server::HandleTokenize(const httplib::Request& request, httplib::Response& 
     absl::StatusOr<ParsedRequest> parsed =
         ParseRequest(Endpoint::kChatCompletions, request.body, options_.limits);
     if (!parsed.ok()) return SendError(response, parsed.status());
-    absl::StatusOr<std::string> prompt =
-        RenderChat(parsed->messages, parsed->tools, parsed->add_generation_prompt);
+    absl::StatusOr<std::string> prompt = RenderChat(*parsed);
     if (!prompt.ok()) return SendError(response, prompt.status());
     tokens = tokenizer_.Encode(*prompt, /*add_special_tokens=*/false);
   } else {
@@ -452,29 +621,49 @@ void Server::HandleDetokenize(const httplib::Request& request, httplib::Response
   SendJson(response, {{"prompt", tokenizer_.Decode(ids, /*skip_special_tokens=*/false)}});
 }
 
+absl::StatusOr<ParsedRequest> Server::ParseFor(Endpoint endpoint, const std::string& body) const {
+  switch (endpoint) {
+    case Endpoint::kMessages:
+      return ParseMessagesRequest(body, options_.limits);
+    case Endpoint::kResponses:
+      return ParseResponsesRequest(body, options_.limits);
+    default:
+      return ParseRequest(endpoint, body, options_.limits);
+  }
+}
+
 void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
                             httplib::Response& response) {
   const Clock::time_point arrival = Clock::now();
+  auto fail = [&response, endpoint](const absl::Status& status) {
+    SendError(response, status, endpoint);
+  };
   if (draining_.load()) {
-    return SendError(response,
-                     absl::UnavailableError("the server is shutting down; retry on another one"));
+    return fail(absl::UnavailableError("the server is shutting down; retry on another one"));
   }
-  absl::StatusOr<ParsedRequest> parsed = ParseRequest(endpoint, request.body, options_.limits);
-  if (!parsed.ok()) return SendError(response, parsed.status());
+  absl::StatusOr<ParsedRequest> parsed = ParseFor(endpoint, request.body);
+  if (!parsed.ok()) return fail(parsed.status());
   if (!parsed->model.empty() && parsed->model != options_.model_name) {
-    return SendError(response, absl::NotFoundError(absl::StrFormat(
-                                   "The model '%s' does not exist; this server runs '%s'",
-                                   parsed->model, options_.model_name)));
+    return fail(
+        absl::NotFoundError(absl::StrFormat("The model '%s' does not exist; this server runs '%s'",
+                                            parsed->model, options_.model_name)));
   }
 
-  // Prompts to token ids.
+  // Prompts to token ids, and how the output is split into reasoning, content and tool calls.
   std::vector<std::vector<int32_t>> prompts;
-  if (endpoint == Endpoint::kChatCompletions) {
-    absl::StatusOr<std::string> text =
-        RenderChat(parsed->messages, parsed->tools, parsed->add_generation_prompt);
-    if (!text.ok()) return SendError(response, text.status());
+  const bool chat = endpoint != Endpoint::kCompletions;
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
+  bool starts_in_reasoning = false;
+  if (chat) {
+    absl::StatusOr<std::string> text = RenderChat(*parsed);
+    if (!text.ok()) return fail(text.status());
     // The template writes the special tokens (BOS) itself, as in transformers and vLLM.
     prompts.push_back(tokenizer_.Encode(*text, /*add_special_tokens=*/false));
+    if (!parsed->tools.is_null() && parsed->tool_choice == "auto") tool_format = tool_format_;
+    // A generation prompt that opens <think> (DeepSeek-R1, Qwen3-Thinking) puts the output
+    // inside the reasoning from its first token.
+    starts_in_reasoning =
+        reasoning_template_ && absl::EndsWith(absl::StripTrailingAsciiWhitespace(*text), "<think>");
   } else {
     for (const Prompt& prompt : parsed->prompts) {
       prompts.push_back(
@@ -488,17 +677,16 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
   for (size_t index = 0; index < prompts.size(); ++index) {
     const int64_t prompt_size = static_cast<int64_t>(prompts[index].size());
     if (prompt_size == 0) {
-      return SendError(response, absl::InvalidArgumentError(absl::StrFormat(
-                                     "prompt %d encodes to no tokens; give some text", index)));
+      return fail(absl::InvalidArgumentError(
+          absl::StrFormat("prompt %d encodes to no tokens; give some text", index)));
     }
     const int64_t requested = prompt_size + std::max<int64_t>(max_tokens, 0);
     if (requested > context_tokens || prompt_size >= context_tokens) {
-      return SendError(
-          response, absl::InvalidArgumentError(absl::StrFormat(
-                        "This model's maximum context length is %d tokens. However, "
-                        "you requested %d tokens (%d in the prompt, %d for the "
-                        "completion). Please reduce the prompt or max_tokens.",
-                        context_tokens, requested, prompt_size, std::max<int64_t>(max_tokens, 0))));
+      return fail(absl::InvalidArgumentError(absl::StrFormat(
+          "This model's maximum context length is %d tokens. However, "
+          "you requested %d tokens (%d in the prompt, %d for the "
+          "completion). Please reduce the prompt or max_tokens.",
+          context_tokens, requested, prompt_size, std::max<int64_t>(max_tokens, 0))));
     }
   }
 
@@ -506,6 +694,7 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
   // runs before admission, so that a bad request is a 400 even when the queue is full.
   const int32_t n = parsed->n;
   const sampling::SamplingParams sampling = ResolveSampling(*parsed, generation_defaults_);
+  const int64_t prompt_tokens = static_cast<int64_t>(prompts.front().size());
   std::vector<engine::GenerationRequest> generations(prompts.size());
   for (size_t prompt_index = 0; prompt_index < prompts.size(); ++prompt_index) {
     engine::GenerationRequest& generation = generations[prompt_index];
@@ -522,14 +711,18 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
     if (!parsed->response_format.is_null()) {
       absl::StatusOr<std::shared_ptr<const sampling::TokenConstraint>> constraint =
           structured_output_->Constraint(parsed->response_format);
-      if (!constraint.ok()) return SendError(response, constraint.status());
+      if (!constraint.ok()) return fail(constraint.status());
       generation.constraint = *std::move(constraint);
     }
+    // Tool-call markers are special tokens in several families (<|python_tag|>,
+    // [TOOL_CALLS]); the parser must see them, so they are kept while it looks for calls.
+    generation.skip_special_tokens =
+        parsed->skip_special_tokens && tool_format == ToolCallFormat::kNone;
     if (absl::Status status = engine_.Validate(generation); !status.ok()) {
       if (status.code() == absl::StatusCode::kOutOfRange) {
         status = absl::InvalidArgumentError(status.message());
       }
-      return SendError(response, status);
+      return fail(status);
     }
   }
 
@@ -537,19 +730,19 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
   const int64_t sequences = static_cast<int64_t>(prompts.size()) * n;
   const int64_t capacity = int64_t{options_.max_seqs} + options_.max_queued;
   if (sequences > capacity) {
-    return SendError(response, absl::InvalidArgumentError(absl::StrFormat(
-                                   "the request needs %d sequences (prompts x n); this server "
-                                   "holds at most %d",
-                                   sequences, capacity)));
+    return fail(absl::InvalidArgumentError(
+        absl::StrFormat("the request needs %d sequences (prompts x n); this server "
+                        "holds at most %d",
+                        sequences, capacity)));
   }
   {
     std::lock_guard<std::mutex> lock(shared_->mutex);
     if (shared_->active_sequences + sequences > capacity) {
       shared_->metrics.rejected_queue_full.fetch_add(1);
-      return SendError(response, absl::ResourceExhaustedError(absl::StrFormat(
-                                     "the server is busy: %d sequences running or queued, the "
-                                     "limit is %d (--max-seqs + --max-queued); retry later",
-                                     shared_->active_sequences, capacity)));
+      return fail(absl::ResourceExhaustedError(
+          absl::StrFormat("the server is busy: %d sequences running or queued, the "
+                          "limit is %d (--max-seqs + --max-queued); retry later",
+                          shared_->active_sequences, capacity)));
     }
     shared_->active_sequences += sequences;
   }
@@ -640,7 +833,7 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
       if (status.code() == absl::StatusCode::kOutOfRange) {
         status = absl::InvalidArgumentError(status.message());
       }
-      return SendError(response, status);
+      return fail(status);
     }
     tracker->ids.push_back(*id);
     std::lock_guard<std::mutex> lock(shared_->mutex);
@@ -656,7 +849,29 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
   context.model = options_.model_name;
   context.logprobs = parsed->logprobs;
   context.top_logprobs = parsed->top_logprobs;
+  context.reasoning = chat && reasoning_template_;
   context.token_text = [this](int32_t id) { return TokenText(id); };
+  std::shared_ptr<ApiWriter> writer;
+  switch (endpoint) {
+    case Endpoint::kMessages:
+      writer = MakeMessagesWriter(context, prompt_tokens);
+      break;
+    case Endpoint::kResponses:
+      writer = MakeResponsesWriter(context, parsed->api_echo);
+      break;
+    default:
+      writer = MakeOpenAiWriter(context, static_cast<int32_t>(sequences), parsed->include_usage);
+  }
+
+  // Per choice: the parser and everything parsed so far. Completions parse nothing (kNone, no
+  // reasoning): their text passes through unchanged.
+  auto outputs = std::make_shared<ChoiceOutputs>();
+  outputs->choices.resize(sequences);
+  for (int32_t index = 0; index < sequences; ++index) {
+    outputs->choices[index].index = index;
+    outputs->parsers.emplace_back(tool_format, context.reasoning, starts_in_reasoning);
+  }
+  outputs->prompt_usage.resize(prompts.size());
 
   auto peer = std::make_shared<PeerWatch>(request.local_addr, request.local_port,
                                           request.remote_addr, request.remote_port);
@@ -669,37 +884,26 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
     }
     for (engine::RequestId id : ids) engine.Cancel(id);
   };
+  // Waits up to one poll interval for engine outputs; true when every choice has finished.
+  auto take = [tracker](std::deque<Tracker::Item>& items) {
+    std::unique_lock<std::mutex> lock(tracker->mutex);
+    tracker->ready.wait_for(lock, kPollInterval, [&] {
+      return !tracker->pending.empty() || tracker->open_choices == 0;
+    });
+    items.swap(tracker->pending);
+    return tracker->open_choices == 0;
+  };
 
   if (!parsed->stream) {
-    std::vector<ChoiceResult> choices(sequences);
-    for (int32_t index = 0; index < sequences; ++index) choices[index].index = index;
-    std::vector<Usage> prompt_usage(prompts.size());
     absl::Status failure;
     while (true) {
       std::deque<Tracker::Item> items;
-      bool done;
-      {
-        std::unique_lock<std::mutex> lock(tracker->mutex);
-        tracker->ready.wait_for(lock, kPollInterval, [&] {
-          return !tracker->pending.empty() || tracker->open_choices == 0;
-        });
-        items.swap(tracker->pending);
-        done = tracker->open_choices == 0;
-      }
+      const bool done = take(items);
       for (Tracker::Item& item : items) {
-        ChoiceResult& choice = choices[item.choice];
-        choice.text += item.output.text;
-        for (engine::TokenOutput& token : item.output.tokens)
-          choice.tokens.push_back(std::move(token));
-        Usage& usage = prompt_usage[item.choice / n];
-        usage.prompt_tokens = item.output.prompt_tokens;
-        usage.cached_prompt_tokens = item.output.cached_prompt_tokens;
-        if (item.output.finished) {
-          choice.finish_reason = item.output.finish_reason;
-          usage.completion_tokens += item.output.completion_tokens;
-          if (item.output.finish_reason == engine::FinishReason::kError && failure.ok()) {
-            failure = item.output.status;
-          }
+        outputs->Apply(item.choice, n, item.output);
+        if (item.output.finished && item.output.finish_reason == engine::FinishReason::kError &&
+            failure.ok()) {
+          failure = item.output.status;
         }
       }
       if (done) break;
@@ -709,110 +913,54 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
       }
     }
     if (!failure.ok()) {
-      return SendError(response, absl::InternalError(
-                                     absl::StrFormat("generation failed: %s", failure.message())));
+      return fail(absl::InternalError(absl::StrFormat("generation failed: %s", failure.message())));
     }
-    Usage usage;
-    for (const Usage& part : prompt_usage) {
-      usage.prompt_tokens += part.prompt_tokens;
-      usage.completion_tokens += part.completion_tokens;
-      usage.cached_prompt_tokens += part.cached_prompt_tokens;
-    }
-    return SendJson(response, CompletionResponse(context, choices, usage));
+    return SendJson(response, writer->Response(outputs->choices, outputs->TotalUsage()));
   }
 
   // Streaming. State lives in the provider (httplib calls it repeatedly until done()).
   struct StreamState {
     bool started = false;
     bool finished = false;
-    std::vector<int64_t> text_sent;  // bytes per choice, for completions text_offset
-    std::vector<Usage> prompt_usage;
   };
   auto state = std::make_shared<StreamState>();
-  state->text_sent.assign(sequences, 0);
-  state->prompt_usage.resize(prompts.size());
-  const bool include_usage = parsed->include_usage;
-  const bool logprobs = parsed->logprobs;
   response.set_header("Cache-Control", "no-cache");
   response.set_chunked_content_provider(
       "text/event-stream",
-      [tracker, state, context, peer, cancel_all, include_usage, logprobs, n, sequences,
-       open_response](size_t, httplib::DataSink& sink) {
-        auto write = [&](const Json& json) {
-          const std::string event = SseEvent(DumpJson(json));
-          return sink.write(event.data(), event.size());
+      [tracker, state, outputs, writer, peer, cancel_all, take, n, open_response](
+          size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& events) {
+          return events.empty() || sink.write(events.data(), events.size());
         };
         if (!state->started) {
           state->started = true;
-          // OpenAI opens every chat choice with {"role": "assistant", "content": ""}.
-          if (context.endpoint == Endpoint::kChatCompletions) {
-            for (int32_t index = 0; index < sequences; ++index) {
-              if (!write(StreamChunk(context, index, "", {}, /*role_first=*/true,
-                                     engine::FinishReason::kNone, include_usage, 0))) {
-                cancel_all();
-                return false;
-              }
-            }
-            return true;
+          if (!write(writer->StreamStart())) {
+            cancel_all();
+            return false;
           }
+          return true;
         }
         std::deque<Tracker::Item> items;
-        bool done;
-        {
-          std::unique_lock<std::mutex> lock(tracker->mutex);
-          tracker->ready.wait_for(lock, kPollInterval, [&] {
-            return !tracker->pending.empty() || tracker->open_choices == 0;
-          });
-          items.swap(tracker->pending);
-          done = tracker->open_choices == 0;
-        }
+        const bool done = take(items);
         for (Tracker::Item& item : items) {
           const engine::RequestOutput& output = item.output;
-          Usage& usage = state->prompt_usage[item.choice / n];
-          usage.prompt_tokens = output.prompt_tokens;
-          usage.cached_prompt_tokens = output.cached_prompt_tokens;
-          if (output.finished) usage.completion_tokens += output.completion_tokens;
+          const ParsedDelta delta = outputs->Apply(item.choice, n, output);
+          std::string events;
           if (output.finished && output.finish_reason == engine::FinishReason::kError) {
-            ApiError error = ErrorFromStatus(absl::InternalError(
-                absl::StrFormat("generation failed: %s", output.status.message())));
-            const std::string event = SseEvent(DumpJson(Json::parse(ErrorBody(error))));
-            if (!sink.write(event.data(), event.size())) {
-              cancel_all();
-              return false;
-            }
-            continue;
+            events = writer->StreamError(ErrorFromStatus(absl::InternalError(
+                absl::StrFormat("generation failed: %s", output.status.message()))));
+          } else {
+            const ChoiceResult& choice = outputs->choices[item.choice];
+            events = writer->StreamDelta(choice, delta, output);
+            if (output.finished) events += writer->StreamFinish(choice);
           }
-          const bool has_content = !output.text.empty() || (logprobs && !output.tokens.empty());
-          const bool chat = context.endpoint == Endpoint::kChatCompletions;
-          if (has_content || (!chat && output.finished)) {
-            const engine::FinishReason merged_finish =
-                chat ? engine::FinishReason::kNone : output.finish_reason;
-            if (!write(StreamChunk(context, item.choice, output.text, output.tokens, false,
-                                   merged_finish, include_usage, state->text_sent[item.choice]))) {
-              cancel_all();
-              return false;
-            }
-            state->text_sent[item.choice] += static_cast<int64_t>(output.text.size());
-          }
-          if (chat && output.finished) {
-            if (!write(StreamChunk(context, item.choice, "", {}, false, output.finish_reason,
-                                   include_usage, 0))) {
-              cancel_all();
-              return false;
-            }
+          if (!write(events)) {
+            cancel_all();
+            return false;
           }
         }
         if (done) {
-          if (include_usage) {
-            Usage usage;
-            for (const Usage& part : state->prompt_usage) {
-              usage.prompt_tokens += part.prompt_tokens;
-              usage.completion_tokens += part.completion_tokens;
-              usage.cached_prompt_tokens += part.cached_prompt_tokens;
-            }
-            if (!write(UsageChunk(context, usage))) return false;
-          }
-          if (!sink.write(kSseDone, sizeof(kSseDone) - 1)) return false;
+          if (!write(writer->StreamEnd(outputs->choices, outputs->TotalUsage()))) return false;
           state->finished = true;
           sink.done();
           return true;

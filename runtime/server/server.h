@@ -3,7 +3,9 @@
 //
 //   POST /v1/chat/completions   the plan's chat template (or --chat-template), then generation
 //   POST /v1/completions        text or token-id prompts, one or many
-//   GET  /v1/models             the one model this server runs
+//   POST /v1/messages           Anthropic Messages (anthropic.h); /v1/messages/count_tokens
+//   POST /v1/responses          OpenAI Responses, stateless (responses.h)
+//   GET  /v1/models             the one model this server runs; /v1/models/{id} that model
 //   GET  /health                200 {"status": "ok"}, 503 while draining; never needs the key
 //   GET  /metrics               Prometheus text (metrics.h)
 //   POST /tokenize              {"prompt" | "messages", "add_special_tokens"} -> token ids
@@ -68,6 +70,9 @@ struct ServerOptions {
   RequestLimits limits;
   // A chat template that replaces the plan's (source text); empty: the plan's.
   std::string chat_template_override;
+  // How tool calls are parsed out of the output (tool_calls.h names, "none"); empty: the plan's
+  // TokenizerSpec.tool_call_format.
+  std::string tool_call_format;
   // The machine's read bandwidth for the decode MBU gauge; 0: no MBU gauge.
   double mem_bandwidth_bytes_per_second = 0.0;
 };
@@ -109,9 +114,13 @@ class Server {
   void HandleTokenize(const httplib::Request& request, httplib::Response& response);
   void HandleDetokenize(const httplib::Request& request, httplib::Response& response);
   void HandleModels(httplib::Response& response);
-  // The prompt text the chat template makes from `messages`.
-  absl::StatusOr<std::string> RenderChat(const Json& messages, const Json& tools,
-                                         bool add_generation_prompt) const;
+  void HandleModel(const std::string& id, httplib::Response& response);
+  Json ModelJson() const;
+  void HandleCountTokens(const httplib::Request& request, httplib::Response& response);
+  absl::StatusOr<ParsedRequest> ParseFor(Endpoint endpoint, const std::string& body) const;
+  // The prompt text the chat template makes from a chat-shaped request: messages, tools (unless
+  // tool_choice is "none"), chat_template_kwargs, reasoning_effort, continue_final_message.
+  absl::StatusOr<std::string> RenderChat(const ParsedRequest& request) const;
   std::string TokenText(int32_t id) const;
 
   engine::Engine& engine_;
@@ -120,6 +129,9 @@ class Server {
   std::unique_ptr<StructuredOutput> structured_output_;  // response_format
   ServerOptions options_;
   std::optional<jinja::Template> chat_template_;
+  std::string template_source_;
+  bool reasoning_template_ = false;  // the template knows </think>: split the reasoning
+  ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   std::string bos_text_, eos_text_;
   int32_t logprob_anchor_ = -1;  // a plain token that TokenText() decodes after (see there)
   GenerationDefaultsView generation_defaults_;

@@ -3,7 +3,8 @@
 
 Compiles stories260K (plus a small chat template) with the built llmc, starts the built
 `llmrt serve` on a free port, and checks chat and completions, streamed and not, and that
-server errors arrive as the SDK's own exception types.
+server errors arrive as the SDK's own exception types. AgentTest serves a scripted Qwen3 plan
+(make_agent_model.py) for tool calls, reasoning, the Responses API and the refused parameters.
 
     python3 openai_sdk_test.py --llmc build/bin/llmc --llmrt build/bin/llmrt \
         --model-dir tests/data/stories260K
@@ -12,16 +13,18 @@ Needs `pip install openai`. Without it the test FAILS (exit 1) with that instruc
 client must not pass as a working server.
 """
 import argparse
+import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 import unittest
+import urllib.error
+import urllib.request
+
+import sdk_harness
 
 try:
     import openai
@@ -40,41 +43,16 @@ WORK = None
 PLAN = None
 
 
-class Server:
-    """`llmrt serve PLAN --port 0 FLAGS`; the port is read from its 'listening on' line."""
+class Server(sdk_harness.ServerProcess):
+    """The stories plan (or `plan`) served as `model_name`."""
 
-    def __init__(self, *flags):
-        self.stderr_path = os.path.join(WORK, "server-%d.err" % time.monotonic_ns())
-        self.stderr = open(self.stderr_path, "w")
-        self.process = subprocess.Popen(
-            [ARGS.llmrt, "serve", PLAN, "--port", "0", "--model-name", "stories", *flags],
-            stdout=subprocess.DEVNULL, stderr=self.stderr)
-        deadline = time.monotonic() + 60
-        self.port = None
-        while time.monotonic() < deadline and self.port is None:
-            with open(self.stderr_path) as f:
-                match = re.search(r"listening on http://[0-9.]+:([0-9]+)", f.read())
-            if match:
-                self.port = int(match.group(1))
-            elif self.process.poll() is not None:
-                break
-            else:
-                time.sleep(0.02)
-        if self.port is None:
-            self.process.kill()
-            with open(self.stderr_path) as f:
-                raise RuntimeError("llmrt serve did not start: " + f.read())
+    def __init__(self, *flags, plan=None, model_name="stories"):
+        super().__init__(ARGS.llmrt, plan or PLAN, WORK, model_name, *flags)
 
     def client(self, api_key="unused", **kwargs):
         # max_retries=0: the SDK retries 429 and 5xx by default, which would hide them.
-        return openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % self.port, api_key=api_key,
-                             max_retries=0, timeout=120, **kwargs)
-
-    def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(timeout=120)
-        self.stderr.close()
-        return code
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0,
+                             timeout=120, **kwargs)
 
 
 def setUpModule():
@@ -215,6 +193,213 @@ class OpenAiSdkLimitsTest(unittest.TestCase):
             worker.join()
         finally:
             self.assertEqual(server.stop(), 0)
+
+
+WEATHER_TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "get_time", "description": "Current time in a zone",
+        "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}},
+]
+ASK = [{"role": "user", "content": "What is the weather in Paris, and the time?"}]
+EXPECTED_CALLS = [("get_weather", {"city": "Paris"}), ("get_time", {"zone": "CET"})]
+
+
+class AgentTest(unittest.TestCase):
+    """Tool calls, reasoning and the Responses API on the scripted Qwen3 plan
+    (sdk_harness.agent_plan: the model always answers with a <think> block, "Let me check."
+    and two <tool_call>s, in Qwen3's real syntax)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(plan=sdk_harness.agent_plan(ARGS.llmc, WORK), model_name="agent")
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+
+    def post(self, path, body):
+        request = urllib.request.Request(self.server.url + path, json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.load(response)
+
+    def assertCalls(self, calls):
+        self.assertEqual([(c.function.name, json.loads(c.function.arguments)) for c in calls],
+                         EXPECTED_CALLS)
+        self.assertTrue(all(c.type == "function" and c.id.startswith("call_") for c in calls))
+        self.assertEqual(len({c.id for c in calls}), len(calls))
+
+    def test_tool_calls_reasoning_and_content(self):
+        chat = self.client.chat.completions.create(model="agent", messages=ASK,
+                                                   tools=WEATHER_TOOLS, temperature=0)
+        choice = chat.choices[0]
+        self.assertEqual(choice.finish_reason, "tool_calls")
+        self.assertEqual(choice.message.content, "Let me check.")
+        self.assertEqual(choice.message.reasoning_content, "I should check the weather.\n")
+        self.assertCalls(choice.message.tool_calls)
+
+    def test_streamed_tool_calls_accumulate_in_the_sdk(self):
+        with self.client.chat.completions.stream(model="agent", messages=ASK,
+                                                 tools=WEATHER_TOOLS, temperature=0.7,
+                                                 seed=3) as stream:
+            events = list(stream)
+            final = stream.get_final_completion()
+        choice = final.choices[0]
+        self.assertEqual(choice.finish_reason, "tool_calls")
+        self.assertEqual(choice.message.content, "Let me check.")
+        self.assertCalls(choice.message.tool_calls)
+        done = [(e.name, json.loads(e.arguments)) for e in events
+                if e.type == "tool_calls.function.arguments.done"]
+        self.assertEqual(done, EXPECTED_CALLS)
+        # The raw chunks: id, type and name on a call's first delta, arguments after.
+        chunks = list(self.client.chat.completions.create(model="agent", messages=ASK,
+                                                          tools=WEATHER_TOOLS, stream=True))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        reasoning = "".join(getattr(d, "reasoning_content", None) or "" for d in deltas)
+        self.assertEqual(reasoning, "I should check the weather.\n")
+        call_deltas = [t for d in deltas for t in (d.tool_calls or [])]
+        self.assertEqual([t.index for t in call_deltas], [0, 0, 1, 1])
+        self.assertEqual([t.function.name for t in call_deltas[::2]], ["get_weather", "get_time"])
+        self.assertTrue(all(t.id is None and t.function.name is None for t in call_deltas[1::2]))
+
+    def test_tool_choice_none_leaves_the_text_alone(self):
+        chat = self.client.chat.completions.create(model="agent", messages=ASK,
+                                                   tools=WEATHER_TOOLS, tool_choice="none")
+        message = chat.choices[0].message
+        self.assertEqual(chat.choices[0].finish_reason, "stop")
+        self.assertIsNone(message.tool_calls)
+        self.assertTrue(message.content.startswith("Let me check.\n<tool_call>"))
+        # Without tools the text is not parsed either.
+        chat = self.client.chat.completions.create(model="agent", messages=ASK)
+        self.assertIsNone(chat.choices[0].message.tool_calls)
+        self.assertIn('"get_time"', chat.choices[0].message.content)
+        # tools are not rendered with "none": the prompt is the one without tools.
+        with_tools = self.post("/tokenize", {"messages": ASK, "tools": WEATHER_TOOLS})
+        with_none = self.post("/tokenize", {"messages": ASK, "tools": WEATHER_TOOLS,
+                                            "tool_choice": "none"})
+        without = self.post("/tokenize", {"messages": ASK})
+        self.assertEqual(with_none["tokens"], without["tokens"])
+        self.assertGreater(with_tools["count"], without["count"])
+
+    def test_cut_short_by_max_tokens(self):
+        chat = self.client.chat.completions.create(model="agent", messages=ASK,
+                                                   tools=WEATHER_TOOLS, max_tokens=2)
+        choice = chat.choices[0]
+        self.assertEqual(choice.finish_reason, "length")
+        self.assertEqual(choice.message.content, "Let me check.")
+        self.assertIsNone(choice.message.tool_calls)
+        chat = self.client.chat.completions.create(model="agent", messages=ASK, max_tokens=1)
+        self.assertEqual(chat.choices[0].message.reasoning_content, "I should check the weather.\n")
+        self.assertEqual(chat.choices[0].message.content, "")
+
+    def test_chat_template_kwargs_reach_the_template(self):
+        thinking = self.post("/tokenize", {"messages": ASK})
+        no_thinking = self.post("/tokenize", {"messages": ASK,
+                                              "chat_template_kwargs": {"enable_thinking": False}})
+        # Qwen3's template closes an empty <think></think> in the prompt for enable_thinking false.
+        text = self.post("/detokenize", {"tokens": no_thinking["tokens"]})["prompt"]
+        self.assertTrue(text.endswith("<think>\n\n</think>\n\n"), text)
+        self.assertGreater(no_thinking["count"], thinking["count"])
+
+    def test_continue_final_message(self):
+        messages = ASK + [{"role": "assistant", "content": "The weather in Paris is"}]
+        continued = self.post("/tokenize", {"messages": messages, "add_generation_prompt": False,
+                                            "continue_final_message": True})
+        text = self.post("/detokenize", {"tokens": continued["tokens"]})["prompt"]
+        # Qwen3's template writes an empty <think></think> into the last assistant turn; its
+        # <|im_end|> is cut so the model goes on from the text.
+        self.assertTrue(text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n"
+                                      "The weather in Paris is"), text)
+        chat = self.client.chat.completions.create(
+            model="agent", messages=messages, max_tokens=2,
+            extra_body={"add_generation_prompt": False, "continue_final_message": True})
+        self.assertEqual(chat.usage.prompt_tokens, continued["count"])
+
+    def test_refused_parameters_name_themselves(self):
+        cases = [
+            ({"tool_choice": "required"}, "tool_choice"),
+            ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+             "tool_choice"),
+            ({"parallel_tool_calls": False}, "parallel_tool_calls"),
+            ({"reasoning_effort": "low"}, "reasoning_effort"),
+            ({"user": "u1"}, "'user'"),
+            ({"extra_body": {"continue_final_message": True}}, "add_generation_prompt"),
+            ({"extra_body": {"unknown_knob": 1}}, "'unknown_knob'"),
+        ]
+        for extra, name in cases:
+            with self.subTest(extra=extra):
+                with self.assertRaises(openai.BadRequestError) as raised:
+                    self.client.chat.completions.create(model="agent", messages=ASK,
+                                                        tools=WEATHER_TOOLS, max_tokens=2,
+                                                        **extra)
+                self.assertIn(name, str(raised.exception))
+
+    def test_models_by_id(self):
+        self.assertEqual(self.client.models.retrieve("agent").id, "agent")
+        with self.assertRaises(openai.NotFoundError):
+            self.client.models.retrieve("gpt-4o")
+
+    def test_wrong_method_is_405(self):
+        for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
+            with self.assertRaises(urllib.error.HTTPError) as raised:
+                urllib.request.urlopen(self.server.url + path, timeout=30)
+            self.assertEqual(raised.exception.code, 405)
+            self.assertEqual(raised.exception.headers["Allow"], "POST")
+
+    def check_response(self, response):
+        self.assertEqual(response.status, "completed")
+        self.assertEqual([item.type for item in response.output],
+                         ["reasoning", "message", "function_call", "function_call"])
+        self.assertEqual(response.output[0].content[0].text, "I should check the weather.\n")
+        self.assertEqual(response.output_text, "Let me check.")
+        calls = response.output[2:]
+        self.assertEqual([(c.name, json.loads(c.arguments)) for c in calls], EXPECTED_CALLS)
+        self.assertEqual(response.usage.output_tokens, 5)  # 4 pieces and the EOS
+
+    def test_responses(self):
+        tools = [{"type": "function", "name": t["function"]["name"],
+                  "parameters": t["function"]["parameters"], "strict": False}
+                 for t in WEATHER_TOOLS]
+        response = self.client.responses.create(model="agent", instructions="Be brief.",
+                                                input=ASK[0]["content"], tools=tools)
+        self.check_response(response)
+        with self.client.responses.stream(model="agent", input=ASK[0]["content"],
+                                          tools=tools) as stream:
+            events = list(stream)
+            final = stream.get_final_response()
+        self.check_response(final)
+        kinds = [e.type for e in events]
+        self.assertEqual(kinds[:2], ["response.created", "response.in_progress"])
+        self.assertEqual(kinds[-1], "response.completed")
+        self.assertIn("response.output_text.delta", kinds)
+        self.assertEqual(kinds.count("response.function_call_arguments.done"), 2)
+        self.assertEqual([e.sequence_number for e in events], list(range(len(events))))
+        # The calls go back as items, with their outputs: a second, stateless turn.
+        second = self.client.responses.create(
+            model="agent", tools=tools, max_output_tokens=2,
+            input=[{"role": "user", "content": ASK[0]["content"]}] +
+                  [{"type": "function_call", "call_id": c.call_id, "name": c.name,
+                    "arguments": c.arguments} for c in response.output[2:]] +
+                  [{"type": "function_call_output", "call_id": c.call_id, "output": "sunny"}
+                   for c in response.output[2:]])
+        self.assertEqual(second.status, "incomplete")
+        self.assertEqual(second.incomplete_details.reason, "max_output_tokens")
+        self.assertEqual(second.output_text, "Let me check.")
+
+    def test_responses_refusals(self):
+        for extra, name in [({"store": True}, "store"),
+                            ({"previous_response_id": "resp_1"}, "previous_response_id"),
+                            ({"tool_choice": "required"}, "tool_choice"),
+                            ({"extra_body": {"max_tokens": 3}}, "'max_tokens'")]:
+            with self.subTest(extra=extra):
+                with self.assertRaises(openai.BadRequestError) as raised:
+                    self.client.responses.create(model="agent", input="hi", **extra)
+                self.assertIn(name, str(raised.exception))
 
 
 def main():

@@ -33,7 +33,7 @@ constexpr char kServeUsage[] =
     " [--kv-memory-fraction F] [--max-seq-len N] [--kv-block-size N]\n"
     "                        [--threads N] [--drain-timeout S] [--kv-cache f32|f16|bf16|int8]\n"
     "                        [--model-name NAME] [--chat-template FILE] [--max-body-bytes N]\n"
-    "                        [--mem-bandwidth GB/s] [--verify]\n"
+    "                        [--mem-bandwidth GB/s] [--tool-call-format NAME] [--verify]\n"
     "  --port 0 picks a free port; the address is printed as 'listening on http://HOST:PORT'.\n"
     "  KV pool: --kv-memory bytes, else --kv-memory-fraction of the memory available now, else\n"
     "  one context of the model's length (at most 8192 tokens). --max-seq-len caps one sequence.\n"
@@ -41,6 +41,9 @@ constexpr char kServeUsage[] =
     "  -1: no cap beyond --max-batched-tokens); smaller keeps inter-token latency low.\n"
     "  --mem-bandwidth: this machine's read bandwidth (`llmrt bench --bandwidth`) for the\n"
     "  llmrt:decode_mbu gauge of /metrics.\n"
+    "  --tool-call-format: how tool calls are read from the output: hermes, llama3_json,\n"
+    "  mistral, phi4_mini, deepseek_v3, or none (default: the plan's, set by llmc from the\n"
+    "  chat template).\n"
     "  Without --api-key, the key is read from LLMRT_API_KEY if set (keeps it out of `ps`).\n"
     "  SIGTERM or SIGINT drains: new requests get 503, running ones finish (at most\n"
     "  --drain-timeout seconds, default 30), then the server exits 0.\n";
@@ -65,13 +68,16 @@ std::string Stem(const std::string& path) {
 }  // namespace
 
 int Serve(int argc, char** argv) {
+  // clang-format off
   const std::vector<std::string> valued = {
       "--host",           "--port",          "--api-key",
       "--max-queued",     "--max-seqs",      "--max-batched-tokens",
       "--kv-memory",      "--kv-block-size", "--threads",
       "--drain-timeout",  "--model-name",    "--chat-template",
       "--max-body-bytes", "--mem-bandwidth", "--kv-memory-fraction",
-      "--max-seq-len",    "--kv-cache",      "--prefill-chunk-tokens"};
+      "--max-seq-len",    "--kv-cache",      "--prefill-chunk-tokens",
+      "--tool-call-format"};
+  // clang-format on
   std::map<std::string, std::string> values;
   bool verify = false;
   std::string plan_path;
@@ -152,6 +158,15 @@ int Serve(int argc, char** argv) {
   options.drain_timeout_seconds = drain_timeout;
   options.max_body_bytes = static_cast<size_t>(max_body_bytes);
   options.mem_bandwidth_bytes_per_second = mem_bandwidth_gbps * 1e9;
+  if (values.count("--tool-call-format")) {
+    options.tool_call_format = values["--tool-call-format"];
+    if (options.tool_call_format.empty() ||
+        !server::ToolCallFormatFromName(options.tool_call_format).has_value()) {
+      return ServeUsageError(absl::StrFormat("--tool-call-format: '%s' is not one of %s",
+                                             options.tool_call_format,
+                                             server::ToolCallFormatNames()));
+    }
+  }
   if (values.count("--chat-template")) {
     std::ifstream file(values["--chat-template"], std::ios::binary);
     if (!file) return ServeFail(absl::StrFormat("%s: cannot open", values["--chat-template"]));

@@ -1,0 +1,37 @@
+#include "compiler/tokenizer/tool_call_format.h"
+
+namespace llmc {
+
+std::string ToolCallFormatFromTemplate(std::string_view source) {
+  auto has = [source](std::string_view marker) {
+    return source.find(marker) != std::string_view::npos;
+  };
+  // DeepSeek V3 / R1 put "function<｜tool▁sep｜>NAME" and the arguments in a ```json fence;
+  // V3.1 writes "NAME<｜tool▁sep｜>ARGUMENTS" without the fence.
+  if (has("<\xEF\xBD\x9C"
+          "tool\xE2\x96\x81"
+          "calls\xE2\x96\x81"
+          "begin\xEF\xBD\x9C>")) {
+    return has("```json") ? "deepseek_v3" : "deepseek_v31";
+  }
+  if (has("[TOOL_CALLS]")) return "mistral";
+  if (has("<tool_call>")) return "hermes";
+  // Phi-4-mini's template only lists the tools between <|tool|> and <|/tool|>; the model answers
+  // with <|tool_call|>[...]<|/tool_call|>.
+  if (has("<|tool_call|>") || (has("<|tool|>") && has("<|/tool|>"))) return "phi4_mini";
+  // Llama 3.1 / 3.2: tool results come back in the "ipython" role and the prompt asks for
+  // {"name": ..., "parameters": ...}; <|python_tag|> opens a call.
+  if (has("<|python_tag|>") || (has("ipython") && has("\"parameters\""))) return "llama3_json";
+  return "";
+}
+
+void SetToolCallFormat(llmrt::plan::TokenizerSpec& spec) {
+  std::string format = ToolCallFormatFromTemplate(spec.chat_template());
+  for (const auto& named : spec.named_chat_templates()) {
+    if (!format.empty()) break;
+    if (named.name() == "tool_use") format = ToolCallFormatFromTemplate(named.source());
+  }
+  spec.set_tool_call_format(format);
+}
+
+}  // namespace llmc

@@ -1,0 +1,110 @@
+// Model output -> reasoning, content and tool calls, incrementally, for the chat, Messages and
+// Responses endpoints of `llmrt serve`.
+//
+// Tool-call formats (TokenizerSpec.tool_call_format, or `llmrt serve --tool-call-format`):
+//   hermes       <tool_call>{"name": N, "arguments": {...}}</tool_call>, repeated
+//                (Hermes 2 Pro / 3, Qwen2.5, Qwen3)
+//   llama3_json  {"name": N, "parameters": {...}} as the whole output, several separated by ";",
+//                optionally after <|python_tag|> (Llama 3.1 / 3.2 JSON tool calling)
+//   mistral      [TOOL_CALLS][{"name": N, "arguments": {...}}, ...]  (tokenizer v3 - v7) or
+//                [TOOL_CALLS]N[ARGS]{...} / [TOOL_CALLS]N[CALL_ID]ID[ARGS]{...}, repeated (v11+)
+//   phi4_mini    <|tool_call|>[{"name": N, "arguments": {...}}, ...]<|/tool_call|>
+//   deepseek_v3
+//   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```
+//                <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (V3, R1); the V3.1 layout
+//                <｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜> is read too
+//   ("parameters" and "arguments" are both accepted as the arguments key.)
+//
+// A call is reported only once it is complete (the first end marker after which its JSON
+// parses, or the end of the output for formats without one); a call that never parses is
+// returned as content at the end of the output, markers included, so nothing the model wrote is
+// lost. Streamed and non-streamed
+// results are therefore the same. Text that may be the start of a marker is held back until it
+// is known not to be one.
+//
+// Reasoning (<think> families: Qwen3, DeepSeek-R1, when the chat template uses </think>): text
+// between <think> and </think> at the start of the output is reasoning; when the prompt itself
+// ends inside <think> (the template opened it), the output starts in the reasoning. Output that
+// ends before </think> is all reasoning. Leading newlines of the reasoning and of the content
+// after </think> are dropped (the templates put them there).
+//
+// Thread-safety: an OutputParser is per choice and not thread-safe.
+#ifndef LLMRT_SERVER_TOOL_CALLS_H_
+#define LLMRT_SERVER_TOOL_CALLS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace llmrt::server {
+
+enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kMistral, kPhi4Mini, kDeepSeekV3 };
+
+// "none", "hermes", ... as above; nullopt for an unknown name. "" (a plan without a recognized
+// format) is kNone.
+std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name);
+const char* ToolCallFormatName(ToolCallFormat format);
+// The names above joined with ", " (for error messages and --help).
+std::string ToolCallFormatNames();
+
+struct ToolCall {
+  std::string id;  // "call_" + 24 alphanumerics; 9 alphanumerics for mistral, whose
+                   // templates refuse other ids when the call is sent back
+  std::string name;
+  std::string arguments;  // a JSON object as compact text
+};
+
+// New id in the shape the format's templates accept.
+std::string NewToolCallId(ToolCallFormat format);
+
+struct ParsedDelta {
+  std::string reasoning;
+  std::string content;
+  std::vector<ToolCall> calls;
+  bool empty() const { return reasoning.empty() && content.empty() && calls.empty(); }
+};
+
+class OutputParser {
+ public:
+  // `tools`: kNone parses no tool calls. `reasoning`: split <think> ... </think>;
+  // `starts_in_reasoning`: the prompt ended inside <think>.
+  OutputParser(ToolCallFormat tools, bool reasoning, bool starts_in_reasoning);
+
+  // New model text; returns what can be told now.
+  ParsedDelta Push(std::string_view text);
+  // End of the output: releases held text, parses a call left open.
+  ParsedDelta Finish();
+
+  int32_t tool_calls() const { return calls_; }
+
+ private:
+  void Content(std::string_view text, bool final, ParsedDelta& out);
+  void Reasoning(std::string_view text, ParsedDelta& out);
+  // Ends the open call (body_ holds its text after the start marker): calls or content.
+  void CloseCall(std::string_view end_marker, ParsedDelta& out);
+  void EmitText(std::string text, ParsedDelta& out);
+
+  ToolCallFormat format_;
+  enum class State { kStart, kReasoning, kText, kCall } state_;
+  bool reasoning_;
+  std::string pending_;             // held text of the current state
+  std::string open_marker_;         // the open call's start marker ("" for llama3_json's bare '{')
+  std::string body_;                // the open call's text after its start marker
+  size_t end_search_from_ = 0;      // where in body_ an unseen end marker could start
+  std::string held_space_;          // content whitespace held until we know a call does not follow
+  bool reasoning_started_ = false;  // a non-newline reasoning byte was sent
+  bool content_started_ = false;    // a non-newline content byte was sent (after </think>)
+  bool after_think_ = false;        // content follows a </think>
+  bool seen_text_ = false;          // any non-whitespace content so far (llama3_json's '{')
+  int32_t calls_ = 0;
+};
+
+// The calls in one complete call body (what follows the start marker up to the end marker),
+// or nullopt when it does not parse. Exposed for tests.
+std::optional<std::vector<ToolCall>> ParseCallBody(ToolCallFormat format, std::string_view body);
+
+}  // namespace llmrt::server
+
+#endif  // LLMRT_SERVER_TOOL_CALLS_H_
