@@ -222,7 +222,7 @@ void BM_SiluMul(benchmark::State& state) {
   const std::vector<float> gate = RandomFloats(tokens * width), up = RandomFloats(tokens * width);
   std::vector<float> out(tokens * width);
   for (auto _ : state) {
-    ElementwiseOp(pool, Elementwise::kSiluMul, gate.data(), up.data(), tokens * width, out.data());
+    ElementwiseOp(pool, plan::SILU_MUL, gate.data(), up.data(), tokens * width, out.data());
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * tokens * width * 4 * 3);

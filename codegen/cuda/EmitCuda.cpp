@@ -173,30 +173,13 @@ private:
                         static_cast<int>(program.ops(index).kind()), message));
   }
 
-  absl::StatusOr<const plan::Value *> value(int index, int32_t id) {
-    if (id < 0 || id >= program.values_size())
-      return error(index, absl::StrFormat("value %d outside [0, %d)", id, program.values_size()));
-    return &program.values(id);
-  }
+  int64_t width(int32_t value) const { return program.values(value).width(); }
 
-  // Rows per panel of a ROW_PANELS weight, 0 for row-major.
-  absl::StatusOr<int> panelRows(int index, int32_t tensor) {
+  // Rows per panel of a ROW_PANELS weight, 0 for row-major (CheckProgram admits no other layout
+  // for a float matrix).
+  int panelRows(int32_t tensor) const {
     const plan::Tensor &entry = meta.tensors(tensor);
-    if (entry.layout() == plan::Tensor::ROW_MAJOR)
-      return 0;
-    if (entry.layout() == plan::Tensor::ROW_PANELS && entry.panel_rows() > 0)
-      return entry.panel_rows();
-    return error(index, absl::StrFormat("tensor %s has layout %d (panel rows %d), which the CUDA "
-                                        "kernels cannot read",
-                                        entry.name(), static_cast<int>(entry.layout()),
-                                        entry.panel_rows()));
-  }
-
-  absl::StatusOr<plan::DType> weightDtype(int index, int32_t tensor) {
-    if (tensor < 0 || tensor >= meta.tensors_size())
-      return error(index, absl::StrFormat("weight %d outside the tensor table [0, %d)", tensor,
-                                          meta.tensors_size()));
-    return meta.tensors(tensor).dtype();
+    return entry.layout() == plan::Tensor::ROW_PANELS ? entry.panel_rows() : 0;
   }
 
   // Adds a kernel (or finds the identical one already emitted) and returns its index.
@@ -237,51 +220,26 @@ private:
   absl::Status emitOp(const plan::Op &op, int index, std::vector<int32_t> &kernels) {
     switch (op.kind()) {
     case plan::EMBED: {
-      if (op.outputs_size() != 1 || op.weights_size() != 1)
-        return error(index, "EMBED needs one output and one weight");
-      auto out = value(index, op.outputs(0));
-      if (!out.ok())
-        return out.status();
-      auto dtype = weightDtype(index, op.weights(0));
-      if (!dtype.ok())
-        return dtype.status();
-      if (*dtype != plan::F32 && *dtype != plan::F16 && *dtype != plan::BF16)
+      const plan::DType dtype = meta.tensors(op.weights(0)).dtype();
+      if (dtype != plan::F32 && dtype != plan::F16 && dtype != plan::BF16)
         return error(index, absl::StrFormat("embedding dtype %s has no CUDA kernel",
-                                            plan::DType_Name(*dtype)));
-      auto panels = panelRows(index, op.weights(0));
-      if (!panels.ok())
-        return panels.status();
-      const int64_t hidden = (*out)->width();
-      kernels.push_back(
-          add(absl::StrCat("embed_", hidden, "_", dtypeSuffix(*dtype)), "",
-              absl::StrFormat("llmc::embed<%d, %s, %d>(p);", hidden, typeName(*dtype), *panels),
-              perToken(128)));
+                                            plan::DType_Name(dtype)));
+      const int64_t hidden = width(op.outputs(0));
+      kernels.push_back(add(absl::StrCat("embed_", hidden, "_", dtypeSuffix(dtype)), "",
+                            absl::StrFormat("llmc::embed<%d, %s, %d>(p);", hidden, typeName(dtype),
+                                            panelRows(op.weights(0))),
+                            perToken(128)));
       return absl::OkStatus();
     }
     case plan::RMS_NORM:
     case plan::FUSED_ADD_RMS_NORM: {
       const bool fused = op.kind() == plan::FUSED_ADD_RMS_NORM;
-      if (op.inputs_size() < 1 || op.weights_size() != 1)
-        return error(index, "norm needs an input and a gamma");
-      auto dtype = weightDtype(index, op.weights(0));
-      if (!dtype.ok())
-        return dtype.status();
-      if (*dtype != plan::F32)
-        return error(index, "norm weights must be F32");
-      auto in = value(index, op.inputs(0));
-      if (!in.ok())
-        return in.status();
       // A gamma shorter than the row normalizes each group of its length (a per-head norm):
       // the kernel sees [tokens * groups, group] rows, one block each.
-      const plan::Tensor &gamma = meta.tensors(op.weights(0));
-      const int64_t width = (*in)->width();
-      const int64_t group = gamma.shape_size() == 1 ? gamma.shape(0) : 0;
-      if (group <= 0 || width % group != 0 || (fused && group != width))
-        return error(index, absl::StrFormat("gamma %s of %d elements does not divide the width %d",
-                                            gamma.name(), group, width));
+      const int64_t group = meta.tensors(op.weights(0)).shape(0);
       const int threads = std::min<int>(256, std::max<int>(32, roundUp(group, 32)));
       Kernel geometry = perToken(threads);
-      geometry.set_grid_row_multiplier(width / group);
+      geometry.set_grid_row_multiplier(width(op.inputs(0)) / group);
       kernels.push_back(
           add(absl::StrCat(fused ? "add_rms_norm_" : "rms_norm_", group), "",
               absl::StrFormat("llmc::rmsNorm<%d, %d, %s>(p, %s);", group, threads,
@@ -294,8 +252,6 @@ private:
       return emitMatmul(op, index, kernels);
     case plan::ROPE: {
       const plan::RopeAttrs &rope = op.rope();
-      if (rope.head_dim() <= 0 || rope.head_dim() % 2 != 0 || rope.num_heads() <= 0)
-        return error(index, "ROPE needs positive heads and an even head_dim");
       if (fusedRopes.count(index))
         return absl::OkStatus(); // applied by the attention kernels
       const auto [definitions, tableName] = ropeTable(op);
@@ -314,22 +270,18 @@ private:
     case plan::SILU:
     case plan::MUL:
     case plan::ADD: {
-      if (op.inputs_size() < 1)
-        return error(index, "elementwise op without input");
-      auto in = value(index, op.inputs(0));
-      if (!in.ok())
-        return in.status();
-      const int64_t width = (*in)->width();
-      const int code = op.kind() == plan::SILU_MUL ? 0
-                       : op.kind() == plan::SILU   ? 1
-                       : op.kind() == plan::MUL    ? 2
-                                                   : 3;
-      const char *names[] = {"silu_mul_", "silu_", "mul_", "add_"};
+      const int64_t elements = width(op.inputs(0));
+      static_assert(LLMC_OP_SILU == plan::SILU && LLMC_OP_MUL == plan::MUL &&
+                        LLMC_OP_ADD == plan::ADD && LLMC_OP_SILU_MUL == plan::SILU_MUL,
+                    "kernel_params.h's LlmcElementwiseOp must be plan.proto's OpKind numbers");
+      std::string name = plan::OpKind_Name(op.kind());
+      std::transform(name.begin(), name.end(), name.begin(), ::tolower);
       Kernel info = perToken(kElementwiseThreads);
-      info.set_grid_row_multiplier(width);
+      info.set_grid_row_multiplier(elements);
       info.set_grid_rows_per_block(kElementwiseThreads);
-      kernels.push_back(add(absl::StrCat(names[code], width), "",
-                            absl::StrFormat("llmc::elementwise<%d, %d>(p);", width, code), info));
+      kernels.push_back(add(absl::StrCat(name, "_", elements), "",
+                            absl::StrFormat("llmc::elementwise<%d, %d>(p);", elements, op.kind()),
+                            info));
       return absl::OkStatus();
     }
     default:
@@ -339,38 +291,24 @@ private:
 
   absl::Status emitMatmul(const plan::Op &op, int index, std::vector<int32_t> &kernels) {
     const bool logits = op.kind() == plan::LOGITS;
-    if (op.inputs_size() != 1 || op.outputs_size() < 1 || op.weights_size() < 1 ||
-        op.weights_size() > 2 || (logits && op.outputs_size() != 1))
-      return error(index, "matmul needs one input, outputs, and [w] or [w, bias]");
     if (op.outputs_size() > 3)
       return error(index, "more than 3 fused outputs (LlmcKernelParams holds 3)");
-    auto in = value(index, op.inputs(0));
-    if (!in.ok())
-      return in.status();
-    auto dtype = weightDtype(index, op.weights(0));
-    if (!dtype.ok())
-      return dtype.status();
-    const bool quantized = *dtype == plan::I8 || *dtype == plan::I4;
-    if (*dtype != plan::F32 && *dtype != plan::F16 && *dtype != plan::BF16 && !quantized)
-      return error(index,
-                   absl::StrFormat("weight dtype %s has no CUDA matmul", plan::DType_Name(*dtype)));
+    const plan::DType dtype = meta.tensors(op.weights(0)).dtype();
+    const bool quantized = dtype == plan::I8 || dtype == plan::I4;
     const bool bias = op.weights_size() == 2;
-    const int64_t k = (*in)->width();
+    const int64_t k = width(op.inputs(0));
     // The store helper maps column n to (output, column within it); widths are literals.
     std::string store = "struct STORE {\n  static __device__ __forceinline__ void store("
                         "const LlmcKernelParams &p, int row, int n, float value) {\n";
     int64_t begin = 0;
     for (int i = 0; i < op.outputs_size(); ++i) {
-      auto out = value(index, op.outputs(i));
-      if (!out.ok())
-        return out.status();
-      const int64_t width = (*out)->width();
+      const int64_t columns = width(op.outputs(i));
       const bool last = i + 1 == op.outputs_size();
-      absl::StrAppend(&store, "    ", last ? "" : absl::StrFormat("if (n < %d) ", begin + width),
+      absl::StrAppend(&store, "    ", last ? "" : absl::StrFormat("if (n < %d) ", begin + columns),
                       absl::StrFormat("{ ((float *)p.output[%d])[(long long)row * %d + n - %d] "
                                       "= value; return; }\n",
-                                      i, width, begin));
-      begin += width;
+                                      i, columns, begin));
+      begin += columns;
     }
     store += "  }\n};\n";
     const int64_t n = begin;
@@ -378,14 +316,11 @@ private:
         absl::StrFormat("llmc_store_%08x", XXH64(store.data(), store.size(), 0) & 0xffffffffu);
     store.replace(store.find("STORE"), 5, storeName);
     store = guarded(storeName, store);
-    // Quantized codes have layouts of their own (ROW_MAJOR I8, LANE_CHUNKS I4), checked there.
     if (quantized)
-      return emitQuantizedMatmul(op, index, k, n, bias, store, storeName, kernels);
-    auto panels = panelRows(index, op.weights(0));
-    if (!panels.ok())
-      return panels.status();
+      return emitQuantizedMatmul(op, k, n, bias, store, storeName, kernels);
+    const int panels = panelRows(op.weights(0));
     const std::string base =
-        absl::StrCat(logits ? "logits_" : "gemv_", k, "x", n, "_", dtypeSuffix(*dtype));
+        absl::StrCat(logits ? "logits_" : "gemv_", k, "x", n, "_", dtypeSuffix(dtype));
 
     Kernel gemv;
     gemv.set_block_x(kGemvWarps * 32);
@@ -396,10 +331,10 @@ private:
     kernels.push_back(
         add(base, store,
             absl::StrFormat("llmc::gemv<%d, %d, %s, %d, %s, %s, %d, %d, %s>(p);", k, n,
-                            typeName(*dtype), *panels, bias ? "true" : "false",
+                            typeName(dtype), panels, bias ? "true" : "false",
                             logits ? "true" : "false", kGemvWarps, kGemvRows, storeName),
             gemv));
-    if (!logits && (*dtype == plan::F16 || *dtype == plan::BF16)) {
+    if (!logits && (dtype == plan::F16 || dtype == plan::BF16)) {
       Kernel gemm;
       gemm.set_block_x(128);
       gemm.set_grid_x(static_cast<uint32_t>((n + kGemmTileN - 1) / kGemmTileN));
@@ -410,9 +345,9 @@ private:
       gemm.set_grid_row_multiplier(1);
       gemm.set_grid_rows_per_block(kGemmTileM);
       kernels.push_back(
-          add(absl::StrCat("gemm_mma_", k, "x", n, "_", dtypeSuffix(*dtype)), store,
-              absl::StrFormat("llmc::gemmMma<%d, %d, %s, %d, %s, %s>(p);", k, n, typeName(*dtype),
-                              *panels, bias ? "true" : "false", storeName),
+          add(absl::StrCat("gemm_mma_", k, "x", n, "_", dtypeSuffix(dtype)), store,
+              absl::StrFormat("llmc::gemmMma<%d, %d, %s, %d, %s, %s>(p);", k, n, typeName(dtype),
+                              panels, bias ? "true" : "false", storeName),
               gemm));
     }
     if (logits)
@@ -429,10 +364,9 @@ private:
                absl::StrFormat("llmc::logitsTopK<%d, %d>(p);", vocab, topK), info);
   }
 
-  // MATMUL / LOGITS over an I8 or I4 matrix: checks the Quantization against plan.proto's
-  // contract (codes [N, K]: I8 ROW_MAJOR, I4 LANE_CHUNKS; f16 scales and U8 zero points
-  // [N, K / group], i32 [K] permutation) and emits gemvQuant, plus gemmMmaQuant for MATMUL.
-  absl::Status emitQuantizedMatmul(const plan::Op &op, int index, int64_t k, int64_t n, bool bias,
+  // MATMUL / LOGITS over an I8 or I4 matrix (plan.proto's Quantization contract, which
+  // plan::CheckProgram checked): gemvQuant, plus gemmMmaQuant for MATMUL.
+  absl::Status emitQuantizedMatmul(const plan::Op &op, int64_t k, int64_t n, bool bias,
                                    const std::string &store, const std::string &storeName,
                                    std::vector<int32_t> &kernels) {
     const bool logits = op.kind() == plan::LOGITS;
@@ -440,60 +374,8 @@ private:
     const plan::Quantization &quant = weight.quantization();
     const int bits = weight.dtype() == plan::I4 ? 4 : 8;
     const int64_t group = quant.group_size();
-    auto fail = [&](const std::string &what) {
-      return error(index, absl::StrFormat("quantized weight %s: %s", weight.name(), what));
-    };
-    const plan::Tensor::Layout layout =
-        bits == 4 ? plan::Tensor::LANE_CHUNKS : plan::Tensor::ROW_MAJOR;
-    if (weight.layout() != layout)
-      return fail(absl::StrFormat("layout %s, the CUDA kernels read %s codes in layout %s",
-                                  plan::Tensor::Layout_Name(weight.layout()),
-                                  plan::DType_Name(weight.dtype()),
-                                  plan::Tensor::Layout_Name(layout)));
-    if (weight.shape_size() != 2 || weight.shape(0) != n || weight.shape(1) != k)
-      return fail(absl::StrFormat("shape must be [%d, %d]", n, k));
-    if (quant.bits() != bits)
-      return fail(absl::StrFormat("quantization.bits %d for dtype %s", quant.bits(),
-                                  plan::DType_Name(weight.dtype())));
     const bool asymmetric = quant.scheme() == plan::Quantization::ASYMMETRIC;
-    if (quant.scheme() != plan::Quantization::SYMMETRIC && !(asymmetric && bits == 4))
-      return fail(absl::StrFormat("scheme %s with %d bits",
-                                  plan::Quantization::Scheme_Name(quant.scheme()), bits));
-    if (group <= 0 || k % group != 0 || (group % 32 != 0 && group != k) ||
-        (bits == 4 && (k % 32 != 0 || group % 32 != 0)))
-      return fail(absl::StrFormat("group_size %d with %d columns (multiples of 32, or all "
-                                  "columns for I8)",
-                                  group, k));
-    auto checkTensor = [&](bool present, int32_t tensor, plan::DType dtype,
-                           std::vector<int64_t> shape, const char *what) -> absl::Status {
-      if (!present)
-        return fail(absl::StrCat(what, " missing"));
-      if (tensor < 0 || tensor >= meta.tensors_size())
-        return fail(absl::StrFormat("%s tensor %d outside the table", what, tensor));
-      const plan::Tensor &entry = meta.tensors(tensor);
-      if (entry.dtype() != dtype ||
-          std::vector<int64_t>(entry.shape().begin(), entry.shape().end()) != shape)
-        return fail(absl::StrFormat("%s %s must be %s of shape [%s]", what, entry.name(),
-                                    plan::DType_Name(dtype), absl::StrJoin(shape, ", ")));
-      return absl::OkStatus();
-    };
-    if (absl::Status status =
-            checkTensor(quant.has_scales(), quant.scales(), plan::F16, {n, k / group}, "scales");
-        !status.ok())
-      return status;
-    if (asymmetric) {
-      if (absl::Status status = checkTensor(quant.has_zero_points(), quant.zero_points(), plan::U8,
-                                            {n, k / group}, "zero_points");
-          !status.ok())
-        return status;
-    }
     const bool permuted = quant.has_input_permutation();
-    if (permuted) {
-      if (absl::Status status =
-              checkTensor(true, quant.input_permutation(), plan::I32, {k}, "input_permutation");
-          !status.ok())
-        return status;
-    }
     const std::string scheme = absl::StrCat(bits == 4 ? "i4" : "i8", "g", group,
                                             asymmetric ? "a" : "", permuted ? "p" : "");
     const std::string quantArgs = absl::StrFormat(
@@ -554,11 +436,6 @@ private:
     const plan::AttentionAttrs &attention = op.attention();
     const int heads = attention.num_heads(), kvHeads = attention.num_kv_heads(),
               headDim = attention.head_dim();
-    if (heads <= 0 || kvHeads <= 0 || headDim <= 0 || heads % kvHeads != 0)
-      return error(index, "ATTENTION needs heads a positive multiple of kv heads");
-    if (attention.sliding_window() < 0 || attention.sliding_window() > (int64_t{1} << 30))
-      return error(index, absl::StrFormat("sliding_window %d outside [0, 2^30]",
-                                          attention.sliding_window()));
     auto kv = kvType(index);
     if (!kv.ok())
       return kv.status();
@@ -580,12 +457,12 @@ private:
     split.set_grid_y(heads);
     split.set_grid_z(splits);
     split.set_scratch_floats_per_token(static_cast<int64_t>(heads) * splits * (headDim + 2));
-    kernels.push_back(
-        add(absl::StrCat("attention_", heads, "x", kvHeads, "x", headDim, suffix), definitions,
-            absl::StrFormat("llmc::attentionSplit<%d, %d, %d, %d, %d, %d, %s, %s>(p, %s, %s);",
-                            heads, kvHeads, headDim, splits, attention.sliding_window(),
-                            kAttentionWarps, ropeFlag, *kv, floatLiteral(plan::SoftmaxScale(attention)), table),
-            split));
+    kernels.push_back(add(
+        absl::StrCat("attention_", heads, "x", kvHeads, "x", headDim, suffix), definitions,
+        absl::StrFormat("llmc::attentionSplit<%d, %d, %d, %d, %d, %d, %s, %s>(p, %s, %s);", heads,
+                        kvHeads, headDim, splits, attention.sliding_window(), kAttentionWarps,
+                        ropeFlag, *kv, floatLiteral(plan::SoftmaxScale(attention)), table),
+        split));
     Kernel combine = perToken(32);
     combine.set_grid_y(heads);
     combine.set_scratch_floats_per_token(split.scratch_floats_per_token());

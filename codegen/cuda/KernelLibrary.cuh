@@ -1046,13 +1046,13 @@ template <int kWidth, int kOp> __device__ void elementwise(const LlmcKernelParam
   if (i >= (long long)p.num_tokens * kWidth)
     return;
   const float a = ((const float *)p.input[0])[i];
-  const float b = kOp == 1 ? 0.0f : ((const float *)p.input[1])[i];
+  const float b = kOp == LLMC_OP_SILU ? 0.0f : ((const float *)p.input[1])[i];
   float result;
-  if (kOp == 0)
+  if (kOp == LLMC_OP_SILU_MUL)
     result = silu(a) * b;
-  else if (kOp == 1)
+  else if (kOp == LLMC_OP_SILU)
     result = silu(a);
-  else if (kOp == 2)
+  else if (kOp == LLMC_OP_MUL)
     result = a * b;
   else
     result = a + b;

@@ -426,9 +426,8 @@ absl::Status BindElementwise(OpBinder& binder, const plan::Op& op, CompiledOp& c
   return absl::OkStatus();
 }
 
-template <Elementwise kOp>
 void RunElementwise(const CpuStep& step, const CompiledOp& op) {
-  ElementwiseOp(*step.pool, kOp, op.input[0], op.input[1], step.num_tokens * op.width,
+  ElementwiseOp(*step.pool, op.kind, op.input[0], op.input[1], step.num_tokens * op.width,
                 op.output[0]);
 }
 
@@ -440,10 +439,10 @@ constexpr CpuKernel kCpuKernels[] = {
     {plan::LOGITS, BindMatmul, RunLogits},
     {plan::ROPE, BindRope, RunRope},
     {plan::ATTENTION, BindAttention, RunAttention},
-    {plan::SILU, BindElementwise, RunElementwise<Elementwise::kSilu>},
-    {plan::MUL, BindElementwise, RunElementwise<Elementwise::kMul>},
-    {plan::ADD, BindElementwise, RunElementwise<Elementwise::kAdd>},
-    {plan::SILU_MUL, BindElementwise, RunElementwise<Elementwise::kSiluMul>},
+    {plan::SILU, BindElementwise, RunElementwise},
+    {plan::MUL, BindElementwise, RunElementwise},
+    {plan::ADD, BindElementwise, RunElementwise},
+    {plan::SILU_MUL, BindElementwise, RunElementwise},
 };
 
 const CpuKernel* FindCpuKernel(plan::OpKind kind) {

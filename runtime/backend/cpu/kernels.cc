@@ -73,7 +73,7 @@ float InverseRms(float sum_of_squares, int64_t width, float eps) {
 // one-vector buffer): hn::Exp and std::exp differ in the last bits, so a scalar tail would make
 // an element's SiLU depend on where the flattened [tokens, width] array ends, i.e. on the other
 // tokens of the step (the batch-invariance contract of kernels.h).
-void ElementwiseRange(Elementwise op, const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
+void ElementwiseRange(plan::OpKind op, const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
                       int64_t begin, int64_t end, float* out) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
@@ -83,13 +83,13 @@ void ElementwiseRange(Elementwise op, const float* HWY_RESTRICT a, const float* 
     const VF va = hn::LoadU(df, a_lanes);
     VF result;
     switch (op) {
-      case Elementwise::kAdd:
+      case plan::ADD:
         result = hn::Add(va, hn::LoadU(df, b_lanes));
         break;
-      case Elementwise::kMul:
+      case plan::MUL:
         result = hn::Mul(va, hn::LoadU(df, b_lanes));
         break;
-      case Elementwise::kSilu:
+      case plan::SILU:
         result = silu(va);
         break;
       default:
@@ -205,8 +205,8 @@ void FusedAddRmsNormImpl(ThreadPool& pool, const float* a, const float* b, const
       grain);
 }
 
-void ElementwiseImpl(ThreadPool& pool, Elementwise op, const float* a, const float* b, int64_t size,
-                     float* out) {
+void ElementwiseImpl(ThreadPool& pool, plan::OpKind op, const float* a, const float* b,
+                     int64_t size, float* out) {
   if (size < kParallelElements) {
     ElementwiseRange(op, a, b, 0, size, out);
     return;
@@ -882,7 +882,7 @@ void FusedAddRmsNorm(ThreadPool& pool, const float* a, const float* b, const flo
   HWY_DYNAMIC_DISPATCH(FusedAddRmsNormImpl)(pool, a, b, gamma, eps, num_rows, width, sum, y);
 }
 
-void ElementwiseOp(ThreadPool& pool, Elementwise op, const float* a, const float* b, int64_t size,
+void ElementwiseOp(ThreadPool& pool, plan::OpKind op, const float* a, const float* b, int64_t size,
                    float* out) {
   HWY_DYNAMIC_DISPATCH(ElementwiseImpl)(pool, op, a, b, size, out);
 }

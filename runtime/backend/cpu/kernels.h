@@ -66,9 +66,9 @@ void RmsNorm(ThreadPool& pool, const float* x, const float* gamma, float eps, in
 void FusedAddRmsNorm(ThreadPool& pool, const float* a, const float* b, const float* gamma,
                      float eps, int64_t num_rows, int64_t width, float* sum, float* y);
 
-enum class Elementwise { kAdd, kMul, kSilu, kSiluMul };
-// out = a + b, a * b, silu(a) or silu(a) * b over `size` floats (b unused for kSilu).
-void ElementwiseOp(ThreadPool& pool, Elementwise op, const float* a, const float* b, int64_t size,
+// out = a + b, a * b, silu(a) or silu(a) * b over `size` floats for `op` ADD, MUL, SILU (b
+// unused) or SILU_MUL: plan.proto's OpKind is the one encoding of the elementwise ops.
+void ElementwiseOp(ThreadPool& pool, plan::OpKind op, const float* a, const float* b, int64_t size,
                    float* out);
 
 // Rotate-half rotary embedding in place over `num_heads` heads of `head_dim` per row, with

@@ -48,4 +48,14 @@ struct LlmcKernelParams {
   unsigned long long value_scales;
 };
 
+// The elementwise kernel's operation (its kOp template argument): plan.proto's OpKind numbers,
+// so the plan, the CPU kernels and the CUDA kernels share one encoding (codegen/cuda/EmitCuda.cpp
+// checks the numbers against plan.proto).
+enum LlmcElementwiseOp {
+  LLMC_OP_SILU = 7,
+  LLMC_OP_MUL = 8,
+  LLMC_OP_ADD = 9,
+  LLMC_OP_SILU_MUL = 10,
+};
+
 #endif  // LLMRT_BACKEND_CUDA_KERNEL_PARAMS_H_
