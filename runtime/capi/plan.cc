@@ -226,7 +226,10 @@ llmrt_status_t* llmrt_plan_get_config(const llmrt_plan_t* plan, llmrt_model_conf
     config.has_chat_template = state.chat_template.has_value() ? 1 : 0;
 #else
     // Carried, though this library cannot render it (llmrt_plan_get_chat_template returns it).
-    config.has_chat_template = state.meta().tokenizer().chat_template().empty() ? 0 : 1;
+    config.has_chat_template = state.meta().tokenizer().chat_template().empty() &&
+                                       state.meta().tokenizer().named_chat_templates().empty()
+                                   ? 0
+                                   : 1;
 #endif
     config.plan_checksum = state.checksum();
     // Only the part of the struct the caller knows about.
@@ -295,10 +298,12 @@ llmrt_status_t* llmrt_plan_detokenize(const llmrt_plan_t* plan, const int32_t* t
   });
 }
 
-llmrt_status_t* llmrt_plan_render_chat(const llmrt_plan_t* plan, const llmrt_chat_message* messages,
-                                       size_t num_messages, int32_t add_generation_prompt,
-                                       char** out_text, size_t* out_size) {
-  return Guard(__func__, [&](const char* function) -> absl::Status {
+namespace {
+
+absl::Status RenderChat(const char* function, const llmrt_plan_t* plan, const char* template_name,
+                        const llmrt_chat_message* messages, size_t num_messages,
+                        int32_t add_generation_prompt, char** out_text, size_t* out_size) {
+  {
     if (plan == nullptr) return NullArgument(function, "plan");
     if (messages == nullptr && num_messages > 0) return NullArgument(function, "messages");
     if (out_text == nullptr) return NullArgument(function, "out_text");
@@ -307,6 +312,7 @@ llmrt_status_t* llmrt_plan_render_chat(const llmrt_plan_t* plan, const llmrt_cha
     (void)num_messages;
     (void)add_generation_prompt;
     (void)out_size;
+    (void)template_name;
     return absl::UnimplementedError(absl::StrFormat(
         "%s: this libllmrt was built without chat templates (CMake option "
         "LLMRT_WITH_TEMPLATES=OFF); format the prompt yourself (llmrt_plan_get_chat_template "
@@ -332,10 +338,34 @@ llmrt_status_t* llmrt_plan_render_chat(const llmrt_plan_t* plan, const llmrt_cha
     }
     llmrt::jinja::ChatOptions options;
     options.add_generation_prompt = add_generation_prompt != 0;
-    LLMRT_ASSIGN_OR_RETURN(std::string rendered,
-                           state.chat_template->Render(conversation, options));
-    return CopyOut(rendered, out_text, out_size);
+    absl::StatusOr<std::string> rendered = state.chat_template->Render(
+        conversation, options, template_name == nullptr ? "" : template_name);
+    if (!rendered.ok()) {
+      return absl::Status(rendered.status().code(),
+                          absl::StrFormat("%s: %s", function, rendered.status().message()));
+    }
+    return CopyOut(*rendered, out_text, out_size);
 #endif
+  }
+}
+
+}  // namespace
+
+llmrt_status_t* llmrt_plan_render_chat(const llmrt_plan_t* plan, const llmrt_chat_message* messages,
+                                       size_t num_messages, int32_t add_generation_prompt,
+                                       char** out_text, size_t* out_size) {
+  return Guard(__func__, [&](const char* function) -> absl::Status {
+    return RenderChat(function, plan, nullptr, messages, num_messages, add_generation_prompt,
+                      out_text, out_size);
+  });
+}
+
+llmrt_status_t* llmrt_plan_render_chat_with_template(
+    const llmrt_plan_t* plan, const char* template_name, const llmrt_chat_message* messages,
+    size_t num_messages, int32_t add_generation_prompt, char** out_text, size_t* out_size) {
+  return Guard(__func__, [&](const char* function) -> absl::Status {
+    return RenderChat(function, plan, template_name, messages, num_messages, add_generation_prompt,
+                      out_text, out_size);
   });
 }
 

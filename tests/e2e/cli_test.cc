@@ -120,6 +120,45 @@ TEST(ChatTest, PlanWithoutTemplateIsAClearError) {
   EXPECT_THAT(chat.error, HasSubstr("no chat template"));
 }
 
+// Templates as transformers loads them: chat_template.jinja wins over tokenizer_config.json's,
+// additional_chat_templates/NAME.jinja are named templates, and `llmrt render` picks "tool_use"
+// when the request has tools (or the one --template names). The tool_use template iterates
+// `tools`, so it renders only with them: the compile-time check must accept it.
+TEST(ChatTest, NamedTemplatesCompileAndRenderByName) {
+  std::string dir = MakeScratchDir("named_templates");
+  ASSERT_EQ(RunCommand("rm -rf " + dir + "/model && cp -r " + SourcePath(kStoriesDir) + " " + dir +
+                       "/model")
+                .exit_code,
+            0);
+  WriteFile(dir + "/model/chat_template.jinja",
+            "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}");
+  ASSERT_EQ(RunCommand("mkdir -p " + dir + "/model/additional_chat_templates").exit_code, 0);
+  WriteFile(dir + "/model/additional_chat_templates/tool_use.jinja",
+            "{% for t in tools %}<tool>{{ t.function.name }}</tool>{% endfor %}"
+            "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}");
+  CommandResult compiled =
+      RunCommand(ToolPath("llmc") + " compile " + dir + "/model -o " + dir + "/p.plan --quiet");
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.error;
+  WriteFile(dir + "/plain.json", R"([{"role": "user", "content": "hi"}])");
+  WriteFile(dir + "/tools.json",
+            R"({"messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"type": "function", "function": {"name": "f"}}]})");
+  const std::string render = ToolPath("llmrt") + " render " + dir + "/p.plan ";
+  CommandResult plain = RunCommand(render + dir + "/plain.json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.error;
+  EXPECT_EQ(plain.output, "[user]hi");
+  CommandResult tools = RunCommand(render + dir + "/tools.json");
+  ASSERT_EQ(tools.exit_code, 0) << tools.error;
+  EXPECT_EQ(tools.output, "<tool>f</tool>[user]hi");
+  CommandResult named = RunCommand(render + dir + "/tools.json --template default");
+  ASSERT_EQ(named.exit_code, 0) << named.error;
+  EXPECT_EQ(named.output, "[user]hi");
+  CommandResult unknown = RunCommand(render + dir + "/plain.json --template rag");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.error,
+              HasSubstr("no chat template named \"rag\"; it has: default, tool_use"));
+}
+
 // ---- Bad checkpoints: llmc must fail with a precise message and leave no plan behind. ----
 
 struct BrokenCheckpoint {

@@ -57,7 +57,7 @@ constexpr char kUsage[] =
     "                 (llmrt perplexity --help)\n"
     "       llmrt bench PLAN [-p 512] [-n 128] [-t 1,2] [--reps 5] [--ubatch 512] [--json]\n"
     "       llmrt bench --bandwidth [-t 1,2] [--reps 5] [--bandwidth-mib 1024] [--json]\n"
-    "       llmrt render PLAN MESSAGES.json [--add-generation-prompt]\n"
+    "       llmrt render PLAN MESSAGES.json [--add-generation-prompt] [--template NAME]\n"
     "       llmrt tokenize PLAN TEXT [--special] [--ids-only]\n"
     "       llmrt chat PLAN [--system TEXT] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
     "       llmrt serve PLAN [--host H] [--port P] [--api-key K] ...   (llmrt serve --help)\n";

@@ -20,9 +20,12 @@ namespace llmrt {
 namespace {
 
 constexpr char kRenderUsage[] =
-    "usage: llmrt render PLAN MESSAGES.json [--add-generation-prompt]\n"
+    "usage: llmrt render PLAN MESSAGES.json [--add-generation-prompt] [--template NAME]\n"
     "  MESSAGES.json: [{\"role\": ..., \"content\": ...}, ...] or {\"messages\": [...], "
-    "\"tools\": [...], ...more template variables}\n";
+    "\"tools\": [...], ...more template variables}\n"
+    "  --template NAME: one of the plan's named chat templates (\"default\", \"tool_use\", ...);\n"
+    "    without it, \"tool_use\" when the file gives \"tools\" and the plan has it, else the "
+    "default\n";
 
 jinja::Value ToValue(const nlohmann::ordered_json& json) {
   switch (json.type()) {
@@ -88,12 +91,18 @@ absl::StatusOr<std::vector<jinja::ChatMessage>> ToMessages(const nlohmann::order
 }  // namespace
 
 int Render(int argc, char** argv) {
-  std::string plan_path, messages_path;
+  std::string plan_path, messages_path, template_name;
   bool add_generation_prompt = false;
   for (int index = 2; index < argc; ++index) {
     const std::string argument = argv[index];
     if (argument == "--add-generation-prompt") {
       add_generation_prompt = true;
+    } else if (argument == "--template") {
+      if (index + 1 >= argc || argv[index + 1][0] == '\0') {
+        std::fprintf(stderr, "llmrt: --template needs a template name\n%s", kRenderUsage);
+        return 2;
+      }
+      template_name = argv[++index];
     } else if (!argument.empty() && argument[0] == '-') {
       std::fprintf(stderr, "llmrt: unknown flag %s\n%s", argument.c_str(), kRenderUsage);
       return 2;
@@ -159,7 +168,7 @@ int Render(int argc, char** argv) {
   }
   if (!messages.ok()) return fail(messages.status());
 
-  absl::StatusOr<std::string> prompt = chat_template->Render(*messages, options);
+  absl::StatusOr<std::string> prompt = chat_template->Render(*messages, options, template_name);
   if (!prompt.ok()) {
     return fail(absl::Status(prompt.status().code(),
                              absl::StrFormat("%s: %s", plan_path, prompt.status().message())));

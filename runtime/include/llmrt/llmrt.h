@@ -174,6 +174,13 @@ LLMRT_API llmrt_status_t* llmrt_plan_render_chat(const llmrt_plan_t* plan,
                                                  const llmrt_chat_message* messages,
                                                  size_t num_messages, int32_t add_generation_prompt,
                                                  char** out_text, size_t* out_size);
+/* llmrt_plan_render_chat through the plan's chat template named `template_name`: "default", or
+ * one of the named templates transformers knows (tokenizer_config.json's list,
+ * additional_chat_templates/NAME.jinja), e.g. "tool_use". NULL or "" is the default template.
+ * NOT_FOUND, naming the plan's templates, when it has no such template. */
+LLMRT_API llmrt_status_t* llmrt_plan_render_chat_with_template(
+    const llmrt_plan_t* plan, const char* template_name, const llmrt_chat_message* messages,
+    size_t num_messages, int32_t add_generation_prompt, char** out_text, size_t* out_size);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Sampling                                                                                 */
