@@ -507,6 +507,14 @@ FEATURES = [
     ("loop_depth_and_cycle", "{% for x in [1, 2, 3] %}{{ loop.depth }}{{ loop.depth0 }}"
      "{{ loop.cycle('a', 'b') }}{{ loop.previtem is defined }}{{ loop.nextitem | default('-') }} "
      "{% endfor %}", {}),
+    ("tests_text_and_callable", "{{ 'abc' is lower }} {{ 'ABC' is upper }} {{ 'aBc' is lower }} "
+     "{{ range is callable }} {{ 1 is callable }} {{ 'x' is ne 'y' }} "
+     "{{ 3 is gt 2 }} {{ 3 is le 2 }} {{ true is sameas true }} {{ 1 is sameas true }}", {}),
+    ("string_methods_predicates", "{{ 'abc'.removeprefix('a') }} {{ 'abc'.removesuffix('c') }} "
+     "{{ '12'.isdigit() }} {{ 'ab'.isalpha() }} {{ ' \t'.isspace() }} {{ 'a1'.isalnum() }} "
+     "{{ 'ab1'.islower() }} {{ 'AB'.isupper() }} {{ 'a\nb\r\nc'.splitlines() }} "
+     "{{ 'abcb'.rfind('b') }} {{ 'abc'.index('c') }} {{ [1, 2, 1].count(1) }} {{ (1, 2).index(2) }}",
+     {}),
     # Errors: jinja2 raises, and so must we (the tests compare the message).
     ("error_raise_exception", "{{ raise_exception('Custom failure: ' ~ 42) }}", {}),
     ("error_undefined_attribute", "{{ nope.attr }}", {}),
