@@ -301,7 +301,9 @@ std::string PadTo(const std::string& text, int64_t width, const std::string& fil
 
 // Python's printf-style `format % values` (the `format` filter and the `%` operator): conversions
 // s r d i u f F e E g G x X o c and %%, with a mapping key, flags "-+ 0#", width and precision.
-absl::StatusOr<std::string> PrintfFormat(const std::string& format, const Value& values) {
+// `into_markup`: the format is Markup, whose % escapes what %s and %r insert (markupsafe).
+absl::StatusOr<std::string> PrintfFormat(const std::string& format, const Value& values,
+                                         bool into_markup) {
   const bool by_name = values.is_dict();
   std::vector<Value> positional;
   if (values.is_tuple()) {
@@ -366,6 +368,8 @@ absl::StatusOr<std::string> PrintfFormat(const std::string& format, const Value&
       std::string text = conversion == 's'   ? argument->Str()
                          : conversion == 'c' ? argument->Str().substr(0, 4)
                                              : argument->Repr();
+      if (into_markup && conversion == 's') text = MarkupText(*argument);
+      if (into_markup && conversion != 's') text = HtmlEscape(text);
       if (has_precision) {
         const std::vector<std::string> points = CodePoints(text);
         const size_t keep =
@@ -1281,19 +1285,13 @@ class Renderer {
           // Markup's methods return Markup (lists of it from the splits) and escape the text
           // they insert: replace's new text, join's items, format's arguments.
           CallArguments escaped = arguments;
-          auto escape_at = [&](size_t position, const char* keyword) {
-            for (auto& [key, value] : escaped.keyword) {
-              if (key == keyword) value = Value::Markup(MarkupText(value));
-            }
-            if (position < escaped.positional.size()) {
-              escaped.positional[position] =
-                  Value::Markup(MarkupText(escaped.positional[position]));
-            }
-          };
-          if (name == "replace") escape_at(1, "new");
+          auto escape = [](Value& value) { value = Value::Markup(MarkupText(value)); };
+          if (name == "replace" && escaped.positional.size() > 1) escape(escaped.positional[1]);
+          for (auto& [key, value] : escaped.keyword) {
+            if (name == "format" || (name == "replace" && key == "new")) escape(value);
+          }
           if (name == "format") {
-            for (size_t index = 0; index < escaped.positional.size(); ++index) escape_at(index, "");
-            for (auto& [key, value] : escaped.keyword) value = Value::Markup(MarkupText(value));
+            for (Value& value : escaped.positional) escape(value);
           }
           if (name == "join" && !escaped.positional.empty()) {
             LLMRT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(escaped.positional[0]));
@@ -1713,7 +1711,8 @@ class Renderer {
       return sequence->is_list() ? Value::List(std::move(items)) : Value::Tuple(std::move(items));
     }
     if (op == "%" && left.is_string()) {
-      LLMRT_ASSIGN_OR_RETURN(std::string out, PrintfFormat(left.string_value(), right));
+      LLMRT_ASSIGN_OR_RETURN(std::string out,
+                             PrintfFormat(left.string_value(), right, left.is_markup()));
       LLMRT_RETURN_IF_ERROR(CheckSize(out.size()));
       return SameStringKind(left, std::move(out));
     }
@@ -1984,7 +1983,7 @@ class Renderer {
       } else {
         values = Value::Tuple(arguments.positional);
       }
-      LLMRT_ASSIGN_OR_RETURN(std::string out, PrintfFormat(value.Str(), values));
+      LLMRT_ASSIGN_OR_RETURN(std::string out, PrintfFormat(value.Str(), values, value.is_markup()));
       LLMRT_RETURN_IF_ERROR(CheckSize(out.size()));
       return SameStringKind(value, std::move(out));
     }

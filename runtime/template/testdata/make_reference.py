@@ -470,7 +470,9 @@ FEATURES = [
      "{{ d | tojson | safe + ' <' }}|{{ ('<b>' | safe) * 2 + '&' }}|{{ ('<b>' | safe | trim) + '&' }}|"
      "{{ ('<b>' | safe | string) + '&' }}|{{ '<b>' | safe | replace('b', '<') }}|"
      "{{ ('<b>' | safe | tojson) + '<' }}|{{ ['<'] | join('<' | safe) + '&' }}|"
-     "{{ ('<b>' | safe).strip('<') + '&' }}|{{ [('<b>' | safe)] }}|{{ ('<b>' | e) == '&lt;b&gt;' }}",
+     "{{ ('<b>' | safe).strip('<') + '&' }}|{{ [('<b>' | safe)] }}|{{ ('<b>' | e) == '&lt;b&gt;' }}|"
+     "{{ ('<{}>' | safe).format('<') }}|{{ ('-' | safe).join(['<', 'a']) }}|{{ '%s<' | safe | format('&') }}|"
+     "{{ ('<%s>' | safe) % '&' }}",
      {"d": {"k": "<v>"}, "q": "<&>\"'"}),
     ("filters_grouping", "{% for g in people | groupby('city') %}{{ g.grouper }}:"
      "{{ g.list | map(attribute='name') | join(',') }};{% endfor %}|"
