@@ -21,6 +21,7 @@ using llmc::testing::CommandResult;
 using llmc::testing::MakeScratchDir;
 using llmc::testing::ReadFile;
 using llmc::testing::RunCommand;
+using llmc::testing::SourcePath;
 using llmc::testing::ToolPath;
 using ::testing::HasSubstr;
 
@@ -354,9 +355,10 @@ TEST_F(HttpTest, DisconnectCancelsAndFreesTheKvCache) {
 
   // A non-streamed request whose client gives up is cancelled too. The KV pool holds 512
   // tokens, so 12 x 480 preempt each other and a choice may still reach its length before the
-  // cancel: what matters is that all 12 end and at least one was cut.
+  // cancel: what matters is that all 12 end and at least one was cut. The whole request takes
+  // about 0.5 s on stories260K, so the client gives up after 0.1 s.
   RunCommand(
-      "curl -s --max-time 0.5 -H 'Content-Type: application/json' --data-binary " +
+      "curl -s --max-time 0.1 -H 'Content-Type: application/json' --data-binary " +
       ShellQuote(
           Json({{"prompt", "Once"}, {"max_tokens", 480}, {"ignore_eos", true}, {"n", 12}}).dump()) +
       " " + server.url() + "/v1/completions");
@@ -390,6 +392,17 @@ TEST_F(HttpTest, FullQueueAnswers429) {
   const HttpResult rejected = Post(server, "/v1/completions", {{"prompt", "Once"}});
   EXPECT_EQ(rejected.status, 429) << rejected.body;
   EXPECT_THAT(rejected.body, HasSubstr("rate_limit_exceeded"));
+  EXPECT_THAT(rejected.headers, HasSubstr("Retry-After: 1"));
+  // Every API says it in its own shape, with the same header.
+  const HttpResult messages =
+      Post(server, "/v1/messages",
+           {{"max_tokens", 2}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  EXPECT_EQ(messages.status, 429) << messages.body;
+  EXPECT_EQ(Json::parse(messages.body)["error"]["type"], "rate_limit_error");
+  EXPECT_THAT(messages.headers, HasSubstr("Retry-After: 1"));
+  const HttpResult responses = Post(server, "/v1/responses", {{"input", "Hi"}});
+  EXPECT_EQ(responses.status, 429) << responses.body;
+  EXPECT_THAT(responses.headers, HasSubstr("Retry-After: 1"));
   EXPECT_EQ(Post(server, "/v1/completions", {{"prompt", "Once"}, {"n", 13}}).status, 400);
   // A bad request is a 400 even while the queue is full (found by the soak: an out-of-vocabulary
   // id used to be checked only after admission, and got 429).
@@ -496,6 +509,148 @@ TEST_F(HttpTest, DrainTimeoutAbortsWhatIsLeft) {
   const std::string body = ReadFile(dir + "/out");
   EXPECT_THAT(body, HasSubstr("\"finish_reason\":\"abort\""));
   EXPECT_EQ(body.substr(body.size() - 14), "data: [DONE]\n\n");
+}
+
+// The scripted Qwen3 plan (make_agent_model.py): real Qwen3 tokenizer and chat template; every
+// reply is a <think> block, "Let me check." and two <tool_call>s, then EOS.
+class AgentHttpTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir = MakeScratchDir("agent");
+    const CommandResult made =
+        RunCommand("python3 " + SourcePath("tests/server/make_agent_model.py") + " --llmc " +
+                   ToolPath("llmc") + " --family qwen3 -o " + dir + "/model");
+    ASSERT_EQ(made.exit_code, 0) << made.error;
+    const CommandResult compiled = RunCommand(ToolPath("llmc") + " compile " + dir + "/model -o " +
+                                              dir + "/agent.plan --quiet");
+    ASSERT_EQ(compiled.exit_code, 0) << compiled.error;
+    plan_ = new std::string(dir + "/agent.plan");
+  }
+  static void TearDownTestSuite() { delete plan_; }
+  void SetUp() override { ASSERT_TRUE(plan_ != nullptr) << "building the agent plan failed"; }
+  static std::string* plan_;
+};
+std::string* AgentHttpTest::plan_ = nullptr;
+
+const Json kTools = Json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather",
+   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+  {"type": "function", "function": {"name": "get_time",
+   "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}}])");
+const Json kAsk = Json::parse(R"([{"role": "user", "content": "Weather in Paris?"}])");
+
+TEST_F(AgentHttpTest, ToolCallsStreamedAndNotAgree) {
+  ServerProcess server;
+  ASSERT_TRUE(server.Start(*plan_, "--model-name agent")) << server.error();
+  const HttpResult plain =
+      Post(server, "/v1/chat/completions", {{"messages", kAsk}, {"tools", kTools}});
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const Json choice = Json::parse(plain.body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["content"], "Let me check.");
+  EXPECT_EQ(choice["message"]["reasoning_content"], "I should check the weather.\n");
+  const Json& calls = choice["message"]["tool_calls"];
+  ASSERT_EQ(calls.size(), 2u) << plain.body;
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(Json::parse(calls[0]["function"]["arguments"].get<std::string>()),
+            Json({{"city", "Paris"}}));
+  EXPECT_EQ(calls[1]["function"]["name"], "get_time");
+  EXPECT_THAT(calls[0]["id"].get<std::string>(), ::testing::MatchesRegex("call_[A-Za-z0-9]{24}"));
+
+  const HttpResult streamed = Post(server, "/v1/chat/completions",
+                                   {{"messages", kAsk}, {"tools", kTools}, {"stream", true}});
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  std::string content, reasoning, finish;
+  std::vector<Json> call_deltas;
+  for (const std::string& event : SseEvents(streamed.body)) {
+    if (event == "[DONE]") continue;
+    const Json chunk = Json::parse(event);
+    const Json& delta = chunk["choices"][0]["delta"];
+    content += delta.value("content", "");
+    reasoning += delta.value("reasoning_content", "");
+    if (delta.contains("tool_calls")) call_deltas.push_back(delta["tool_calls"][0]);
+    const Json& reason = chunk["choices"][0]["finish_reason"];
+    if (!reason.is_null()) finish = reason;
+  }
+  EXPECT_EQ(content, "Let me check.");
+  EXPECT_EQ(reasoning, "I should check the weather.\n");
+  EXPECT_EQ(finish, "tool_calls");
+  ASSERT_EQ(call_deltas.size(), 4u) << streamed.body;
+  // The first delta of a call: index, id, type, name and empty arguments; then the arguments.
+  EXPECT_EQ(call_deltas[0]["index"], 0);
+  EXPECT_EQ(call_deltas[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(call_deltas[0]["function"]["arguments"], "");
+  EXPECT_FALSE(call_deltas[1].contains("id"));
+  EXPECT_EQ(call_deltas[1]["function"]["arguments"], "{\"city\":\"Paris\"}");
+  EXPECT_EQ(call_deltas[2]["index"], 1);
+  EXPECT_EQ(call_deltas[3]["function"]["arguments"], "{\"zone\":\"CET\"}");
+
+  // --tool-call-format none: the same output is all content.
+  EXPECT_EQ(server.Terminate(), 0);
+  ServerProcess unparsed;
+  ASSERT_TRUE(unparsed.Start(*plan_, "--tool-call-format none")) << unparsed.error();
+  const HttpResult text =
+      Post(unparsed, "/v1/chat/completions", {{"messages", kAsk}, {"tools", kTools}});
+  ASSERT_EQ(text.status, 200) << text.body;
+  const Json message = Json::parse(text.body)["choices"][0]["message"];
+  EXPECT_FALSE(message.contains("tool_calls"));
+  EXPECT_THAT(message["content"].get<std::string>(), HasSubstr("<tool_call>"));
+  EXPECT_EQ(unparsed.Terminate(), 0);
+  const CommandResult bad =
+      RunCommand(ToolPath("llmrt") + " serve " + *plan_ + " --port 0 --tool-call-format qwen");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.error, HasSubstr("'qwen' is not one of none, hermes"));
+}
+
+TEST_F(AgentHttpTest, EndpointsMethodsAndErrorShapes) {
+  ServerProcess server;
+  ASSERT_TRUE(server.Start(*plan_, "--model-name agent")) << server.error();
+  const HttpResult model = Curl(server.url() + "/v1/models/agent");
+  ASSERT_EQ(model.status, 200) << model.body;
+  EXPECT_EQ(Json::parse(model.body)["id"], "agent");
+  const HttpResult missing = Curl(server.url() + "/v1/models/gpt-4o");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(Json::parse(missing.body)["error"]["code"], "model_not_found");
+  for (const char* path : {"/v1/chat/completions", "/v1/completions", "/v1/messages",
+                           "/v1/messages/count_tokens", "/v1/responses", "/tokenize"}) {
+    const HttpResult wrong = Curl(server.url() + path);
+    EXPECT_EQ(wrong.status, 405) << path;
+    EXPECT_THAT(wrong.headers, HasSubstr("Allow: POST")) << path;
+  }
+  const HttpResult post_models = Post(server, "/v1/models", Json::object());
+  EXPECT_EQ(post_models.status, 405);
+  EXPECT_THAT(post_models.headers, HasSubstr("Allow: GET"));
+  EXPECT_EQ(Curl(server.url() + "/v1/nothing").status, 404);
+
+  // Anthropic errors have Anthropic's shape.
+  const HttpResult anthropic = Post(server, "/v1/messages", {{"messages", kAsk}});
+  EXPECT_EQ(anthropic.status, 400);
+  const Json error = Json::parse(anthropic.body);
+  EXPECT_EQ(error["type"], "error");
+  EXPECT_EQ(error["error"]["type"], "invalid_request_error");
+  EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr("'max_tokens' is required"));
+
+  // Unknown and refused parameters are 400s naming them, on every API.
+  struct Refused {
+    const char* path;
+    Json body;
+    const char* field;
+  };
+  const std::vector<Refused> refused = {
+      {"/v1/chat/completions", {{"messages", kAsk}, {"functions", Json::array()}}, "functions"},
+      {"/v1/completions", {{"prompt", "x"}, {"tools", kTools}}, "tools"},
+      {"/v1/messages",
+       {{"messages", kAsk}, {"max_tokens", 2}, {"service_tier", "auto"}},
+       "service_tier"},
+      {"/v1/responses", {{"input", "x"}, {"include", Json::array()}}, "include"},
+      {"/v1/responses", {{"input", "x"}, {"store", true}}, "store"},
+  };
+  for (const Refused& test : refused) {
+    const HttpResult result = Post(server, test.path, test.body);
+    EXPECT_EQ(result.status, 400) << test.path << " " << test.body.dump();
+    EXPECT_THAT(result.body, HasSubstr(std::string("'") + test.field + "'")) << result.body;
+  }
+  EXPECT_EQ(server.Terminate(), 0);
 }
 
 }  // namespace
