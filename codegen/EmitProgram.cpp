@@ -238,7 +238,7 @@ absl::StatusOr<int> Emitter::addQuantizedTensor(Operation *user, ArrayRef<FlatSy
                                                        have.ToString(), " but llm.quant asks for ",
                                                        format.ToString()));
       parts.push_back(*pre);
-      method = weights.quantizationMethod();
+      method = weights.quantizationMethod(partName);
       continue;
     }
     absl::StatusOr<WeightView> view = checkedWeight(user, param);

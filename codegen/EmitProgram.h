@@ -62,8 +62,8 @@ public:
   getQuantizedWeight(const std::string &name) const {
     return nullptr;
   }
-  // Tensor.quantization.method of pre-quantized weights ("gptq", "awq").
-  virtual std::string quantizationMethod() const { return ""; }
+  // Tensor.quantization.method of pre-quantized weight `name` ("gptq", "awq").
+  virtual std::string quantizationMethod(const std::string &name) const { return ""; }
 };
 
 // 64 Ki elements: 256 KiB of f32 scratch, which fits in L2 while converting.

@@ -71,16 +71,13 @@ absl::StatusOr<std::vector<float>> OverlayWeightSource::Values(const std::string
 absl::StatusOr<const quant::QuantizedMatrix*> OverlayWeightSource::getQuantizedWeight(
     const std::string& name) const {
   auto it = quantized_.find(name);
-  if (it == quantized_.end()) {
-    last_method_.clear();
-    return base_.getQuantizedWeight(name);
-  }
-  last_method_ = it->second.method;
+  if (it == quantized_.end()) return base_.getQuantizedWeight(name);
   return &it->second.matrix;
 }
 
-std::string OverlayWeightSource::quantizationMethod() const {
-  return last_method_.empty() ? base_.quantizationMethod() : last_method_;
+std::string OverlayWeightSource::quantizationMethod(const std::string& name) const {
+  auto it = quantized_.find(name);
+  return it == quantized_.end() ? base_.quantizationMethod(name) : it->second.method;
 }
 
 void OverlayWeightSource::SetQuantized(const std::string& name, quant::QuantizedMatrix matrix,

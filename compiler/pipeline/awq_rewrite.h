@@ -41,9 +41,8 @@ class OverlayWeightSource final : public WeightSource {
   // The matrix SetQuantized stored, else the base's.
   absl::StatusOr<const quant::QuantizedMatrix*> getQuantizedWeight(
       const std::string& name) const override;
-  // The method of the tensor getQuantizedWeight last returned (codegen asks right after it;
-  // the interface has no name here), else the base's.
-  std::string quantizationMethod() const override;
+  // The method SetQuantized stored for `name`, else the base's.
+  std::string quantizationMethod(const std::string& name) const override;
 
   // The tensor as f32 values (rewritten or converted from the base).
   absl::StatusOr<std::vector<float>> Values(const std::string& name,
@@ -64,7 +63,6 @@ class OverlayWeightSource final : public WeightSource {
   const WeightSource& base_;
   std::map<std::string, Tensor> replaced_;
   std::map<std::string, Quantized> quantized_;
-  mutable std::string last_method_;
 };
 
 struct AwqSummary {

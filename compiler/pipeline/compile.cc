@@ -20,6 +20,7 @@
 #include "compiler/pipeline/memory_budget.h"
 #include "compiler/pipeline/weight_check.h"
 #include "compiler/quant/awq.h"
+#include "compiler/quant/calibration.h"
 #include "compiler/quant/prequantized.h"
 #include "compiler/tokenizer/import_tokenizer.h"
 #include "compiler/tokenizer/self_check.h"
@@ -110,7 +111,8 @@ class PrequantizedWeightSource final : public WeightSource {
     auto it = imported_.matrices.find(name);
     return it == imported_.matrices.end() ? nullptr : &it->second;
   }
-  std::string quantizationMethod() const override { return imported_.method; }
+  // One method for the whole checkpoint (its quantization_config).
+  std::string quantizationMethod(const std::string&) const override { return imported_.method; }
 
  private:
   const quant::PrequantizedCheckpoint& imported_;

@@ -1,8 +1,8 @@
 // Activation-aware weight quantization (AWQ, Lin et al. 2023), the compiler's part:
 //
-//   1. CollectActivations runs the f32 plan of the model on a calibration text with the real
-//      runtime (llmrt's Model, the CPU backend's matmul observer) and keeps, per matmul weight
-//      tensor, up to kMaxCalibrationRows of its input rows (SearchScales uses kAwqSearchRows);
+//   1. CollectActivations (compiler/quant/calibration.h, its own library: it runs the real
+//      runtime) keeps, per matmul weight tensor, up to kMaxCalibrationRows of its input rows
+//      (SearchScales uses kAwqSearchRows);
 //   2. SearchScales finds per-input-channel scales s = mean|x|^alpha / mean|w~|^(1 - alpha)
 //      (w~: weights relative to their group's maximum, AutoAWQ's "duo scaling"; s normalised so
 //      that max(s) * min(s) = 1), alpha from a grid over [0, 1], minimising
@@ -11,7 +11,8 @@
 //   3. the caller folds 1 / s into the op that produces X (compiler/pipeline/awq_rewrite.h), so
 //      the plan and the runtime never see s.
 //
-// Thread-safety: pure functions, apart from CollectActivations which loads a plan.
+// Thread-safety: pure functions. This library is the quantization numerics only: it links no
+// runtime engine, so codegen can use it.
 #ifndef LLMC_COMPILER_QUANT_AWQ_H_
 #define LLMC_COMPILER_QUANT_AWQ_H_
 
@@ -38,20 +39,15 @@ inline constexpr int64_t kAwqSearchRows = 256;
 // the models we measured and halves the search time.
 inline constexpr int kAlphaGridPoints = 11;
 
-// The built-in calibration text (a few paragraphs of plain English, compiled in).
-const char* DefaultCalibrationText();
-
+// A matmul's calibration input rows (compiler/quant/calibration.h collects them).
 struct Activations {
   int64_t width = 0;
   int64_t num_rows = 0;
   std::vector<float> rows;  // [num_rows, width]
 };
 
-// Runs `float_plan_path` over `text` (tokenized by the plan's tokenizer, truncated to the
-// plan's context) and returns, per plan tensor name of each MATMUL op's first weight, the
-// op's input rows (evenly subsampled down to kMaxCalibrationRows).
-absl::StatusOr<std::map<std::string, Activations>> CollectActivations(
-    const std::string& float_plan_path, const std::string& text);
+// Rows [0, num_rows) subsampled evenly down to `keep` rows.
+Activations Subsample(const Activations& all, int64_t keep);
 
 struct AwqScales {
   std::vector<float> scales;  // [cols]; divide X by it, multiply W's columns by it

@@ -2,7 +2,7 @@
 // description, a dialogue, instructions), so the mean activation magnitudes reflect ordinary
 // text rather than one style. Written for this project; it shares no sentence with the
 // held-out evaluation text in tests/quant/data.
-#include "compiler/quant/awq.h"
+#include "compiler/quant/calibration.h"
 
 namespace llmc::quant {
 

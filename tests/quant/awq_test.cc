@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "compiler/importer/checkpoint.h"
+#include "compiler/quant/calibration.h"
 #include "compiler/quant/gptq.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/test_util.h"
