@@ -1958,9 +1958,10 @@ class Renderer {
       const int64_t max_length = length ? length->int_value() : 255;
       // jinja2's policy truncate.leeway defaults to 5.
       const int64_t margin = leeway && !leeway->is_none() ? leeway->int_value() : 5;
-      if (max_length < CodePointCount(end ? end->Str() : "...")) {
-        return absl::InvalidArgumentError("AssertionError: expected length >= len(end), got " +
-                                          std::to_string(max_length));
+      const int64_t end_length = CodePointCount(end ? end->Str() : "...");
+      if (max_length < end_length) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "AssertionError: expected length >= %d, got %d", end_length, max_length));
       }
       if (margin < 0) {
         return absl::InvalidArgumentError("AssertionError: expected leeway >= 0, got " +

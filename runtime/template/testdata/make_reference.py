@@ -526,6 +526,7 @@ FEATURES = [
     ("error_undefined_plus", "{{ nope + 'a' }}", {}),
     ("error_compare_types", "{{ 1 < 'a' }}", {}),
     ("error_list_append_unsafe", "{% set l = [1] %}{{ l.append(2) }}", {}),
+    ("error_truncate_shorter_than_end", "{{ 'abcdef' | truncate(2) }}", {}),
     ("error_namespace_underscore", "{% set ns = namespace() %}{% set ns._x = 1 %}", {}),
 ]
 
@@ -539,7 +540,7 @@ def make_features_reference():
             case["output"] = compiled.render(**variables)
         except jinja2.exceptions.TemplateError as error:
             case.update(error_record(error))
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError, AssertionError) as error:
             case.update(error_record(error))
         cases.append(case)
     return {"jinja2_version": jinja2.__version__, "strftime_now": FIXED_NOW.isoformat(),
