@@ -6,13 +6,13 @@ std::string ToolCallFormatFromTemplate(std::string_view source) {
   auto has = [source](std::string_view marker) {
     return source.find(marker) != std::string_view::npos;
   };
-  // DeepSeek V3 / R1 put "function<｜tool▁sep｜>NAME" and the arguments in a ```json fence;
-  // V3.1 writes "NAME<｜tool▁sep｜>ARGUMENTS" without the fence.
+  // DeepSeek V3 / R1 ("function<｜tool▁sep｜>NAME" and a ```json fence) and V3.1
+  // ("NAME<｜tool▁sep｜>ARGUMENTS"): one parser reads both layouts.
   if (has("<\xEF\xBD\x9C"
           "tool\xE2\x96\x81"
           "calls\xE2\x96\x81"
           "begin\xEF\xBD\x9C>")) {
-    return has("```json") ? "deepseek_v3" : "deepseek_v31";
+    return "deepseek_v3";
   }
   if (has("[TOOL_CALLS]")) return "mistral";
   if (has("<tool_call>")) return "hermes";

@@ -1,0 +1,279 @@
+// The agent-facing request rules and the Messages / Responses conversions (anthropic.h,
+// responses.h), without a server.
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/server/anthropic.h"
+#include "runtime/server/protocol.h"
+#include "runtime/server/responses.h"
+
+namespace llmrt::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kTools[] =
+    R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])";
+
+absl::StatusOr<ParsedRequest> Chat(const std::string& fields) {
+  return ParseRequest(Endpoint::kChatCompletions,
+                      R"({"messages": [{"role": "user", "content": "x"}])" +
+                          (fields.empty() ? std::string() : ", " + fields) + "}",
+                      {});
+}
+
+void ExpectRefused(const absl::StatusOr<ParsedRequest>& request, const std::string& part) {
+  ASSERT_FALSE(request.ok()) << part;
+  EXPECT_EQ(request.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(request.status().message()), HasSubstr(part));
+}
+
+TEST(ChatRequest, AgentFieldsAreReadOrRefusedByName) {
+  absl::StatusOr<ParsedRequest> request =
+      Chat(std::string(R"("tools": )") + kTools +
+           R"(, "tool_choice": "none", "parallel_tool_calls": true,
+          "chat_template_kwargs": {"enable_thinking": false}, "reasoning_effort": "high",
+          "skip_special_tokens": false)");
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->tool_choice, "none");
+  EXPECT_EQ(request->chat_template_kwargs["enable_thinking"], false);
+  EXPECT_EQ(request->reasoning_effort, "high");
+  EXPECT_FALSE(request->skip_special_tokens);
+
+  ExpectRefused(Chat(R"("tool_choice": "required")"), "'tool_choice' \"required\" forces");
+  ExpectRefused(Chat(R"("tool_choice": {"type": "function", "function": {"name": "f"}})"),
+                "constrained decoding");
+  ExpectRefused(Chat(R"("tool_choice": "sometimes")"), "'tool_choice' must be");
+  ExpectRefused(Chat(R"("parallel_tool_calls": false)"), "'parallel_tool_calls' false");
+  ExpectRefused(Chat(R"("tools": [{"type": "function", "function": {}}])"), "'tools[0]'");
+  ExpectRefused(Chat(R"("tools": [{"type": "code_interpreter"}])"), "'tools[0]'");
+  ExpectRefused(Chat(R"("reasoning_effort": "max")"), "'reasoning_effort'");
+  ExpectRefused(Chat(R"("chat_template_kwargs": [1])"), "'chat_template_kwargs'");
+  ExpectRefused(Chat(R"("continue_final_message": true, "add_generation_prompt": false)"),
+                "last message to be an assistant");
+  ExpectRefused(Chat(R"("continue_final_message": true)"), "'add_generation_prompt' to false");
+  for (const char* field : {"user", "store", "metadata", "functions", "audio", "modalities"}) {
+    ExpectRefused(Chat(std::string("\"") + field + "\": 1"), std::string("'") + field + "'");
+  }
+  // null is absent, as everywhere in the API.
+  EXPECT_TRUE(Chat(R"("user": null, "tool_choice": null)").ok());
+}
+
+TEST(ChatRequest, ToolCallArgumentsReachTemplatesAsObjects) {
+  absl::StatusOr<ParsedRequest> request = ParseRequest(
+      Endpoint::kChatCompletions,
+      R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null,
+          "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f",
+          "arguments": "{\"a\": 1}"}}]}, {"role": "tool", "tool_call_id": "call_1",
+          "content": "ok"}]})",
+      {});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->messages[1]["tool_calls"][0]["function"]["arguments"],
+            Json::parse(R"({"a": 1})"));
+  ExpectRefused(
+      ParseRequest(Endpoint::kChatCompletions,
+                   R"({"messages": [{"role": "assistant", "tool_calls": [{"id": 1}]}]})", {}),
+      "'messages[0].tool_calls[0]'");
+}
+
+TEST(MessagesRequest, BecomesAChatRequest) {
+  absl::StatusOr<ParsedRequest> request = ParseMessagesRequest(R"({
+    "model": "m", "max_tokens": 9, "system": [{"type": "text", "text": "Be brief."}],
+    "stop_sequences": ["END"], "temperature": 0.5, "top_k": 5, "stream": true,
+    "tools": [{"name": "f", "description": "d", "input_schema": {"type": "object"}}],
+    "tool_choice": {"type": "auto"},
+    "messages": [
+      {"role": "user", "content": "hi"},
+      {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": "s"},
+        {"type": "text", "text": "calling"},
+        {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}}]},
+      {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "42", "is_error": true},
+        {"type": "text", "text": "and?"}]}]})",
+                                                               {});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->endpoint, Endpoint::kMessages);
+  EXPECT_EQ(request->max_tokens, 9);
+  EXPECT_EQ(request->stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(request->top_k, 5);
+  EXPECT_TRUE(request->stream);
+  EXPECT_EQ(request->tools[0]["function"]["parameters"], Json::parse(R"({"type": "object"})"));
+  const Json& messages = request->messages;
+  ASSERT_EQ(messages.size(), 5u) << messages.dump();
+  EXPECT_EQ(messages[0], Json::parse(R"({"role": "system", "content": "Be brief."})"));
+  EXPECT_EQ(messages[2]["content"], "calling");
+  EXPECT_EQ(messages[2]["reasoning_content"], "hm");
+  EXPECT_EQ(messages[2]["tool_calls"][0]["function"]["arguments"], Json::parse(R"({"a": 1})"));
+  EXPECT_EQ(messages[3],
+            Json::parse(R"({"role": "tool", "tool_call_id": "toolu_1", "content": "Error: 42"})"));
+  EXPECT_EQ(messages[4], Json::parse(R"({"role": "user", "content": "and?"})"));
+
+  const std::string ask = R"("messages": [{"role": "user", "content": "x"}])";
+  auto refused = [&](const std::string& fields, const std::string& part) {
+    ExpectRefused(ParseMessagesRequest("{" + ask + ", " + fields + "}", {}), part);
+  };
+  refused(R"("model": "m")", "'max_tokens' is required");
+  refused(R"("max_tokens": 5, "temperature": 1.5)", "'temperature' must be a number in [0, 1]");
+  refused(R"("max_tokens": 5, "tool_choice": {"type": "any"})", "'tool_choice'");
+  refused(R"("max_tokens": 5, "tool_choice": {"type": "auto", "disable_parallel_tool_use": true})",
+          "disable_parallel_tool_use");
+  refused(R"("max_tokens": 5, "tools": [{"type": "web_search_20250305", "name": "web_search"}])",
+          "'tools[0]'");
+  refused(R"("max_tokens": 5, "thinking": {"type": "enabled", "budget_tokens": 10})", "'thinking'");
+  ExpectRefused(ParseMessagesRequest(
+                    R"({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})", {}),
+                "'messages[0].role'");
+  // count_tokens takes no max_tokens and no sampling fields.
+  EXPECT_TRUE(ParseMessagesRequest("{" + ask + "}", {}, /*count_tokens=*/true).ok());
+  ExpectRefused(ParseMessagesRequest("{" + ask + R"(, "max_tokens": 5})", {}, true),
+                "'max_tokens' is not supported");
+}
+
+TEST(ResponsesRequest, BecomesAChatRequest) {
+  absl::StatusOr<ParsedRequest> request = ParseResponsesRequest(R"({
+    "model": "m", "instructions": "Be brief.", "max_output_tokens": 7, "store": false,
+    "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+    "input": [
+      {"role": "developer", "content": "Use tools."},
+      {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+      {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{\"a\": 1}"},
+      {"type": "function_call", "call_id": "call_2", "name": "f", "arguments": "{}"},
+      {"type": "function_call_output", "call_id": "call_1", "output": "42"}]})",
+                                                                {});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->endpoint, Endpoint::kResponses);
+  EXPECT_EQ(request->max_tokens, 7);
+  const Json& messages = request->messages;
+  ASSERT_EQ(messages.size(), 5u) << messages.dump();
+  EXPECT_EQ(messages[0]["content"], "Be brief.");
+  EXPECT_EQ(messages[1], Json::parse(R"({"role": "system", "content": "Use tools."})"));
+  EXPECT_EQ(messages[3]["role"], "assistant");
+  EXPECT_TRUE(messages[3]["content"].is_null());
+  EXPECT_EQ(messages[3]["tool_calls"].size(), 2u);
+  EXPECT_EQ(messages[4]["tool_call_id"], "call_1");
+  EXPECT_EQ(request->api_echo["instructions"], "Be brief.");
+  EXPECT_EQ(request->api_echo["max_output_tokens"], 7);
+
+  auto refused = [](const std::string& fields, const std::string& part) {
+    ExpectRefused(ParseResponsesRequest(R"({"input": "x", )" + fields + "}", {}), part);
+  };
+  refused(R"("store": true)", "'store' must be false");
+  refused(R"("previous_response_id": "resp_1")", "stateless");
+  refused(R"("max_output_tokens": 0)", "'max_output_tokens'");
+  refused(R"("text": {"format": {"type": "json_object"}})", "'text'");
+  refused(R"("tools": [{"type": "function", "name": "f", "strict": true}])", "'tools[0].strict'");
+  refused(R"("tools": [{"type": "web_search"}])", "'tools[0]'");
+  refused(R"("reasoning": {"effort": "low", "summary": "auto"})", "'reasoning'");
+  refused(R"("include": [])", "'include'");
+  ExpectRefused(ParseResponsesRequest(R"({"input": [{"type": "reasoning"}]})", {}),
+                "'input[0].type'");
+}
+
+ResponseContext Context(Endpoint endpoint) {
+  ResponseContext context;
+  context.endpoint = endpoint;
+  context.id = NewResponseId(endpoint);
+  context.model = "m";
+  return context;
+}
+
+engine::RequestOutput Finished() {
+  engine::RequestOutput output;
+  output.finished = true;
+  output.finish_reason = engine::FinishReason::kStop;
+  return output;
+}
+
+// Writes one choice's deltas through `writer` as the server does; returns the event text.
+std::string Stream(ApiWriter& writer, const std::vector<ParsedDelta>& deltas) {
+  ChoiceResult choice;
+  std::string events = writer.StreamStart();
+  for (const ParsedDelta& delta : deltas) {
+    for (const ToolCall& call : delta.calls) choice.tool_calls.push_back(call);
+    events += writer.StreamDelta(choice, delta, engine::RequestOutput());
+  }
+  choice.finish_reason = engine::FinishReason::kStop;
+  events += writer.StreamFinish(choice);
+  return events + writer.StreamEnd({choice}, Usage{3, 4, 0});
+}
+
+std::vector<std::string> EventNames(const std::string& events) {
+  std::vector<std::string> names;
+  for (size_t at = events.find("event: "); at != std::string::npos;
+       at = events.find("event: ", at + 1)) {
+    names.push_back(events.substr(at + 7, events.find('\n', at) - at - 7));
+  }
+  return names;
+}
+
+const ToolCall kCall = {"call_x", "f", R"({"a":1})"};
+
+TEST(MessagesWriter, StreamsBlocksInAnthropicOrder) {
+  std::unique_ptr<ApiWriter> writer = MakeMessagesWriter(Context(Endpoint::kMessages), 3);
+  ParsedDelta think, text, call;
+  think.reasoning = "hm";
+  text.content = "ok";
+  call.calls = {kCall};
+  const std::string events = Stream(*writer, {think, text, text, call});
+  EXPECT_EQ(EventNames(events),
+            (std::vector<std::string>{
+                "message_start", "content_block_start", "content_block_delta", "content_block_stop",
+                "content_block_start", "content_block_delta", "content_block_delta",
+                "content_block_stop", "content_block_start", "content_block_delta",
+                "content_block_stop", "message_delta", "message_stop"}));
+  EXPECT_THAT(events, HasSubstr(R"("stop_reason":"tool_use")"));
+  EXPECT_THAT(events, HasSubstr(R"("partial_json":"{\"a\":1}")"));
+  EXPECT_THAT(events, HasSubstr(R"("input_tokens":3)"));
+  EXPECT_THAT(events, HasSubstr(R"("index":2)"));
+}
+
+TEST(ResponsesWriter, NumbersEventsAndItems) {
+  std::unique_ptr<ApiWriter> writer = MakeResponsesWriter(Context(Endpoint::kResponses), {});
+  ParsedDelta text, call;
+  text.content = "ok";
+  call.calls = {kCall};
+  const std::string events = Stream(*writer, {text, call});
+  const std::vector<std::string> names = EventNames(events);
+  EXPECT_EQ(names.front(), "response.created");
+  EXPECT_EQ(names.back(), "response.completed");
+  for (size_t index = 0; index < names.size(); ++index) {
+    EXPECT_THAT(events, HasSubstr("\"sequence_number\":" + std::to_string(index)));
+  }
+  EXPECT_THAT(events, HasSubstr(R"("type":"response.function_call_arguments.done")"));
+  EXPECT_THAT(events, HasSubstr(R"("output_index":1)"));
+}
+
+TEST(OpenAiWriter, ToolCallChunksAndFinishReason) {
+  ResponseContext context = Context(Endpoint::kChatCompletions);
+  std::unique_ptr<ApiWriter> writer = MakeOpenAiWriter(context, 1, false);
+  ParsedDelta call;
+  call.calls = {kCall};
+  ChoiceResult choice;
+  choice.tool_calls = {kCall};
+  const std::string events = writer->StreamDelta(choice, call, engine::RequestOutput());
+  EXPECT_THAT(events, HasSubstr(R"("tool_calls":[{"index":0,"id":"call_x","type":"function",)"
+                                R"("function":{"name":"f","arguments":""}}])"));
+  EXPECT_THAT(events,
+              HasSubstr(R"("tool_calls":[{"index":0,"function":{"arguments":"{\"a\":1}"}}])"));
+  choice.finish_reason = engine::FinishReason::kStop;
+  EXPECT_THAT(writer->StreamFinish(choice), HasSubstr(R"("finish_reason":"tool_calls")"));
+  const Json response = writer->Response({choice}, {});
+  EXPECT_TRUE(response["choices"][0]["message"]["content"].is_null());
+  EXPECT_EQ(response["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(response["choices"][0]["finish_reason"], "tool_calls");
+  // A cancelled choice keeps its reason even with calls.
+  EXPECT_EQ(ChatFinishReason(engine::FinishReason::kCancelled, true), "abort");
+}
+
+TEST(Errors, AnthropicShape) {
+  ApiError error = ErrorFromStatus(absl::ResourceExhaustedError("busy"));
+  EXPECT_EQ(Json::parse(AnthropicErrorBody(error)),
+            Json::parse(R"({"type": "error", "error": {"type": "rate_limit_error",
+                                                        "message": "busy"}})"));
+  error = ErrorFromStatus(absl::NotFoundError("no"));
+  EXPECT_EQ(Json::parse(AnthropicErrorBody(error))["error"]["type"], "not_found_error");
+}
+
+}  // namespace
+}  // namespace llmrt::server
