@@ -16,6 +16,7 @@
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/plan_reader.h"
 #include "tests/e2e/test_util.h"
+#include "tests/fixtures/fixture_list.h"
 #include "tests/quant/accuracy.h"
 
 namespace llmc::quant_testing {
@@ -37,7 +38,20 @@ constexpr float kExactLogitTolerance = 1e-3f;
 // permutation (each moves logits by several units), and every greedy token must still agree.
 constexpr float kInt8ActivationLogitTolerance = 0.6f;
 
-class PrequantizedTest : public ::testing::TestWithParam<std::string> {};
+class PrequantizedTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  // What make_fixtures.py wrote about the checkpoint: its quantization_config, prompt, greedy.
+  const nlohmann::json& quant_reference() {
+    if (reference_.is_null()) {
+      reference_ = nlohmann::json::parse(
+          ReadFile(SourcePath("tests/fixtures/" + GetParam() + "/quant_reference.json")));
+    }
+    return reference_;
+  }
+
+ private:
+  nlohmann::json reference_;
+};
 
 TEST_P(PrequantizedTest, CodesDequantizeExactlyAndLogitsMatchReference) {
   const std::string dir = SourcePath("tests/fixtures/" + GetParam());
@@ -50,7 +64,7 @@ TEST_P(PrequantizedTest, CodesDequantizeExactlyAndLogitsMatchReference) {
   absl::StatusOr<std::unique_ptr<SafetensorsFile>> reference =
       SafetensorsFile::Open(dir + "/reference_dequantized.safetensors");
   ASSERT_TRUE(reference.ok()) << reference.status();
-  const std::string method = GetParam() == "llama_awq" ? "awq" : "gptq";
+  const std::string method = quant_reference()["quantization"]["quant_method"];
   EXPECT_NE(meta.quantization().find(method), std::string::npos) << meta.quantization();
 
   int quantized = 0, permuted = 0;
@@ -88,14 +102,14 @@ TEST_P(PrequantizedTest, CodesDequantizeExactlyAndLogitsMatchReference) {
     EXPECT_EQ(offset, weights.size()) << name;
   }
   EXPECT_EQ(quantized, 2 * 4);  // 2 layers x (qkv, o, gate_up, down)
-  if (GetParam() == "llama_gptq_actorder") {
+  if (quant_reference()["quantization"].value("desc_act", false)) {
     EXPECT_EQ(permuted, quantized);
   } else {
     EXPECT_EQ(permuted, 0);
   }
 
   // Logits of prompt + greedy[:-1] against the dequantized model in transformers.
-  nlohmann::json ref = nlohmann::json::parse(ReadFile(dir + "/quant_reference.json"));
+  const nlohmann::json& ref = quant_reference();
   std::vector<int32_t> tokens = ref["prompt_ids"].get<std::vector<int32_t>>();
   const std::vector<int32_t> greedy = ref["greedy_ids"].get<std::vector<int32_t>>();
   const size_t prompt_size = tokens.size();
@@ -122,8 +136,10 @@ TEST_P(PrequantizedTest, CodesDequantizeExactlyAndLogitsMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, PrequantizedTest,
-                         ::testing::Values("llama_gptq", "llama_gptq_actorder", "llama_awq"));
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, PrequantizedTest,
+    ::testing::ValuesIn(llmc::fixtures::PrequantizedFixtureNames(SourcePath(""))),
+    [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 TEST(PrequantizedCliTest, QuantOnAQuantizedCheckpointIsOneLineError) {
   QuantizeOptions int8;

@@ -134,8 +134,8 @@ std::vector<QuantFixtureCase> quantFixtureCases() {
     for (const Mode &mode : kModes)
       if (!mode.lmHead || fixture == "llama_mha")
         cases.push_back({"tests/fixtures/" + fixture, &mode});
-  for (const char *imported : {"llama_gptq", "llama_gptq_actorder", "llama_awq"})
-    cases.push_back({std::string("tests/fixtures/") + imported, nullptr});
+  for (const std::string &imported : fixtures::PrequantizedFixtureNames(LLMC_SOURCE_DIR))
+    cases.push_back({"tests/fixtures/" + imported, nullptr});
   for (const Mode &mode : kModes)
     if (std::string(mode.name) == "int8" || std::string(mode.name) == "int4_g32_asym")
       cases.push_back({"tests/data/stories260K", &mode});
