@@ -81,8 +81,16 @@ const float* Sampler::Process(const float* logits, int32_t vocab_size, const uin
   if (params_.logit_bias.empty() && !penalties && allowed == nullptr) return logits;
   processed_.assign(logits, logits + vocab_size);
   if (allowed != nullptr) {
-    for (int32_t id = 0; id < vocab_size; ++id) {
-      if (!MaskAllows(allowed, id)) processed_[id] = -std::numeric_limits<float>::infinity();
+    // Word by word: inside a JSON string nearly every word is all ones, between values nearly
+    // every word is zero, so the per-bit loop runs only on the mixed words.
+    constexpr float kMasked = -std::numeric_limits<float>::infinity();
+    for (int32_t base = 0; base < vocab_size; base += 32) {
+      const uint32_t word = allowed[base >> 5];
+      if (word == ~0u) continue;
+      const int32_t end = std::min(base + 32, vocab_size);
+      for (int32_t id = base; id < end; ++id) {
+        if (!((word >> (id - base)) & 1u)) processed_[id] = kMasked;
+      }
     }
   }
   for (const auto& [token, bias] : params_.logit_bias) {
@@ -146,18 +154,27 @@ void Sampler::SortPrefix(int64_t count) {
 void Sampler::BuildCandidates(const float* logits, int32_t vocab_size) {
   candidates_.resize(vocab_size);
   inverse_temperature_ = 1.0 / params_.temperature;
-  for (int32_t id = 0; id < vocab_size; ++id) candidates_[id] = {id, logits[id], 0.0};
+  // Tokens at -inf (masked by a constraint) can never be drawn: they are left out, so a step
+  // where the grammar allows a handful of tokens weighs a handful, not the whole vocabulary.
+  int32_t count = 0;
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    if (logits[id] != -std::numeric_limits<float>::infinity()) {
+      candidates_[count++] = {id, logits[id], 0.0};
+    }
+  }
+  if (count == 0) candidates_[count++] = {0, logits[0], 0.0};  // callers never mask all
+  candidates_.resize(count);
   sorted_ = 0;
-  kept_ = vocab_size;
-  float max_logit = logits[0];
-  if (params_.top_k > 0 && params_.top_k < vocab_size) {
+  kept_ = count;
+  float max_logit = candidates_[0].logit;
+  if (params_.top_k > 0 && params_.top_k < count) {
     kept_ = params_.top_k;
     std::partial_sort(candidates_.begin(), candidates_.begin() + kept_, candidates_.end(),
                       Before<Candidate>);
     sorted_ = kept_;  // weighted below
     max_logit = candidates_[0].logit;
   } else {
-    for (int32_t id = 1; id < vocab_size; ++id) max_logit = std::max(max_logit, logits[id]);
+    for (int32_t i = 1; i < count; ++i) max_logit = std::max(max_logit, candidates_[i].logit);
   }
   // Softmax of logit / temperature in double, shifted by the maximum for range.
   max_scaled_ = max_logit * inverse_temperature_;
@@ -169,8 +186,8 @@ void Sampler::BuildCandidates(const float* logits, int32_t vocab_size) {
       kept_weight_ += candidates_[i].probability;
     }
   } else {
-    for (int32_t id = 0; id < vocab_size; ++id) {
-      kept_weight_ += std::exp(logits[id] * inverse_temperature_ - max_scaled_);
+    for (int32_t i = 0; i < count; ++i) {
+      kept_weight_ += std::exp(candidates_[i].logit * inverse_temperature_ - max_scaled_);
     }
   }
   if (params_.top_p < 1.0) {
@@ -222,12 +239,8 @@ int32_t Sampler::Sample(const float* raw_logits, int32_t vocab_size, const uint3
     cumulative += candidates_[i].probability;
     if (target < cumulative) return candidates_[i].id;
   }
-  // Rounding left the total a hair below the kept weight and the draw above it: the last kept
-  // token of non-zero weight (a masked token has weight 0 and top-k may keep some).
-  for (int64_t i = kept_ - 1; i > 0; --i) {
-    if (candidates_[i].probability > 0.0) return candidates_[i].id;
-  }
-  return candidates_[0].id;
+  // Rounding left the total a hair below the kept weight and the draw above it.
+  return candidates_[kept_ - 1].id;
 }
 
 std::vector<float> Sampler::Probabilities(const float* raw_logits, int32_t vocab_size,
