@@ -25,11 +25,13 @@ arm64_packages=(
 )
 
 # The OpenAI and Anthropic Python SDKs, for the server's client tests (reference clients nobody
-# here wrote), into the python3 on PATH, which is the one the tests run. Debian's own python3
-# refuses system-wide pip installs (PEP 668); there the flag below says we mean it.
+# here wrote), jsonschema (the structured-output test validates with it) and xgrammar (its masks
+# are the reference of runtime/grammar/testdata/make_xgrammar_masks.py; it pulls torch), into
+# the python3 on PATH, which is the one the tests run. Debian's own python3 refuses system-wide
+# pip installs (PEP 668); there the flag below says we mean it.
 install_openai_sdk() {
   local sdk
-  for sdk in openai anthropic; do
+  for sdk in openai anthropic jsonschema xgrammar; do
     python3 -c "import $sdk" 2>/dev/null && continue
     echo "install-deps: pip install $sdk"
     python3 -m pip install --quiet "$sdk" 2>/dev/null ||
