@@ -423,10 +423,10 @@ int Synth(const std::vector<std::string>& args) {
     return 1;
   }
   uint64_t parameters = 0;
-  // The checkpoint was written from this same list, so it cannot fail now.
-  for (const llmc::SynthTensor& tensor : *llmc::SynthTensors(options.config)) {
-    parameters += tensor.num_elements();
-  }
+  // The checkpoint was written from this same list, so it cannot fail now. Kept in a variable:
+  // a range-for over `*SynthTensors(...)` would iterate a destroyed temporary.
+  const absl::StatusOr<std::vector<llmc::SynthTensor>> tensors = llmc::SynthTensors(options.config);
+  for (const llmc::SynthTensor& tensor : *tensors) parameters += tensor.num_elements();
   std::fprintf(stderr, "llmc: wrote %s (%.3f G parameters) in %.1f s\n", options.output_dir.c_str(),
                parameters / 1e9,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
