@@ -196,7 +196,9 @@ class ResponsesWriter : public ApiWriter {
   std::string StreamFinish(const ChoiceResult& choice) override {
     std::string events = Close();
     // A reply with neither text nor calls still has its (empty) message, as non-streamed.
-    if (output_.empty()) {
+    bool answered = false;
+    for (const Json& item : output_) answered = answered || item["type"] != "reasoning";
+    if (!answered) {
       const std::string id = ItemId("msg");
       events += Added(MessageItem(id, "", "in_progress"));
       events += Done(MessageItem(id, "", "completed"));

@@ -391,6 +391,20 @@ class AgentTest(unittest.TestCase):
         self.assertEqual(second.incomplete_details.reason, "max_output_tokens")
         self.assertEqual(second.output_text, "Let me check.")
 
+    def test_responses_cut_in_the_reasoning_streams_as_it_answers(self):
+        plain = self.client.responses.create(model="agent", input="hi", max_output_tokens=1)
+        with self.client.responses.stream(model="agent", input="hi",
+                                          max_output_tokens=1) as stream:
+            events = list(stream)
+        # An incomplete response ends with response.incomplete, as the API reference says (the
+        # SDK's get_final_response() waits for response.completed only).
+        self.assertEqual(events[-1].type, "response.incomplete")
+        streamed = events[-1].response
+        for response in (plain, streamed):
+            self.assertEqual(response.status, "incomplete")
+            self.assertEqual([item.type for item in response.output], ["reasoning", "message"])
+            self.assertEqual(response.output_text, "")
+
     def test_responses_refusals(self):
         for extra, name in [({"store": True}, "store"),
                             ({"previous_response_id": "resp_1"}, "previous_response_id"),
