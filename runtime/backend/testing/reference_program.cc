@@ -8,6 +8,7 @@
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/int4_layout.h"
 #include "runtime/plan/plan_reader.h"
+#include "runtime/plan/program_check.h"
 
 namespace llmrt::testing {
 namespace {
@@ -186,9 +187,7 @@ std::vector<double> ReferenceProgram(const plan::PlanMeta& meta, const BlobLooku
         const Matrix& v = values[op.inputs(2)];
         const int32_t head_dim = attention.head_dim();
         const int32_t group = attention.num_heads() / attention.num_kv_heads();
-        // 0: unset, the usual 1 / sqrt(head_dim).
-        const double scale =
-            attention.scale() > 0.0 ? attention.scale() : 1.0 / std::sqrt(double{head_dim});
+        const double scale = plan::SoftmaxScale(attention);
         Matrix out = rows(int64_t{attention.num_heads()} * head_dim);
         for (int64_t i = 0; i < num_tokens; ++i) {
           for (int32_t head = 0; head < attention.num_heads(); ++head) {
