@@ -20,13 +20,14 @@ constexpr int64_t kMaxRepeat = 10000;
 
 // The parsed form before lowering to elements.
 struct Expr {
-  enum class Type { kSequence, kAlternation, kLiteral, kClass, kReference, kRepeat };
+  enum class Type { kSequence, kAlternation, kLiteral, kClass, kReference, kRepeat, kToken };
   Type type = Type::kSequence;
   std::vector<std::unique_ptr<Expr>> children;  // sequence, alternation, repeat (one)
   std::string bytes;                            // literal
   CodeRanges ranges;                            // class (already negated if ^)
   std::string name;                             // reference
   int64_t min = 0, max = 0;                     // repeat; max -1: unbounded
+  int32_t token = 0;                            // token
   size_t offset = 0;                            // in the text, for messages
 };
 
@@ -227,6 +228,23 @@ class Parser {
         uint8_t bytes[4];
         item->bytes.append(reinterpret_cast<const char*>(bytes), EncodeUtf8(code, bytes));
       }
+      return item;
+    }
+    if (c == '<' && text_.substr(pos_, 2) == "<[") {
+      // <[ID]>: one whole token by id (llama.cpp's syntax), for special tokens that no byte
+      // string spells.
+      pos_ += 2;
+      item->type = Expr::Type::kToken;
+      const size_t digits = pos_;
+      int64_t id = 0;
+      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9' && id <= INT32_MAX) {
+        id = id * 10 + (text_[pos_++] - '0');
+      }
+      if (pos_ == digits || id > INT32_MAX || text_.substr(pos_, 2) != "]>") {
+        return Error(start, "expected a token id and ']>' in '<[ID]>'");
+      }
+      pos_ += 2;
+      item->token = static_cast<int32_t>(id);
       return item;
     }
     if (c == '[') {
@@ -511,6 +529,9 @@ class Lowering {
       }
       case Expr::Type::kRepeat:
         return Repeat(expr, out);
+      case Expr::Type::kToken:
+        out.push_back({Grammar::Kind::kToken, expr.token});
+        return absl::OkStatus();
     }
     return absl::OkStatus();
   }
@@ -638,7 +659,7 @@ absl::Status CheckLeftRecursion(const Grammar& grammar) {
         bool all_nullable = true;
         for (int32_t p = position; grammar.elements[p].kind != Grammar::Kind::kEnd; ++p) {
           const Grammar::Element& element = grammar.elements[p];
-          if (element.kind == Grammar::Kind::kBytes || !nullable[element.value]) {
+          if (element.kind != Grammar::Kind::kRule || !nullable[element.value]) {
             all_nullable = false;
             break;
           }

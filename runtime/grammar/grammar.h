@@ -9,6 +9,8 @@
 //                                         \uHHHH \UHHHHHHHH
 //   [a-z0-9_] [^"\\]                      a character class over code points, negated with ^
 //   .                                     any code point
+//   <[128010]>                            one whole token by id (llama.cpp's syntax): for
+//                                         special tokens, which no byte string spells
 //   ( ... ) | * + ? {m} {m,} {m,n}        grouping, alternation, repetition
 //   # comment                             to the end of the line
 // Rules end where the next `name ::=` begins, so a rule may span lines.
@@ -53,6 +55,7 @@ struct Grammar {
     kBytes,  // one byte from byte_sets[value]
     kRule,   // the rule rules[value]
     kEnd,    // end of an alternative
+    kToken,  // the whole token with id `value` (special tokens; matcher.h)
   };
   struct Element {
     Kind kind = Kind::kEnd;

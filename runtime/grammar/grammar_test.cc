@@ -106,6 +106,36 @@ TEST(MatcherTest, MaskFollowsTokensAcrossCharacterBoundaries) {
   EXPECT_FALSE(matcher.Accept(8).ok());  // past the tokenizer's vocabulary
 }
 
+TEST(MatcherTest, SpecialTokensOnlyWhereNamedWhole) {
+  // Token 2 is special: its content "<T>" is no text, so only <[2]> allows it.
+  std::vector<std::string> bytes = {"a", "<T>", "<T>", "<", "T>"};
+  std::vector<bool> special = {false, false, true, false, false};
+  auto vocabulary = TokenVocabulary::FromBytes(bytes, special, 6);
+  auto compiled = CompileGrammar(R"(root ::= <[2]> "a" | "<T>")", vocabulary);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  GrammarMatcher matcher(*compiled);
+  std::vector<uint32_t> mask(1);
+  ASSERT_TRUE(matcher.FillNextTokenMask(absl::MakeSpan(mask)).ok());
+  EXPECT_EQ(mask[0], (1u << 1) | (1u << 2) | (1u << 3));
+  std::unique_ptr<sampling::TokenConstraint> text = matcher.CloneInitial();
+  ASSERT_TRUE(matcher.Accept(2).ok());
+  ASSERT_TRUE(matcher.FillNextTokenMask(absl::MakeSpan(mask)).ok());
+  EXPECT_EQ(mask[0], 1u << 0);
+  EXPECT_FALSE(matcher.CanEnd());
+  ASSERT_TRUE(matcher.Accept(0).ok());
+  EXPECT_TRUE(matcher.CanEnd());
+  // The text "<T>" ends the other alternative and cannot be followed by the special token.
+  ASSERT_TRUE(text->Accept(1).ok());
+  EXPECT_TRUE(text->CanEnd());
+  EXPECT_FALSE(text->Accept(2).ok());
+
+  EXPECT_THAT(CompileGrammar("root ::= <[0]>", vocabulary).status().message(),
+              HasSubstr("<[0]> is a text token"));
+  EXPECT_THAT(CompileGrammar("root ::= <[6]>", vocabulary).status().message(),
+              HasSubstr("outside the vocabulary"));
+  EXPECT_THAT(ParseGrammar("root ::= <[x]>").status().message(), HasSubstr("'<[ID]>'"));
+}
+
 TEST(RegexTest, Subset) {
   auto matches = [](const std::string& regex, const std::string& text) {
     absl::StatusOr<std::string> body = RegexToGbnf(regex, false);

@@ -159,13 +159,14 @@ std::string IntegerRange(std::optional<int64_t> low, std::optional<int64_t> high
 
 class Converter {
  public:
-  explicit Converter(const Json& root) : root_(root) {}
+  Converter(const Json& root, std::string_view prefix) : root_(root), prefix_(prefix) {}
 
+  // The schema's rules, without the building blocks.
   absl::StatusOr<std::string> Convert() {
     LLMRT_ASSIGN_OR_RETURN(std::string root_expression, Visit(root_, ""));
-    std::string text = "root ::= " + root_expression + "\n";
+    std::string text = prefix_ + "root ::= " + root_expression + "\n";
     for (const std::string& rule : rules_) text += rule;
-    return text + kBaseRules;
+    return text;
   }
 
  private:
@@ -183,7 +184,7 @@ class Converter {
   }
 
   std::string NewRule(const std::string& body) {
-    const std::string name = absl::StrFormat("s%d", next_rule_++);
+    const std::string name = absl::StrFormat("%ss%d", prefix_, next_rule_++);
     rules_.push_back(name + " ::= " + body + "\n");
     return name;
   }
@@ -332,7 +333,7 @@ class Converter {
       pos = end;
     }
     // The rule name is taken before its body is converted, so recursive references find it.
-    const std::string name = absl::StrFormat("s%d", next_rule_++);
+    const std::string name = absl::StrFormat("%ss%d", prefix_, next_rule_++);
     ref_rules_[target] = name;
     const size_t slot = rules_.size();
     rules_.emplace_back();
@@ -658,6 +659,7 @@ class Converter {
   }
 
   const Json& root_;
+  const std::string prefix_;
   std::vector<std::string> rules_;
   std::map<std::string, std::string> ref_rules_;
   int next_rule_ = 1;
@@ -667,8 +669,16 @@ class Converter {
 }  // namespace
 
 absl::StatusOr<std::string> JsonSchemaToGbnf(const nlohmann::ordered_json& schema) {
-  return Converter(schema).Convert();
+  LLMRT_ASSIGN_OR_RETURN(std::string rules, Converter(schema, "").Convert());
+  return rules + kBaseRules;
 }
+
+absl::StatusOr<std::string> JsonSchemaRules(const nlohmann::ordered_json& schema,
+                                            std::string_view prefix) {
+  return Converter(schema, prefix).Convert();
+}
+
+std::string JsonBaseGbnf() { return kBaseRules; }
 
 std::string JsonObjectGbnf() { return std::string("root ::= json-object\n") + kBaseRules; }
 

@@ -28,6 +28,7 @@
 #define LLMRT_GRAMMAR_JSON_SCHEMA_H_
 
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -37,6 +38,14 @@ namespace llmrt::grammar {
 // GBNF whose start rule `root` matches exactly the JSON texts (in the layout above) that
 // validate against `schema`.
 absl::StatusOr<std::string> JsonSchemaToGbnf(const nlohmann::ordered_json& schema);
+
+// The rules of `schema` alone, for grammars that hold several schemas (one per tool): the start
+// rule is PREFIXroot, helpers PREFIXs1, PREFIXs2, ...; they use the shared JSON building blocks
+// (json-string, json-value, json-object, ...), which JsonBaseGbnf() defines once per grammar.
+// `prefix`: rule-name characters [a-zA-Z0-9_-], distinct per schema.
+absl::StatusOr<std::string> JsonSchemaRules(const nlohmann::ordered_json& schema,
+                                            std::string_view prefix);
+std::string JsonBaseGbnf();
 
 // GBNF for any JSON object (response_format json_object), in the same layout.
 std::string JsonObjectGbnf();

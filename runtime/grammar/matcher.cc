@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <utility>
 
@@ -237,6 +238,7 @@ void CompiledGrammar::Close(int32_t position, int32_t parent, std::vector<int32_
   const Grammar::Element& element = grammar_.elements[position];
   switch (element.kind) {
     case Grammar::Kind::kBytes:
+    case Grammar::Kind::kToken:
       tops.push_back(InternFrame(position, parent));
       return;
     case Grammar::Kind::kEnd:
@@ -288,19 +290,41 @@ absl::StatusOr<int32_t> CompiledGrammar::InternState(std::vector<int32_t> tops,
   return id;
 }
 
-absl::StatusOr<int32_t> CompiledGrammar::Step(int32_t state, uint8_t byte) const {
-  const int32_t known = states_[state].next[byte];
-  if (known != kUnknown) return known;
+absl::StatusOr<int32_t> CompiledGrammar::Successor(
+    int32_t state, const std::function<bool(const Grammar::Element&)>& matches) const {
   std::vector<int32_t> tops;
   bool accepting = false;
   absl::flat_hash_set<uint64_t> visited;
   for (int32_t top : states_[state].tops) {
     const Frame frame = frames_[top];
-    const ByteSet& set = grammar_.byte_sets[grammar_.elements[frame.position].value];
-    if (set.Has(byte)) Close(frame.position + 1, frame.parent, tops, accepting, visited);
+    if (matches(grammar_.elements[frame.position])) {
+      Close(frame.position + 1, frame.parent, tops, accepting, visited);
+    }
   }
-  LLMRT_ASSIGN_OR_RETURN(const int32_t next, InternState(std::move(tops), accepting));
+  return InternState(std::move(tops), accepting);
+}
+
+absl::StatusOr<int32_t> CompiledGrammar::Step(int32_t state, uint8_t byte) const {
+  const int32_t known = states_[state].next[byte];
+  if (known != kUnknown) return known;
+  LLMRT_ASSIGN_OR_RETURN(
+      const int32_t next, Successor(state, [this, byte](const Grammar::Element& element) {
+        return element.kind == Grammar::Kind::kBytes && grammar_.byte_sets[element.value].Has(byte);
+      }));
   states_[state].next[byte] = next;
+  return next;
+}
+
+absl::StatusOr<int32_t> CompiledGrammar::AdvanceToken(int32_t state, int32_t token) const {
+  if (state == kDead) return kDead;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t key = static_cast<uint64_t>(state) << 32 | static_cast<uint32_t>(token);
+  if (auto known = token_next_.find(key); known != token_next_.end()) return known->second;
+  LLMRT_ASSIGN_OR_RETURN(const int32_t next,
+                         Successor(state, [token](const Grammar::Element& element) {
+                           return element.kind == Grammar::Kind::kToken && element.value == token;
+                         }));
+  token_next_.emplace(key, next);
   return next;
 }
 
@@ -349,6 +373,13 @@ absl::Status CompiledGrammar::FillMask(int32_t state, absl::Span<uint32_t> mask)
     }
     ++i;
   }
+  // Whole-token elements (<[ID]>) waiting at this state; CompileGrammar checked their ids.
+  for (int32_t top : states_[state].tops) {
+    const Grammar::Element& element = grammar_.elements[frames_[top].position];
+    if (element.kind == Grammar::Kind::kToken) {
+      mask[element.value >> 5] |= 1u << (element.value & 31);
+    }
+  }
   const int64_t bytes = static_cast<int64_t>(mask.size() * sizeof(uint32_t));
   if (mask_cache_bytes_ + bytes > kMaskCacheBytes) {
     mask_cache_.clear();
@@ -370,13 +401,15 @@ bool GrammarMatcher::CanEnd() const { return grammar_->Accepting(state_); }
 
 absl::Status GrammarMatcher::Accept(int32_t token) {
   const TokenVocabulary& vocabulary = grammar_->vocabulary();
-  if (!vocabulary.Usable(token)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "grammar: token %d is special or outside the vocabulary; a grammar never allows it",
-        token));
+  if (token < 0 || token >= vocabulary.vocab_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("grammar: token %d is outside the vocabulary", token));
   }
+  // Text tokens advance by their bytes; special tokens only where the grammar names them.
   LLMRT_ASSIGN_OR_RETURN(const int32_t next,
-                         grammar_->Advance(state_, vocabulary.TokenBytes(token)));
+                         vocabulary.Usable(token)
+                             ? grammar_->Advance(state_, vocabulary.TokenBytes(token))
+                             : grammar_->AdvanceToken(state_, token));
   if (next == CompiledGrammar::kDead) {
     return absl::InvalidArgumentError(
         absl::StrFormat("grammar: token %d does not continue the grammar here", token));
@@ -399,6 +432,21 @@ std::unique_ptr<sampling::TokenConstraint> GrammarMatcher::CloneInitial() const 
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileGrammar(
     std::string_view gbnf, std::shared_ptr<const TokenVocabulary> vocabulary) {
   LLMRT_ASSIGN_OR_RETURN(Grammar grammar, ParseGrammar(gbnf));
+  // A text token named by id would have two ways to advance (its bytes and its id); the bytes
+  // are the one way, so <[ID]> is for tokens a byte string cannot spell.
+  for (const Grammar::Element& element : grammar.elements) {
+    if (element.kind != Grammar::Kind::kToken) continue;
+    if (element.value >= vocabulary->vocab_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("grammar: <[%d]> is outside the vocabulary (%d tokens)", element.value,
+                          vocabulary->vocab_size()));
+    }
+    if (vocabulary->Usable(element.value)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("grammar: <[%d]> is a text token; write its text %s as a literal instead",
+                          element.value, GbnfLiteral(vocabulary->TokenBytes(element.value))));
+    }
+  }
   auto compiled = std::make_shared<CompiledGrammar>(std::move(grammar), std::move(vocabulary));
   if (compiled->InitialState() == CompiledGrammar::kDead) {
     return absl::InvalidArgumentError("grammar: the start rule matches nothing");

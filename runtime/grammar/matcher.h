@@ -4,8 +4,10 @@
 // TokenVocabulary (one per tokenizer, shared): every token id's bytes as the detokenizer would
 // emit them (byte-level BPE pieces through GPT-2's byte map, SentencePiece "▁" as a space,
 // byte-fallback <0xNN> as the one byte NN, added tokens as their content), and a byte trie of
-// all of them in preorder. Special tokens (control tokens such as <|im_end|>) and ids past the
-// tokenizer's vocabulary (padding rows of the model's lm_head) are never allowed by a grammar.
+// all of them in preorder. Special tokens (control tokens such as <|im_end|>) are allowed only
+// where a grammar names them whole (<[ID]>, grammar.h): their content is not text, so no byte
+// string may match them. Ids past the tokenizer's vocabulary (padding rows of the model's
+// lm_head) are never allowed.
 //
 // CompiledGrammar (one per grammar and vocabulary, shared by every sequence that uses it): the
 // grammar's pushdown automaton, built lazily. A parser state is the set of stacks the bytes so
@@ -28,6 +30,7 @@
 #define LLMRT_GRAMMAR_MATCHER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -99,6 +102,8 @@ class CompiledGrammar {
   int32_t InitialState() const { return initial_state_; }
   // The state after `bytes` from `state`, kDead if rejected.
   absl::StatusOr<int32_t> Advance(int32_t state, std::string_view bytes) const;
+  // The state after the whole token `token` (a <[ID]> element) from `state`, kDead if rejected.
+  absl::StatusOr<int32_t> AdvanceToken(int32_t state, int32_t token) const;
   bool Accepting(int32_t state) const;
   absl::Status FillMask(int32_t state, absl::Span<uint32_t> mask) const;
 
@@ -108,7 +113,7 @@ class CompiledGrammar {
     int32_t parent;    // the frame to resume when this one ends; -1: the root's end
   };
   struct State {
-    std::vector<int32_t> tops;  // frames whose position is a kBytes element, sorted
+    std::vector<int32_t> tops;  // frames whose position is a kBytes or kToken element, sorted
     bool accepting = false;
     std::unique_ptr<int32_t[]> next;  // 256 transitions; kUnknown until computed
   };
@@ -122,6 +127,9 @@ class CompiledGrammar {
   // The interned state of (sorted, unique) tops; kDead when there are none and it does not
   // accept. ResourceExhausted past kMaxStates.
   absl::StatusOr<int32_t> InternState(std::vector<int32_t> tops, bool accepting) const;
+  // The state of the stacks whose top element `matches`, each advanced past it.
+  absl::StatusOr<int32_t> Successor(
+      int32_t state, const std::function<bool(const Grammar::Element&)>& matches) const;
   absl::StatusOr<int32_t> Step(int32_t state, uint8_t byte) const;
 
   const Grammar grammar_;
@@ -133,6 +141,7 @@ class CompiledGrammar {
   mutable absl::flat_hash_map<uint64_t, int32_t> frame_ids_;
   mutable std::vector<State> states_;
   mutable absl::flat_hash_map<std::vector<int32_t>, int32_t> state_ids_;
+  mutable absl::flat_hash_map<uint64_t, int32_t> token_next_;  // (state, token) -> state
   mutable absl::flat_hash_map<int32_t, std::vector<uint32_t>> mask_cache_;
   mutable int64_t mask_cache_bytes_ = 0;
   mutable std::vector<int32_t> walk_states_;  // per trie depth, FillMask scratch
