@@ -12,6 +12,9 @@ packages=(
   libhwy-dev libpcre2-dev libxxhash-dev
   clang-16 libclang-rt-16-dev
   libcpp-httplib-dev nlohmann-json3-dev
+  # KV-cache events (runtime/server/kv_events.cc); Prometheus, headless Chromium and its driver
+  # for the gateway tests (tests/gateway/: a real scraper, the chat page in a real browser).
+  libzmq3-dev prometheus chromium chromium-driver
 )
 # arm64 (scripts/cross-arm64.sh): the cross toolchain, qemu to run its output, and the :arm64
 # -dev packages of the runtime core (multiarch, beside the amd64 ones; protoc stays amd64).
@@ -31,8 +34,12 @@ arm64_packages=(
 # pip installs (PEP 668); there the flag below says we mean it.
 install_openai_sdk() {
   local sdk
-  for sdk in openai anthropic jsonschema xgrammar; do
-    python3 -c "import $sdk" 2>/dev/null && continue
+  # pyzmq (import name zmq) and msgspec decode the KV-cache events as vLLM's own subscribers
+  # do; selenium drives Chromium for the chat-page test (tests/gateway/).
+  for sdk in openai anthropic jsonschema xgrammar pyzmq msgspec selenium; do
+    local module="$sdk"
+    [ "$sdk" = pyzmq ] && module=zmq
+    python3 -c "import $module" 2>/dev/null && continue
     echo "install-deps: pip install $sdk"
     python3 -m pip install --quiet "$sdk" 2>/dev/null ||
       python3 -m pip install --quiet --break-system-packages "$sdk"

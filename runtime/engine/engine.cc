@@ -22,6 +22,7 @@ struct RequestState {
   int64_t cached_prompt_tokens = 0;
   Clock::time_point submitted;
   double queue_seconds = -1.0;  // set when first scheduled
+  uint64_t stats_epoch = 0;     // PublishStats() counted this request in that call
 };
 
 struct Engine::Inbox {
@@ -67,6 +68,8 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
   prefill_chunk_tokens_ =
       options.prefill_chunk_tokens == 0 ? kDefaultPrefillChunkTokens : options.prefill_chunk_tokens;
   eos_token_ids_ = options.eos_token_ids;
+  on_kv_events_ = options.on_kv_events;
+  pool_.set_record_events(static_cast<bool>(on_kv_events_));
   if (eos_token_ids_.empty()) {
     for (int64_t id : model.meta().generation().eos_token_ids()) {
       eos_token_ids_.push_back(static_cast<int32_t>(id));
@@ -205,6 +208,23 @@ absl::Status Engine::RunUntilIdle() {
 }
 
 absl::StatusOr<bool> Engine::Step() {
+  std::lock_guard<std::mutex> step_lock(step_mutex_);
+  absl::StatusOr<bool> stepped = StepLocked();
+  if (on_kv_events_) {
+    // After the whole step: evictions (Schedule, CopyBlocks) and registrations (Sample) of
+    // this step in the order the pool made them.
+    std::vector<kv::KvCacheEvent> events = pool_.TakeEvents();
+    if (!events.empty()) on_kv_events_(std::move(events));
+  }
+  return stepped;
+}
+
+std::vector<kv::CachedBlock> Engine::CachedBlocks() const {
+  std::lock_guard<std::mutex> step_lock(step_mutex_);
+  return pool_.CachedBlocks();
+}
+
+absl::StatusOr<bool> Engine::StepLocked() {
   const Clock::time_point step_start = Clock::now();
   TakeInbox();
   FreeFinished();  // cancelled ones
@@ -608,6 +628,23 @@ void Engine::PublishStats() {
   EngineStats stats;
   stats.running = static_cast<int32_t>(running_.size());
   stats.waiting = static_cast<int32_t>(waiting_.size());
+  // Requests by their choices, running first: a request with a running choice is running.
+  // The epoch marks a request counted in this call without clearing marks between calls.
+  const uint64_t epoch = ++stats_epoch_;
+  int32_t running_requests = 0, waiting_requests = 0;
+  for (Sequence* sequence : running_) {
+    if (sequence->request->stats_epoch == epoch) continue;
+    sequence->request->stats_epoch = epoch;
+    ++running_requests;
+  }
+  for (Sequence* sequence : waiting_) {
+    if (sequence->request->stats_epoch == epoch) continue;
+    sequence->request->stats_epoch = epoch;
+    ++waiting_requests;
+  }
+  stats.running_requests = running_requests;
+  stats.waiting_requests = waiting_requests;
+  stats.kv_block_size = pool_.block_size();
   stats.kv_blocks_total = pool_.num_blocks();
   stats.kv_blocks_used = pool_.num_used_blocks();
   stats.kv_usage = stats.kv_blocks_total > 0

@@ -140,12 +140,25 @@ struct EngineOptions {
   int32_t max_seqs = 0;
   // EOS ids; empty: the plan's generation_config eos_token_ids, else the tokenizer's eos.
   std::vector<int32_t> eos_token_ids;
+  // KV-cache events (kv::KvCacheEvent): when set, the pool records every block it registers or
+  // evicts and the engine hands each step's events, in order, to this callback on the engine
+  // thread at the end of the step (one call per step that changed the cache). It must not block
+  // for long and must not call into the engine. Unset: nothing is recorded.
+  std::function<void(std::vector<kv::KvCacheEvent>)> on_kv_events;
 };
 
 // A snapshot for /metrics. Counters are totals since the engine was created.
 struct EngineStats {
+  // Sequences (choices) in the running batch and in the waiting queue: a request with n = 2
+  // counts 2 once its choices have forked.
   int32_t running = 0;
   int32_t waiting = 0;
+  // Requests: one per Submit(), whatever its n. A request is running while any of its choices
+  // is in the running batch, waiting while it has choices and none of them runs (vLLM's
+  // num_requests_running / num_requests_waiting count sequence groups the same way).
+  int32_t running_requests = 0;
+  int32_t waiting_requests = 0;
+  int32_t kv_block_size = 0;
   int32_t kv_blocks_total = 0;
   int32_t kv_blocks_used = 0;
   double kv_usage = 0.0;  // used / total
@@ -206,6 +219,9 @@ class Engine {
   void Stop();
 
   EngineStats GetStats() const;
+  // The prefix cache's registered blocks, read between steps (any thread; waits for a running
+  // step to end). A KV-event subscriber's mirror of this replica must equal it.
+  std::vector<kv::CachedBlock> CachedBlocks() const;
   int64_t max_context() const { return model_.max_context(); }
 
  private:
@@ -222,6 +238,7 @@ class Engine {
   FinishReason ConstrainedMask(Sequence& sequence, absl::Status& status);
   std::unique_ptr<Sequence> Fork(Sequence& parent, int32_t index);
   void PublishStats();
+  absl::StatusOr<bool> StepLocked();  // Step() under step_mutex_
 
   Model& model_;
   const Tokenizer* tokenizer_;
@@ -250,6 +267,12 @@ class Engine {
   int64_t decode_steps_ = 0, decode_sequences_ = 0;
   double decode_seconds_ = 0.0, decode_bytes_ = 0.0;
   double step_seconds_ = 0.0, model_seconds_ = 0.0, sample_seconds_ = 0.0;
+
+  uint64_t stats_epoch_ = 0;
+  std::function<void(std::vector<kv::KvCacheEvent>)> on_kv_events_;
+  // Held by Step() for the whole step and by CachedBlocks(): the pool is the engine thread's
+  // otherwise.
+  mutable std::mutex step_mutex_;
 
   // Shared with other threads, under mutex_.
   mutable std::mutex mutex_;

@@ -94,7 +94,9 @@ BlockPool::BlockPool(int32_t num_blocks, int32_t block_size, const PrefixCacheKe
       lru_next_(num_blocks, -1),
       cached_hash_(num_blocks, 0),
       cached_hash_valid_(num_blocks, false),
-      cached_tokens_(static_cast<size_t>(num_blocks) * block_size, 0) {
+      cached_tokens_(static_cast<size_t>(num_blocks) * block_size, 0),
+      cached_parent_(num_blocks, 0),
+      cached_has_parent_(num_blocks, false) {
   free_blocks_.reserve(num_blocks);
   // Pushed in reverse so that Allocate() hands out 0, 1, 2, ... on a fresh pool.
   for (int32_t block = num_blocks - 1; block >= 0; --block) free_blocks_.push_back(block);
@@ -139,6 +141,7 @@ absl::StatusOr<int32_t> BlockPool::Allocate() {
     cached_blocks_.erase(cached_hash_[block]);
     cached_hash_valid_[block] = false;
     ++stats_.evictions;
+    if (record_events_) RecordRemoved(cached_hash_[block]);
   } else {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "KV cache: all %d blocks of %d tokens are in use", num_blocks(), block_size_));
@@ -195,7 +198,8 @@ int32_t BlockPool::Lookup(uint64_t hash, absl::Span<const int32_t> tokens) const
   return std::equal(tokens.begin(), tokens.end(), stored) ? block : -1;
 }
 
-bool BlockPool::Register(int32_t block, uint64_t hash, absl::Span<const int32_t> tokens) {
+bool BlockPool::Register(int32_t block, uint64_t hash, absl::Span<const int32_t> tokens,
+                         std::optional<uint64_t> parent_hash) {
   if (block < 0 || block >= num_blocks() || ref_counts_[block] == 0 || cached_hash_valid_[block] ||
       tokens.size() != static_cast<size_t>(block_size_)) {
     return false;
@@ -205,7 +209,63 @@ bool BlockPool::Register(int32_t block, uint64_t hash, absl::Span<const int32_t>
   cached_hash_valid_[block] = true;
   std::copy(tokens.begin(), tokens.end(),
             cached_tokens_.begin() + static_cast<size_t>(block) * block_size_);
+  cached_has_parent_[block] = parent_hash.has_value();
+  cached_parent_[block] = parent_hash.value_or(0);
+  if (record_events_) RecordStored(hash, parent_hash, tokens);
   return true;
+}
+
+void BlockPool::RecordStored(uint64_t hash, std::optional<uint64_t> parent_hash,
+                             absl::Span<const int32_t> tokens) {
+  // Continues the last event when this block hangs off its last hash: one prompt's blocks,
+  // committed in one step, travel as one event (as vLLM sends them).
+  if (!events_.empty() && parent_hash.has_value()) {
+    KvCacheEvent& last = events_.back();
+    if (last.kind == KvCacheEvent::Kind::kStored && last.block_hashes.back() == *parent_hash) {
+      last.block_hashes.push_back(hash);
+      last.token_ids.insert(last.token_ids.end(), tokens.begin(), tokens.end());
+      return;
+    }
+  }
+  KvCacheEvent event;
+  event.kind = KvCacheEvent::Kind::kStored;
+  event.block_hashes.push_back(hash);
+  event.has_parent = parent_hash.has_value();
+  event.parent_hash = parent_hash.value_or(0);
+  event.token_ids.assign(tokens.begin(), tokens.end());
+  events_.push_back(std::move(event));
+}
+
+void BlockPool::RecordRemoved(uint64_t hash) {
+  if (events_.empty() || events_.back().kind != KvCacheEvent::Kind::kRemoved) {
+    KvCacheEvent event;
+    event.kind = KvCacheEvent::Kind::kRemoved;
+    events_.push_back(std::move(event));
+  }
+  events_.back().block_hashes.push_back(hash);
+}
+
+std::vector<KvCacheEvent> BlockPool::TakeEvents() {
+  std::vector<KvCacheEvent> taken;
+  taken.swap(events_);
+  return taken;
+}
+
+std::vector<CachedBlock> BlockPool::CachedBlocks() const {
+  std::vector<CachedBlock> blocks;
+  blocks.reserve(cached_blocks_.size());
+  for (int32_t block = 0; block < num_blocks(); ++block) {
+    if (!cached_hash_valid_[block]) continue;
+    CachedBlock cached;
+    cached.block = block;
+    cached.hash = cached_hash_[block];
+    cached.has_parent = cached_has_parent_[block];
+    cached.parent_hash = cached_parent_[block];
+    const int32_t* tokens = cached_tokens_.data() + static_cast<size_t>(block) * block_size_;
+    cached.token_ids.assign(tokens, tokens + block_size_);
+    blocks.push_back(std::move(cached));
+  }
+  return blocks;
 }
 
 absl::Status BlockTable::Reserve(BlockPool& pool, int64_t num_tokens) {
@@ -283,8 +343,11 @@ void BlockTable::CommitFullBlocks(BlockPool& pool, absl::Span<const int32_t> tok
   while (num_hashed_blocks_ < full_blocks) {
     absl::Span<const int32_t> block_tokens =
         tokens.subspan(num_hashed_blocks_ * block_size, block_size);
+    // The chain starts at 0 (HashBlock's parent for the first block), which is no block's hash.
+    const std::optional<uint64_t> parent =
+        num_hashed_blocks_ == 0 ? std::nullopt : std::optional<uint64_t>(last_hash_);
     last_hash_ = HashBlock(pool.key(), last_hash_, block_tokens);
-    pool.Register(blocks_[num_hashed_blocks_], last_hash_, block_tokens);
+    pool.Register(blocks_[num_hashed_blocks_], last_hash_, block_tokens, parent);
     ++num_hashed_blocks_;
   }
 }

@@ -27,6 +27,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -48,6 +49,30 @@ uint64_t SipHash24(const PrefixCacheKey& key, absl::Span<const uint8_t> bytes);
 // SipHash-2-4 of `parent_hash` followed by `tokens`, all little-endian, keyed with `key`.
 uint64_t HashBlock(const PrefixCacheKey& key, uint64_t parent_hash,
                    absl::Span<const int32_t> tokens);
+
+// A change to the set of registered (prefix-cached) blocks, for subscribers that mirror a
+// replica's cache: KV-cache events (runtime/server/kv_events.h publishes them in vLLM's schema).
+// Hashes are the pool's own chained block hashes (HashBlock), so a stored block names its parent
+// by the hash the parent was stored under. Runs are coalesced as they are recorded: blocks
+// registered one after another along one chain make one kStored event (the parent of the first,
+// then every hash and all their tokens in order), consecutive evictions one kRemoved.
+struct KvCacheEvent {
+  enum class Kind { kStored, kRemoved, kAllCleared };
+  Kind kind = Kind::kStored;
+  std::vector<uint64_t> block_hashes;
+  bool has_parent = false;  // kStored: false for the first block of a prompt
+  uint64_t parent_hash = 0;
+  std::vector<int32_t> token_ids;  // kStored: block_size tokens per hash
+};
+
+// One registered block as the pool holds it (BlockPool::CachedBlocks()).
+struct CachedBlock {
+  int32_t block = 0;
+  uint64_t hash = 0;
+  bool has_parent = false;
+  uint64_t parent_hash = 0;
+  std::vector<int32_t> token_ids;
+};
 
 struct BlockPoolStats {
   int64_t prefix_queried_tokens = 0;  // full-block prompt tokens looked up
@@ -74,8 +99,18 @@ class BlockPool {
   int32_t Lookup(uint64_t hash, absl::Span<const int32_t> tokens) const;
   // Registers a full, computed, referenced block. Returns false (and changes nothing) when the
   // hash already has a block (the same prefix computed twice; the first copy stays the cached
-  // one) or the block is registered already.
-  bool Register(int32_t block, uint64_t hash, absl::Span<const int32_t> tokens);
+  // one) or the block is registered already. `parent_hash` (absent for a prompt's first block)
+  // is kept for CachedBlocks() and the kStored event.
+  bool Register(int32_t block, uint64_t hash, absl::Span<const int32_t> tokens,
+                std::optional<uint64_t> parent_hash = std::nullopt);
+
+  // KV-cache events: off by default (nothing is recorded). When on, every registration and every
+  // eviction is appended to a buffer that TakeEvents() empties; the engine takes it once a step.
+  void set_record_events(bool record) { record_events_ = record; }
+  bool record_events() const { return record_events_; }
+  std::vector<KvCacheEvent> TakeEvents();
+  // Every registered block, ascending by block id: what a subscriber of the events must hold.
+  std::vector<CachedBlock> CachedBlocks() const;
 
   int32_t ref_count(int32_t block) const { return ref_counts_[block]; }
   bool is_cached(int32_t block) const { return cached_hash_valid_[block]; }
@@ -94,6 +129,9 @@ class BlockPool {
   absl::Status CheckIndex(int32_t block, const char* action) const;
   void LruPushBack(int32_t block);
   void LruRemove(int32_t block);
+  void RecordStored(uint64_t hash, std::optional<uint64_t> parent_hash,
+                    absl::Span<const int32_t> tokens);
+  void RecordRemoved(uint64_t hash);
 
   int32_t block_size_;
   PrefixCacheKey key_;
@@ -109,7 +147,11 @@ class BlockPool {
   absl::flat_hash_map<uint64_t, int32_t> cached_blocks_;
   std::vector<uint64_t> cached_hash_;
   std::vector<bool> cached_hash_valid_;
-  std::vector<int32_t> cached_tokens_;  // [num_blocks, block_size]
+  std::vector<int32_t> cached_tokens_;   // [num_blocks, block_size]
+  std::vector<uint64_t> cached_parent_;  // valid where cached_has_parent_
+  std::vector<bool> cached_has_parent_;
+  bool record_events_ = false;
+  std::vector<KvCacheEvent> events_;
   BlockPoolStats stats_;
 };
 

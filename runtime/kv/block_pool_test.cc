@@ -216,5 +216,56 @@ TEST(CopyOnWriteTest, ForkSharesBlocksAndWritingCopiesTheSharedOne) {
   EXPECT_EQ(pool.num_used_blocks(), 0);
 }
 
+// The events a subscriber needs to mirror the cache: a prompt's blocks stored as one chained
+// event, evictions as removals of exactly the hashes that were stored, and a mirror built from
+// them equal to CachedBlocks().
+TEST(BlockPoolEventsTest, StoredAndRemovedEventsMirrorTheCache) {
+  BlockPool pool(3, 2);
+  pool.set_record_events(true);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  BlockTable table;
+  ASSERT_TRUE(table.Reserve(pool, 5).ok());
+  table.CommitFullBlocks(pool, prompt, 5);
+  std::vector<KvCacheEvent> events = pool.TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, KvCacheEvent::Kind::kStored);
+  ASSERT_EQ(events[0].block_hashes.size(), 2u);
+  EXPECT_FALSE(events[0].has_parent);
+  EXPECT_EQ(events[0].token_ids, (std::vector<int32_t>{1, 2, 3, 4}));
+  const uint64_t first = HashBlock(pool.key(), 0, {1, 2});
+  EXPECT_EQ(events[0].block_hashes[0], first);
+  EXPECT_EQ(events[0].block_hashes[1], HashBlock(pool.key(), first, {3, 4}));
+  EXPECT_TRUE(pool.TakeEvents().empty());
+
+  std::vector<CachedBlock> cached = pool.CachedBlocks();
+  ASSERT_EQ(cached.size(), 2u);
+  EXPECT_FALSE(cached[0].has_parent);
+  EXPECT_TRUE(cached[1].has_parent);
+  EXPECT_EQ(cached[1].parent_hash, first);
+
+  // Freed, then two fresh blocks: the never-cached one first, then the least recently freed
+  // cached block (the prompt's second, released first) is evicted.
+  table.Release(pool);
+  BlockTable other;
+  ASSERT_TRUE(other.Reserve(pool, 4).ok());
+  events = pool.TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, KvCacheEvent::Kind::kRemoved);
+  EXPECT_EQ(events[0].block_hashes, (std::vector<uint64_t>{cached[1].hash}));
+  ASSERT_EQ(pool.CachedBlocks().size(), 1u);
+  EXPECT_EQ(pool.CachedBlocks()[0].hash, first);
+  other.Release(pool);
+}
+
+TEST(BlockPoolEventsTest, NothingIsRecordedUnlessAsked) {
+  BlockPool pool(2, 2);
+  BlockTable table;
+  ASSERT_TRUE(table.Reserve(pool, 2).ok());
+  table.CommitFullBlocks(pool, std::vector<int32_t>{7, 8}, 2);
+  EXPECT_TRUE(pool.TakeEvents().empty());
+  EXPECT_EQ(pool.CachedBlocks().size(), 1u);
+  table.Release(pool);
+}
+
 }  // namespace
 }  // namespace llmrt::kv

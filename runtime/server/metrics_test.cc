@@ -32,8 +32,12 @@ TEST(RenderMetrics, VllmNamesAndValues) {
   metrics.request_queue_time.Observe(0.02);
   metrics.finished_length.fetch_add(3);
   engine::EngineStats stats;
-  stats.running = 2;
-  stats.waiting = 1;
+  stats.running = 3;  // sequences: one request of n = 2 and another of n = 1
+  stats.waiting = 2;
+  stats.running_requests = 2;
+  stats.waiting_requests = 1;
+  stats.kv_block_size = 16;
+  stats.kv_blocks_total = 512;
   stats.kv_usage = 0.25;
   stats.prefix_queried_tokens = 10;
   stats.prefix_hit_tokens = 4;
@@ -49,9 +53,18 @@ TEST(RenderMetrics, VllmNamesAndValues) {
   stats.sample_seconds_total = 0.25;
   const std::string page = RenderMetrics(metrics, stats, "stories \"q\"");
   const std::string labels = "{model_name=\"stories \\\"q\\\"\"}";
-  EXPECT_THAT(page, HasSubstr("llmrt:num_requests_running" + labels + " 2\n"));
-  EXPECT_THAT(page, HasSubstr("llmrt:num_requests_waiting" + labels + " 1\n"));
-  EXPECT_THAT(page, HasSubstr("llmrt:kv_cache_usage_perc" + labels + " 0.25\n"));
+  for (const std::string prefix : {"vllm", "llmrt"}) {
+    EXPECT_THAT(page, HasSubstr("# TYPE " + prefix + ":num_requests_running gauge\n"));
+    EXPECT_THAT(page, HasSubstr(prefix + ":num_requests_running" + labels + " 2\n"));
+    EXPECT_THAT(page, HasSubstr(prefix + ":num_requests_waiting" + labels + " 1\n"));
+    EXPECT_THAT(page, HasSubstr(prefix + ":kv_cache_usage_perc" + labels + " 0.25\n"));
+  }
+  EXPECT_THAT(page, HasSubstr("llmrt:num_sequences_running" + labels + " 3\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:num_sequences_waiting" + labels + " 2\n"));
+  EXPECT_THAT(page, HasSubstr("vllm:cache_config_info{model_name=\"stories \\\"q\\\"\",block_size="
+                              "\"16\",num_gpu_blocks=\"512\"} 1\n"));
+  // No LoRA adapters exist in llmrt, so the LoRA info gauge is absent rather than empty.
+  EXPECT_THAT(page, ::testing::Not(HasSubstr("lora")));
   EXPECT_THAT(page, HasSubstr("llmrt:prefix_cache_hit_rate" + labels + " 0.40000000000000002\n"));
   EXPECT_THAT(page, HasSubstr("llmrt:prompt_tokens_total" + labels + " 77\n"));
   EXPECT_THAT(page, HasSubstr("llmrt:generation_tokens_total" + labels + " 99\n"));

@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "httplib.h"
 #include "runtime/server/anthropic.h"
+#include "runtime/server/chat_page.h"
 #include "runtime/server/metrics.h"
 #include "runtime/server/peer_watch.h"
 #include "runtime/server/responses.h"
@@ -49,7 +50,7 @@ void SendError(httplib::Response& response, const absl::Status& status,
 
 // The methods a path of this server takes, or nullptr for an unknown path.
 const char* AllowedMethods(const std::string& path) {
-  for (const char* get : {"/health", "/metrics", "/v1/models"}) {
+  for (const char* get : {"/", "/health", "/metrics", "/v1/models", "/kv_cache/blocks"}) {
     if (path == get) return "GET";
   }
   if (absl::StartsWith(path, "/v1/models/")) return "GET";
@@ -418,7 +419,8 @@ absl::StatusOr<std::string> Server::RenderChat(const ParsedRequest& request) con
 void Server::Routes() {
   http_->set_pre_routing_handler([this](const httplib::Request& request,
                                         httplib::Response& response) {
-    if (options_.api_key.empty() || request.path == "/health") {
+    if (options_.api_key.empty() || request.path == "/health" || request.path == "/" ||
+        (options_.metrics_public && request.path == "/metrics")) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     const std::string header = request.get_header_value("Authorization");
@@ -496,6 +498,20 @@ void Server::Routes() {
                          "text/plain; version=0.0.4; charset=utf-8");
   });
   http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
+  http_->Get("/", [](const httplib::Request&, httplib::Response& response) {
+    const std::string_view page = ChatPageHtml();
+    response.set_content(page.data(), page.size(), "text/html; charset=utf-8");
+  });
+  http_->Get("/kv_cache/blocks", [this](const httplib::Request&, httplib::Response& response) {
+    Json blocks = Json::array();
+    for (const kv::CachedBlock& cached : engine_.CachedBlocks()) {
+      blocks.push_back({{"block", cached.block},
+                        {"hash", cached.hash},
+                        {"parent_hash", cached.has_parent ? Json(cached.parent_hash) : Json()},
+                        {"token_ids", cached.token_ids}});
+    }
+    SendJson(response, {{"block_size", engine_.GetStats().kv_block_size}, {"blocks", blocks}});
+  });
     HandleModels(response);
   });
   http_->Get(R"(/v1/models/(.+))",

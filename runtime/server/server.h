@@ -7,7 +7,11 @@
 //   POST /v1/responses          OpenAI Responses, stateless (responses.h)
 //   GET  /v1/models             the one model this server runs; /v1/models/{id} that model
 //   GET  /health                200 {"status": "ok"}, 503 while draining; never needs the key
-//   GET  /metrics               Prometheus text (metrics.h)
+//   GET  /metrics               Prometheus text (metrics.h); without the key with metrics_public
+//   GET  /                      the chat page (chat_page.html, compiled in); never needs the key:
+//                               it holds no data, and its API calls send the key typed into it
+//   GET  /kv_cache/blocks       the prefix cache's registered blocks (Engine::CachedBlocks()):
+//                               what a KV-event subscriber's mirror must hold (kv_events.h)
 //   POST /tokenize              {"prompt" | "messages", "add_special_tokens"} -> token ids
 //   POST /detokenize            {"tokens"} -> {"prompt": text}
 //
@@ -58,6 +62,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;      // 0: any free port (see Server::port())
   std::string api_key;  // empty: no authentication
+  // GET /metrics without the API key, for a Prometheus scraper that holds none. The page shows
+  // load and latency figures, never request content.
+  bool metrics_public = false;
   std::string model_name = "llmrt";
   // Sequences the engine runs at once (EngineOptions::max_seqs as resolved) and how many more
   // may wait; beyond their sum requests get 429.

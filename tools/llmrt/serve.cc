@@ -20,6 +20,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/model.h"
 #include "runtime/kv/kv_storage.h"
+#include "runtime/server/kv_events.h"
 #include "runtime/server/server.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -34,6 +35,8 @@ constexpr char kServeUsage[] =
     "                        [--threads N] [--drain-timeout S] [--kv-cache f32|f16|bf16|int8]\n"
     "                        [--model-name NAME] [--chat-template FILE] [--max-body-bytes N]\n"
     "                        [--mem-bandwidth GB/s] [--tool-call-format NAME] [--verify]\n"
+    "                        [--metrics-public] [--kv-events-endpoint ZMQ_ENDPOINT]\n"
+    "                        [--kv-events-topic TOPIC]\n"
     "  --port 0 picks a free port; the address is printed as 'listening on http://HOST:PORT'.\n"
     "  KV pool: --kv-memory bytes, else --kv-memory-fraction of the memory available now, else\n"
     "  one context of the model's length (at most 8192 tokens). --max-seq-len caps one sequence.\n"
@@ -45,6 +48,10 @@ constexpr char kServeUsage[] =
     "  mistral, phi4_mini, deepseek_v3, or none (default: the plan's, set by llmc from the\n"
     "  chat template).\n"
     "  Without --api-key, the key is read from LLMRT_API_KEY if set (keeps it out of `ps`).\n"
+    "  --metrics-public: GET /metrics without the API key (for a Prometheus scraper).\n"
+    "  --kv-events-endpoint: publish KV-cache events (vLLM's schema, msgpack over a ZMQ PUB\n"
+    "  socket bound there, e.g. tcp://*:5557; tcp://127.0.0.1:* picks a free port and prints\n"
+    "  'kv events on ENDPOINT'); --kv-events-topic: the topic frame (default empty).\n"
     "  SIGTERM or SIGINT drains: new requests get 503, running ones finish (at most\n"
     "  --drain-timeout seconds, default 30), then the server exits 0.\n";
 
@@ -76,10 +83,11 @@ int Serve(int argc, char** argv) {
       "--drain-timeout",  "--model-name",    "--chat-template",
       "--max-body-bytes", "--mem-bandwidth", "--kv-memory-fraction",
       "--max-seq-len",    "--kv-cache",      "--prefill-chunk-tokens",
-      "--tool-call-format"};
+      "--tool-call-format", "--kv-events-endpoint", "--kv-events-topic"};
   // clang-format on
   std::map<std::string, std::string> values;
   bool verify = false;
+  bool metrics_public = false;
   std::string plan_path;
   for (int index = 2; index < argc; ++index) {
     const std::string argument = argv[index];
@@ -88,6 +96,8 @@ int Serve(int argc, char** argv) {
       values[argument] = argv[++index];
     } else if (argument == "--verify") {
       verify = true;
+    } else if (argument == "--metrics-public") {
+      metrics_public = true;
     } else if (argument == "-h" || argument == "--help") {
       std::fputs(kServeUsage, stdout);
       return 0;
@@ -148,6 +158,10 @@ int Serve(int argc, char** argv) {
   }
   if (values.count("--host")) options.host = values["--host"];
   options.port = static_cast<int>(port);
+  options.metrics_public = metrics_public;
+  if (values.count("--kv-events-topic") && !values.count("--kv-events-endpoint")) {
+    return ServeUsageError("--kv-events-topic needs --kv-events-endpoint");
+  }
   if (values.count("--api-key")) {
     options.api_key = values["--api-key"];
   } else if (const char* key = std::getenv("LLMRT_API_KEY"); key != nullptr) {
@@ -218,6 +232,23 @@ int Serve(int argc, char** argv) {
   engine_options.prefill_chunk_tokens = static_cast<int32_t>(prefill_chunk_tokens);
   // EngineOptions::max_seqs 0 means 256 (engine.h).
   options.max_seqs = max_seqs > 0 ? static_cast<int32_t>(max_seqs) : 256;
+  // Declared before the engine, so it outlives the engine's last callback.
+  std::unique_ptr<server::KvEventPublisher> kv_events;
+  if (values.count("--kv-events-endpoint")) {
+    server::KvEventOptions kv_event_options;
+    kv_event_options.endpoint = values["--kv-events-endpoint"];
+    kv_event_options.topic = values.count("--kv-events-topic") ? values["--kv-events-topic"] : "";
+    kv_event_options.block_size = (*model)->kv_block_size();
+    absl::StatusOr<std::unique_ptr<server::KvEventPublisher>> publisher =
+        server::KvEventPublisher::Create(kv_event_options);
+    if (!publisher.ok()) return ServeFail(std::string(publisher.status().message()));
+    kv_events = std::move(*publisher);
+    engine_options.on_kv_events = [publisher =
+                                       kv_events.get()](std::vector<kv::KvCacheEvent> events) {
+      publisher->Publish(std::move(events));
+    };
+    std::fprintf(stderr, "llmrt serve: kv events on %s\n", kv_events->bound_endpoint().c_str());
+  }
   engine::Engine engine(**model, tokenizer->get(), engine_options);
 
   absl::StatusOr<std::unique_ptr<server::Server>> server =
