@@ -1,6 +1,8 @@
-// The x86 instruction-set extensions our kernels use beyond Highway 1.0.3's AVX3 target
-// (AVX-512 F/VL/DQ/BW), read from CPUID (the OS support for the AVX-512 state is what Highway
-// checks for AVX3 itself).
+// The instruction-set extensions our kernels use beyond Highway 1.0.3's targets: on x86 above
+// AVX3 (AVX-512 F/VL/DQ/BW) and AVX2, read from CPUID (the OS support for the AVX-512 state is
+// what Highway checks for AVX3 itself); on arm64 above NEON (Armv8.0 Advanced SIMD), read from
+// the kernel's hardware capabilities (getauxval), since user space cannot read the ID registers
+// portably.
 //
 // Why not Highway's AVX3_DL target: in Highway 1.0.3 it also enables the VEX-encoded AVX-VNNI,
 // and GCC 12 then encodes every 256-bit vpdpbusd as {vex}, which raises SIGILL on AVX-512 VNNI
@@ -10,6 +12,11 @@
 // vdpbf16ps through inline assembly (quant_vnni-inl.h and matmul.cc say why), the bf16
 // conversion in a function compiled with LLMRT_TARGET_BF16.
 //
+// On arm64 the int8 kernels for them (quant_neon-inl.h) are functions compiled with
+// LLMRT_TARGET_DOTPROD / LLMRT_TARGET_I8MM inside the NEON target's body, so a plain Armv8.0
+// build still runs on a CPU without them and calls those functions only when
+// ActiveCpuExtensions() says so.
+//
 // Header-only: the configure-time probe (cpu_targets_probe.cc) includes it too.
 #ifndef LLMRT_BACKEND_CPU_CPU_FEATURES_H_
 #define LLMRT_BACKEND_CPU_CPU_FEATURES_H_
@@ -18,17 +25,29 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
 #endif
 
 namespace llmrt::cpu {
 
-// Extensions on top of AVX3 (the AVX-512 ones) or AVX2 (AVX-VNNI). All false on other
-// architectures.
+// Extensions on top of AVX3 (the AVX-512 ones) or AVX2 (AVX-VNNI) on x86, on top of NEON on
+// arm64. Those of the other architecture are always false.
 struct CpuExtensions {
-  bool avx512_vnni = false;  // vpdpbusd (EVEX): u8 x s8 dot products of 4 into int32 lanes
-  bool avx512_bf16 = false;  // vdpbf16ps: bf16 pairs into f32 lanes
-  bool avx_vnni = false;     // vpdpbusd (VEX, 256-bit): AVX2 machines such as Sierra Forest
+  bool avx512_vnni = false;   // vpdpbusd (EVEX): u8 x s8 dot products of 4 into int32 lanes
+  bool avx512_bf16 = false;   // vdpbf16ps: bf16 pairs into f32 lanes
+  bool avx_vnni = false;      // vpdpbusd (VEX, 256-bit): AVX2 machines such as Sierra Forest
+  bool neon_dotprod = false;  // sdot/udot (FEAT_DotProd): s8 dot products of 4 into int32 lanes
+  bool neon_i8mm = false;     // smmla (FEAT_I8MM): a 2x8 by 8x2 s8 product into 2x2 int32
 };
+
+#if defined(__aarch64__) && defined(__linux__)
+// Linux's arm64 hwcap bits (arch/arm64/include/uapi/asm/hwcap.h), spelled out so the build does
+// not depend on how recent the C library's or the NDK's headers are (HWCAP2_I8MM came with
+// Linux 5.10).
+inline constexpr unsigned long kHwcapAsimdDp = 1ul << 20;  // AT_HWCAP: HWCAP_ASIMDDP
+inline constexpr unsigned long kHwcap2I8mm = 1ul << 13;    // AT_HWCAP2: HWCAP2_I8MM
+#endif
 
 // What this processor supports (the OS must save the AVX / AVX-512 state; the extensions are used
 // only from AVX2 / AVX3 code, which Highway enables only when it does).
@@ -47,6 +66,9 @@ inline CpuExtensions DetectCpuExtensions() {
     found.avx512_bf16 = avx512f && ((eax1 >> 5) & 1);
     found.avx_vnni = (eax1 >> 4) & 1;
   }
+#elif defined(__aarch64__) && defined(__linux__)
+  found.neon_dotprod = (getauxval(AT_HWCAP) & kHwcapAsimdDp) != 0;
+  found.neon_i8mm = (getauxval(AT_HWCAP2) & kHwcap2I8mm) != 0;
 #endif
   return found;
 }
@@ -57,5 +79,16 @@ inline CpuExtensions DetectCpuExtensions() {
 // own (HWY_BEFORE_NAMESPACE); only meaningful inside HWY_TARGET == HWY_AVX3 code, and such a
 // function runs only when ActiveCpuExtensions().avx512_bf16.
 #define LLMRT_TARGET_BF16 __attribute__((target("avx512bf16")))
+
+// The function attributes for arm64 code that uses sdot (LLMRT_TARGET_DOTPROD) or smmla and sdot
+// (LLMRT_TARGET_I8MM); such a function runs only when ActiveCpuExtensions() has neon_dotprod /
+// neon_i8mm, and only from Highway's NEON target body. The architecture is Armv8.2-A because
+// GCC 12 declares those intrinsics for "armv8.2-a+dotprod" / "armv8.2-a+i8mm" and refuses to
+// inline them into an armv8-a+dotprod function; the extensions exist only on Armv8.2 and later
+// cores, so this asks for nothing the CPU lacks. "+crypto" is what Highway 1.0.3 compiles its
+// NEON target with (HWY_TARGET_STR): without it the NEON body's inline helpers could not be
+// inlined into these functions. The functions hold integer and float vector arithmetic alone.
+#define LLMRT_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+crypto+dotprod")))
+#define LLMRT_TARGET_I8MM __attribute__((target("arch=armv8.2-a+crypto+dotprod+i8mm")))
 
 #endif  // LLMRT_BACKEND_CPU_CPU_FEATURES_H_

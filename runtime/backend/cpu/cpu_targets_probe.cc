@@ -24,6 +24,8 @@ int main() {
     {"avx3_zen4", HWY_AVX3, extensions.avx512_vnni && extensions.avx512_bf16},
 #elif HWY_ARCH_ARM
     {"neon", HWY_NEON, true},
+    {"neon_dotprod", HWY_NEON, extensions.neon_dotprod},
+    {"neon_i8mm", HWY_NEON, extensions.neon_dotprod && extensions.neon_i8mm},
     {"sve", HWY_SVE, true},
 #endif
   };

@@ -36,11 +36,12 @@ struct NamedTarget {
   CpuExtensions extensions;  // required on top of `mask`, and the only ones kernels then use
 };
 
-constexpr CpuExtensions kVnni = {/*avx512_vnni=*/true, /*avx512_bf16=*/false, /*avx_vnni=*/false};
-constexpr CpuExtensions kVnniBf16 = {/*avx512_vnni=*/true, /*avx512_bf16=*/true,
-                                     /*avx_vnni=*/false};
-constexpr CpuExtensions kAvxVnni = {/*avx512_vnni=*/false, /*avx512_bf16=*/false,
-                                    /*avx_vnni=*/true};
+// In CpuExtensions' order: avx512_vnni, avx512_bf16, avx_vnni, neon_dotprod, neon_i8mm.
+constexpr CpuExtensions kVnni = {true, false, false, false, false};
+constexpr CpuExtensions kVnniBf16 = {true, true, false, false, false};
+constexpr CpuExtensions kAvxVnni = {false, false, true, false, false};
+constexpr CpuExtensions kDotProd = {false, false, false, true, false};
+constexpr CpuExtensions kI8mm = {false, false, false, true, true};
 
 constexpr NamedTarget kTargets[] = {
 #if HWY_ARCH_X86
@@ -52,25 +53,39 @@ constexpr NamedTarget kTargets[] = {
     {"avx3_zen4", HWY_AVX3, kVnniBf16},
 #elif HWY_ARCH_ARM
     {"neon", HWY_NEON, {}},
+    {"neon_dotprod", HWY_NEON, kDotProd},
+    {"neon_i8mm", HWY_NEON, kI8mm},
     {"sve", HWY_SVE, {}},
 #endif
     {"scalar", HWY_SCALAR | HWY_EMU128, {}},
 };
 
-bool Includes(const CpuExtensions& have, const CpuExtensions& need) {
-  return (have.avx512_vnni || !need.avx512_vnni) && (have.avx512_bf16 || !need.avx512_bf16) &&
-         (have.avx_vnni || !need.avx_vnni);
-}
-
-// The extensions kernels may use, as bits (avx512_vnni 1, avx512_bf16 2, avx_vnni 4), or kUnset
-// before the first selection: then every extension the CPU has (MachineExtensions). Atomic because
-// kernels read it on pool threads; it changes only between steps (SelectCpuTarget).
+// The extensions kernels may use, as bits (avx512_vnni 1, avx512_bf16 2, avx_vnni 4,
+// neon_dotprod 8, neon_i8mm 16), or kUnset before the first selection: then every extension the
+// CPU has (MachineExtensions). Atomic because kernels read it on pool threads; it changes only
+// between steps (SelectCpuTarget).
 constexpr uint32_t kUnset = ~uint32_t{0};
 std::atomic<uint32_t> active_extension_bits{kUnset};
 
 uint32_t ToBits(const CpuExtensions& extensions) {
   return (extensions.avx512_vnni ? 1u : 0u) | (extensions.avx512_bf16 ? 2u : 0u) |
-         (extensions.avx_vnni ? 4u : 0u);
+         (extensions.avx_vnni ? 4u : 0u) | (extensions.neon_dotprod ? 8u : 0u) |
+         (extensions.neon_i8mm ? 16u : 0u);
+}
+
+CpuExtensions FromBits(uint32_t bits) {
+  return {(bits & 1u) != 0, (bits & 2u) != 0, (bits & 4u) != 0, (bits & 8u) != 0,
+          (bits & 16u) != 0};
+}
+
+// The first extension `need` has and `have` lacks, as the error names it; nullptr if none.
+const char* MissingExtension(const CpuExtensions& have, const CpuExtensions& need) {
+  if (need.avx512_vnni && !have.avx512_vnni) return "AVX512-VNNI";
+  if (need.avx512_bf16 && !have.avx512_bf16) return "AVX512-BF16";
+  if (need.avx_vnni && !have.avx_vnni) return "AVX-VNNI";
+  if (need.neon_dotprod && !have.neon_dotprod) return "the dot product instructions (asimddp)";
+  if (need.neon_i8mm && !have.neon_i8mm) return "the int8 matrix multiply instructions (i8mm)";
+  return nullptr;
 }
 
 CpuExtensions MachineExtensions() {
@@ -78,6 +93,10 @@ CpuExtensions MachineExtensions() {
   CpuExtensions found = DetectCpuExtensions();
   if ((supported & HWY_AVX3) == 0) found.avx512_vnni = found.avx512_bf16 = false;
   if ((supported & HWY_AVX2) == 0) found.avx_vnni = false;
+  // The arm64 kernels that use them live in the NEON target's body; i8mm's also use sdot
+  // (every core with FEAT_I8MM has FEAT_DotProd; Armv8.6 makes both mandatory).
+  if ((supported & HWY_NEON) == 0) found.neon_dotprod = false;
+  if (!found.neon_dotprod) found.neon_i8mm = false;
   return found;
 }
 
@@ -89,7 +108,7 @@ CpuExtensions ActiveCpuExtensions() {
     bits = ToBits(MachineExtensions());
     active_extension_bits.store(bits, std::memory_order_relaxed);
   }
-  return {(bits & 1u) != 0, (bits & 2u) != 0, (bits & 4u) != 0};
+  return FromBits(bits);
 }
 
 absl::Status SelectCpuTarget(absl::string_view name) {
@@ -109,13 +128,9 @@ absl::Status SelectCpuTarget(absl::string_view name) {
           name, static_cast<uint64_t>(HWY_TARGETS),
           static_cast<uint64_t>(hwy::SupportedTargets())));
     }
-    const CpuExtensions machine = MachineExtensions();
-    if (!Includes(machine, target.extensions)) {
+    if (const char* missing = MissingExtension(MachineExtensions(), target.extensions)) {
       return absl::FailedPreconditionError(
-          absl::StrFormat("LLMRT_CPU_TARGET=%s: this CPU lacks %s", name,
-                          target.extensions.avx512_bf16 && !machine.avx512_bf16 ? "AVX512-BF16"
-                          : target.extensions.avx_vnni                          ? "AVX-VNNI"
-                                                                                : "AVX512-VNNI"));
+          absl::StrFormat("LLMRT_CPU_TARGET=%s: this CPU lacks %s", name, missing));
     }
     hwy::SetSupportedTargetsForTest(runnable);
     active_extension_bits.store(ToBits(target.extensions), std::memory_order_relaxed);
@@ -137,6 +152,8 @@ std::string ActiveCpuTarget() {
   std::string name = HWY_DYNAMIC_DISPATCH(TargetName)();
   const CpuExtensions extensions = ActiveCpuExtensions();
   if (name == "AVX2" && extensions.avx_vnni) return "AVX2_VNNI";
+  if (name == "NEON" && extensions.neon_i8mm) return "NEON_I8MM";
+  if (name == "NEON" && extensions.neon_dotprod) return "NEON_DOTPROD";
   if (name != "AVX3") return name;
   if (extensions.avx512_bf16) return "AVX3_ZEN4";
   if (extensions.avx512_vnni) return "AVX3_VNNI";

@@ -4,13 +4,14 @@
 // on arm64) and HWY_DYNAMIC_DISPATCH picks the best one the CPU supports. Tiers add instructions
 // that Highway 1.0.3 has no target for (cpu_features.h says why): above AVX3, AVX3_VNNI
 // (AVX512-VNNI int8 dot products) and AVX3_ZEN4 (VNNI and AVX512-BF16; Highway's later name for
-// that level); above AVX2, AVX2_VNNI (the VEX AVX-VNNI of AVX2-only CPUs such as Sierra Forest).
-// Kernels in AVX3 / AVX2 bodies branch on ActiveCpuExtensions() once per call.
+// that level); above AVX2, AVX2_VNNI (the VEX AVX-VNNI of AVX2-only CPUs such as Sierra Forest);
+// on arm64 above NEON, NEON_DOTPROD (sdot) and NEON_I8MM (smmla and sdot). Kernels in AVX3 / AVX2
+// / NEON bodies branch on ActiveCpuExtensions() once per call.
 //
 // The environment variable LLMRT_CPU_TARGET=scalar|sse4|avx2|avx2_vnni|avx3|avx3_vnni|avx3_zen4
-// restricts the choice to one target (avx2, avx3: without the extensions) so tests can run
-// every code path on one machine; a target the CPU cannot run is an error naming what is
-// missing, not a silent fallback.
+// (x86) or scalar|neon|neon_dotprod|neon_i8mm|sve (arm64) restricts the choice to one target
+// (avx2, avx3, neon: without the extensions) so tests can run every code path on one machine; a
+// target the CPU cannot run is an error naming what is missing, not a silent fallback.
 //
 // Thread-safety: the selection is process-wide; call SelectCpuTargetFromEnvironment before
 // kernels run (CreateCpuBackend does).
@@ -26,18 +27,19 @@
 namespace llmrt::cpu {
 
 // Restricts dispatch to the target named `name` ("scalar", "sse4", "avx2", "avx2_vnni", "avx3",
-// "avx3_vnni", "avx3_zen4", "neon", "sve"); "" or "best" lifts the restriction. InvalidArgument for
-// an unknown name, FailedPrecondition when this CPU (or this build) cannot run it.
+// "avx3_vnni", "avx3_zen4", "neon", "neon_dotprod", "neon_i8mm", "sve"); "" or "best" lifts the
+// restriction. InvalidArgument for an unknown name, FailedPrecondition when this CPU (or this
+// build) cannot run it.
 absl::Status SelectCpuTarget(absl::string_view name);
 
 // SelectCpuTarget(getenv("LLMRT_CPU_TARGET")) when the variable is set; OK otherwise.
 absl::Status SelectCpuTargetFromEnvironment();
 
-// The target the kernels dispatch to now, e.g. "AVX2", "AVX3_ZEN4".
+// The target the kernels dispatch to now, e.g. "AVX2", "AVX3_ZEN4", "NEON_I8MM".
 std::string ActiveCpuTarget();
 
-// The extensions kernels in AVX2 / AVX3 bodies may use now: the CPU's, restricted by the selected
-// target (none at "avx2" or "avx3").
+// The extensions kernels in AVX2 / AVX3 / NEON bodies may use now: the CPU's, restricted by the
+// selected target (none at "avx2", "avx3" or "neon").
 CpuExtensions ActiveCpuExtensions();
 
 }  // namespace llmrt::cpu

@@ -1,7 +1,9 @@
 // Quantized matmul kernels (see quant_matmul.h), compiled per SIMD target by Highway. The
 // integer dot products use AVX2 intrinsics inside the AVX2 and AVX-512 target bodies and NEON
-// intrinsics (sdot, or widening multiplies) inside the AArch64 NEON body (Highway 1.0 has no
-// int8 pairwise multiply-add op); every other target runs the scalar loops.
+// intrinsics inside the AArch64 NEON body (Highway 1.0 has no int8 pairwise multiply-add op):
+// widening multiplies on the NEON tier (sdot when the whole build enables dotprod), sdot and
+// smmla in functions compiled for those extensions on the NEON_DOTPROD / NEON_I8MM tiers
+// (quant_neon-inl.h); every other target runs the scalar loops.
 #include "runtime/backend/cpu/quant_matmul.h"
 
 #include <algorithm>
@@ -36,8 +38,7 @@ using VF = hn::Vec<DF>;
 #else
 #define LLMRT_QUANT_AVX2 0
 #endif
-// Arm: the NEON target (AArch64) with sdot when the build enables it (-march=...+dotprod),
-// else widening multiplies; SVE targets run the scalar loops.
+// Arm: the NEON target (AArch64); SVE targets run the scalar loops.
 #undef LLMRT_QUANT_NEON
 #if HWY_ARCH_ARM_A64 && HWY_TARGET == HWY_NEON
 #define LLMRT_QUANT_NEON 1
@@ -317,7 +318,9 @@ HWY_INLINE void GemvInt8(const WeightRow* rows, int64_t cols, int group_shift,
     GemvInt8Avx2<kRows, kRowScale, kVnni>(rows, cols, group_shift, x_codes, x_scales, result);
   }
 }
+#endif  // LLMRT_QUANT_AVX2
 
+#if LLMRT_QUANT_AVX2 || LLMRT_QUANT_NEON
 // The decode GEMVs take the rows of each pass from kGemvStreams separate regions of the matrix
 // (rows i, i + Q, i + 2Q, i + 3Q with Q = rows / 4), so a thread reads 4 long sequential streams,
 // as the bandwidth probe does, rather than 4 adjacent rows (4 streams of one row each, which the
@@ -382,6 +385,9 @@ void GemvOverRegions(ThreadPool& pool, const MatrixView& w, int64_t row_bytes, c
       },
       1);
 }
+#endif  // LLMRT_QUANT_AVX2 || LLMRT_QUANT_NEON
+
+#if LLMRT_QUANT_AVX2
 
 // The I8 GEMV's kernel for GemvOverRegions.
 template <bool kRowScale, bool kVnni>
@@ -473,24 +479,77 @@ struct GemvInt4Kernel {
 #endif  // LLMRT_QUANT_AVX2
 
 #if LLMRT_QUANT_NEON
-// The block's exact integer dot product as four int32 lanes: weights and activations as two
-// halves of 16 signed values each.
-HWY_INLINE int32x4_t BlockProductsNeon(int8x16_t w_low, int8x16_t w_high, const int8_t* x) {
+// The 32 weights of one block as signed values in column order: columns 0..15 and 16..31.
+struct NeonBlock {
+  int8x16_t low;
+  int8x16_t high;
+};
+
+// I8: the block whose first code is `codes`, or for a row's partial last block (one scale per
+// row and cols not a multiple of 32) its `count` codes padded with zeros (activations are
+// zero-padded alike, so the sum is the row's own; nothing past the row is read: the end of the
+// mapped plan may follow).
+HWY_INLINE NeonBlock LoadI8BlockNeon(const int8_t* codes, int64_t count) {
+  if (count < kQuantBlock) {
+    alignas(16) int8_t padded[kQuantBlock] = {};
+    std::memcpy(padded, codes, count);
+    return {vld1q_s8(padded), vld1q_s8(padded + 16)};
+  }
+  return {vld1q_s8(codes), vld1q_s8(codes + 16)};
+}
+
+// I4: block `block` of a row in plan::Int4SliceOffset's layout, codes minus `zero` (|code - zero|
+// <= 15). The block's 4 slices lie `stride` bytes apart; byte 4v + i of the gathered words holds
+// column 8v + i (low nibble) and 8v + 4 + i (high), so interleaving the words of the two nibble
+// vectors restores column order.
+HWY_INLINE NeonBlock LoadI4BlockNeon(const uint8_t* row_codes, int64_t cols, int64_t block,
+                                     int zero) {
+  const int64_t first_run = block / plan::kInt4ChunkRuns * plan::kInt4ChunkRuns;
+  const uint8_t* base = row_codes + first_run * (kQuantBlock / 2) + (block - first_run) * 4;
+  const int64_t stride = 4 * plan::Int4RunsInChunk(cols, block);
+  uint32_t words[4];
+  for (int64_t slice = 0; slice < 4; ++slice) std::memcpy(&words[slice], base + slice * stride, 4);
+  const uint8x16_t packed = vreinterpretq_u8_u32(vld1q_u32(words));
+  const uint32x4_t low = vreinterpretq_u32_u8(vandq_u8(packed, vdupq_n_u8(0x0f)));
+  const uint32x4_t high = vreinterpretq_u32_u8(vshrq_n_u8(packed, 4));
+  const int8x16_t zeros = vdupq_n_s8(static_cast<int8_t>(zero));
+  return {vsubq_s8(vreinterpretq_s8_u32(vzip1q_u32(low, high)), zeros),
+          vsubq_s8(vreinterpretq_s8_u32(vzip2q_u32(low, high)), zeros)};
+}
+
+// Block `block` (of group `group`) of `row` as NeonBlock (I4: zero point 8 when symmetric).
+template <bool kInt4>
+HWY_INLINE NeonBlock LoadBlockNeon(const WeightRow& row, int64_t cols, int64_t block,
+                                   int64_t group) {
+  if constexpr (kInt4) {
+    return LoadI4BlockNeon(row.codes, cols, block,
+                           row.zero_points != nullptr ? row.zero_points[group] : 8);
+  }
+  return LoadI8BlockNeon(reinterpret_cast<const int8_t*>(row.codes) + block * kQuantBlock,
+                         std::min(kQuantBlock, cols - block * kQuantBlock));
+}
+
+// The block's exact integer dot product as four int32 lanes (NEON tier, no dot product
+// instructions unless the whole build enables them).
+HWY_INLINE int32x4_t BlockProductsNeon(const NeonBlock& w, const int8_t* x) {
   const int8x16_t x_low = vld1q_s8(x);
   const int8x16_t x_high = vld1q_s8(x + 16);
 #if defined(__ARM_FEATURE_DOTPROD)
-  return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w_low, x_low), w_high, x_high);
+  return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w.low, x_low), w.high, x_high);
 #else
   // Two products per int16 lane: at most 2 * 128 * 127 = 32512, below 32767.
-  int16x8_t pairs = vmull_s8(vget_low_s8(w_low), vget_low_s8(x_low));
-  pairs = vmlal_s8(pairs, vget_high_s8(w_low), vget_high_s8(x_low));
+  int16x8_t pairs = vmull_s8(vget_low_s8(w.low), vget_low_s8(x_low));
+  pairs = vmlal_s8(pairs, vget_high_s8(w.low), vget_high_s8(x_low));
   int32x4_t sums = vpaddlq_s16(pairs);
-  pairs = vmull_s8(vget_low_s8(w_high), vget_low_s8(x_high));
-  pairs = vmlal_s8(pairs, vget_high_s8(w_high), vget_high_s8(x_high));
+  pairs = vmull_s8(vget_low_s8(w.high), vget_low_s8(x_high));
+  pairs = vmlal_s8(pairs, vget_high_s8(w.high), vget_high_s8(x_high));
   return vpadalq_s16(sums, pairs);
 #endif
 }
 
+// The NEON tier's row tile: per token, the 4 lane sums of each block times its combined scale
+// into even- and odd-block accumulators. Every row count runs it, so a token's result does not
+// depend on the batch.
 template <int kTokens, bool kInt4>
 void RowTileNeon(const WeightRow& row, int64_t cols, int32_t group_size, const ActivationTile& tile,
                  float* result) {
@@ -499,34 +558,14 @@ void RowTileNeon(const WeightRow& row, int64_t cols, int32_t group_size, const A
     even[t] = vdupq_n_f32(0.0f);
     odd[t] = vdupq_n_f32(0.0f);
   }
-  const int64_t full_blocks = cols / kQuantBlock;
-  for (int64_t block = 0; block < full_blocks; ++block) {
+  const int64_t blocks = (cols + kQuantBlock - 1) / kQuantBlock;
+  for (int64_t block = 0; block < blocks; ++block) {
     const int64_t group = block * kQuantBlock / group_size;
     const float weight_scale = plan::F16ToF32(row.scales[group]);
-    int8x16_t w_low, w_high;
-    if constexpr (kInt4) {
-      // The block's 4 slices (plan::Int4SliceOffset): byte 4v + i holds column 8v + i (low
-      // nibble) and 8v + 4 + i (high); interleaving the words of the two nibble vectors restores
-      // column order (columns 0..15, then 16..31).
-      uint32_t words[4];
-      for (int64_t slice = 0; slice < 4; ++slice) {
-        std::memcpy(&words[slice], row.codes + plan::Int4SliceOffset(cols, block, slice), 4);
-      }
-      const uint8x16_t packed = vreinterpretq_u8_u32(vld1q_u32(words));
-      const uint32x4_t low = vreinterpretq_u32_u8(vandq_u8(packed, vdupq_n_u8(0x0f)));
-      const uint32x4_t high = vreinterpretq_u32_u8(vshrq_n_u8(packed, 4));
-      const int8x16_t zero =
-          vdupq_n_s8(static_cast<int8_t>(row.zero_points != nullptr ? row.zero_points[group] : 8));
-      w_low = vsubq_s8(vreinterpretq_s8_u32(vzip1q_u32(low, high)), zero);
-      w_high = vsubq_s8(vreinterpretq_s8_u32(vzip2q_u32(low, high)), zero);
-    } else {
-      const int8_t* codes = reinterpret_cast<const int8_t*>(row.codes) + block * kQuantBlock;
-      w_low = vld1q_s8(codes);
-      w_high = vld1q_s8(codes + 16);
-    }
+    const NeonBlock w = LoadBlockNeon<kInt4>(row, cols, block, group);
     for (int t = 0; t < kTokens; ++t) {
       const float32x4_t products =
-          vcvtq_f32_s32(BlockProductsNeon(w_low, w_high, tile.codes[t] + block * kQuantBlock));
+          vcvtq_f32_s32(BlockProductsNeon(w, tile.codes[t] + block * kQuantBlock));
       const float scale = weight_scale * tile.scales[t][block];
       if (block % 2 == 0) {
         even[t] = vfmaq_n_f32(even[t], products, scale);
@@ -536,15 +575,6 @@ void RowTileNeon(const WeightRow& row, int64_t cols, int32_t group_size, const A
     }
   }
   for (int t = 0; t < kTokens; ++t) result[t] = vaddvq_f32(vaddq_f32(even[t], odd[t]));
-  if (!kInt4 && full_blocks * kQuantBlock < cols) {
-    const float weight_scale = plan::F16ToF32(row.scales[0]);
-    for (int t = 0; t < kTokens; ++t) {
-      const int32_t isum = BlockDot<false>(row.codes, cols, full_blocks, 0,
-                                           tile.codes[t] + full_blocks * kQuantBlock,
-                                           cols - full_blocks * kQuantBlock);
-      result[t] += weight_scale * tile.scales[t][full_blocks] * static_cast<float>(isum);
-    }
-  }
 }
 #endif  // LLMRT_QUANT_NEON
 
@@ -598,10 +628,15 @@ struct ColumnDestination {
   int64_t stride;
 };
 
-template <bool kInt4, bool kZeroPoints>
-void QuantizedMatMulTyped(ThreadPool& pool, int64_t num_rows, const MatrixView& w,
-                          const float* bias, const MatMulOutput* outputs, int32_t num_outputs,
-                          const int8_t* codes, const float* scales, int64_t padded_cols) {
+// QuantizedMatMul over row tiles for every row count: threads take items of kRowsPerItem weight
+// rows; in each, tiles of up to kTokenTile activation rows pass over passes of weight rows.
+// `kernel.Rows(count, rows_left)` says how many of the rows left in the item the next pass takes
+// for a tile of `count` tokens (at most kMaxRowsPerPass), `kernel.Run(count, group, rows, tile,
+// result)` computes result[r][t] for those `group` rows and `count` tokens.
+template <typename Kernel>
+void RowTiledMatMul(ThreadPool& pool, int64_t num_rows, const MatrixView& w, const float* bias,
+                    const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
+                    const float* scales, int64_t padded_cols, const Kernel& kernel) {
   const int64_t blocks = padded_cols / kQuantBlock;
   const int64_t num_items = (w.rows + kRowsPerItem - 1) / kRowsPerItem;
   pool.ParallelFor(num_items, [&](int64_t item_begin, int64_t item_end, int32_t) {
@@ -627,11 +662,10 @@ void QuantizedMatMulTyped(ThreadPool& pool, int64_t num_rows, const MatrixView& 
           tile.codes[t] = codes + (token + t) * padded_cols;
           tile.scales[t] = scales + (token + t) * blocks;
         }
-        const int rows_per_pass = RowsPerPass(count);
         for (int64_t n = chunk; n < chunk_end;) {
-          const int group = chunk_end - n >= rows_per_pass ? rows_per_pass : 1;
+          const int group = kernel.Rows(count, chunk_end - n);
           for (int r = 0; r < group; ++r) rows[r] = RowOf(w, n + r);
-          RunRowGroup<kInt4, kZeroPoints>(count, group, rows, w.cols, w.group_size, tile, result);
+          kernel.Run(count, group, rows, tile, result);
           for (int r = 0; r < group; ++r) {
             const float row_bias = bias != nullptr ? bias[n + r] : 0.0f;
             const ColumnDestination& destination = destinations[n + r - chunk];
@@ -645,6 +679,33 @@ void QuantizedMatMulTyped(ThreadPool& pool, int64_t num_rows, const MatrixView& 
     }
   });
 }
+
+// RowTiledMatMul's kernel on the NEON tier and the scalar targets: RowsPerPass(count) rows a
+// pass, the rows left over at the end of an item one at a time.
+template <bool kInt4, bool kZeroPoints>
+struct RowGroupKernel {
+  int64_t cols;
+  int32_t group_size;
+  int Rows(int count, int64_t rows_left) const {
+    return rows_left >= RowsPerPass(count) ? RowsPerPass(count) : 1;
+  }
+  void Run(int count, int group, const WeightRow* rows, const ActivationTile& tile,
+           float (*result)[kTokenTile]) const {
+    RunRowGroup<kInt4, kZeroPoints>(count, group, rows, cols, group_size, tile, result);
+  }
+};
+
+template <bool kInt4, bool kZeroPoints>
+void QuantizedMatMulTyped(ThreadPool& pool, int64_t num_rows, const MatrixView& w,
+                          const float* bias, const MatMulOutput* outputs, int32_t num_outputs,
+                          const int8_t* codes, const float* scales, int64_t padded_cols) {
+  RowTiledMatMul(pool, num_rows, w, bias, outputs, num_outputs, codes, scales, padded_cols,
+                 RowGroupKernel<kInt4, kZeroPoints>{w.cols, w.group_size});
+}
+
+#if LLMRT_QUANT_NEON
+#include "runtime/backend/cpu/quant_neon-inl.h"
+#endif
 
 #if LLMRT_QUANT_AVX2
 // The decode GEMV for one activation row (scratch as QuantizedMatMulImpl lays it out).
@@ -784,6 +845,24 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
     return;
   }
 #else
+#if LLMRT_QUANT_NEON
+  // NEON_I8MM / NEON_DOTPROD (dispatch.h): sdot and smmla kernels compiled for those extensions
+  // (quant_neon-inl.h), every row count.
+  const CpuExtensions extensions = ActiveCpuExtensions();
+  if (extensions.neon_dotprod) {
+    const bool int4 = w.dtype == plan::I4;
+    if (extensions.neon_i8mm) {
+      (int4 ? neon::DotProductMatMul<true, true>
+            : neon::DotProductMatMul<false, true>)(pool, num_rows, w, bias, outputs, num_outputs,
+                                                   codes, scales, padded);
+    } else {
+      (int4 ? neon::DotProductMatMul<true, false>
+            : neon::DotProductMatMul<false, false>)(pool, num_rows, w, bias, outputs, num_outputs,
+                                                    codes, scales, padded);
+    }
+    return;
+  }
+#endif
   // Other targets: the portable row tiles (NEON or scalar), every row count.
   if (w.dtype == plan::I4 && w.zero_points != nullptr) {
     QuantizedMatMulTyped<true, true>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
