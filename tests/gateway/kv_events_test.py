@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""KV-cache events are complete: a subscriber that applies every batch mirrors the replica.
+
+Serves stories260K with --kv-events-endpoint and a KV pool of a few dozen blocks, subscribes
+with pyzmq, and runs 32 concurrent requests (shared prefixes, n = 2 forks, prompts that outgrow
+the pool so cached blocks are evicted). Every batch is decoded by msgspec -- the decoder vLLM's
+own subscribers use -- into structs declared here after vLLM's schema (vllm/distributed/
+kv_events.py: tagged array-like BlockStored / BlockRemoved / AllBlocksCleared in a [ts, events]
+batch). Checks: sequence numbers start right after the startup AllBlocksCleared and have no gap;
+timestamps never go back; no block is stored twice or removed while not stored; and at the end
+the mirror (hash -> parent hash, token ids) equals GET /kv_cache/blocks, the engine's own table.
+
+    python3 kv_events_test.py --llmc build/bin/llmc --llmrt build/bin/llmrt \
+        --model-dir tests/data/stories260K
+
+Skips (exit 77, saying why) when pyzmq or msgspec is missing.
+"""
+import argparse
+import concurrent.futures
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+import gateway_harness
+
+try:
+    import msgspec
+    import zmq
+except ImportError as error:
+    gateway_harness.skip("kv_events_test", "Python package missing: %s" % error.name)
+
+
+class KvEvent(msgspec.Struct, array_like=True, tag=True):
+    pass
+
+
+class BlockStored(KvEvent):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+
+
+class BlockRemoved(KvEvent):
+    block_hashes: list[int]
+    medium: str | None
+
+
+class AllBlocksCleared(KvEvent):
+    pass
+
+
+class KvEventBatch(msgspec.Struct, array_like=True):
+    ts: float
+    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+
+
+TOPIC = b"kv@test@stories"
+STORIES = [
+    "Once upon a time there was a little girl named Lily who loved to play in the park with "
+    "her red ball and her dog Max.",
+    "One day a small boy called Tim found a shiny stone near the river and wanted to show it "
+    "to his mom and dad.",
+    "There was a big tree in the garden where the birds sang every morning and the children "
+    "liked to sit in its shade.",
+    "A happy cat lived in a little house by the sea, and every day it watched the boats come "
+    "back with fish.",
+]
+
+
+class Subscriber:
+    """Receives batches on a thread and applies them to `mirror`."""
+
+    def __init__(self, endpoint):
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.SUB)
+        self.socket.setsockopt(zmq.SUBSCRIBE, TOPIC)
+        self.socket.setsockopt(zmq.RCVTIMEO, 100)
+        self.socket.connect(endpoint)
+        self.decoder = msgspec.msgpack.Decoder(type=KvEventBatch)
+        self.mirror = {}  # hash -> (parent hash or None, token ids)
+        self.sequences = []
+        self.last_ts = 0.0
+        self.counts = {"stored": 0, "removed": 0, "cleared": 0, "multi_block_stores": 0}
+        self.errors = []
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        while not self.stopping:
+            try:
+                topic, sequence, payload = self.socket.recv_multipart()
+            except zmq.Again:
+                continue
+            with self.lock:
+                try:
+                    self.apply(topic, int.from_bytes(sequence, "big"), self.decoder.decode(payload))
+                except Exception as error:  # reported by the test, not lost on this thread
+                    self.errors.append(repr(error))
+
+    def apply(self, topic, sequence, batch):
+        assert topic == TOPIC, topic
+        self.sequences.append(sequence)
+        assert batch.ts >= self.last_ts - 1e-3, (batch.ts, self.last_ts)
+        self.last_ts = batch.ts
+        for event in batch.events:
+            if isinstance(event, BlockStored):
+                size = event.block_size
+                assert len(event.token_ids) == size * len(event.block_hashes)
+                if len(event.block_hashes) > 1:
+                    self.counts["multi_block_stores"] += 1
+                parent = event.parent_block_hash
+                for index, block_hash in enumerate(event.block_hashes):
+                    assert block_hash not in self.mirror, "stored twice: %d" % block_hash
+                    self.mirror[block_hash] = (parent,
+                                               event.token_ids[index * size:(index + 1) * size])
+                    parent = block_hash
+                    self.counts["stored"] += 1
+            elif isinstance(event, BlockRemoved):
+                for block_hash in event.block_hashes:
+                    assert block_hash in self.mirror, "removed while not stored: %d" % block_hash
+                    del self.mirror[block_hash]
+                    self.counts["removed"] += 1
+            else:
+                self.mirror.clear()
+                self.counts["cleared"] += 1
+
+    def close(self):
+        self.stopping = True
+        self.thread.join()
+        self.socket.close(linger=0)
+        self.context.term()
+
+
+def engine_table(server):
+    status, body = gateway_harness.http("GET", server.url + "/kv_cache/blocks")
+    assert status == 200, body
+    return {block["hash"]: (block["parent_hash"], block["token_ids"]) for block in body["blocks"]}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--llmc", required=True)
+    parser.add_argument("--llmrt", required=True)
+    parser.add_argument("--model-dir", required=True)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="llmrt-kv-events-")
+    try:
+        plan = gateway_harness.stories_plan(args.llmc, args.model_dir, work)
+        # 768 KiB of KV: a few dozen 16-token blocks of this plan, far fewer than the 32
+        # requests' prompts and replies need, so cached blocks are evicted while they run.
+        server = gateway_harness.Server(
+            args.llmrt, plan, work, "--kv-events-endpoint", "tcp://127.0.0.1:*",
+            "--kv-events-topic", TOPIC.decode(), "--kv-memory", str(48 * 16384),
+            "--max-seqs", "12")
+        subscriber = Subscriber(server.kv_events_endpoint)
+        try:
+            # A SUB socket receives only what is sent after its subscription reached the
+            # publisher; nothing is published before the first request but the startup batch.
+            time.sleep(0.5)
+
+            def one(index):
+                story = STORIES[index % len(STORIES)]
+                prompt = story if index < 16 else story + " " + STORIES[(index + 1) % 4]
+                body = {"prompt": prompt, "max_tokens": 24 + index, "temperature": 1.0,
+                        "seed": index, "n": 2 if index % 5 == 0 else 1}
+                return gateway_harness.http("POST", server.url + "/v1/completions", body)
+
+            with concurrent.futures.ThreadPoolExecutor(32) as pool:
+                results = list(pool.map(one, range(32)))
+            failed = [body for status, body in results if status != 200]
+            assert not failed, failed[:2]
+
+            # The last batch travels after the last response; wait for the mirror to settle.
+            expected = engine_table(server)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with subscriber.lock:
+                    if subscriber.mirror == expected or subscriber.errors:
+                        break
+                time.sleep(0.05)
+            with subscriber.lock:
+                assert not subscriber.errors, subscriber.errors
+                sequences = list(subscriber.sequences)
+                mirror = dict(subscriber.mirror)
+                counts = dict(subscriber.counts)
+            print("kv_events_test: %d batches, %s; engine holds %d blocks" %
+                  (len(sequences), counts, len(expected)))
+            # Sequence 0 is the startup AllBlocksCleared, sent before we subscribed.
+            assert sequences == list(range(1, len(sequences) + 1)), sequences[:10]
+            assert counts["removed"] > 0, "no eviction happened: the pool is too large"
+            assert counts["multi_block_stores"] > 0, counts
+            assert mirror == expected, (
+                "mirror differs: %d blocks only in the mirror, %d only in the engine" %
+                (len(mirror.keys() - expected.keys()), len(expected.keys() - mirror.keys())))
+        finally:
+            subscriber.close()
+            assert server.stop() == 0
+        print("kv_events_test: OK")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
