@@ -19,7 +19,6 @@ A screenshot of the finished chat is saved as chat_page.png in --screenshot-dir.
 
 Skips (exit 77, saying why) when Selenium, chromium or chromedriver is missing.
 """
-import argparse
 import os
 import shutil
 import tempfile
@@ -58,12 +57,7 @@ def words(text):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--llmc", required=True)
-    parser.add_argument("--llmrt", required=True)
-    parser.add_argument("--model-dir", required=True)
-    parser.add_argument("--screenshot-dir", required=True)
-    args = parser.parse_args()
+    args = gateway_harness.arguments("--screenshot-dir")
     work = tempfile.mkdtemp(prefix="llmrt-chat-page-")
     server, driver = None, None
     try:

@@ -1,15 +1,19 @@
-"""Shared pieces of the gateway tests: the stories260K plan with a plain chat template, `llmrt
-serve` child processes, HTTP helpers, and the exit code ctest reads as "skipped"."""
+"""Shared pieces of the gateway tests: the command line, the stories260K plan with a plain chat
+template, `llmrt serve` child processes, HTTP helpers, and the exit code ctest reads as
+"skipped"."""
+import argparse
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
+
+# The server harness of the SDK tests, beside this folder.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+import sdk_harness  # noqa: E402
 
 SKIP = 77  # SKIP_RETURN_CODE of every test in tests/gateway/CMakeLists.txt
 
@@ -35,47 +39,23 @@ def stories_plan(llmc, model_dir, work):
     return plan
 
 
-class Server:
-    """`llmrt serve PLAN --port 0 --model-name stories FLAGS`; the port (and the KV-event
-    endpoint, when asked for) are read from its stderr."""
+class Server(sdk_harness.ServerProcess):
+    """`llmrt serve PLAN --port 0 --model-name stories FLAGS` (tests/server/sdk_harness.py),
+    plus the KV-event endpoint it printed, when --kv-events-endpoint was given."""
 
     def __init__(self, llmrt, plan, work, *flags):
-        self.stderr_path = os.path.join(work, "server-%d.err" % time.monotonic_ns())
-        self.stderr = open(self.stderr_path, "w")
-        self.process = subprocess.Popen(
-            [llmrt, "serve", plan, "--port", "0", "--model-name", "stories", *flags],
-            stdout=subprocess.DEVNULL, stderr=self.stderr)
-        self.port = None
-        self.kv_events_endpoint = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and self.port is None:
-            text = self.log()
-            match = re.search(r"listening on http://[0-9.]+:([0-9]+)", text)
-            events = re.search(r"kv events on (\S+)", text)
-            if match:
-                self.port = int(match.group(1))
-                self.kv_events_endpoint = events.group(1) if events else None
-            elif self.process.poll() is not None:
-                break
-            else:
-                time.sleep(0.02)
-        if self.port is None:
-            self.process.kill()
-            raise RuntimeError("llmrt serve did not start: " + self.log())
-
-    def log(self):
+        super().__init__(llmrt, plan, work, "stories", *flags)
         with open(self.stderr_path) as f:
-            return f.read()
+            events = re.search(r"kv events on (\S+)", f.read())
+        self.kv_events_endpoint = events.group(1) if events else None
 
-    @property
-    def url(self):
-        return "http://127.0.0.1:%d" % self.port
 
-    def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(timeout=60)
-        self.stderr.close()
-        return code
+def arguments(*extra):
+    """The command line every gateway test takes: --llmc, --llmrt, --model-dir and `extra`."""
+    parser = argparse.ArgumentParser()
+    for flag in ("--llmc", "--llmrt", "--model-dir") + extra:
+        parser.add_argument(flag, required=True)
+    return parser.parse_args()
 
 
 def http(method, url, body=None, headers=None, timeout=120):

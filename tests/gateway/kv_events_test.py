@@ -15,7 +15,6 @@ the mirror (hash -> parent hash, token ids) equals GET /kv_cache/blocks, the eng
 
 Skips (exit 77, saying why) when pyzmq or msgspec is missing.
 """
-import argparse
 import concurrent.futures
 import shutil
 import sys
@@ -145,11 +144,7 @@ def engine_table(server):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--llmc", required=True)
-    parser.add_argument("--llmrt", required=True)
-    parser.add_argument("--model-dir", required=True)
-    args = parser.parse_args()
+    args = gateway_harness.arguments()
     work = tempfile.mkdtemp(prefix="llmrt-kv-events-")
     try:
         plan = gateway_harness.stories_plan(args.llmc, args.model_dir, work)

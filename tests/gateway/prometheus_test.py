@@ -17,7 +17,6 @@ exactly 0 on both after it.
 
 Skips (exit 77, saying why) when the prometheus binary is missing.
 """
-import argparse
 import json
 import os
 import shutil
@@ -108,11 +107,7 @@ def wait_for(description, condition, seconds):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--llmc", required=True)
-    parser.add_argument("--llmrt", required=True)
-    parser.add_argument("--model-dir", required=True)
-    args = parser.parse_args()
+    args = gateway_harness.arguments()
     work = tempfile.mkdtemp(prefix="llmrt-prometheus-")
     replicas, prometheus, clients = [], None, []
     stop_load = threading.Event()
