@@ -385,6 +385,214 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
   for (int t = 0; t < kTokens; ++t) result[t] = SumLanes8(acc[t]);
 }
 
+#if LLMRT_QUANT_VNNI512
+// ---- I4 on AVX512-VNNI: a 4 rows x 4 tokens register tile on the plan's packed codes.
+//
+// Every (row, token) pair keeps TileI4's arithmetic, so the GEMV's (GemvInt4Avx2): per chunk of
+// 8 blocks the exact int32 block sums (vpdpbusd, block j in lanes j and 8 + j, the halves
+// added), minus the zero-point correction, one convert and one FMA with weight scale x
+// activation scale per lane. What differs is how the operands reach the registers:
+// - the codes come straight from the plan: a 64-byte load holds two LANE_CHUNKS slices, whose
+//   low nibbles are lane-order vectors 4h and 4h + 2 and high nibbles 4h + 1 and 4h + 3, so one
+//   mask (or shift and mask) per 64 codes, shared by the tile's 4 tokens, replaces unpacking
+//   the panel (at 16 tokens the unpack and its stores took ~25% of the GEMM);
+// - each weight vector meets the tile's 4 tokens and each activation vector its 4 rows (8
+//   loads per 16 vpdpbusd; TileI4's 1 x 4 tile loaded 8 per 4, and the load ports bounded it);
+// - the f32 steps run on two tokens at once: tokens 2p and 2p + 1 of a row share a 512-bit
+//   accumulator (lanes 0-7 and 8-15), their int32 sums gathered into it by two 128-bit-lane
+//   shuffles and one add, so each lane sees TileI4's operations on its own values;
+// - the activations of each token tile are copied once per call into the order the slices
+//   meet (ActivationVector), a token's chunks interleaved with the tile's others, next to their
+//   scales and corrections, and a panel's weight scales converted to f32 once per panel, so a
+//   chunk's loads are fixed offsets from a few pointers (with a pointer per row and token the
+//   compiler spilled them) and the tile converts no scale.
+namespace i4vnni {
+
+constexpr int kGroupRows = kGemmRowsVnni;    // weight rows per register tile
+constexpr int64_t kChunkCodes = 8 * kBlock;  // codes of a chunk (8 blocks)
+// Per chunk and token pair: 16 f32 activation scales, then 16 int32 lanes (symmetric: the
+// corrections 8 x sum(q); with zero points: sum(q)), tokens 2p and 2p + 1 in the two halves.
+constexpr int64_t kPairMetaBytes = 128;
+
+// Tags of the per-thread buffers.
+struct PanelScales;
+struct TokenTiles;
+
+// The lane-order vectors (32 codes each, LaneOrderInt4Activations) that 64-byte vector v of a
+// chunk pairs: a = 4 (v / 2) + v % 2 and a + 2, the nibbles of slices 2 (v / 2) and + 1.
+inline int ActivationVector(int v, int half) { return v / 2 * 4 + v % 2 + 2 * half; }
+
+// A panel's weight scales and zero points as the tiles read them. A tile of `rows` rows
+// (kGroupRows, or 1 for the panel's last rows) starting at panel row `first` keeps the 8 lanes
+// of chunk c of its row r at lane 8 x (first * chunks + c * rows + r); `tails` holds each
+// row's last chunk expanded when it is shorter than 8 blocks (plan::ExpandInt4Chunk).
+struct PanelOperands {
+  float* scales;
+  int32_t* zeros;  // nullptr: symmetric
+  uint8_t* tails;  // kInt4ChunkBytes per panel row
+  int64_t chunks;
+};
+
+// Fills panel row `panel_row`'s places in `panel` (the tile of `rows` rows starting at `first`):
+// the f32 block scales of each chunk and, with zero points, the zero points as int32 (lanes past
+// the row's last block 0, as WeightScales8 / Zeros8 give them to TileI4).
+void PreparePanelRow(const GemmRow& row, int64_t cols, int group_shift, int64_t first, int64_t rows,
+                     int64_t panel_row, const PanelOperands& panel) {
+  const int64_t blocks = cols / kBlock;
+  const int64_t base = first * panel.chunks + (panel_row - first);
+  for (int64_t chunk = 0; chunk < panel.chunks; ++chunk) {
+    const int64_t block = chunk * 8;
+    const int64_t count = std::min<int64_t>(8, blocks - block);
+    const int64_t at = base + chunk * rows;
+    _mm256_storeu_ps(panel.scales + at * 8, WeightScales8(row.scales, block, count, group_shift));
+    if (panel.zeros != nullptr) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel.zeros + at * 8),
+                          Zeros8(row.zero_points, block, count, group_shift));
+    }
+  }
+  if (blocks % 8 != 0) {
+    plan::ExpandInt4Chunk(row.codes, cols, blocks / 8 * 8,
+                          panel.tails + panel_row * plan::kInt4ChunkBytes);
+  }
+}
+
+// The activations of token tile `tile` (tokens [kGemmTokens * tile, + `tokens`)) as the tiles
+// read them: 64-byte vector v of chunk c of token t at codes[(c * lanes + t) * kChunkCodes + 64 v]
+// (ActivationVector's two halves; lanes: tokens rounded up to pairs, a missing token's codes
+// zero), and per chunk and pair the kPairMetaBytes at meta[(c * lanes / 2 + p) * kPairMetaBytes]
+// (lanes past the row's last block zero, as TileI4 sets them).
+void LayOutTokenTile(const QuantizedActivationRows& x, int64_t blocks, int64_t chunks, int64_t tile,
+                     int tokens, bool zero_points, uint8_t* codes, uint8_t* meta) {
+  const int lanes = (tokens + 1) / 2 * 2;
+  const int64_t x_blocks = x.padded_cols / kBlock;
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t block = chunk * 8;
+    const int64_t count = std::min<int64_t>(8, blocks - block);
+    for (int t = 0; t < lanes; ++t) {
+      uint8_t* out = codes + (chunk * lanes + t) * kChunkCodes;
+      const int64_t token = kGemmTokens * tile + t;
+      const uint8_t* in =
+          reinterpret_cast<const uint8_t*>(x.codes) + token * x.padded_cols + block * kBlock;
+      for (int v = 0; v < 4; ++v) {
+        for (int half = 0; half < 2; ++half) {
+          uint8_t* vector = out + 64 * v + 32 * half;
+          if (t < tokens) {
+            std::copy_n(in + 32 * ActivationVector(v, half), 32, vector);
+          } else {
+            std::fill_n(vector, 32, uint8_t{0});
+          }
+        }
+      }
+      uint8_t* pair = meta + (chunk * lanes / 2 + t / 2) * kPairMetaBytes;
+      float* scales = reinterpret_cast<float*>(pair) + 8 * (t % 2);
+      int32_t* sums = reinterpret_cast<int32_t*>(pair + 64) + 8 * (t % 2);
+      for (int64_t i = 0; i < 8; ++i) {
+        const bool present = t < tokens && i < count;
+        scales[i] = present ? x.scales[token * x_blocks + block + i] : 0.0f;
+        const int32_t sum = present ? x.sums[token * x_blocks + block + i] : 0;
+        // Symmetric codes have zero point 8: the correction zero * sum(q) = sum(q) << 3.
+        sums[i] = zero_points ? sum : sum * 8;
+      }
+    }
+  }
+}
+
+// result[r][t] for kRows rows x kPairs token pairs. packed: the tile's first row in the plan,
+// rows `row_bytes` apart; tails: their expanded last chunks (PanelOperands) when the rows end in
+// a shorter one; scales, zeros: the tile's first lanes in the panel (PanelOperands); x, meta: its
+// token tile's (LayOutTokenTile). prefetch_offset (0: none): bytes past each row to prefetch at
+// the pace of the chunks (the same rows of the thread's next panel).
+template <int kRows, int kPairs, bool kZeroPoints>
+void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_t cols,
+          const float* scales, const int32_t* zeros, const int8_t* x, const uint8_t* meta,
+          int64_t prefetch_offset, float (*result)[kGemmTokens]) {
+  constexpr int kLanes = 2 * kPairs;
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  __m512 acc[kRows][kPairs];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 2
+    for (int p = 0; p < kPairs; ++p) acc[r][p] = _mm512_setzero_ps();
+  }
+  // One chunk whose row r starts at codes + r * stride.
+  auto chunk_step = [&](const uint8_t* codes, int64_t stride) HWY_ATTR {
+    __m512i isums[kRows][kLanes];
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+      for (int t = 0; t < kLanes; ++t) isums[r][t] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      __m512i activations[kLanes];
+#pragma GCC unroll 4
+      for (int t = 0; t < kLanes; ++t) {
+        activations[t] = _mm512_loadu_si512(x + t * kChunkCodes + 64 * v);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        const __m512i slices = _mm512_loadu_si512(codes + r * stride + 64 * (v / 2));
+        const __m512i weights =
+            _mm512_and_si512(v % 2 == 0 ? slices : _mm512_srli_epi16(slices, 4), mask);
+#pragma GCC unroll 4
+        for (int t = 0; t < kLanes; ++t) {
+          isums[r][t] = vnni::DotBytes(isums[r][t], weights, activations[t]);
+        }
+      }
+    }
+#pragma GCC unroll 2
+    for (int p = 0; p < kPairs; ++p) {
+      const __m512 activation_scales = _mm512_loadu_ps(meta + p * kPairMetaBytes);
+      const __m512i activation_sums = _mm512_loadu_si512(meta + p * kPairMetaBytes + 64);
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        // The row's 8 lanes in both halves.
+        const __m512 weight_scales = _mm512_broadcast_f32x8(_mm256_loadu_ps(scales + 8 * r));
+        __m512i corrections = activation_sums;
+        if constexpr (kZeroPoints) {
+          corrections = _mm512_mullo_epi32(_mm512_broadcast_i32x8(_mm256_loadu_si256(
+                                               reinterpret_cast<const __m256i*>(zeros + 8 * r))),
+                                           activation_sums);
+        }
+        // Block j of token 2p in lanes j and 8 + j of isums[r][2p]: [low halves | high halves].
+        const __m512i sums =
+            _mm512_add_epi32(_mm512_shuffle_i64x2(isums[r][2 * p], isums[r][2 * p + 1], 0x44),
+                             _mm512_shuffle_i64x2(isums[r][2 * p], isums[r][2 * p + 1], 0xee));
+        acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sums, corrections)),
+                                    _mm512_mul_ps(weight_scales, activation_scales), acc[r][p]);
+      }
+    }
+    scales += kRows * 8;
+    if constexpr (kZeroPoints) zeros += kRows * 8;
+    x += kLanes * kChunkCodes;
+    meta += kPairs * kPairMetaBytes;
+  };
+  const int64_t blocks = cols / kBlock;
+  for (int64_t chunk = 0; chunk < blocks / 8; ++chunk) {
+    const uint8_t* codes = packed + chunk * plan::kInt4ChunkBytes;
+    if (prefetch_offset != 0) {
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        _mm_prefetch(codes + r * row_bytes + prefetch_offset, _MM_HINT_T0);
+        _mm_prefetch(codes + r * row_bytes + prefetch_offset + 64, _MM_HINT_T0);
+      }
+    }
+    chunk_step(codes, row_bytes);
+  }
+  if (blocks % 8 != 0) chunk_step(tails, plan::kInt4ChunkBytes);
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 2
+    for (int p = 0; p < kPairs; ++p) {
+      result[r][2 * p] = SumLanes8(_mm512_castps512_ps256(acc[r][p]));
+      result[r][2 * p + 1] = SumLanes8(_mm512_extractf32x8_ps(acc[r][p], 1));
+    }
+  }
+}
+
+}  // namespace i4vnni
+#endif  // LLMRT_QUANT_VNNI512
+
 // kKind: 0 I8 with combined scales, 1 I8 with one scale per row, 2 I4, 3 I4 with zero points.
 // kVnni: the VNNI arithmetic of this body (quant_vnni-inl.h: AVX512-VNNI tiles on AVX3,
 // AVX-VNNI lanes in the AVX2 tiles).
@@ -441,6 +649,49 @@ void RunTile(int num_rows, int tokens, const GemmRow* rows, const uint8_t* const
 #undef LLMRT_GEMM_TILE
 }
 
+// group = block >> GroupShift(w): groups of 32, 64 or 128 columns, or the whole row (shift 63).
+int GroupShift(const MatrixView& w) {
+  return w.group_size == w.cols ? 63 : w.group_size == 128 ? 2 : w.group_size == 64 ? 1 : 0;
+}
+
+// Where a panel's results go: output row n of the call lands at columns[n - row_begin] + token
+// x strides[n - row_begin] (`outputs` split the rows; *output is the cursor into them, rising
+// with the panels of a thread).
+struct PanelColumns {
+  float* columns[kPanelRows];
+  int64_t strides[kPanelRows];
+
+  void Resolve(const MatMulOutput* outputs, int32_t num_outputs, int32_t* output, int64_t row_begin,
+               int64_t row_end) {
+    for (int64_t n = row_begin; n < row_end; ++n) {
+      while (*output + 1 < num_outputs && n >= outputs[*output + 1].begin) ++*output;
+      columns[n - row_begin] = outputs[*output].data + (n - outputs[*output].begin);
+      strides[n - row_begin] = outputs[*output].width;
+    }
+  }
+
+  // Stores a tile's result[r][t] (+ bias) for panel rows [first, first + rows) and tokens
+  // [token, token + tokens).
+  void Store(const float (*result)[kGemmTokens], int rows, int tokens, int64_t row_begin,
+             int64_t first, int64_t token, const float* bias) const {
+    for (int r = 0; r < rows; ++r) {
+      const float row_bias = bias != nullptr ? bias[row_begin + first + r] : 0.0f;
+      float* column = columns[first + r];
+      const int64_t stride = strides[first + r];
+      for (int t = 0; t < tokens; ++t) column[(token + t) * stride] = result[r][t] + row_bias;
+    }
+  }
+};
+
+// Bytes past a panel's rows to its thread's next panel (0 when this is the thread's last or the
+// next one is shorter): the prefetch distance, so that the next panel's weights arrive from
+// memory while this panel computes (at a batch of 16 tokens a panel's compute and its memory read
+// take comparable time).
+int64_t NextPanelOffset(int64_t panel, int64_t panel_end, int64_t row_end, int64_t rows,
+                        int64_t row_bytes) {
+  return panel + 1 < panel_end && row_end + kPanelRows <= rows ? kPanelRows * row_bytes : 0;
+}
+
 template <int kKind, bool kVnni>
 void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
@@ -451,34 +702,25 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
   const int64_t row_bytes = kInt4 ? w.cols / 2 : w.cols;
   // Unpacked I4 row: whole 8-block steps of one byte per code.
   const int64_t unpacked_bytes = (w.cols / kBlock + 7) / 8 * 8 * kBlock;
-  // group = block >> shift: groups of 32, 64 or 128 columns, or the whole row (shift 63).
-  const int group_shift = w.group_size == w.cols ? 63
-                          : w.group_size == 128  ? 2
-                          : w.group_size == 64   ? 1
-                                                 : 0;
+  const int group_shift = GroupShift(w);
   const int64_t num_panels = (w.rows + kPanelRows - 1) / kPanelRows;
   pool.ParallelFor(num_panels, [&](int64_t panel_begin, int64_t panel_end, int32_t) {
     // I4 panels unpacked (kPanelRows x K bytes: 88 KiB at K = 5632), kept per thread so that a
     // step allocates only when a matrix is wider than any before.
     uint8_t* unpacked_panel =
         kInt4 ? ThreadLocalBuffer<UnpackedPanels, uint8_t>(kPanelRows * unpacked_bytes) : nullptr;
-    float* columns[kPanelRows];
-    int64_t strides[kPanelRows];
+    PanelColumns columns;
     int32_t output = 0;
     for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
       const int64_t row_begin = panel * kPanelRows;
       const int64_t row_end = std::min(w.rows, row_begin + kPanelRows);
       // The thread's next panel is prefetched while this one starts (I4: while it is unpacked;
-      // I8 on VNNI: during its first token tile), so that its weights arrive from memory while
-      // this panel computes rather than when the next one needs them: at a batch of 16 tokens
-      // a panel's compute and its memory read take comparable time.
+      // I8 on VNNI: during its first token tile).
       const int64_t next_panel_offset =
-          panel + 1 < panel_end && row_end + kPanelRows <= w.rows ? kPanelRows * row_bytes : 0;
-      for (int64_t n = row_begin; n < row_end; ++n) {
-        while (output + 1 < num_outputs && n >= outputs[output + 1].begin) ++output;
-        columns[n - row_begin] = outputs[output].data + (n - outputs[output].begin);
-        strides[n - row_begin] = outputs[output].width;
-        if (kInt4) {
+          NextPanelOffset(panel, panel_end, row_end, w.rows, row_bytes);
+      columns.Resolve(outputs, num_outputs, &output, row_begin, row_end);
+      if (kInt4) {
+        for (int64_t n = row_begin; n < row_end; ++n) {
           UnpackInt4Row(w.data + n * row_bytes, w.cols,
                         unpacked_panel + (n - row_begin) * unpacked_bytes, next_panel_offset);
         }
@@ -508,12 +750,7 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
           float result[kMaxGemmRows][kGemmTokens];
           RunTile<kKind, kVnni>(num_rows, tokens, rows, unpacked, tile, w.cols, group_shift, result,
                                 token == 0 ? next_panel_offset : 0);
-          for (int r = 0; r < num_rows; ++r) {
-            const float row_bias = bias != nullptr ? bias[n + r] : 0.0f;
-            float* column = columns[n + r - row_begin];
-            const int64_t stride = strides[n + r - row_begin];
-            for (int t = 0; t < tokens; ++t) column[(token + t) * stride] = result[r][t] + row_bias;
-          }
+          columns.Store(result, num_rows, tokens, row_begin, n - row_begin, token, bias);
           n += num_rows;
         }
       }
@@ -521,9 +758,105 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
   });
 }
 
+#if LLMRT_QUANT_VNNI512
+// QuantizedGemm for I4 on AVX512-VNNI (i4vnni above): the token tiles laid out once per call,
+// then, per panel, its scales converted and every token tile passed over its 4-row tiles (a
+// panel's last rows one at a time).
+template <bool kZeroPoints>
+void GemmI4Vnni(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
+                const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
+  using i4vnni::kChunkCodes;
+  using i4vnni::kGroupRows;
+  using i4vnni::kPairMetaBytes;
+  const int64_t blocks = w.cols / kBlock;
+  const int64_t chunks = (blocks + 7) / 8;
+  const int64_t groups = w.cols / w.group_size;
+  const int64_t row_bytes = w.cols / 2;
+  const int group_shift = GroupShift(w);
+  const int64_t tiles = (x.num_rows + kGemmTokens - 1) / kGemmTokens;
+  const int64_t tile_codes = chunks * kGemmTokens * kChunkCodes;
+  const int64_t tile_meta = chunks * (kGemmTokens / 2) * kPairMetaBytes;
+  // Read by every thread: the calling thread's buffer, which no panel uses.
+  uint8_t* token_tiles =
+      ThreadLocalBuffer<i4vnni::TokenTiles, uint8_t>(tiles * (tile_codes + tile_meta));
+  uint8_t* token_meta = token_tiles + tiles * tile_codes;
+  auto tile_tokens = [&](int64_t tile) {
+    return static_cast<int>(std::min<int64_t>(kGemmTokens, x.num_rows - tile * kGemmTokens));
+  };
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    i4vnni::LayOutTokenTile(x, blocks, chunks, tile, tile_tokens(tile), kZeroPoints,
+                            token_tiles + tile * tile_codes, token_meta + tile * tile_meta);
+  }
+  const int64_t num_panels = (w.rows + kPanelRows - 1) / kPanelRows;
+  pool.ParallelFor(num_panels, [&](int64_t panel_begin, int64_t panel_end, int32_t) {
+    const int64_t lanes = kPanelRows * chunks * 8;
+    uint8_t* buffer = ThreadLocalBuffer<i4vnni::PanelScales, uint8_t>(
+        lanes * 4 * (kZeroPoints ? 2 : 1) + kPanelRows * plan::kInt4ChunkBytes);
+    const i4vnni::PanelOperands operands{
+        reinterpret_cast<float*>(buffer),
+        kZeroPoints ? reinterpret_cast<int32_t*>(buffer + lanes * 4) : nullptr,
+        buffer + lanes * 4 * (kZeroPoints ? 2 : 1), chunks};
+    PanelColumns columns;
+    int32_t output = 0;
+    for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
+      const int64_t row_begin = panel * kPanelRows;
+      const int64_t rows = std::min(w.rows, row_begin + kPanelRows) - row_begin;
+      // Rows [0, grouped) of the panel in tiles of kGroupRows, the rest one at a time.
+      const int64_t grouped = rows / kGroupRows * kGroupRows;
+      auto group_of = [&](int64_t row) {
+        return row < grouped ? row / kGroupRows * kGroupRows : row;
+      };
+      auto group_rows = [&](int64_t first) { return first < grouped ? kGroupRows : 1; };
+      const int64_t next_panel_offset =
+          NextPanelOffset(panel, panel_end, row_begin + rows, w.rows, row_bytes);
+      columns.Resolve(outputs, num_outputs, &output, row_begin, row_begin + rows);
+      for (int64_t row = 0; row < rows; ++row) {
+        const int64_t n = row_begin + row;
+        const GemmRow source{w.data + n * row_bytes, w.scales + n * groups,
+                             kZeroPoints ? w.zero_points + n * groups : nullptr};
+        i4vnni::PreparePanelRow(source, w.cols, group_shift, group_of(row),
+                                group_rows(group_of(row)), row, operands);
+      }
+      for (int64_t tile = 0; tile < tiles; ++tile) {
+        const int tokens = tile_tokens(tile);
+        const int8_t* tile_x = reinterpret_cast<const int8_t*>(token_tiles + tile * tile_codes);
+        const uint8_t* meta = token_meta + tile * tile_meta;
+        for (int64_t first = 0; first < rows; first += group_rows(first)) {
+          const int num_rows = static_cast<int>(group_rows(first));
+          const float* scales = operands.scales + first * chunks * 8;
+          const int32_t* zeros = kZeroPoints ? operands.zeros + first * chunks * 8 : nullptr;
+          const uint8_t* packed = w.data + (row_begin + first) * row_bytes;
+          const uint8_t* tails = operands.tails + first * plan::kInt4ChunkBytes;
+          // The next panel is prefetched during the first token tile, at the pace of the chunks.
+          const int64_t prefetch = tile == 0 ? next_panel_offset : 0;
+          float result[kMaxGemmRows][kGemmTokens];
+#define LLMRT_I4_TILE(kRows, kPairs)                                                        \
+  i4vnni::Tile<kRows, kPairs, kZeroPoints>(packed, row_bytes, tails, w.cols, scales, zeros, \
+                                           tile_x, meta, prefetch, result)
+          if (num_rows == kGroupRows) {
+            tokens > 2 ? LLMRT_I4_TILE(kGroupRows, 2) : LLMRT_I4_TILE(kGroupRows, 1);
+          } else {
+            tokens > 2 ? LLMRT_I4_TILE(1, 2) : LLMRT_I4_TILE(1, 1);
+          }
+#undef LLMRT_I4_TILE
+          columns.Store(result, num_rows, tokens, row_begin, first, tile * kGemmTokens, bias);
+        }
+      }
+    }
+  });
+}
+#endif  // LLMRT_QUANT_VNNI512
+
 template <bool kVnni>
 void GemmKinds(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
+#if LLMRT_QUANT_VNNI512
+  if (kVnni && w.dtype == plan::I4) {
+    w.zero_points != nullptr ? GemmI4Vnni<true>(pool, x, w, bias, outputs, num_outputs)
+                             : GemmI4Vnni<false>(pool, x, w, bias, outputs, num_outputs);
+    return;
+  }
+#endif
   if (w.dtype == plan::I4) {
     w.zero_points != nullptr ? GemmTyped<3, kVnni>(pool, x, w, bias, outputs, num_outputs)
                              : GemmTyped<2, kVnni>(pool, x, w, bias, outputs, num_outputs);
