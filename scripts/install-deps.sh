@@ -35,10 +35,14 @@ arm64_packages=(
 install_openai_sdk() {
   local sdk
   # pyzmq (import name zmq) and msgspec decode the KV-cache events as vLLM's own subscribers
-  # do; selenium drives Chromium for the chat-page test (tests/gateway/).
-  for sdk in openai anthropic jsonschema xgrammar pyzmq msgspec selenium; do
+  # do; selenium drives Chromium for the chat-page test; pyyaml (yaml) reads deploy/kubernetes/
+  # for the manifests test (tests/gateway/).
+  for sdk in openai anthropic jsonschema xgrammar pyzmq msgspec selenium pyyaml; do
     local module="$sdk"
-    [ "$sdk" = pyzmq ] && module=zmq
+    case "$sdk" in
+      pyzmq) module=zmq ;;
+      pyyaml) module=yaml ;;
+    esac
     python3 -c "import $module" 2>/dev/null && continue
     echo "install-deps: pip install $sdk"
     python3 -m pip install --quiet "$sdk" 2>/dev/null ||
