@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -99,6 +100,7 @@ private:
   absl::StatusOr<int> addQuantizedTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
                                          const QuantSpec &spec);
   absl::StatusOr<WeightView> checkedWeight(Operation *user, FlatSymbolRefAttr param);
+  absl::StatusOr<int> addGamma(Operation *user, FlatSymbolRefAttr param, double offset);
   absl::StatusOr<int> writeTensor(const std::string &name, plan::DType dtype,
                                   std::vector<int64_t> shape, ArrayRef<const uint8_t *> parts,
                                   ArrayRef<uint64_t> partBytes,
@@ -349,6 +351,32 @@ absl::StatusOr<WeightView> Emitter::checkedWeight(Operation *user, FlatSymbolRef
   return view;
 }
 
+// A norm's f32 gamma: the weight, plus `offset` when it is not 0 (Gemma's 1 + weight).
+// transformers computes (1.0 + weight.float()) in f32, which is exactly this f32 sum, so the
+// folded gamma equals the one transformers multiplies by.
+absl::StatusOr<int> Emitter::addGamma(Operation *user, FlatSymbolRefAttr param, double offset) {
+  if (offset == 0)
+    return addTensor(user, {param}, plan::F32);
+  const std::string name = param.getValue().str();
+  const std::string key = absl::StrCat(name, "#offset=", offset);
+  if (auto it = tensorIndex.find(key); it != tensorIndex.end())
+    return it->second;
+  absl::StatusOr<WeightView> view = checkedWeight(user, param);
+  if (!view.ok())
+    return view.status();
+  const int64_t count = static_cast<int64_t>(view->sizeBytes / dtypeBytes(view->dtype));
+  std::vector<float> gamma(count);
+  for (int64_t i = 0; i < count; ++i)
+    gamma[i] = static_cast<float>(offset) + loadElement(view->data, view->dtype, i);
+  absl::StatusOr<int> index =
+      writeTensor(name, plan::F32, view->shape, {reinterpret_cast<const uint8_t *>(gamma.data())},
+                  {static_cast<uint64_t>(count) * sizeof(float)});
+  if (!index.ok())
+    return index.status();
+  tensorIndex[key] = *index;
+  return *index;
+}
+
 absl::StatusOr<int> Emitter::addTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
                                        plan::DType dtype, int64_t panelRows) {
   std::vector<std::string> names;
@@ -505,16 +533,22 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
     kernelName = "embed";
     kernelDtype = weightDtype;
     status = addWeight({embed.getTableAttr()}, weightDtype);
-  } else if (auto norm = dyn_cast<llm::RmsNormOp>(op)) {
-    planOp.set_kind(plan::RMS_NORM);
-    kernelName = "rms_norm";
-    planOp.mutable_norm()->set_eps(norm.getEps().convertToDouble());
-    status = addWeight({norm.getWeightAttr()}, plan::F32);
-  } else if (auto fused = dyn_cast<llm::FusedAddRmsNormOp>(op)) {
-    planOp.set_kind(plan::FUSED_ADD_RMS_NORM);
-    kernelName = "fused_add_rms_norm";
-    planOp.mutable_norm()->set_eps(fused.getEps().convertToDouble());
-    status = addWeight({fused.getWeightAttr()}, plan::F32);
+    if (std::optional<APFloat> scale = embed.getScale())
+      planOp.mutable_embed()->set_scale(scale->convertToDouble());
+  } else if (isa<llm::RmsNormOp, llm::FusedAddRmsNormOp>(op)) {
+    auto norm = dyn_cast<llm::RmsNormOp>(op);
+    auto fused = dyn_cast<llm::FusedAddRmsNormOp>(op);
+    planOp.set_kind(norm ? plan::RMS_NORM : plan::FUSED_ADD_RMS_NORM);
+    kernelName = norm ? "rms_norm" : "fused_add_rms_norm";
+    planOp.mutable_norm()->set_eps(norm ? norm.getEps().convertToDouble()
+                                        : fused.getEps().convertToDouble());
+    absl::StatusOr<int> gamma =
+        norm ? addGamma(&op, norm.getWeightAttr(), norm.getWeightOffset().convertToDouble())
+             : addGamma(&op, fused.getWeightAttr(), fused.getWeightOffset().convertToDouble());
+    if (gamma.ok())
+      planOp.add_weights(*gamma);
+    else
+      status = gamma.status();
   } else if (auto matmul = dyn_cast<llm::MatmulOp>(op)) {
     planOp.set_kind(plan::MATMUL);
     kernelName = "matmul";
@@ -553,6 +587,7 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
     attrs->set_head_dim(attention.getHeadDim());
     attrs->set_sliding_window(attention.getSlidingWindow());
     attrs->set_scale(attention.getScale().convertToDouble());
+    attrs->set_logit_softcap(attention.getLogitSoftcap().convertToDouble());
   } else if (isa<llm::SiluOp>(op)) {
     planOp.set_kind(plan::SILU);
     kernelName = "silu";
@@ -565,9 +600,14 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
   } else if (isa<llm::SiluMulOp>(op)) {
     planOp.set_kind(plan::SILU_MUL);
     kernelName = "silu_mul";
+  } else if (isa<llm::GeluTanhMulOp>(op)) {
+    planOp.set_kind(plan::GELU_TANH_MUL);
+    kernelName = "gelu_tanh_mul";
   } else if (auto logits = dyn_cast<llm::LogitsOp>(op)) {
     planOp.set_kind(plan::LOGITS);
     kernelName = "logits";
+    if (double softcap = logits.getSoftcap().convertToDouble(); softcap > 0)
+      planOp.mutable_logits()->set_softcap(softcap);
     status = addMatrix({logits.getWeightAttr()});
   } else {
     return absl::InvalidArgumentError(

@@ -2,6 +2,9 @@
 
 #include "ir/LlmDialect.h"
 
+#include <cmath>
+#include <optional>
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -74,6 +77,9 @@ LogicalResult EmbedOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   if (type.getRank() != 2 || type.getDimSize(1) != width)
     return emitOpError() << "table " << getTableAttr() << " has type " << type
                          << ", expected [vocab, " << width << "]";
+  if (std::optional<APFloat> scale = getScale();
+      scale && !(scale->convertToDouble() > 0 && std::isfinite(scale->convertToDouble())))
+    return emitOpError() << "scale must be finite and positive";
   return success();
 }
 
@@ -179,6 +185,9 @@ LogicalResult AttentionOp::verify() {
                          << numKvHeads;
   if (getLayer() < 0 || getSlidingWindow() < 0)
     return emitOpError() << "layer and sliding_window must not be negative";
+  if (!(getLogitSoftcap().convertToDouble() >= 0) ||
+      std::isinf(getLogitSoftcap().convertToDouble()))
+    return emitOpError() << "logit_softcap must be finite and >= 0 (0: none)";
   if (failed(verifyWidth(*this, getQ(), "q", numHeads * headDim)) ||
       failed(verifyWidth(*this, getK(), "k", numKvHeads * headDim)) ||
       failed(verifyWidth(*this, getV(), "v", numKvHeads * headDim)))
@@ -187,6 +196,8 @@ LogicalResult AttentionOp::verify() {
 }
 
 LogicalResult LogitsOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  if (!(getSoftcap().convertToDouble() >= 0) || std::isinf(getSoftcap().convertToDouble()))
+    return emitOpError() << "softcap must be finite and >= 0 (0: none)";
   return verifyParam(*this, symbolTable, getWeightAttr(), "weight",
                      {getActivationWidth(getType()), getActivationWidth(getX().getType())});
 }

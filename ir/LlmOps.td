@@ -47,20 +47,27 @@ def Llm_ParamOp : Llm_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
 
 def Llm_EmbedOp : Llm_Op<"embed", [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "rows of the embedding table for the token ids";
-  let arguments = (ins Llm_TokenVector:$tokens, FlatSymbolRefAttr:$table);
+  let description = [{
+    With `scale`, each row is multiplied by it in the table's dtype (Gemma's sqrt(hidden_size)
+    normalizer, which transformers casts to the embedding dtype): plan.proto's EmbedAttrs.
+  }];
+  let arguments = (ins Llm_TokenVector:$tokens, FlatSymbolRefAttr:$table,
+                       OptionalAttr<F64Attr>:$scale);
   let results = (outs Llm_Activation:$result);
   let assemblyFormat = "$tokens attr-dict `:` type($tokens) `->` type($result)";
 }
 
 def Llm_RmsNormOp : Llm_Op<"rms_norm", [Pure, AllTypesMatch<["x", "result"]>,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
-  let summary = "x / sqrt(mean(x^2) + eps) * weight";
+  let summary = "x / sqrt(mean(x^2) + eps) * (weight_offset + weight)";
   let description = [{
     The weight's length G divides the row width W: each of the W / G groups of G consecutive
     elements is normalized on its own, with the same weight. G = W normalizes whole rows; G =
-    head_dim normalizes each head (Qwen3's q_norm / k_norm).
+    head_dim normalizes each head (Qwen3's q_norm / k_norm). `weight_offset` is added to the
+    weight (Gemma's 1 + weight); codegen folds it into the f32 gamma it writes.
   }];
-  let arguments = (ins Llm_Activation:$x, FlatSymbolRefAttr:$weight, F64Attr:$eps);
+  let arguments = (ins Llm_Activation:$x, FlatSymbolRefAttr:$weight, F64Attr:$eps,
+                       DefaultValuedAttr<F64Attr, "0.0">:$weight_offset);
   let results = (outs Llm_Activation:$result);
   let assemblyFormat = "$x attr-dict `:` type($x)";
   let extraClassDeclaration = [{
@@ -76,7 +83,7 @@ def Llm_FusedAddRmsNormOp : Llm_Op<"fused_add_rms_norm", [Pure,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "sum = a + b; normed = rms_norm(sum)";
   let arguments = (ins Llm_Activation:$a, Llm_Activation:$b, FlatSymbolRefAttr:$weight,
-                       F64Attr:$eps);
+                       F64Attr:$eps, DefaultValuedAttr<F64Attr, "0.0">:$weight_offset);
   let results = (outs Llm_Activation:$sum, Llm_Activation:$normed);
   let assemblyFormat = "$a `,` $b attr-dict `:` type($a)";
 }
@@ -135,7 +142,9 @@ def Llm_AttentionOp : Llm_Op<"attention", [
   let arguments = (ins Llm_Activation:$q, Llm_Activation:$k, Llm_Activation:$v,
                        I64Attr:$layer, I64Attr:$num_heads, I64Attr:$num_kv_heads,
                        I64Attr:$head_dim, DefaultValuedAttr<I64Attr, "0">:$sliding_window,
-                       F64Attr:$scale);
+                       F64Attr:$scale,
+                       // > 0: scores = cap * tanh(scores / cap) before the softmax (Gemma 2).
+                       DefaultValuedAttr<F64Attr, "0.0">:$logit_softcap);
   let results = (outs Llm_Activation:$result);
   let assemblyFormat = [{
     $q `,` $k `,` $v attr-dict `:` type($q) `,` type($k) `,` type($v)
@@ -160,11 +169,19 @@ def Llm_SiluOp : Llm_UnaryOp<"silu"> { let summary = "x * sigmoid(x)"; }
 def Llm_MulOp : Llm_BinaryOp<"mul"> { let summary = "elementwise lhs * rhs"; }
 def Llm_AddOp : Llm_BinaryOp<"add"> { let summary = "elementwise lhs + rhs"; }
 def Llm_SiluMulOp : Llm_BinaryOp<"silu_mul"> { let summary = "silu(lhs) * rhs"; }
+def Llm_GeluTanhMulOp : Llm_BinaryOp<"gelu_tanh_mul"> {
+  let summary = "gelu_tanh(lhs) * rhs, gelu's tanh approximation (gelu_pytorch_tanh, gelu_new)";
+}
 
 def Llm_LogitsOp : Llm_Op<"logits", [Pure,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "x * W^T with W the lm_head (or the tied embedding table)";
-  let arguments = (ins Llm_Activation:$x, FlatSymbolRefAttr:$weight);
+  let description = [{
+    With `softcap` > 0 the logits are soft-capped, cap * tanh(logits / cap) (Gemma 2's
+    final_logit_softcapping).
+  }];
+  let arguments = (ins Llm_Activation:$x, FlatSymbolRefAttr:$weight,
+                       DefaultValuedAttr<F64Attr, "0.0">:$softcap);
   let results = (outs Llm_Activation:$result);
   let assemblyFormat = "$x attr-dict `:` type($x) `->` type($result)";
 }

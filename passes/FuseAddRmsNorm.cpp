@@ -28,7 +28,8 @@ struct FuseAddRmsNormPass : impl::FuseAddRmsNormPassBase<FuseAddRmsNormPass> {
       OpBuilder builder(add);
       auto fused = builder.create<llm::FusedAddRmsNormOp>(
           builder.getFusedLoc({add.getLoc(), norm.getLoc()}), add.getType(), add.getType(),
-          add.getLhs(), add.getRhs(), norm.getWeightAttr(), norm.getEpsAttr());
+          add.getLhs(), add.getRhs(), norm.getWeightAttr(), norm.getEpsAttr(),
+          norm.getWeightOffsetAttr());
       norm.replaceAllUsesWith(fused.getNormed());
       norm.erase();
       add.replaceAllUsesWith(fused.getSum());

@@ -37,8 +37,26 @@ bool tryFuse(llm::MulOp mul, Value siluSide, Value upSide) {
   return true;
 }
 
+// gelu_tanh_mul(matmul_g(x), matmul_u(x)): the gated activation is already one op (it is not
+// commutative, so gate stays the first operand); only the two matmuls become one.
+void tryFuseGated(llm::GeluTanhMulOp gated) {
+  llm::MatmulOp gate = detail::getSingleWeightMatmul(gated.getLhs());
+  llm::MatmulOp up = detail::getSingleWeightMatmul(gated.getRhs());
+  if (!gate || !up || !gate->hasOneUse() || !up->hasOneUse())
+    return;
+  llm::MatmulOp pair[] = {gate, up};
+  if (!detail::areFusible(pair))
+    return;
+  // The fused matmul's results replace gate's and up's in the gated op, in order.
+  detail::fuseMatmuls(pair);
+}
+
 struct FuseGateUpPass : impl::FuseGateUpPassBase<FuseGateUpPass> {
   void runOnOperation() override {
+    SmallVector<llm::GeluTanhMulOp> gatedOps;
+    getOperation().walk([&](llm::GeluTanhMulOp op) { gatedOps.push_back(op); });
+    for (llm::GeluTanhMulOp gated : gatedOps)
+      tryFuseGated(gated);
     SmallVector<llm::MulOp> muls;
     getOperation().walk([&](llm::MulOp op) { muls.push_back(op); });
     for (llm::MulOp mul : muls) {

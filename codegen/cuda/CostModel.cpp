@@ -187,6 +187,7 @@ absl::StatusOr<std::vector<KernelCost>> estimateStep(const plan::PlanMeta &meta,
       break;
     }
     case plan::SILU_MUL:
+    case plan::GELU_TANH_MUL:
     case plan::SILU:
     case plan::MUL:
     case plan::ADD: {

@@ -14,6 +14,7 @@
 #include "codegen/cuda/KernelSources.inc"
 #include "runtime/backend/cpu/kernels.h"
 #include "runtime/backend/cuda/kernel_backend.h"
+#include "runtime/plan/dtype.h"
 #include "runtime/plan/program_check.h"
 #include "xxhash.h"
 
@@ -225,10 +226,17 @@ private:
         return error(index, absl::StrFormat("embedding dtype %s has no CUDA kernel",
                                             plan::DType_Name(dtype)));
       const int64_t hidden = width(op.outputs(0));
-      kernels.push_back(add(absl::StrCat("embed_", hidden, "_", dtypeSuffix(dtype)), "",
-                            absl::StrFormat("llmc::embed<%d, %s, %d>(p);", hidden, typeName(dtype),
-                                            panelRows(op.weights(0))),
-                            perToken(128)));
+      // plan.proto EmbedAttrs: the scale as the table's dtype holds it (0: none).
+      float scale = op.has_embed() ? static_cast<float>(op.embed().scale()) : 0.0f;
+      if (dtype == plan::F16)
+        scale = plan::F16ToF32(plan::F32ToF16(scale));
+      else if (dtype == plan::BF16)
+        scale = plan::Bf16ToF32(plan::F32ToBf16(scale));
+      kernels.push_back(
+          add(absl::StrCat("embed_", hidden, "_", dtypeSuffix(dtype)), "",
+              absl::StrFormat("llmc::embed<%d, %s, %d>(p, %s);", hidden, typeName(dtype),
+                              panelRows(op.weights(0)), floatLiteral(scale)),
+              perToken(128)));
       return absl::OkStatus();
     }
     case plan::RMS_NORM:
@@ -267,12 +275,14 @@ private:
     case plan::ATTENTION:
       return emitAttention(op, index, kernels);
     case plan::SILU_MUL:
+    case plan::GELU_TANH_MUL:
     case plan::SILU:
     case plan::MUL:
     case plan::ADD: {
       const int64_t elements = width(op.inputs(0));
       static_assert(LLMC_OP_SILU == plan::SILU && LLMC_OP_MUL == plan::MUL &&
-                        LLMC_OP_ADD == plan::ADD && LLMC_OP_SILU_MUL == plan::SILU_MUL,
+                        LLMC_OP_ADD == plan::ADD && LLMC_OP_SILU_MUL == plan::SILU_MUL &&
+                        LLMC_OP_GELU_TANH_MUL == plan::GELU_TANH_MUL,
                     "kernel_params.h's LlmcElementwiseOp must be plan.proto's OpKind numbers");
       std::string name = plan::OpKind_Name(op.kind());
       std::transform(name.begin(), name.end(), name.begin(), ::tolower);
@@ -300,6 +310,10 @@ private:
     // The store helper maps column n to (output, column within it); widths are literals.
     std::string store = "struct STORE {\n  static __device__ __forceinline__ void store("
                         "const LlmcKernelParams &p, int row, int n, float value) {\n";
+    // LOGITS' soft-cap (plan.proto LogitsAttrs) applies to every logit as it is stored.
+    if (logits && op.has_logits())
+      absl::StrAppend(&store, "    value = llmc::softCap(value, ",
+                      floatLiteral(op.logits().softcap()), ");\n");
     int64_t begin = 0;
     for (int i = 0; i < op.outputs_size(); ++i) {
       const int64_t columns = width(op.outputs(i));
@@ -459,9 +473,10 @@ private:
     split.set_scratch_floats_per_token(static_cast<int64_t>(heads) * splits * (headDim + 2));
     kernels.push_back(add(
         absl::StrCat("attention_", heads, "x", kvHeads, "x", headDim, suffix), definitions,
-        absl::StrFormat("llmc::attentionSplit<%d, %d, %d, %d, %d, %d, %s, %s>(p, %s, %s);", heads,
-                        kvHeads, headDim, splits, attention.sliding_window(), kAttentionWarps,
-                        ropeFlag, *kv, floatLiteral(plan::SoftmaxScale(attention)), table),
+        absl::StrFormat("llmc::attentionSplit<%d, %d, %d, %d, %d, %d, %s, %s>(p, %s, %s, %s);",
+                        heads, kvHeads, headDim, splits, attention.sliding_window(),
+                        kAttentionWarps, ropeFlag, *kv, floatLiteral(plan::SoftmaxScale(attention)),
+                        floatLiteral(attention.logit_softcap()), table),
         split));
     Kernel combine = perToken(32);
     combine.set_grid_y(heads);
@@ -477,9 +492,10 @@ private:
       kernels.push_back(
           add(absl::StrCat("attention_prefill_", heads, "x", kvHeads, "x", headDim, suffix),
               definitions,
-              absl::StrFormat("llmc::attentionPrefill<%d, %d, %d, %d, %s, %s>(p, %s, %s);", heads,
-                              kvHeads, headDim, attention.sliding_window(), ropeFlag, *kv,
-                              floatLiteral(plan::SoftmaxScale(attention)), table),
+              absl::StrFormat("llmc::attentionPrefill<%d, %d, %d, %d, %s, %s>(p, %s, %s, %s);",
+                              heads, kvHeads, headDim, attention.sliding_window(), ropeFlag, *kv,
+                              floatLiteral(plan::SoftmaxScale(attention)),
+                              floatLiteral(attention.logit_softcap()), table),
               prefill));
     }
     return absl::OkStatus();

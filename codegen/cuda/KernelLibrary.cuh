@@ -142,15 +142,28 @@ __device__ __forceinline__ long long weightIndex(long long row, int col) {
   return (row / kPanelRows) * kPanelRows * kCols + (long long)col * kPanelRows + row % kPanelRows;
 }
 
+// value rounded to T's precision (f32: unchanged).
+template <typename T> __device__ __forceinline__ float roundTo(float value) {
+  return toFloat(Convert<T>::from(value));
+}
+template <> __device__ __forceinline__ float roundTo<float>(float value) { return value; }
+
+// cap * tanh(x / cap): Gemma 2's soft-cap of attention scores and logits.
+__device__ __forceinline__ float softCap(float x, float cap) { return cap * tanhf(x / cap); }
+
 // --- EMBED: grid (num_tokens), any block size -------------------------------------------------
+// scale != 0 (plan.proto EmbedAttrs, already rounded to T by the emitter): each row times scale,
+// the product rounded to T as transformers' multiplication in the table's dtype rounds it.
 template <int kHidden, typename T, int kPanelRows>
-__device__ void embed(const LlmcKernelParams &p) {
+__device__ void embed(const LlmcKernelParams &p, float scale) {
   const int row = blockIdx.x;
   const long long token = ((const int *)p.token_ids)[row];
   const T *table = (const T *)p.weight;
   float *out = (float *)p.output[0] + (long long)row * kHidden;
-  for (int i = threadIdx.x; i < kHidden; i += blockDim.x)
-    out[i] = toFloat(table[weightIndex<kHidden, kPanelRows>(token, i)]);
+  for (int i = threadIdx.x; i < kHidden; i += blockDim.x) {
+    const float value = toFloat(table[weightIndex<kHidden, kPanelRows>(token, i)]);
+    out[i] = scale != 0.0f ? roundTo<T>(value * scale) : value;
+  }
 }
 
 // --- RMS_NORM / FUSED_ADD_RMS_NORM: grid (num_tokens), block kThreads ------------------------
@@ -379,7 +392,8 @@ __device__ void writeKvCache(const LlmcKernelParams &p, const float *invFreq) {
 // kRope: q's ROPE op is fused here (q is rotated as it is loaded).
 template <int kHeads, int kKvHeads, int kHeadDim, int kSplits, int kWindow, int kWarps, bool kRope,
           typename KvT>
-__device__ void attentionSplit(const LlmcKernelParams &p, float scale, const float *invFreq) {
+__device__ void attentionSplit(const LlmcKernelParams &p, float scale, float softcap,
+                               const float *invFreq) {
   constexpr int kPerLane = (kHeadDim + 31) / 32;
   constexpr int kKvWidth = kKvHeads * kHeadDim;
   __shared__ float warpMax[kWarps], warpSumExp[kWarps];
@@ -417,7 +431,9 @@ __device__ void attentionSplit(const LlmcKernelParams &p, float scale, const flo
         dot += query[j] * toFloat(k[d]);
     }
     // int8 cache: the per-(slot, head) scales multiply the score and the weight once per key.
-    const float score = warpSum(dot) * kvScale<KvT, kKvHeads>(p.key_scales, slot, kvHead) * scale;
+    float score = warpSum(dot) * kvScale<KvT, kKvHeads>(p.key_scales, slot, kvHead) * scale;
+    if (softcap > 0.0f)
+      score = softCap(score, softcap);
     const float newMax = fmaxf(runningMax, score);
     const float correction = expf(runningMax - newMax);
     const float weight = expf(score - newMax);
@@ -566,7 +582,8 @@ __device__ __forceinline__ void mmaSplit(float (&d)[4], const u32 (&aHigh)[4], c
 }
 
 template <int kHeads, int kKvHeads, int kHeadDim, int kWindow, bool kRope, typename KvT>
-__device__ void attentionPrefill(const LlmcKernelParams &p, float scale, const float *invFreq) {
+__device__ void attentionPrefill(const LlmcKernelParams &p, float scale, float softcap,
+                                 const float *invFreq) {
   constexpr int kTileKeys = 32;
   constexpr int kDim = (kHeadDim + 15) / 16 * 16; // head_dim padded to the MMA's k of 16
   constexpr int kChunks = kDim / 16, kDimTiles = kDim / 8;
@@ -676,7 +693,9 @@ __device__ void attentionPrefill(const LlmcKernelParams &p, float scale, const f
             const bool visible = rows[h] < count && key < keyEnd && key <= query &&
                                  (kWindow == 0 || query - key < kWindow);
             float &value = score[t][2 * h + e];
-            value = visible ? value * scale : negativeInfinity();
+            value = !visible         ? negativeInfinity()
+                    : softcap > 0.0f ? softCap(value * scale, softcap)
+                                     : value * scale;
             tileMax = fmaxf(tileMax, value);
           }
         }
@@ -1040,7 +1059,12 @@ __device__ void gemmMmaQuant(const LlmcKernelParams &p) {
 // --- Elementwise: grid (ceil(num_tokens * kWidth / 256)), block 256 --------------------------
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
-// kOp: 0 silu_mul(a, b), 1 silu(a), 2 a * b, 3 a + b.
+// gelu's tanh approximation (gelu_pytorch_tanh, gelu_new).
+__device__ __forceinline__ float geluTanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+// kOp: an LlmcElementwiseOp.
 template <int kWidth, int kOp> __device__ void elementwise(const LlmcKernelParams &p) {
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (long long)p.num_tokens * kWidth)
@@ -1050,6 +1074,8 @@ template <int kWidth, int kOp> __device__ void elementwise(const LlmcKernelParam
   float result;
   if (kOp == LLMC_OP_SILU_MUL)
     result = silu(a) * b;
+  else if (kOp == LLMC_OP_GELU_TANH_MUL)
+    result = geluTanh(a) * b;
   else if (kOp == LLMC_OP_SILU)
     result = silu(a);
   else if (kOp == LLMC_OP_MUL)

@@ -7,10 +7,10 @@
 
 namespace llmc::blocks {
 
-Activation Embedding(ModelGraph& graph) {
+Activation Embedding(ModelGraph& graph, double scale) {
   const ModelDims& dims = graph.dims();
-  return graph.Embed(
-      graph.Weight("model.embed_tokens.weight", {dims.vocab_size, dims.hidden_size}));
+  return graph.Embed(graph.Weight("model.embed_tokens.weight", {dims.vocab_size, dims.hidden_size}),
+                     scale);
 }
 
 namespace {
@@ -53,22 +53,30 @@ Activation SelfAttention(ModelGraph& graph, Activation x, int64_t layer,
     // RmsNorm normalizes each group of the weight's length: a head, or the whole row.
     const bool per_head = options.qk_norm == QkNorm::kPerHead;
     q = graph.RmsNorm(
-        q, graph.Weight(prefix + "q_norm.weight", {per_head ? dims.head_dim : dims.q_width()}));
+        q, graph.Weight(prefix + "q_norm.weight", {per_head ? dims.head_dim : dims.q_width()}),
+        options.norm_offset);
     k = graph.RmsNorm(
-        k, graph.Weight(prefix + "k_norm.weight", {per_head ? dims.head_dim : dims.kv_width()}));
+        k, graph.Weight(prefix + "k_norm.weight", {per_head ? dims.head_dim : dims.kv_width()}),
+        options.norm_offset);
   }
   const llmrt::plan::ModelConfig& config = graph.config();
-  if (LayerHasRope(config, layer)) {
-    q = graph.Rope(q, dims.num_heads, prefix + "rope_q");
-    k = graph.Rope(k, dims.num_kv_heads, prefix + "rope_k");
-  }
   AttentionAttrs attrs;
   attrs.layer = layer;
   attrs.sliding_window = LayerSlidingWindow(config, layer);
-  attrs.scale = 1.0 / std::sqrt(static_cast<double>(dims.head_dim));
+  // Gemma 3's sliding layers rotate with their own rope (rope_local_base_freq).
+  const llmrt::plan::RopeConfig& rope = attrs.sliding_window > 0 && config.has_sliding_layer_rope()
+                                            ? config.sliding_layer_rope()
+                                            : config.rope();
+  if (LayerHasRope(config, layer)) {
+    q = graph.Rope(q, dims.num_heads, rope, prefix + "rope_q");
+    k = graph.Rope(k, dims.num_kv_heads, rope, prefix + "rope_k");
+  }
+  const double scale_base = config.query_pre_attn_scalar() > 0 ? config.query_pre_attn_scalar()
+                                                               : static_cast<double>(dims.head_dim);
+  attrs.scale = 1.0 / std::sqrt(scale_base);
+  attrs.logit_softcap = config.attn_logit_softcapping();
   // YaRN scales cos and sin, so q and k, by attention_factor: the logits by its square. A layer
   // without rope has no cos/sin to scale (SmolLM3's NoPE layers skip apply_rotary_pos_emb).
-  const llmrt::plan::RopeConfig& rope = config.rope();
   if (rope.scaling() == llmrt::plan::RopeConfig::YARN && LayerHasRope(config, layer))
     attrs.scale *= rope.attention_factor() * rope.attention_factor();
   Activation attention = graph.Attention(q, k, v, attrs, prefix.substr(0, prefix.size() - 1));
@@ -83,7 +91,10 @@ Activation GatedFfn(ModelGraph& graph, Activation x, int64_t layer, const FfnOpt
       Project(graph, x, prefix + "gate_proj", dims.intermediate_size, options.bias, because);
   Activation up =
       Project(graph, x, prefix + "up_proj", dims.intermediate_size, options.bias, because);
-  Activation product = graph.Mul(graph.Silu(gate, prefix + "act"), up, prefix + "mul");
+  // hf_config.cc admits only these activations.
+  Activation product = graph.config().hidden_act() == "gelu_pytorch_tanh"
+                           ? graph.GeluTanhMul(gate, up, prefix + "act_mul")
+                           : graph.Mul(graph.Silu(gate, prefix + "act"), up, prefix + "mul");
   return Project(graph, product, prefix + "down_proj", dims.hidden_size, options.bias, because);
 }
 
@@ -114,15 +125,35 @@ Activation PostNormDecoderLayer(ModelGraph& graph, Activation x, int64_t layer,
   return graph.Add(h, mlp_out, prefix + "residual_mlp");
 }
 
-void FinalNormAndLogits(ModelGraph& graph, Activation x) {
+Activation SandwichNormDecoderLayer(ModelGraph& graph, Activation x, int64_t layer,
+                                    const AttentionOptions& attention, double norm_offset) {
   const ModelDims& dims = graph.dims();
-  Activation normed = graph.RmsNorm(x, graph.Weight("model.norm.weight", {dims.hidden_size}));
+  const std::string prefix = ModelGraph::LayerPrefix(layer);
+  auto norm = [&](Activation input, const char* name) {
+    return graph.RmsNorm(input, graph.Weight(prefix + name + ".weight", {dims.hidden_size}),
+                         norm_offset);
+  };
+  Activation attended = norm(SelfAttention(graph, norm(x, "input_layernorm"), layer, attention),
+                             "post_attention_layernorm");
+  Activation h = graph.Add(x, attended, prefix + "residual_attn");
+  Activation mlp_out = norm(GatedFfn(graph, norm(h, "pre_feedforward_layernorm"), layer, {}),
+                            "post_feedforward_layernorm");
+  return graph.Add(h, mlp_out, prefix + "residual_mlp");
+}
+
+void FinalNormAndLogits(ModelGraph& graph, Activation x, double norm_offset) {
+  const ModelDims& dims = graph.dims();
+  Activation normed =
+      graph.RmsNorm(x, graph.Weight("model.norm.weight", {dims.hidden_size}), norm_offset);
+  const double softcap = graph.config().final_logit_softcapping();
   if (graph.config().tie_word_embeddings()) {
     graph.Ignore("lm_head.weight", {dims.vocab_size, dims.hidden_size});
-    graph.Logits(normed, "model.embed_tokens.weight");
+    graph.Logits(normed, "model.embed_tokens.weight", softcap);
   } else {
-    graph.Logits(normed, graph.Weight("lm_head.weight", {dims.vocab_size, dims.hidden_size},
-                                      "tie_word_embeddings=false"));
+    graph.Logits(normed,
+                 graph.Weight("lm_head.weight", {dims.vocab_size, dims.hidden_size},
+                              "tie_word_embeddings=false"),
+                 softcap);
   }
 }
 
@@ -155,6 +186,16 @@ void LlamaDecoder(ModelGraph& graph) {
 
 void PostNormDecoder(ModelGraph& graph, const AttentionOptions& attention, const FfnOptions& ffn) {
   Decoder(graph, PostNormDecoderLayer, attention, ffn);
+}
+
+void GemmaDecoder(ModelGraph& graph, const AttentionOptions& attention, const GemmaOptions& gemma) {
+  // transformers multiplies by torch.tensor(hidden_size ** 0.5) cast to the embedding dtype;
+  // EMBED rounds the scale to the table's dtype the same way (plan.proto EmbedAttrs).
+  Activation x = Embedding(
+      graph, gemma.scale_embeddings ? std::sqrt(static_cast<double>(graph.dims().hidden_size)) : 0);
+  for (int64_t layer = 0; layer < graph.dims().num_layers; ++layer)
+    x = SandwichNormDecoderLayer(graph, x, layer, attention, gemma.norm_offset);
+  FinalNormAndLogits(graph, x, gemma.norm_offset);
 }
 
 }  // namespace llmc::blocks

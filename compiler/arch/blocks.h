@@ -23,20 +23,30 @@ struct AttentionOptions {
   bool qkv_bias = false;           // q/k/v projections carry a bias (Qwen2, Llama attention_bias)
   bool o_bias = false;             // o_proj carries a bias (Llama attention_bias)
   QkNorm qk_norm = QkNorm::kNone;  // weights self_attn.q_norm / k_norm
+  double norm_offset = 0;          // q/k norm gamma = norm_offset + weight (Gemma 3: 1)
 };
+// The attention's softmax scale (query_pre_attn_scalar^-0.5 or head_dim^-0.5), logit soft-cap
+// and, on sliding layers, the rope (sliding_layer_rope) come from the config.
 
 struct FfnOptions {
   bool bias = false;  // gate/up/down carry a bias (Llama mlp_bias)
 };
 
-// model.embed_tokens: the token ids' rows.
-Activation Embedding(ModelGraph& graph);
+// Gemma's decoder: every norm's gamma is 1 + weight, embeddings are scaled by sqrt(hidden_size).
+struct GemmaOptions {
+  double norm_offset = 1.0;
+  bool scale_embeddings = true;
+};
+
+// model.embed_tokens: the token ids' rows, times `scale` in the table's dtype when > 0.
+Activation Embedding(ModelGraph& graph, double scale = 0);
 
 // o_proj(attention(rope(q), rope(k), v)) of x, which is already normalized.
 Activation SelfAttention(ModelGraph& graph, Activation x, int64_t layer,
                          const AttentionOptions& options);
 
-// down_proj(silu(gate_proj(x)) * up_proj(x)).
+// down_proj(act(gate_proj(x)) * up_proj(x)), act the config's hidden_act: silu, or
+// gelu_pytorch_tanh (gelu's tanh approximation, which gelu_new computes too).
 Activation GatedFfn(ModelGraph& graph, Activation x, int64_t layer, const FfnOptions& options);
 
 // transformers' LlamaDecoderLayer:
@@ -52,8 +62,15 @@ Activation PreNormDecoderLayer(ModelGraph& graph, Activation x, int64_t layer,
 Activation PostNormDecoderLayer(ModelGraph& graph, Activation x, int64_t layer,
                                 const AttentionOptions& attention, const FfnOptions& ffn);
 
-// model.norm, then the lm_head (the embedding table when tie_word_embeddings).
-void FinalNormAndLogits(ModelGraph& graph, Activation x);
+// transformers' Gemma2DecoderLayer (sandwich norms, gammas 1 + weight):
+//   h  = x + post_attention_layernorm(self_attn(input_layernorm(x)))
+//   x' = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)))
+Activation SandwichNormDecoderLayer(ModelGraph& graph, Activation x, int64_t layer,
+                                    const AttentionOptions& attention, double norm_offset);
+
+// model.norm (gamma norm_offset + weight), then the lm_head (the embedding table when
+// tie_word_embeddings), soft-capped by the config's final_logit_softcapping.
+void FinalNormAndLogits(ModelGraph& graph, Activation x, double norm_offset = 0);
 
 // The whole Llama-shaped model: embedding, num_hidden_layers pre-norm layers, final norm,
 // logits.
@@ -65,6 +82,9 @@ void LlamaDecoder(ModelGraph& graph);
 
 // The same with post-norm layers (OLMo2).
 void PostNormDecoder(ModelGraph& graph, const AttentionOptions& attention, const FfnOptions& ffn);
+
+// Gemma 2 / 3: scaled embeddings, sandwich-norm layers, the final norm and soft-capped logits.
+void GemmaDecoder(ModelGraph& graph, const AttentionOptions& attention, const GemmaOptions& gemma);
 
 }  // namespace llmc::blocks
 

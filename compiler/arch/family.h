@@ -36,6 +36,9 @@ struct FamilyDefaults {
   double rope_theta = 10000.0;  // transformers' default_theta
   bool tie_word_embeddings = false;
   int64_t pad_token_id = -1;  // -1: none
+  // The gated FFN's activation: the config field and its class default.
+  const char* activation_field = "hidden_act";
+  const char* activation = "silu";
 };
 
 struct Family {

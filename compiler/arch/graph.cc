@@ -59,9 +59,11 @@ absl::Status ModelGraph::CheckConfig() {
   if (dims_.head_dim <= 0 || dims_.head_dim % 2 != 0)
     return absl::InvalidArgumentError(
         absl::StrCat("config.json: head_dim must be positive and even, found ", dims_.head_dim));
-  if (!config.hidden_act().empty() && config.hidden_act() != "silu")
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: hidden_act is \"", config.hidden_act(), "\"; supported: silu"));
+  if (!config.hidden_act().empty() && config.hidden_act() != "silu" &&
+      config.hidden_act() != "gelu_pytorch_tanh")
+    return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_act is \"",
+                                                   config.hidden_act(),
+                                                   "\"; supported: silu, gelu_pytorch_tanh"));
   if (!(config.rms_norm_eps() > 0))
     return absl::InvalidArgumentError(
         absl::StrCat("config.json: rms_norm_eps must be positive, found ", config.rms_norm_eps()));
@@ -158,14 +160,17 @@ absl::Status ModelGraph::Finish() {
   return absl::OkStatus();
 }
 
-Activation ValidatingGraph::Embed(const std::string& table) {
+Activation ValidatingGraph::Embed(const std::string& table, double) {
   return Next(DeclaredShape(table).size() == 2 ? DeclaredShape(table)[1] : 0);
 }
-Activation ValidatingGraph::RmsNorm(Activation x, const std::string&) { return Next(x.width); }
+Activation ValidatingGraph::RmsNorm(Activation x, const std::string&, double) {
+  return Next(x.width);
+}
 Activation ValidatingGraph::Matmul(Activation, const std::string& weight, const std::string&) {
   return Next(DeclaredShape(weight).empty() ? 0 : DeclaredShape(weight)[0]);
 }
-Activation ValidatingGraph::Rope(Activation x, int64_t, const std::string&) {
+Activation ValidatingGraph::Rope(Activation x, int64_t, const llmrt::plan::RopeConfig&,
+                                 const std::string&) {
   return Next(x.width);
 }
 Activation ValidatingGraph::Attention(Activation q, Activation, Activation, const AttentionAttrs&,
@@ -179,7 +184,10 @@ Activation ValidatingGraph::Mul(Activation a, Activation, const std::string&) {
 Activation ValidatingGraph::Add(Activation a, Activation, const std::string&) {
   return Next(a.width);
 }
-void ValidatingGraph::Logits(Activation, const std::string&) {}
+Activation ValidatingGraph::GeluTanhMul(Activation a, Activation, const std::string&) {
+  return Next(a.width);
+}
+void ValidatingGraph::Logits(Activation, const std::string&, double) {}
 
 absl::StatusOr<std::vector<FamilyTensor>> FamilyTensors(const ModelConfig& config) {
   ValidatingGraph graph(config, nullptr);

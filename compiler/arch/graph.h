@@ -48,6 +48,7 @@ struct AttentionAttrs {
   int64_t layer = 0;
   int64_t sliding_window = 0;  // 0: full causal attention
   double scale = 0;            // softmax scale
+  double logit_softcap = 0;    // > 0: scores = cap * tanh(scores / cap) before the softmax
 };
 
 class ModelGraph {
@@ -73,21 +74,30 @@ class ModelGraph {
   void Ignore(const std::string& name, std::vector<int64_t> shape);
 
   // The ops; `name` becomes the op's location. Weights are names returned by Weight().
-  virtual Activation Embed(const std::string& table) = 0;
+  // `scale` > 0 multiplies the rows in the table's dtype (Gemma's sqrt(hidden_size)); 0: none.
+  virtual Activation Embed(const std::string& table, double scale) = 0;
+  Activation Embed(const std::string& table) { return Embed(table, 0.0); }
   // RMSNorm with eps = config.rms_norm_eps over groups of weight-length elements: the whole row,
-  // or each head when the weight has head_dim elements.
-  virtual Activation RmsNorm(Activation x, const std::string& weight) = 0;
+  // or each head when the weight has head_dim elements. The gamma is weight_offset + weight
+  // (Gemma's 1 + weight).
+  virtual Activation RmsNorm(Activation x, const std::string& weight, double weight_offset) = 0;
+  Activation RmsNorm(Activation x, const std::string& weight) { return RmsNorm(x, weight, 0.0); }
   // x W^T (+ bias); `bias` empty for none. The result's width is W's rows.
   virtual Activation Matmul(Activation x, const std::string& weight, const std::string& bias) = 0;
-  // The config's rope over x's `num_heads` heads of head_dim.
-  virtual Activation Rope(Activation x, int64_t num_heads, const std::string& name) = 0;
+  // `rope` over x's `num_heads` heads of head_dim.
+  virtual Activation Rope(Activation x, int64_t num_heads, const llmrt::plan::RopeConfig& rope,
+                          const std::string& name) = 0;
   virtual Activation Attention(Activation q, Activation k, Activation v,
                                const AttentionAttrs& attrs, const std::string& name) = 0;
   virtual Activation Silu(Activation x, const std::string& name) = 0;
   virtual Activation Mul(Activation a, Activation b, const std::string& name) = 0;
   virtual Activation Add(Activation a, Activation b, const std::string& name) = 0;
-  // The program's output: x times the lm_head (or the tied embedding table).
-  virtual void Logits(Activation x, const std::string& weight) = 0;
+  // gelu_tanh(a) * b (gelu_pytorch_tanh / gelu_new gating).
+  virtual Activation GeluTanhMul(Activation a, Activation b, const std::string& name) = 0;
+  // The program's output: x times the lm_head (or the tied embedding table), soft-capped as
+  // cap * tanh(logits / cap) when softcap > 0.
+  virtual void Logits(Activation x, const std::string& weight, double softcap) = 0;
+  void Logits(Activation x, const std::string& weight) { Logits(x, weight, 0.0); }
 
   // The first error of the build, or of the checkpoint's tensors the build never declared.
   absl::Status Finish();
@@ -123,16 +133,18 @@ class ModelGraph {
 class ValidatingGraph final : public ModelGraph {
  public:
   using ModelGraph::ModelGraph;
-  Activation Embed(const std::string& table) override;
-  Activation RmsNorm(Activation x, const std::string& weight) override;
+  Activation Embed(const std::string& table, double scale) override;
+  Activation RmsNorm(Activation x, const std::string& weight, double weight_offset) override;
   Activation Matmul(Activation x, const std::string& weight, const std::string& bias) override;
-  Activation Rope(Activation x, int64_t num_heads, const std::string& name) override;
+  Activation Rope(Activation x, int64_t num_heads, const llmrt::plan::RopeConfig& rope,
+                  const std::string& name) override;
   Activation Attention(Activation q, Activation k, Activation v, const AttentionAttrs& attrs,
                        const std::string& name) override;
   Activation Silu(Activation x, const std::string& name) override;
   Activation Mul(Activation a, Activation b, const std::string& name) override;
   Activation Add(Activation a, Activation b, const std::string& name) override;
-  void Logits(Activation x, const std::string& weight) override;
+  Activation GeluTanhMul(Activation a, Activation b, const std::string& name) override;
+  void Logits(Activation x, const std::string& weight, double softcap) override;
 
  private:
   Activation Next(int64_t width) { return {next_id_++, width}; }

@@ -72,18 +72,20 @@ class MlirGraph final : public ModelGraph {
     return std::move(module_);
   }
 
-  Activation Embed(const std::string& table) override {
+  Activation Embed(const std::string& table, double scale) override {
     const std::vector<int64_t>& shape = DeclaredShape(table);
     const int64_t width = shape.size() == 2 ? shape[1] : 1;
-    return Record(builder_.create<llm::EmbedOp>(Loc("model.embed_tokens"), ActivationType(width),
-                                                Tokens(), Symbol(table)),
+    return Record(builder_.create<llm::EmbedOp>(
+                      Loc("model.embed_tokens"), ActivationType(width), Tokens(), Symbol(table),
+                      scale > 0 ? builder_.getF64FloatAttr(scale) : mlir::FloatAttr()),
                   width);
   }
 
-  Activation RmsNorm(Activation x, const std::string& weight) override {
+  Activation RmsNorm(Activation x, const std::string& weight, double weight_offset) override {
     return Record(
         builder_.create<llm::RmsNormOp>(Loc(weight), Value(x).getType(), Value(x), Symbol(weight),
-                                        builder_.getF64FloatAttr(config().rms_norm_eps())),
+                                        builder_.getF64FloatAttr(config().rms_norm_eps()),
+                                        builder_.getF64FloatAttr(weight_offset)),
         x.width);
   }
 
@@ -101,8 +103,8 @@ class MlirGraph final : public ModelGraph {
     return Record(op.getResult(0), width);
   }
 
-  Activation Rope(Activation x, int64_t num_heads, const std::string& name) override {
-    const llmrt::plan::RopeConfig& rope = config().rope();
+  Activation Rope(Activation x, int64_t num_heads, const llmrt::plan::RopeConfig& rope,
+                  const std::string& name) override {
     return Record(
         builder_.create<llm::RopeOp>(
             Loc(name), Value(x).getType(), Value(x), Positions(),
@@ -125,13 +127,13 @@ class MlirGraph final : public ModelGraph {
   Activation Attention(Activation q, Activation k, Activation v, const AttentionAttrs& attrs,
                        const std::string& name) override {
     return Record(
-        builder_.create<llm::AttentionOp>(Loc(name), Value(q).getType(), Value(q), Value(k),
-                                          Value(v), builder_.getI64IntegerAttr(attrs.layer),
-                                          builder_.getI64IntegerAttr(dims().num_heads),
-                                          builder_.getI64IntegerAttr(dims().num_kv_heads),
-                                          builder_.getI64IntegerAttr(dims().head_dim),
-                                          builder_.getI64IntegerAttr(attrs.sliding_window),
-                                          builder_.getF64FloatAttr(attrs.scale)),
+        builder_.create<llm::AttentionOp>(
+            Loc(name), Value(q).getType(), Value(q), Value(k), Value(v),
+            builder_.getI64IntegerAttr(attrs.layer), builder_.getI64IntegerAttr(dims().num_heads),
+            builder_.getI64IntegerAttr(dims().num_kv_heads),
+            builder_.getI64IntegerAttr(dims().head_dim),
+            builder_.getI64IntegerAttr(attrs.sliding_window), builder_.getF64FloatAttr(attrs.scale),
+            builder_.getF64FloatAttr(attrs.logit_softcap)),
         q.width);
   }
 
@@ -147,9 +149,16 @@ class MlirGraph final : public ModelGraph {
                   a.width);
   }
 
-  void Logits(Activation x, const std::string& weight) override {
-    mlir::Value logits = builder_.create<llm::LogitsOp>(
-        Loc("lm_head"), ActivationType(dims().vocab_size), Value(x), Symbol(weight));
+  Activation GeluTanhMul(Activation a, Activation b, const std::string& name) override {
+    return Record(
+        builder_.create<llm::GeluTanhMulOp>(Loc(name), Value(a).getType(), Value(a), Value(b)),
+        a.width);
+  }
+
+  void Logits(Activation x, const std::string& weight, double softcap) override {
+    mlir::Value logits =
+        builder_.create<llm::LogitsOp>(Loc("lm_head"), ActivationType(dims().vocab_size), Value(x),
+                                       Symbol(weight), builder_.getF64FloatAttr(softcap));
     builder_.create<mlir::func::ReturnOp>(builder_.getUnknownLoc(), logits);
   }
 

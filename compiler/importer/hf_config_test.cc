@@ -419,10 +419,20 @@ TEST(ModelConfigTest, MissingAndMistypedFields) {
 
 TEST(ModelConfigTest, UnsupportedFeatures) {
   Json json = LlamaConfigJson();
-  for (const char* activation : {"gelu", "gelu_new", "gelu_pytorch_tanh"}) {
+  // Exact (erf) gelu is another function than the tanh approximation the kernels compute.
+  for (const char* activation : {"gelu", "relu", "gelu_fast"}) {
     json["hidden_act"] = activation;
-    EXPECT_THAT(ErrorOf(json), HasSubstr(std::string("field \"hidden_act\": activation \"") +
-                                         activation + "\" is not supported (supported: silu)"));
+    EXPECT_THAT(ErrorOf(json),
+                HasSubstr(std::string("field \"hidden_act\": activation \"") + activation +
+                          "\" is not supported (supported: silu, gelu_pytorch_tanh, gelu_new; "
+                          "exact erf \"gelu\" is not implemented)"));
+  }
+  // gelu_new and gelu_pytorch_tanh are one function, stored under the latter's name.
+  for (const char* activation : {"gelu_new", "gelu_pytorch_tanh"}) {
+    json["hidden_act"] = activation;
+    absl::StatusOr<ModelConfig> config = ParseModelConfig(json.dump(), "config.json");
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->hidden_act(), "gelu_pytorch_tanh");
   }
   json = LlamaConfigJson();
   json["num_key_value_heads"] = 3;

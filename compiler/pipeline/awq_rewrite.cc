@@ -133,10 +133,11 @@ absl::StatusOr<AwqSummary> ApplyAwq(mlir::ModuleOp module,
       // GPTQ alone: nothing to fold.
     } else if (auto norm = mlir::dyn_cast_or_null<llm::RmsNormOp>(producer)) {
       // A per-head norm's weight is shared by every head: no per-column scale folds into it.
+      // A weight offset (Gemma's 1 + w) would need the scale divided into 1 + w, not into w.
       gamma = norm.getWeight().str();
-      foldable = norm.normalizesWholeRows();
+      foldable = norm.normalizesWholeRows() && norm.getWeightOffset().isZero();
     } else if (auto fused_norm = mlir::dyn_cast_or_null<llm::FusedAddRmsNormOp>(producer)) {
-      foldable = op.getX() == fused_norm.getNormed();
+      foldable = op.getX() == fused_norm.getNormed() && fused_norm.getWeightOffset().isZero();
       gamma = fused_norm.getWeight().str();
     } else if (auto attention = mlir::dyn_cast_or_null<llm::AttentionOp>(producer)) {
       // o_proj only without grouped-query attention (AutoAWQ does the same): with GQA one v row
@@ -154,6 +155,8 @@ absl::StatusOr<AwqSummary> ApplyAwq(mlir::ModuleOp module,
       }
     } else if (auto silu_mul = mlir::dyn_cast_or_null<llm::SiluMulOp>(producer)) {
       foldable = matmul_part(silu_mul.getRhs());
+    } else if (auto gelu_mul = mlir::dyn_cast_or_null<llm::GeluTanhMulOp>(producer)) {
+      foldable = matmul_part(gelu_mul.getRhs());
     } else if (auto mul = mlir::dyn_cast_or_null<llm::MulOp>(producer)) {
       foldable = matmul_part(mul.getRhs());
     }

@@ -295,8 +295,63 @@ uint64_t SynthTensor::num_elements() const {
   return count;
 }
 
+namespace {
+
+// A config.json's text as the importer reads it; written back as is.
+absl::StatusOr<SynthModelConfig> SynthConfigFromText(const std::string& text,
+                                                     const std::string& config_path) {
+  absl::StatusOr<llmrt::plan::ModelConfig> parsed = ParseModelConfig(text, config_path);
+  if (!parsed.ok()) return parsed.status();
+  SynthModelConfig config;
+  config.architecture = parsed->architecture();
+  config.model_type = parsed->model_type();
+  config.vocab_size = parsed->vocab_size();
+  config.hidden_size = parsed->hidden_size();
+  config.intermediate_size = parsed->intermediate_size();
+  config.num_layers = parsed->num_layers();
+  config.num_attention_heads = parsed->num_attention_heads();
+  config.num_kv_heads = parsed->num_kv_heads();
+  config.head_dim = parsed->head_dim();
+  config.max_position_embeddings = parsed->max_position_embeddings();
+  config.rms_norm_eps = parsed->rms_norm_eps();
+  config.rope_theta = parsed->rope().theta();
+  config.tie_word_embeddings = parsed->tie_word_embeddings();
+  config.attention_bias = parsed->attention_bias();
+  config.source_config_json = text;
+  return config;
+}
+
+// google/gemma-2-2b's config.json (the fields transformers reads; the others are class
+// defaults): hidden 2304, intermediate 9216, 26 layers, 8 heads of 256, 4 KV heads, sliding window
+// 4096 on even layers, soft-caps 50 (attention) / 30 (logits), query_pre_attn_scalar 256,
+// vocab 256000, tied.
+constexpr char kGemma2Config[] = R"({
+  "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+  "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "bos_token_id": 2,
+  "eos_token_id": 1, "pad_token_id": 0, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
+  "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 2304, "intermediate_size": 9216,
+  "max_position_embeddings": 8192, "num_attention_heads": 8, "num_hidden_layers": 26,
+  "num_key_value_heads": 4, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+  "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": true,
+  "vocab_size": 256000})";
+
+// google/gemma-3-1b-pt's config.json: hidden 1152, intermediate 6912, 26 layers, 4 heads of
+// 256, 1 KV head, five sliding (window 512, rope_local_base_freq 1e4) to one global layer
+// (rope_theta 1e6, no scaling), no soft-caps, vocab 262144, tied.
+constexpr char kGemma3Config[] = R"({
+  "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+  "attn_logit_softcapping": null, "final_logit_softcapping": null, "bos_token_id": 2,
+  "eos_token_id": 1, "pad_token_id": 0, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+  "hidden_size": 1152, "intermediate_size": 6912, "max_position_embeddings": 32768,
+  "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1,
+  "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000.0,
+  "rope_scaling": null, "rope_theta": 1000000.0, "sliding_window": 512,
+  "sliding_window_pattern": 6, "tie_word_embeddings": true, "vocab_size": 262144})";
+
+}  // namespace
+
 std::vector<std::string> SynthPresetNames() {
-  return {"tinyllama-1.1b", "llama-110m", "qwen3-0.6b", "smollm3-3b"};
+  return {"tinyllama-1.1b", "llama-110m", "qwen3-0.6b", "smollm3-3b", "gemma2-2b", "gemma3-1b"};
 }
 
 absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name) {
@@ -353,6 +408,8 @@ absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name) {
     config.rope_theta = 5000000.0;
     config.tie_word_embeddings = true;
     return config;
+  } else if (name == "gemma2-2b" || name == "gemma3-1b") {
+    return SynthConfigFromText(name == "gemma2-2b" ? kGemma2Config : kGemma3Config, name);
   } else {
     return absl::InvalidArgumentError(
         absl::StrFormat("unknown preset \"%s\"; expected one of %s, or a config.json path", name,
@@ -367,25 +424,7 @@ absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name) {
 absl::StatusOr<SynthModelConfig> SynthConfigFromFile(const std::string& config_path) {
   absl::StatusOr<std::string> text = importer_internal::ReadSmallFile(config_path);
   if (!text.ok()) return text.status();
-  absl::StatusOr<llmrt::plan::ModelConfig> parsed = ParseModelConfig(*text, config_path);
-  if (!parsed.ok()) return parsed.status();
-  SynthModelConfig config;
-  config.architecture = parsed->architecture();
-  config.model_type = parsed->model_type();
-  config.vocab_size = parsed->vocab_size();
-  config.hidden_size = parsed->hidden_size();
-  config.intermediate_size = parsed->intermediate_size();
-  config.num_layers = parsed->num_layers();
-  config.num_attention_heads = parsed->num_attention_heads();
-  config.num_kv_heads = parsed->num_kv_heads();
-  config.head_dim = parsed->head_dim();
-  config.max_position_embeddings = parsed->max_position_embeddings();
-  config.rms_norm_eps = parsed->rms_norm_eps();
-  config.rope_theta = parsed->rope().theta();
-  config.tie_word_embeddings = parsed->tie_word_embeddings();
-  config.attention_bias = parsed->attention_bias();
-  config.source_config_json = *text;
-  return config;
+  return SynthConfigFromText(*text, config_path);
 }
 
 absl::StatusOr<std::vector<SynthTensor>> SynthTensors(const SynthModelConfig& config) {

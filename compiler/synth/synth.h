@@ -60,7 +60,9 @@ struct SynthModelConfig {
 // heads), both vocab 32000, or "qwen3-0.6b" (Qwen3-0.6B: hidden 1024, 28 layers, 16 heads of 128,
 // 8 KV heads, q/k norms, vocab 151936, tied), or "smollm3-3b" (SmolLM3-3B: hidden 2048,
 // intermediate 11008, 36 layers, 16 heads of 128, 4 KV heads, every fourth layer without rope,
-// vocab 128256, tied). Unknown names are an error listing the presets.
+// vocab 128256, tied), or "gemma2-2b" / "gemma3-1b" (google/gemma-2-2b and gemma-3-1b-pt's
+// config.json, written as config.json: synth.cc lists the values). Unknown names are an error
+// listing the presets.
 absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name);
 std::vector<std::string> SynthPresetNames();
 

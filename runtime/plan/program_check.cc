@@ -45,6 +45,10 @@ const char* AttrsName(Op::AttrsCase attrs) {
       return "rope";
     case Op::kAttention:
       return "attention";
+    case Op::kEmbed:
+      return "embed";
+    case Op::kLogits:
+      return "logits";
     default:
       return "none";
   }
@@ -128,7 +132,11 @@ class Checker {
   absl::Status CheckOp() {
     const Op& op = *op_;
     const Op::AttrsCase attrs = AttrsOf(op.kind());
-    if (op.attrs_case() != attrs) {
+    // EMBED and LOGITS attributes are optional (absent: no scale, no soft-cap), so plans written
+    // before they existed stay valid.
+    const bool optional = (op.kind() == EMBED && op.attrs_case() == Op::kEmbed) ||
+                          (op.kind() == LOGITS && op.attrs_case() == Op::kLogits);
+    if (op.attrs_case() != attrs && !optional) {
       return Error(absl::StrFormat("carries attributes %s, its kind needs %s",
                                    AttrsName(op.attrs_case()), AttrsName(attrs)));
     }
@@ -139,8 +147,14 @@ class Checker {
       case FUSED_ADD_RMS_NORM:
         return CheckNorm(op.kind() == FUSED_ADD_RMS_NORM);
       case MATMUL:
+        return CheckMatmul(false);
       case LOGITS:
-        return CheckMatmul(op.kind() == LOGITS);
+        if (op.has_logits() &&
+            !(op.logits().softcap() > 0.0 && std::isfinite(op.logits().softcap()))) {
+          return Error(absl::StrFormat("logits.softcap must be finite and > 0, got %g",
+                                       op.logits().softcap()));
+        }
+        return CheckMatmul(true);
       case ROPE:
         return CheckRopeOp();
       case ATTENTION:
@@ -151,6 +165,7 @@ class Checker {
       case MUL:
       case ADD:
       case SILU_MUL:
+      case GELU_TANH_MUL:
         if (auto status = CheckCounts(2, 2, 1, 1, 0, 0); !status.ok()) return status;
         return SameWidthActivations(2, 1).status();
       default:
@@ -165,6 +180,10 @@ class Checker {
     if (!out.ok()) return out.status();
     auto rows = CheckMatrix(op_->weights(0), -1, (*out)->width());
     if (!rows.ok()) return rows.status();
+    if (op_->has_embed() && !(op_->embed().scale() > 0.0 && std::isfinite(op_->embed().scale()))) {
+      return Error(
+          absl::StrFormat("embed.scale must be finite and > 0, got %g", op_->embed().scale()));
+    }
     facts_.max_token_id = std::min(facts_.max_token_id, *rows);
     return absl::OkStatus();
   }
@@ -316,6 +335,10 @@ class Checker {
     }
     if (!(attention.scale() >= 0.0) || std::isinf(attention.scale())) {
       return Error(absl::StrFormat("scale must be finite and >= 0, got %g", attention.scale()));
+    }
+    if (!(attention.logit_softcap() >= 0.0) || std::isinf(attention.logit_softcap())) {
+      return Error(absl::StrFormat("logit_softcap must be finite and >= 0 (0: none), got %g",
+                                   attention.logit_softcap()));
     }
     if (facts_.kv_heads == 0) {
       facts_.kv_heads = static_cast<int32_t>(kv_heads);

@@ -120,7 +120,8 @@ std::vector<OpCase> Cases() {
   auto constant = [](double bound) { return [bound](BackendKind) { return bound; }; };
 
   // Elementwise ops over widths 1 (scalar tail only), 21 (odd) and 1000 (long vectors).
-  for (plan::OpKind kind : {plan::SILU, plan::MUL, plan::ADD, plan::SILU_MUL}) {
+  for (plan::OpKind kind :
+       {plan::SILU, plan::MUL, plan::ADD, plan::SILU_MUL, plan::GELU_TANH_MUL}) {
     for (int64_t width : {1, 21, 1000}) {
       OpCase c;
       c.name = absl::StrCat(plan::OpKind_Name(kind), "_w", width);
@@ -201,6 +202,29 @@ std::vector<OpCase> Cases() {
     if (e.group) c.unsupported = {BackendKind::kCudaEmulated};
     cases.push_back(c);
   }
+  // EMBED with a scale (EmbedAttrs: Gemma's sqrt(hidden)) in the table's dtype: the rounded
+  // scale and products are the reference's too, so f16 / bf16 are as exact as f32.
+  for (const EmbedCase& e : {EmbedCase{plan::F32, 37, 0, false},
+                             {plan::F16, 40, 0, false},
+                             {plan::BF16, 64, 0, false},
+                             {plan::I8, 96, 32, false}}) {
+    OpCase c;
+    c.name = absl::StrCat("EMBED_scaled_", DTypeTag(e.dtype), "_w", e.width,
+                          e.group ? absl::StrCat("_g", e.group) : "");
+    c.build = [e](OpProgram& p) {
+      const int32_t table = e.group ? p.QuantizedMatrix(e.dtype, p.num_tokens(), e.width, e.group,
+                                                        e.asymmetric, false)
+                                    : p.FloatTensor(e.dtype, {p.num_tokens(), e.width}, 1.0f);
+      const int32_t out = p.Activation(e.width);
+      p.AddOp(plan::EMBED, {p.token_ids()}, {out}, {table})
+          ->mutable_embed()
+          ->set_scale(std::sqrt(static_cast<double>(e.width)));
+      p.ReadOut(out);
+    };
+    c.bound = constant(1e-6);
+    if (e.group) c.unsupported = {BackendKind::kCudaEmulated};
+    cases.push_back(c);
+  }
 
   // MATMUL / LOGITS: every weight dtype and layout, K and N odd or short, bias, fused outputs,
   // 1 token (GEMV), 5 and 33 tokens (GEMM, a partial tile), prefill then decode.
@@ -211,6 +235,7 @@ std::vector<OpCase> Cases() {
     bool asymmetric = false, permuted = false, bias = false, panels = false;
     int outputs = 1;
     bool logits = false;
+    double softcap = 0;  // LOGITS only
   };
   std::vector<MatmulCase> matmuls = {
       {plan::F32, 37, 19, 0},
@@ -230,6 +255,11 @@ std::vector<OpCase> Cases() {
       {plan::I4, 1120, 12, 32, true, true, false},
       {plan::I4, 64, 53, 32, false, false, false, false, 1, true},
       {plan::I8, 64, 53, 64, false, false, false, false, 1, true},
+      // LOGITS soft-capped (LogitsAttrs, Gemma 2's final_logit_softcapping): a cap of 2 bends
+      // logits of magnitude ~2-4.
+      {plan::F32, 40, 53, 0, false, false, false, false, 1, true, 2.0},
+      {plan::BF16, 64, 37, 0, false, false, false, false, 1, true, 2.0},
+      {plan::I8, 64, 53, 64, false, false, false, false, 1, true, 2.0},
   };
   for (const MatmulCase& m : matmuls) {
     for (std::vector<int32_t> steps :
@@ -239,11 +269,12 @@ std::vector<OpCase> Cases() {
       for (int32_t s : steps) tokens += s;
       c.num_tokens = tokens;
       c.steps = steps;
-      c.name = absl::StrCat(
-          m.logits ? "LOGITS_" : "MATMUL_", DTypeTag(m.dtype), "_k", m.k, "_n", m.n,
-          m.group ? absl::StrCat("_g", m.group) : "", m.asymmetric ? "_asym" : "",
-          m.permuted ? "_perm" : "", m.bias ? "_bias" : "", m.panels ? "_panels16" : "",
-          m.outputs > 1 ? absl::StrCat("_out", m.outputs) : "", "_t", absl::StrJoin(steps, "_"));
+      c.name = absl::StrCat(m.logits ? "LOGITS_" : "MATMUL_", DTypeTag(m.dtype), "_k", m.k, "_n",
+                            m.n, m.group ? absl::StrCat("_g", m.group) : "",
+                            m.asymmetric ? "_asym" : "", m.permuted ? "_perm" : "",
+                            m.bias ? "_bias" : "", m.panels ? "_panels16" : "",
+                            m.outputs > 1 ? absl::StrCat("_out", m.outputs) : "",
+                            m.softcap > 0 ? "_softcap" : "", "_t", absl::StrJoin(steps, "_"));
       c.build = [m](OpProgram& p) {
         const int32_t x = p.Input(m.k, 1.0f);
         const int64_t rows = m.n * m.outputs;
@@ -254,7 +285,8 @@ std::vector<OpCase> Cases() {
         std::vector<int32_t> weights = {w};
         if (m.bias) weights.push_back(p.FloatTensor(plan::F32, {rows}, 0.5f));
         if (m.logits) {
-          p.AddOp(plan::LOGITS, {x}, {p.Logits(rows)}, weights);
+          plan::Op* op = p.AddOp(plan::LOGITS, {x}, {p.Logits(rows)}, weights);
+          if (m.softcap > 0) op->mutable_logits()->set_softcap(m.softcap);
           return;
         }
         std::vector<int32_t> outputs;
@@ -318,6 +350,7 @@ std::vector<OpCase> Cases() {
     double scale;
     plan::DType kv;
     std::vector<int32_t> steps;
+    double softcap = 0;  // AttentionAttrs.logit_softcap (Gemma 2)
   };
   for (const AttentionCase& a : {AttentionCase{4, 4, 6, 0, 0.0, plan::F32, {37}},
                                  AttentionCase{4, 2, 64, 0, 0.0, plan::F32, {20, 1, 1}},
@@ -326,16 +359,23 @@ std::vector<OpCase> Cases() {
                                  AttentionCase{2, 2, 64, 0, 0.05, plan::F32, {3, 1}},
                                  AttentionCase{4, 2, 64, 0, 0.0, plan::F16, {20, 1}},
                                  AttentionCase{4, 2, 64, 0, 0.0, plan::BF16, {20, 1}},
-                                 AttentionCase{4, 2, 64, 7, 0.0, plan::I8, {33, 1, 1}}}) {
+                                 AttentionCase{4, 2, 64, 7, 0.0, plan::I8, {33, 1, 1}},
+                                 // Soft-capped scores (scale 1: scores of ~3 against a cap of
+                                 // 2), MHA, GQA filling the lanes, Gemma's head_dim 256 with a
+                                 // window, an int8 cache.
+                                 AttentionCase{2, 2, 64, 0, 1.0, plan::F32, {20, 1, 1}, 2.0},
+                                 AttentionCase{8, 1, 32, 0, 1.0, plan::F32, {21, 1}, 2.0},
+                                 AttentionCase{2, 1, 256, 6, 0.0, plan::F32, {19, 1}, 0.5},
+                                 AttentionCase{4, 2, 64, 7, 1.0, plan::I8, {33, 1}, 2.0}}) {
     OpCase c;
     int32_t tokens = 0;
     for (int32_t s : a.steps) tokens += s;
     c.num_tokens = tokens;
     c.steps = a.steps;
-    c.name =
-        absl::StrCat("ATTENTION_h", a.heads, "_kv", a.kv_heads, "_d", a.head_dim,
-                     a.window ? absl::StrCat("_window", a.window) : "", a.scale > 0 ? "_scale" : "",
-                     "_kv", DTypeTag(a.kv), "_t", absl::StrJoin(a.steps, "_"));
+    c.name = absl::StrCat("ATTENTION_h", a.heads, "_kv", a.kv_heads, "_d", a.head_dim,
+                          a.window ? absl::StrCat("_window", a.window) : "",
+                          a.scale > 0 ? "_scale" : "", a.softcap > 0 ? "_softcap" : "", "_kv",
+                          DTypeTag(a.kv), "_t", absl::StrJoin(a.steps, "_"));
     c.build = [a](OpProgram& p) {
       const int32_t q = p.Input(int64_t{a.heads} * a.head_dim, 1.0f);
       const int32_t k = p.Input(int64_t{a.kv_heads} * a.head_dim, 1.0f);
@@ -348,6 +388,7 @@ std::vector<OpCase> Cases() {
       attention->set_head_dim(a.head_dim);
       attention->set_sliding_window(a.window);
       attention->set_scale(a.scale);
+      attention->set_logit_softcap(a.softcap);
       plan::KvCacheSpec* spec = p.kv_cache();
       spec->set_num_layers(1);
       spec->set_num_kv_heads(a.kv_heads);

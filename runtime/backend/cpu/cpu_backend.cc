@@ -19,6 +19,7 @@
 #include "runtime/backend/cpu/quant_matmul_exact.h"
 #include "runtime/backend/step_batch_check.h"
 #include "runtime/kv/kv_storage.h"
+#include "runtime/plan/dtype.h"
 #include "runtime/plan/plan_reader.h"
 #include "runtime/plan/program_check.h"
 #include "runtime/threading/thread_pool.h"
@@ -62,6 +63,9 @@ struct CompiledOp {
   int32_t layer = 0;
   int64_t sliding_window = 0;
   float scale = 0.0f;
+  float softcap = 0.0f;  // ATTENTION scores, LOGITS: cap * tanh(x / cap); 0: none
+  // EMBED: the row scale (0: none) and the table dtype it rounds to (plan.proto EmbedAttrs).
+  float embed_scale = 0.0f;
   std::vector<float> inv_freq;
   const struct CpuKernel* kernel = nullptr;
 };
@@ -274,7 +278,25 @@ absl::Status BindEmbed(OpBinder& binder, const plan::Op& op, CompiledOp& compile
   auto table = binder.BindMatrix(op.weights(0));
   if (!table.ok()) return table.status();
   compiled.weight = *table;
+  if (op.has_embed()) {
+    // The scale as the table's dtype holds it (f32 first, as transformers' f32 tensor is cast).
+    const float scale = static_cast<float>(op.embed().scale());
+    compiled.embed_scale = table->dtype == plan::F16    ? plan::F16ToF32(plan::F32ToF16(scale))
+                           : table->dtype == plan::BF16 ? plan::Bf16ToF32(plan::F32ToBf16(scale))
+                                                        : scale;
+  }
   return absl::OkStatus();
+}
+
+// row * scale in the table's dtype: F16 / BF16 products are rounded to it, as transformers'
+// multiplication of two tensors of that dtype rounds them.
+void ScaleEmbedding(plan::DType dtype, float scale, int64_t width, float* row) {
+  for (int64_t i = 0; i < width; ++i) {
+    const float product = row[i] * scale;
+    row[i] = dtype == plan::F16    ? plan::F16ToF32(plan::F32ToF16(product))
+             : dtype == plan::BF16 ? plan::Bf16ToF32(plan::F32ToBf16(product))
+                                   : product;
+  }
 }
 
 void RunEmbed(const CpuStep& step, const CompiledOp& op) {
@@ -286,6 +308,7 @@ void RunEmbed(const CpuStep& step, const CompiledOp& op) {
     } else {
       MatrixRowToF32(op.weight, token, out);
     }
+    if (op.embed_scale != 0.0f) ScaleEmbedding(op.weight.dtype, op.embed_scale, op.width, out);
   }
 }
 
@@ -348,8 +371,15 @@ void RunMatmul(const CpuStep& step, const CompiledOp& op) {
 // The logits of the rows the step asks for, into RunStep's output.
 void RunLogits(const CpuStep& step, const CompiledOp& op) {
   MatMulOutput output{step.logits, 0, step.vocab_size};
-  MultiplyRows(step, op, static_cast<int64_t>(step.batch->logit_rows.size()),
-               step.batch->logit_rows.data(), &output, 1);
+  const int64_t rows = static_cast<int64_t>(step.batch->logit_rows.size());
+  MultiplyRows(step, op, rows, step.batch->logit_rows.data(), &output, 1);
+  if (op.softcap > 0.0f && rows > 0)
+    SoftCap(*step.pool, step.logits, rows * step.vocab_size, op.softcap);
+}
+
+absl::Status BindLogits(OpBinder& binder, const plan::Op& op, CompiledOp& compiled) {
+  if (op.has_logits()) compiled.softcap = static_cast<float>(op.logits().softcap());
+  return BindMatmul(binder, op, compiled);
 }
 
 absl::Status BindRope(OpBinder& binder, const plan::Op& op, CompiledOp& compiled) {
@@ -378,6 +408,7 @@ absl::Status BindAttention(OpBinder&, const plan::Op& op, CompiledOp& compiled) 
   compiled.layer = attention.layer();
   compiled.sliding_window = attention.sliding_window();
   compiled.scale = static_cast<float>(plan::SoftmaxScale(attention));
+  compiled.softcap = static_cast<float>(attention.logit_softcap());
   return absl::OkStatus();
 }
 
@@ -409,6 +440,7 @@ void RunAttention(const CpuStep& step, const CompiledOp& op) {
   args.block_size = step.block_size;
   args.sliding_window = op.sliding_window;
   args.scale = op.scale;
+  args.softcap = op.softcap;
   args.num_tokens = step.num_tokens;
   args.token_block_table = step.token_block_table;
   args.token_index = step.token_index;
@@ -436,13 +468,14 @@ constexpr CpuKernel kCpuKernels[] = {
     {plan::RMS_NORM, BindNorm, RunRmsNorm},
     {plan::FUSED_ADD_RMS_NORM, BindNorm, RunFusedAddRmsNorm},
     {plan::MATMUL, BindMatmul, RunMatmul},
-    {plan::LOGITS, BindMatmul, RunLogits},
+    {plan::LOGITS, BindLogits, RunLogits},
     {plan::ROPE, BindRope, RunRope},
     {plan::ATTENTION, BindAttention, RunAttention},
     {plan::SILU, BindElementwise, RunElementwise},
     {plan::MUL, BindElementwise, RunElementwise},
     {plan::ADD, BindElementwise, RunElementwise},
     {plan::SILU_MUL, BindElementwise, RunElementwise},
+    {plan::GELU_TANH_MUL, BindElementwise, RunElementwise},
 };
 
 const CpuKernel* FindCpuKernel(plan::OpKind kind) {

@@ -69,12 +69,34 @@ float InverseRms(float sum_of_squares, int64_t width, float eps) {
   return 1.0f / std::sqrt(mean + eps);
 }
 
+// cap * tanh(v / cap): Gemma 2's soft-capping of attention scores and logits.
+HWY_INLINE VF SoftCapVector(DF df, VF v, float cap) {
+  return hn::Mul(hn::Set(df, cap), hn::Tanh(df, hn::Mul(v, hn::Set(df, 1.0f / cap))));
+}
+
+// gelu's tanh approximation (torch's gelu(approximate="tanh"), transformers' gelu_pytorch_tanh
+// and gelu_new): 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+HWY_INLINE VF GeluTanhVector(DF df, VF x) {
+  const VF inner = hn::Mul(hn::Set(df, 0.7978845608028654f),
+                           hn::MulAdd(hn::Mul(hn::Set(df, 0.044715f), hn::Mul(x, x)), x, x));
+  return hn::Mul(hn::Mul(hn::Set(df, 0.5f), x), hn::Add(hn::Set(df, 1.0f), hn::Tanh(df, inner)));
+}
+
+// Soft-caps `count` scores (a multiple of the lane count) in place.
+HWY_INLINE void SoftCapScores(float* HWY_RESTRICT scores, int64_t count, float cap) {
+  const DF df;
+  for (int64_t i = 0; i < count; i += static_cast<int64_t>(hn::Lanes(df)))
+    hn::StoreU(SoftCapVector(df, hn::LoadU(df, scores + i), cap), df, scores + i);
+}
+
 // Every element goes through the vector code, the last partial vector too (through a
 // one-vector buffer): hn::Exp and std::exp differ in the last bits, so a scalar tail would make
 // an element's SiLU depend on where the flattened [tokens, width] array ends, i.e. on the other
 // tokens of the step (the batch-invariance contract of kernels.h).
+// OP_UNSPECIFIED is the soft-cap of a (cap in `cap`), which is no op kind of its own: LOGITS
+// applies it to its output.
 void ElementwiseRange(plan::OpKind op, const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
-                      int64_t begin, int64_t end, float* out) {
+                      int64_t begin, int64_t end, float* out, float cap = 0.0f) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const VF one = hn::Set(df, 1.0f);
@@ -91,6 +113,12 @@ void ElementwiseRange(plan::OpKind op, const float* HWY_RESTRICT a, const float*
         break;
       case plan::SILU:
         result = silu(va);
+        break;
+      case plan::GELU_TANH_MUL:
+        result = hn::Mul(GeluTanhVector(df, va), hn::LoadU(df, b_lanes));
+        break;
+      case plan::OP_UNSPECIFIED:
+        result = SoftCapVector(df, va, cap);
         break;
       default:
         result = hn::Mul(silu(va), hn::LoadU(df, b_lanes));
@@ -215,6 +243,15 @@ void ElementwiseImpl(ThreadPool& pool, plan::OpKind op, const float* a, const fl
       size,
       [&](int64_t begin, int64_t end, int32_t) { ElementwiseRange(op, a, b, begin, end, out); },
       kElementGrain);
+}
+
+void SoftCapImpl(ThreadPool& pool, float* x, int64_t size, float cap) {
+  pool.ParallelFor(
+      size,
+      [&](int64_t begin, int64_t end, int32_t) {
+        ElementwiseRange(plan::OP_UNSPECIFIED, x, nullptr, begin, end, x, cap);
+      },
+      size < kParallelElements ? size : kElementGrain);
 }
 
 void RopeImpl(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows,
@@ -418,6 +455,7 @@ void AttendGroupVectorized(const AttentionArgs& args, const KvRows<T>& rows, con
         }
         hn::StoreU(s0, df, scores + j * lanes);
       }
+      if (args.softcap > 0) SoftCapScores(scores, count * lanes, args.softcap);
       // Online softmax, one max/rescale per block and head (lane).
       VF block_max = hn::LoadU(df, scores);
       for (j = 1; j < count; ++j) block_max = hn::Max(block_max, hn::LoadU(df, scores + j * lanes));
@@ -592,6 +630,9 @@ void AttendTileVectorized(const AttentionArgs& args, const KvRows<T>& rows,
 #pragma GCC unroll 4
         for (int t = 0; t < kTokens; ++t) hn::StoreU(s0[t], df, scores[t] + j * lanes);
       }
+      if (args.softcap > 0) {
+        for (int t = 0; t < kTokens; ++t) SoftCapScores(scores[t], count * lanes, args.softcap);
+      }
       // Online softmax per token over the keys it sees, as AttendGroupVectorized; the rest get
       // probability 0.
       VF correction[kTokens];
@@ -726,6 +767,15 @@ void AttendRow(const AttentionArgs& args, const KvRows<T>& rows, int64_t row, in
       const float factor = rows.KeyScale(args, slot, kv_head) * args.scale;
       for (int32_t g = 0; g < group; ++g) {
         scores[g * block_size + j] = Dot(queries + g * head_dim, key_row, head_dim) * factor;
+      }
+    }
+    // This path computes no score with vector code, so its soft-cap is scalar too.
+    if (args.softcap > 0) {
+      for (int32_t g = 0; g < group; ++g) {
+        for (int64_t j = 0; j < count; ++j) {
+          float& score = scores[g * block_size + j];
+          score = args.softcap * std::tanh(score / args.softcap);
+        }
       }
     }
     for (int32_t g = 0; g < group; ++g) {
@@ -869,6 +919,7 @@ HWY_EXPORT(RmsNormImpl);
 HWY_EXPORT(FusedAddRmsNormImpl);
 HWY_EXPORT(ElementwiseImpl);
 HWY_EXPORT(RopeImpl);
+HWY_EXPORT(SoftCapImpl);
 HWY_EXPORT(AttentionImpl);
 HWY_EXPORT(KvCacheAttentionImpl);
 
@@ -885,6 +936,10 @@ void FusedAddRmsNorm(ThreadPool& pool, const float* a, const float* b, const flo
 void ElementwiseOp(ThreadPool& pool, plan::OpKind op, const float* a, const float* b, int64_t size,
                    float* out) {
   HWY_DYNAMIC_DISPATCH(ElementwiseImpl)(pool, op, a, b, size, out);
+}
+
+void SoftCap(ThreadPool& pool, float* x, int64_t size, float cap) {
+  HWY_DYNAMIC_DISPATCH(SoftCapImpl)(pool, x, size, cap);
 }
 
 void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows, int32_t num_heads,

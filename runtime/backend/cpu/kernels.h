@@ -66,10 +66,15 @@ void RmsNorm(ThreadPool& pool, const float* x, const float* gamma, float eps, in
 void FusedAddRmsNorm(ThreadPool& pool, const float* a, const float* b, const float* gamma,
                      float eps, int64_t num_rows, int64_t width, float* sum, float* y);
 
-// out = a + b, a * b, silu(a) or silu(a) * b over `size` floats for `op` ADD, MUL, SILU (b
-// unused) or SILU_MUL: plan.proto's OpKind is the one encoding of the elementwise ops.
+// out = a + b, a * b, silu(a), silu(a) * b or gelu_tanh(a) * b over `size` floats for `op` ADD,
+// MUL, SILU (b unused), SILU_MUL or GELU_TANH_MUL: plan.proto's OpKind is the one encoding of the
+// elementwise ops.
 void ElementwiseOp(ThreadPool& pool, plan::OpKind op, const float* a, const float* b, int64_t size,
                    float* out);
+
+// x = cap * tanh(x / cap) over `size` floats, in place (LOGITS' soft-cap); element-wise, so
+// batch-invariant like ElementwiseOp.
+void SoftCap(ThreadPool& pool, float* x, int64_t size, float cap);
 
 // Rotate-half rotary embedding in place over `num_heads` heads of `head_dim` per row, with
 // angle position * inv_freq[i] (inv_freq has head_dim / 2 entries). `scratch` holds head_dim
@@ -97,6 +102,7 @@ struct AttentionArgs {
   int32_t block_size = 0;
   int64_t sliding_window = 0;  // 0: none
   float scale = 0.0f;
+  float softcap = 0.0f;  // > 0: scaled scores become softcap * tanh(score / softcap)
   int64_t num_tokens = 0;
   // Per token: the sequence's block table, and the index of the token in its sequence (it
   // attends to keys [max(0, index - window + 1), index]).

@@ -56,6 +56,7 @@ enum LlmcElementwiseOp {
   LLMC_OP_MUL = 8,
   LLMC_OP_ADD = 9,
   LLMC_OP_SILU_MUL = 10,
+  LLMC_OP_GELU_TANH_MUL = 12,
 };
 
 #endif  // LLMRT_BACKEND_CUDA_KERNEL_PARAMS_H_

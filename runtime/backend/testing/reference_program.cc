@@ -99,14 +99,32 @@ std::vector<double> ReferenceProgram(const plan::PlanMeta& meta, const BlobLooku
     return y;
   };
   auto silu = [](double x) { return x / (1.0 + std::exp(-x)); };
+  auto gelu_tanh = [](double x) {
+    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  };
   for (const plan::Op& op : program.ops()) {
     switch (op.kind()) {
       case plan::EMBED: {
         const std::vector<float> table = weight(op.weights(0));
         const int64_t width = program.values(op.outputs(0)).width();
+        const plan::DType dtype = meta.tensors(op.weights(0)).dtype();
+        // plan.proto EmbedAttrs: F16 / BF16 tables round the scale and each product to their
+        // dtype; others multiply by the f32 scale.
+        auto round = [dtype](double value) -> double {
+          const float f = static_cast<float>(value);
+          if (dtype == plan::F16) return plan::F16ToF32(plan::F32ToF16(f));
+          if (dtype == plan::BF16) return plan::Bf16ToF32(plan::F32ToBf16(f));
+          return f;
+        };
+        const bool scaled = op.has_embed();
+        const double scale = scaled ? round(op.embed().scale()) : 1.0;
         Matrix out = rows(width);
         for (int64_t t = 0; t < num_tokens; ++t) {
-          for (int64_t i = 0; i < width; ++i) out[t][i] = table[tokens[t] * width + i];
+          for (int64_t i = 0; i < width; ++i) {
+            // The product in f32, then rounded: what a multiply of two 16-bit tensors does.
+            const float value = table[tokens[t] * width + i];
+            out[t][i] = scaled ? round(value * static_cast<float>(scale)) : value;
+          }
         }
         values[op.outputs(0)] = out;
         break;
@@ -145,7 +163,13 @@ std::vector<double> ReferenceProgram(const plan::PlanMeta& meta, const BlobLooku
           }
         }
         if (op.kind() == plan::LOGITS) {
-          for (const auto& row : full) logits.insert(logits.end(), row.begin(), row.end());
+          const double cap = op.has_logits() ? op.logits().softcap() : 0.0;
+          for (auto& row : full) {
+            if (cap > 0) {
+              for (double& logit : row) logit = cap * std::tanh(logit / cap);
+            }
+            logits.insert(logits.end(), row.begin(), row.end());
+          }
           break;
         }
         int64_t begin = 0;
@@ -200,7 +224,8 @@ std::vector<double> ReferenceProgram(const plan::PlanMeta& meta, const BlobLooku
               for (int32_t d = 0; d < head_dim; ++d) {
                 dot += q[i][head * head_dim + d] * k[j][kv_head * head_dim + d];
               }
-              scores.push_back(dot * scale);
+              const double cap = attention.logit_softcap();
+              scores.push_back(cap > 0 ? cap * std::tanh(dot * scale / cap) : dot * scale);
               keys.push_back(j);
             }
             const double max_score = *std::max_element(scores.begin(), scores.end());
@@ -219,7 +244,8 @@ std::vector<double> ReferenceProgram(const plan::PlanMeta& meta, const BlobLooku
       }
       case plan::SILU:
       case plan::MUL:
-      case plan::SILU_MUL: {
+      case plan::SILU_MUL:
+      case plan::GELU_TANH_MUL: {
         Matrix out = values[op.inputs(0)];
         for (int64_t t = 0; t < num_tokens; ++t) {
           for (size_t i = 0; i < out[t].size(); ++i) {
@@ -227,6 +253,8 @@ std::vector<double> ReferenceProgram(const plan::PlanMeta& meta, const BlobLooku
             if (op.kind() == plan::MUL) out[t][i] *= values[op.inputs(1)][t][i];
             if (op.kind() == plan::SILU_MUL)
               out[t][i] = silu(out[t][i]) * values[op.inputs(1)][t][i];
+            if (op.kind() == plan::GELU_TANH_MUL)
+              out[t][i] = gelu_tanh(out[t][i]) * values[op.inputs(1)][t][i];
           }
         }
         values[op.outputs(0)] = out;

@@ -1,0 +1,26 @@
+// rope_theta and the rope scaling of config.json, as transformers' rope initialization reads
+// them (modeling_rope_utils.py). Shared by the common config parser (hf_config.cc) and families
+// whose layers rotate differently (Gemma 3's per-layer-type rope_parameters).
+#ifndef LLMC_COMPILER_ARCH_ROPE_CONFIG_H_
+#define LLMC_COMPILER_ARCH_ROPE_CONFIG_H_
+
+#include "absl/status/status.h"
+#include "compiler/importer/config_reader.h"
+#include "runtime/plan/proto/plan.pb.h"
+
+namespace llmc {
+
+// Older configs carry "rope_theta" and "rope_scaling" at the top level; transformers >= 4.56
+// writes both inside "rope_parameters". Either is accepted; absent theta: `default_theta`.
+absl::Status ParseRope(const ConfigReader& config, double default_theta,
+                       llmrt::plan::RopeConfig* rope);
+
+// The scaling of one rope parameters object (rope_type or the legacy type: default, linear,
+// llama3, yarn; dynamic and others refused by name, naming `scaling_field`) into `rope`, whose
+// theta the caller sets. `config` is the whole config (YaRN reads max_position_embeddings).
+absl::Status ParseRopeParameters(const ConfigReader& config, const char* scaling_field,
+                                 const ConfigReader& parameters, llmrt::plan::RopeConfig* rope);
+
+}  // namespace llmc
+
+#endif  // LLMC_COMPILER_ARCH_ROPE_CONFIG_H_
