@@ -626,18 +626,18 @@ void Engine::FreeFinished() {
 
 void Engine::PublishStats() {
   EngineStats stats;
-  stats.running = static_cast<int32_t>(running_.size());
-  stats.waiting = static_cast<int32_t>(waiting_.size());
   // Requests by their choices, running first: a request with a running choice is running.
   // The epoch marks a request counted in this call without clearing marks between calls.
   const uint64_t epoch = ++stats_epoch_;
   int32_t running_requests = 0, waiting_requests = 0;
   for (Sequence* sequence : running_) {
+    stats.running += 1 + sequence->pending_forks;
     if (sequence->request->stats_epoch == epoch) continue;
     sequence->request->stats_epoch = epoch;
     ++running_requests;
   }
   for (Sequence* sequence : waiting_) {
+    stats.waiting += 1 + sequence->pending_forks;
     if (sequence->request->stats_epoch == epoch) continue;
     sequence->request->stats_epoch = epoch;
     ++waiting_requests;

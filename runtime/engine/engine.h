@@ -149,13 +149,14 @@ struct EngineOptions {
 
 // A snapshot for /metrics. Counters are totals since the engine was created.
 struct EngineStats {
-  // Sequences (choices) in the running batch and in the waiting queue: a request with n = 2
-  // counts 2 once its choices have forked.
+  // Choices in the running batch and in the waiting queue: each sequence, plus the choices
+  // still to fork from it after its first token, so a request with n = 2 counts 2 from the
+  // start. vLLM (v1) runs n > 1 as n child requests, so this is what its
+  // num_requests_running / num_requests_waiting report.
   int32_t running = 0;
   int32_t waiting = 0;
   // Requests: one per Submit(), whatever its n. A request is running while any of its choices
-  // is in the running batch, waiting while it has choices and none of them runs (vLLM's
-  // num_requests_running / num_requests_waiting count sequence groups the same way).
+  // is in the running batch, waiting while it has choices and none of them runs.
   int32_t running_requests = 0;
   int32_t waiting_requests = 0;
   int32_t kv_block_size = 0;

@@ -5,8 +5,10 @@
 #include "runtime/engine/engine.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -35,7 +37,8 @@ class EngineStepTest : public ::testing::Test {
 
   // A fresh model (empty prefix cache) and engine. 64 tokens per step: 16 sequences decode in
   // one step with room to spare.
-  void Reset(int32_t max_seqs = 0, int32_t prefill_chunk_tokens = 0) {
+  void Reset(int32_t max_seqs = 0, int32_t prefill_chunk_tokens = 0,
+             std::function<void(std::vector<kv::KvCacheEvent>)> on_kv_events = nullptr) {
     engine_.reset();
     ModelOptions options;
     options.max_tokens_per_step = 64;
@@ -49,13 +52,15 @@ class EngineStepTest : public ::testing::Test {
     engine_options.max_seqs = max_seqs;
     engine_options.prefill_chunk_tokens = prefill_chunk_tokens;
     engine_options.eos_token_ids = {kVocab + 1};  // never sampled: runs to max_tokens
+    engine_options.on_kv_events = std::move(on_kv_events);
     engine_ = std::make_unique<Engine>(*model_, nullptr, engine_options);
     results_.clear();
   }
 
-  RequestId Submit(std::vector<int32_t> prompt, int64_t max_tokens) {
+  RequestId Submit(std::vector<int32_t> prompt, int64_t max_tokens, int32_t n = 1) {
     GenerationRequest request;
     request.prompt_ids = std::move(prompt);
+    request.n = n;
     request.sampling.temperature = 0.0;
     request.max_tokens = max_tokens;
     request.on_output = [this](const RequestOutput& output) {
@@ -262,6 +267,65 @@ TEST_F(EngineStepTest, QueueTimeIsMeasuredFromSubmitToFirstScheduledStep) {
   EXPECT_EQ(results_[cancelled].reason, FinishReason::kCancelled);
   EXPECT_EQ(results_[cancelled].finished_outputs, 1);
   EXPECT_EQ(results_[cancelled].queue_seconds, -1);
+}
+
+// /metrics' request gauges: vllm:num_requests_* count choices (vLLM runs n > 1 as n child
+// requests), llmrt:num_requests_* count each request once.
+TEST_F(EngineStepTest, RequestsCountOnceAndChoicesCountEach) {
+  Reset(/*max_seqs=*/1);  // the second request waits while the first runs
+  Submit(Prompt(1), 6, /*n=*/2);
+  Submit(Prompt(2), 6);
+  ASSERT_TRUE(engine_->Step().ok());
+  EngineStats stats = engine_->GetStats();
+  EXPECT_EQ(stats.running_requests, 1);
+  EXPECT_EQ(stats.waiting_requests, 1);
+  // The first request's two choices (forked after its first token, or still to fork) and the
+  // second's one, wherever the scheduler put them.
+  EXPECT_EQ(stats.running + stats.waiting, 3);
+  EXPECT_GE(stats.running, 1);
+  ASSERT_TRUE(engine_->RunUntilIdle().ok());
+  stats = engine_->GetStats();
+  EXPECT_EQ(stats.running_requests + stats.waiting_requests + stats.running + stats.waiting, 0);
+}
+
+// The events handed to on_kv_events, applied in order, rebuild exactly the pool's cache.
+TEST_F(EngineStepTest, KvEventsRebuildTheCachedBlocks) {
+  std::map<uint64_t, std::pair<std::optional<uint64_t>, std::vector<int32_t>>> mirror;
+  int32_t calls = 0;
+  Reset(0, 0, [&](std::vector<kv::KvCacheEvent> events) {
+    ++calls;
+    for (const kv::KvCacheEvent& event : events) {
+      if (event.kind == kv::KvCacheEvent::Kind::kRemoved) {
+        for (uint64_t hash : event.block_hashes) EXPECT_EQ(mirror.erase(hash), 1u);
+        continue;
+      }
+      ASSERT_EQ(event.kind, kv::KvCacheEvent::Kind::kStored);
+      std::optional<uint64_t> parent;
+      if (event.has_parent) parent = event.parent_hash;
+      for (size_t i = 0; i < event.block_hashes.size(); ++i) {
+        std::vector<int32_t> tokens(event.token_ids.begin() + 4 * i,
+                                    event.token_ids.begin() + 4 * (i + 1));
+        EXPECT_TRUE(mirror.emplace(event.block_hashes[i], std::make_pair(parent, tokens)).second);
+        parent = event.block_hashes[i];
+      }
+    }
+  });
+  std::vector<int32_t> shared = {3, 1, 4, 1, 5, 9, 2, 6, 5};
+  for (int32_t i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt = shared;
+    prompt.push_back(i);
+    Submit(prompt, 5 + i, i % 2 + 1);
+  }
+  ASSERT_TRUE(engine_->RunUntilIdle().ok());
+  EXPECT_GT(calls, 0);
+  std::map<uint64_t, std::pair<std::optional<uint64_t>, std::vector<int32_t>>> cached;
+  for (const kv::CachedBlock& block : engine_->CachedBlocks()) {
+    std::optional<uint64_t> parent;
+    if (block.has_parent) parent = block.parent_hash;
+    cached.emplace(block.hash, std::make_pair(parent, block.token_ids));
+  }
+  EXPECT_FALSE(cached.empty());
+  EXPECT_EQ(mirror, cached);
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace llmrt::server {
@@ -97,27 +96,35 @@ std::string RenderMetrics(const ServerMetrics& metrics, const engine::EngineStat
   std::string out;
   // The gauges an endpoint picker reads (the Gateway API Inference Extension's model-server
   // protocol: TotalQueuedRequests, TotalRunningRequests, KVCacheUtilization, and BlockSize /
-  // NumGPUBlocks from cache_config_info), under vLLM's own names so that a picker configured
-  // for vLLM needs no configuration, and again under ours.
-  for (const char* prefix : {"vllm", "llmrt"}) {
-    Metric(out, absl::StrCat(prefix, ":num_requests_running"), "gauge",
-           "Requests with a choice in the running batch (a request counts once whatever its n).",
-           labels, stats.running_requests);
-    Metric(out, absl::StrCat(prefix, ":num_requests_waiting"), "gauge",
-           "Requests waiting to be scheduled, none of whose choices runs.", labels,
-           stats.waiting_requests);
-    Metric(out, absl::StrCat(prefix, ":kv_cache_usage_perc"), "gauge",
-           "KV-cache usage: 1 means 100 percent.", labels, stats.kv_usage);
-  }
+  // NumGPUBlocks from cache_config_info), under vLLM's names and counted as vLLM counts them,
+  // so that a picker configured for vLLM needs no configuration. vLLM runs a request with n > 1
+  // as n child requests: its request gauges count choices.
+  Metric(out, "vllm:num_requests_running", "gauge",
+         "Choices in the running batch (a request with n = 2 counts 2, as vLLM's child requests).",
+         labels, stats.running);
+  Metric(out, "vllm:num_requests_waiting", "gauge", "Choices waiting to be scheduled.", labels,
+         stats.waiting);
+  Metric(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage: 1 means 100 percent.", labels,
+         stats.kv_usage);
   // vLLM's info gauge: value 1, the configuration in labels.
   Metric(out, "vllm:cache_config_info", "gauge", "KV-cache configuration (value 1).",
          absl::StrFormat("%s,block_size=\"%d\",num_gpu_blocks=\"%d\"", labels, stats.kv_block_size,
                          stats.kv_blocks_total),
          1.0);
+  // Ours: requests counted once whatever their n, and the choices beside them.
+  Metric(out, "llmrt:num_requests_running", "gauge",
+         "Requests with a choice in the running batch (a request counts once whatever its n).",
+         labels, stats.running_requests);
+  Metric(out, "llmrt:num_requests_waiting", "gauge",
+         "Requests waiting to be scheduled, none of whose choices runs.", labels,
+         stats.waiting_requests);
   Metric(out, "llmrt:num_sequences_running", "gauge",
-         "Sequences (choices) in the running batch: n = 2 counts 2.", labels, stats.running);
-  Metric(out, "llmrt:num_sequences_waiting", "gauge", "Sequences waiting to be scheduled.", labels,
-         stats.waiting);
+         "Choices in the running batch: n = 2 counts 2 (vllm:num_requests_running).", labels,
+         stats.running);
+  Metric(out, "llmrt:num_sequences_waiting", "gauge",
+         "Choices waiting to be scheduled (vllm:num_requests_waiting).", labels, stats.waiting);
+  Metric(out, "llmrt:kv_cache_usage_perc", "gauge", "KV-cache usage: 1 means 100 percent.", labels,
+         stats.kv_usage);
   Metric(out, "llmrt:kv_cache_blocks_total", "gauge", "KV-cache blocks in the pool.", labels,
          stats.kv_blocks_total);
   Metric(out, "llmrt:prefix_cache_queries_total", "counter",

@@ -32,8 +32,8 @@ TEST(RenderMetrics, VllmNamesAndValues) {
   metrics.request_queue_time.Observe(0.02);
   metrics.finished_length.fetch_add(3);
   engine::EngineStats stats;
-  stats.running = 3;  // sequences: one request of n = 2 and another of n = 1
-  stats.waiting = 2;
+  stats.running = 3;  // choices: one request of n = 2 and another of n = 1
+  stats.waiting = 2;  // one request of n = 2
   stats.running_requests = 2;
   stats.waiting_requests = 1;
   stats.kv_block_size = 16;
@@ -53,14 +53,16 @@ TEST(RenderMetrics, VllmNamesAndValues) {
   stats.sample_seconds_total = 0.25;
   const std::string page = RenderMetrics(metrics, stats, "stories \"q\"");
   const std::string labels = "{model_name=\"stories \\\"q\\\"\"}";
-  for (const std::string prefix : {"vllm", "llmrt"}) {
-    EXPECT_THAT(page, HasSubstr("# TYPE " + prefix + ":num_requests_running gauge\n"));
-    EXPECT_THAT(page, HasSubstr(prefix + ":num_requests_running" + labels + " 2\n"));
-    EXPECT_THAT(page, HasSubstr(prefix + ":num_requests_waiting" + labels + " 1\n"));
-    EXPECT_THAT(page, HasSubstr(prefix + ":kv_cache_usage_perc" + labels + " 0.25\n"));
-  }
+  // vLLM counts choices (n > 1 runs as n child requests); ours counts requests once.
+  EXPECT_THAT(page, HasSubstr("# TYPE vllm:num_requests_running gauge\n"));
+  EXPECT_THAT(page, HasSubstr("vllm:num_requests_running" + labels + " 3\n"));
+  EXPECT_THAT(page, HasSubstr("vllm:num_requests_waiting" + labels + " 2\n"));
+  EXPECT_THAT(page, HasSubstr("vllm:kv_cache_usage_perc" + labels + " 0.25\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:num_requests_running" + labels + " 2\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:num_requests_waiting" + labels + " 1\n"));
   EXPECT_THAT(page, HasSubstr("llmrt:num_sequences_running" + labels + " 3\n"));
   EXPECT_THAT(page, HasSubstr("llmrt:num_sequences_waiting" + labels + " 2\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:kv_cache_usage_perc" + labels + " 0.25\n"));
   EXPECT_THAT(page, HasSubstr("vllm:cache_config_info{model_name=\"stories \\\"q\\\"\",block_size="
                               "\"16\",num_gpu_blocks=\"512\"} 1\n"));
   // No LoRA adapters exist in llmrt, so the LoRA info gauge is absent rather than empty.
