@@ -1,7 +1,13 @@
 // Server metrics for /metrics, in the Prometheus text exposition format (version 0.0.4) with
 // vLLM's metric names under an `llmrt:` prefix, so dashboards written for vLLM need only the
-// prefix changed:
-//   llmrt:num_requests_running / _waiting           gauges, from the engine
+// prefix changed, and the gauges a gateway routes by under vLLM's own names:
+//   vllm:num_requests_running / _waiting             gauges of choices, as vLLM counts its n child
+//                                                    requests; vllm:kv_cache_usage_perc and
+//                                                    vllm:cache_config_info{block_size,
+//                                                    num_gpu_blocks}: what a gateway's endpoint
+//                                                    picker reads (docs/deployment.md)
+//   llmrt:num_requests_running / _waiting           gauges of requests (once whatever their n)
+//   llmrt:num_sequences_running / _waiting          gauges of choices
 //   llmrt:kv_cache_usage_perc                        gauge in [0, 1]
 //   llmrt:prefix_cache_queries_total / _hits_total   counters (tokens), and _hit_rate gauge
 //   llmrt:prompt_tokens_total, generation_tokens_total, num_preemptions_total   counters
