@@ -382,6 +382,94 @@ TEST(ModelConfigTest, YarnRopeScaling) {
   EXPECT_THAT(ErrorOf(json), HasSubstr("field \"beta_fast\": expected a positive number"));
 }
 
+Json GemmaConfigJson(const char* architecture) {
+  return {{"architectures", {architecture}}, {"vocab_size", 32},       {"hidden_size", 16},
+          {"intermediate_size", 24},         {"num_hidden_layers", 7}, {"num_attention_heads", 2},
+          {"num_key_value_heads", 1}};
+}
+
+TEST(ModelConfigTest, Gemma2DefaultsAndRefusals) {
+  absl::StatusOr<ModelConfig> config = Parse(GemmaConfigJson("Gemma2ForCausalLM"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  // Gemma2Config's class defaults.
+  EXPECT_EQ(config->head_dim(), 256);
+  EXPECT_EQ(config->hidden_act(), "gelu_pytorch_tanh");
+  EXPECT_EQ(config->query_pre_attn_scalar(), 256.0);
+  EXPECT_EQ(config->attn_logit_softcapping(), 50.0);
+  EXPECT_EQ(config->final_logit_softcapping(), 30.0);
+  EXPECT_TRUE(config->tie_word_embeddings());
+  EXPECT_EQ(config->rms_norm_eps(), 1e-6);
+  EXPECT_EQ(config->rope().theta(), 10000.0);
+  EXPECT_FALSE(config->has_sliding_layer_rope());
+  // Even layers slide (layer_types' default), with the default window.
+  EXPECT_THAT(config->layer_sliding_windows(), ElementsAre(4096, 0, 4096, 0, 4096, 0, 4096));
+
+  Json json = GemmaConfigJson("Gemma2ForCausalLM");
+  json["attn_logit_softcapping"] = nullptr;  // transformers tests `is not None`
+  json["final_logit_softcapping"] = 12.5;
+  json["query_pre_attn_scalar"] = 144;
+  json["hidden_act"] = "gelu";  // Gemma reads hidden_activation only, as transformers does
+  config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->attn_logit_softcapping(), 0.0);
+  EXPECT_EQ(config->final_logit_softcapping(), 12.5);
+  EXPECT_EQ(config->query_pre_attn_scalar(), 144.0);
+
+  json = GemmaConfigJson("Gemma2ForCausalLM");
+  json["hidden_activation"] = "gelu";
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"hidden_activation\": activation \"gelu\" is not "
+                                       "supported"));
+  json = GemmaConfigJson("Gemma2ForCausalLM");
+  json["use_bidirectional_attention"] = true;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"use_bidirectional_attention\""));
+  json = GemmaConfigJson("Gemma2ForCausalLM");
+  json["final_logit_softcapping"] = -1;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"final_logit_softcapping\": expected a positive"));
+}
+
+TEST(ModelConfigTest, Gemma3RopePerLayerType) {
+  // transformers 5's layout: rope_parameters per layer type.
+  Json json = GemmaConfigJson("Gemma3ForCausalLM");
+  json["sliding_window"] = 512;
+  json["rope_parameters"] = {
+      {"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1000000.0}}},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  absl::StatusOr<ModelConfig> config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope().scaling(), RopeConfig::LINEAR);
+  EXPECT_EQ(config->rope().factor(), 8.0);
+  EXPECT_EQ(config->rope().theta(), 1000000.0);
+  ASSERT_TRUE(config->has_sliding_layer_rope());
+  EXPECT_EQ(config->sliding_layer_rope().scaling(), RopeConfig::SCALING_NONE);
+  EXPECT_EQ(config->sliding_layer_rope().theta(), 10000.0);
+  // sliding_window_pattern 6: five local layers, then a global one.
+  EXPECT_THAT(config->layer_sliding_windows(), ElementsAre(512, 512, 512, 512, 512, 0, 512));
+  EXPECT_EQ(config->attn_logit_softcapping(), 0.0);
+  EXPECT_EQ(config->final_logit_softcapping(), 0.0);
+
+  // The older layout: rope_theta and rope_scaling for the global layers, rope_local_base_freq.
+  json = GemmaConfigJson("Gemma3ForCausalLM");
+  json["rope_theta"] = 500000.0;
+  json["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}};
+  json["rope_local_base_freq"] = 20000.0;
+  json["sliding_window_pattern"] = 2;
+  config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope().theta(), 500000.0);
+  EXPECT_EQ(config->rope().scaling(), RopeConfig::LINEAR);
+  EXPECT_EQ(config->sliding_layer_rope().theta(), 20000.0);
+  EXPECT_EQ(config->sliding_layer_rope().scaling(), RopeConfig::SCALING_NONE);
+  EXPECT_THAT(config->layer_sliding_windows(), ElementsAre(4096, 0, 4096, 0, 4096, 0, 4096));
+
+  json = GemmaConfigJson("Gemma3ForCausalLM");
+  json["rope_parameters"] = {{"full_attention", {{"rope_type", "mystery"}, {"factor", 2.0}}}};
+  EXPECT_THAT(ErrorOf(json),
+              HasSubstr("field \"rope_parameters\": rope type \"mystery\" is not supported"));
+  json = GemmaConfigJson("Gemma3ForCausalLM");
+  json["rope_parameters"] = {{"sliding_attention", 3}};
+  EXPECT_THAT(ErrorOf(json), HasSubstr("sliding_attention"));
+}
+
 TEST(ModelConfigTest, UnknownArchitectureListsSupported) {
   Json json = LlamaConfigJson();
   json["architectures"] = {"GPT2LMHeadModel"};
@@ -389,7 +477,8 @@ TEST(ModelConfigTest, UnknownArchitectureListsSupported) {
               HasSubstr("dir/config.json: field \"architectures\": architecture "
                         "\"GPT2LMHeadModel\" is not supported (supported: LlamaForCausalLM, "
                         "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                        "SmolLM3ForCausalLM, Olmo2ForCausalLM)"));
+                        "SmolLM3ForCausalLM, Olmo2ForCausalLM, "));
+  EXPECT_THAT(ErrorOf(json), HasSubstr("Gemma2ForCausalLM, Gemma3ForCausalLM)"));
   json.erase("architectures");
   EXPECT_THAT(ErrorOf(json), HasSubstr("field \"architectures\": expected a non-empty list"));
 }
