@@ -759,6 +759,14 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
 }
 
 #if LLMRT_QUANT_VNNI512
+// Prefetches the cache lines of [data, data + bytes).
+HWY_INLINE void PrefetchLines(const void* data, int64_t bytes) {
+  const char* begin = static_cast<const char*>(data);
+  for (int64_t offset = 0; offset < bytes; offset += 64) {
+    _mm_prefetch(begin + offset, _MM_HINT_T0);
+  }
+}
+
 // QuantizedGemm for I4 on AVX512-VNNI (i4vnni above): the token tiles laid out once per call,
 // then, per panel, its scales converted and every token tile passed over its 4-row tiles (a
 // panel's last rows one at a time).
@@ -810,6 +818,13 @@ void GemmI4Vnni(ThreadPool& pool, const QuantizedActivationRows& x, const Matrix
       const int64_t next_panel_offset =
           NextPanelOffset(panel, panel_end, row_begin + rows, w.rows, row_bytes);
       columns.Resolve(outputs, num_outputs, &output, row_begin, row_begin + rows);
+      if (next_panel_offset != 0) {
+        // The next panel's scales and zero points, which its PreparePanelRow reads first (not
+        // prefetched they cost ~8% of a 16-token GEMM in waits on memory).
+        const int64_t next = (row_begin + kPanelRows) * groups;
+        PrefetchLines(w.scales + next, kPanelRows * groups * sizeof(uint16_t));
+        if (kZeroPoints) PrefetchLines(w.zero_points + next, kPanelRows * groups);
+      }
       for (int64_t row = 0; row < rows; ++row) {
         const int64_t n = row_begin + row;
         const GemmRow source{w.data + n * row_bytes, w.scales + n * groups,
