@@ -322,18 +322,34 @@ absl::StatusOr<ParsedRequest> ParseMessagesRequest(std::string_view body,
     if (type != "auto" && type != "none" && type != "any" && type != "tool") {
       return Invalid("tool_choice", "{\"type\": \"auto\" | \"none\" | \"any\" | \"tool\"}", choice);
     }
-    if (type == "any" || type == "tool") {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "'tool_choice' {\"type\": \"%s\"} forces a tool call, which needs constrained decoding; "
-          "this server does not have it yet: use \"auto\" or \"none\"",
-          type));
+    // any: some call (OpenAI's "required"); tool: this one (a named function). Both are
+    // enforced by constrained decoding (tool_grammar.h).
+    if (type == "tool") {
+      if (!choice.contains("name") || !choice["name"].is_string()) {
+        return Invalid("tool_choice.name", "the name of one of the tools",
+                       choice.value("name", Json()));
+      }
+      chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice["name"]}}}};
+    } else {
+      chat["tool_choice"] = type == "any" ? "required" : type;
     }
-    if (choice.value("disable_parallel_tool_use", false)) {
-      return absl::InvalidArgumentError(
-          "'tool_choice.disable_parallel_tool_use' needs constrained decoding (at most one "
-          "call), which this server does not have yet");
+    if (choice.contains("disable_parallel_tool_use") &&
+        !choice["disable_parallel_tool_use"].is_null()) {
+      if (!choice["disable_parallel_tool_use"].is_boolean()) {
+        return Invalid("tool_choice.disable_parallel_tool_use", "a boolean",
+                       choice["disable_parallel_tool_use"]);
+      }
+      if (choice["disable_parallel_tool_use"].get<bool>()) {
+        if (type == "auto") {
+          // With auto the model writes text or calls; at most one call cannot be enforced
+          // without constraining the text too (see ReadToolChoice).
+          return absl::InvalidArgumentError(
+              "'tool_choice.disable_parallel_tool_use' is enforced only with {\"type\": \"any\"} "
+              "or {\"type\": \"tool\"} (exactly one call); with \"auto\" leave it out");
+        }
+        chat["parallel_tool_calls"] = false;
+      }
     }
-    chat["tool_choice"] = type;
   }
   LLMRT_ASSIGN_OR_RETURN(ParsedRequest request,
                          ParseRequestJson(Endpoint::kChatCompletions, chat, limits));

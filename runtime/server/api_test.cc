@@ -41,11 +41,19 @@ TEST(ChatRequest, AgentFieldsAreReadOrRefusedByName) {
   EXPECT_EQ(request->reasoning_effort, "high");
   EXPECT_FALSE(request->skip_special_tokens);
 
-  ExpectRefused(Chat(R"("tool_choice": "required")"), "'tool_choice' \"required\" forces");
-  ExpectRefused(Chat(R"("tool_choice": {"type": "function", "function": {"name": "f"}})"),
-                "constrained decoding");
+  request = Chat(std::string(R"("tools": )") + kTools +
+                 R"(, "tool_choice": {"type": "function", "function": {"name": "f"}},
+                 "parallel_tool_calls": false)");
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->tool_choice, "required");
+  EXPECT_EQ(request->tool_choice_function, "f");
+  EXPECT_FALSE(request->parallel_tool_calls);
+  ExpectRefused(Chat(R"("tool_choice": "required")"), "needs 'tools'");
+  ExpectRefused(Chat(R"("tool_choice": {"type": "function", "function": {"name": 1}})"),
+                "'tool_choice' must be");
   ExpectRefused(Chat(R"("tool_choice": "sometimes")"), "'tool_choice' must be");
-  ExpectRefused(Chat(R"("parallel_tool_calls": false)"), "'parallel_tool_calls' false");
+  ExpectRefused(Chat(std::string(R"("tools": )") + kTools + R"(, "parallel_tool_calls": false)"),
+                "'parallel_tool_calls' false is enforced only");
   ExpectRefused(Chat(R"("tools": [{"type": "function", "function": {}}])"), "'tools[0]'");
   ExpectRefused(Chat(R"("tools": [{"type": "code_interpreter"}])"), "'tools[0]'");
   ExpectRefused(Chat(R"("reasoning_effort": "max")"), "'reasoning_effort'");
@@ -75,6 +83,37 @@ TEST(ChatRequest, ToolCallArgumentsReachTemplatesAsObjects) {
       ParseRequest(Endpoint::kChatCompletions,
                    R"({"messages": [{"role": "assistant", "tool_calls": [{"id": 1}]}]})", {}),
       "'messages[0].tool_calls[0]'");
+}
+
+TEST(ForcingToolChoice, MessagesAndResponsesFormsBecomeTheChatOnes) {
+  absl::StatusOr<ParsedRequest> messages = ParseMessagesRequest(
+      R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+          "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+          "tool_choice": {"type": "tool", "name": "f", "disable_parallel_tool_use": true}})",
+      {});
+  ASSERT_TRUE(messages.ok()) << messages.status();
+  EXPECT_EQ(messages->tool_choice, "required");
+  EXPECT_EQ(messages->tool_choice_function, "f");
+  EXPECT_FALSE(messages->parallel_tool_calls);
+  messages = ParseMessagesRequest(
+      R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+          "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+          "tool_choice": {"type": "any"}})",
+      {});
+  ASSERT_TRUE(messages.ok()) << messages.status();
+  EXPECT_EQ(messages->tool_choice, "required");
+  EXPECT_EQ(messages->tool_choice_function, "");
+  EXPECT_TRUE(messages->parallel_tool_calls);
+
+  absl::StatusOr<ParsedRequest> responses = ParseResponsesRequest(
+      R"({"input": "x", "tools": [{"type": "function", "name": "f", "parameters": {}}],
+          "tool_choice": {"type": "function", "name": "f"}, "parallel_tool_calls": false})",
+      {});
+  ASSERT_TRUE(responses.ok()) << responses.status();
+  EXPECT_EQ(responses->tool_choice_function, "f");
+  EXPECT_EQ(responses->api_echo["tool_choice"],
+            Json::parse(R"({"type": "function", "name": "f"})"));
+  EXPECT_EQ(responses->api_echo["parallel_tool_calls"], false);
 }
 
 TEST(MessagesRequest, BecomesAChatRequest) {
@@ -115,9 +154,10 @@ TEST(MessagesRequest, BecomesAChatRequest) {
   };
   refused(R"("model": "m")", "'max_tokens' is required");
   refused(R"("max_tokens": 5, "temperature": 1.5)", "'temperature' must be a number in [0, 1]");
-  refused(R"("max_tokens": 5, "tool_choice": {"type": "any"})", "'tool_choice'");
+  refused(R"("max_tokens": 5, "tool_choice": {"type": "any"})", "needs 'tools'");
+  refused(R"("max_tokens": 5, "tool_choice": {"type": "tool"})", "'tool_choice.name'");
   refused(R"("max_tokens": 5, "tool_choice": {"type": "auto", "disable_parallel_tool_use": true})",
-          "disable_parallel_tool_use");
+          "disable_parallel_tool_use' is enforced only");
   refused(R"("max_tokens": 5, "tools": [{"type": "web_search_20250305", "name": "web_search"}])",
           "'tools[0]'");
   refused(R"("max_tokens": 5, "thinking": {"type": "enabled", "budget_tokens": 10})", "'thinking'");

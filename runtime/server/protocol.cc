@@ -248,31 +248,41 @@ absl::Status ReadTools(const Json& object, Json& tools) {
 
 }  // namespace
 
-absl::Status ReadToolChoice(const Json& object, std::string& tool_choice) {
+absl::Status ReadToolChoice(const Json& object, ParsedRequest& request) {
   const Json* value = Field(object, "tool_choice");
   if (value != nullptr) {
-    if (value->is_string() && (*value == "auto" || *value == "none")) {
-      tool_choice = value->get<std::string>();
-    } else if (value->is_string() && *value != "required") {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "'tool_choice' must be \"auto\", \"none\", \"required\" or a named function, "
-          "found %s",
-          value->dump()));
+    if (value->is_string() && (*value == "auto" || *value == "none" || *value == "required")) {
+      request.tool_choice = value->get<std::string>();
+    } else if (value->is_object() && value->value("type", Json()) == "function" &&
+               value->contains("function") && (*value)["function"].is_object() &&
+               (*value)["function"].contains("name") && (*value)["function"]["name"].is_string()) {
+      request.tool_choice = "required";
+      request.tool_choice_function = (*value)["function"]["name"].get<std::string>();
     } else {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "'tool_choice' %s forces a tool call, which needs constrained decoding; this server "
-          "does not have it yet: use \"auto\" or \"none\"",
-          value->dump()));
+      return TypeError("tool_choice",
+                       "\"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}",
+                       *value);
     }
   }
   const Json* parallel = Field(object, "parallel_tool_calls");
   if (parallel != nullptr) {
     if (!parallel->is_boolean()) return TypeError("parallel_tool_calls", "a boolean", *parallel);
-    if (!parallel->get<bool>()) {
-      return absl::InvalidArgumentError(
-          "'parallel_tool_calls' false needs constrained decoding (at most one call), which "
-          "this server does not have yet; leave it out or set it to true");
-    }
+    request.parallel_tool_calls = parallel->get<bool>();
+  }
+  if (request.tool_choice != "none" && Field(object, "tools") == nullptr &&
+      request.tool_choice != "auto") {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "'tool_choice' %s needs 'tools', and the request has none", DumpJson(*value)));
+  }
+  // With "auto" the model writes free text or calls; a grammar cannot cap the calls without
+  // constraining the text too, so at most one call is enforced only where a call is forced.
+  if (!request.parallel_tool_calls && request.tool_choice == "auto" &&
+      Field(object, "tools") != nullptr) {
+    return absl::InvalidArgumentError(
+        "'parallel_tool_calls' false is enforced only together with a forcing 'tool_choice' "
+        "(\"required\" or a named function: exactly one call); with \"auto\" leave it out "
+        "or set it to true");
   }
   return absl::OkStatus();
 }
@@ -523,7 +533,7 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const Json& ob
   } else {
     LLMRT_RETURN_IF_ERROR(ReadMessages(object, request.messages));
     LLMRT_RETURN_IF_ERROR(ReadTools(object, request.tools));
-    LLMRT_RETURN_IF_ERROR(ReadToolChoice(object, request.tool_choice));
+    LLMRT_RETURN_IF_ERROR(ReadToolChoice(object, request));
     LLMRT_RETURN_IF_ERROR(ReadBool(object, "add_generation_prompt", request.add_generation_prompt));
     if (const Json* kwargs = Field(object, "chat_template_kwargs")) {
       if (!kwargs->is_object()) {

@@ -98,9 +98,13 @@ struct ParsedRequest {
   std::vector<Prompt> prompts;  // completions: one or more prompts
   Json messages;                // chat: the messages array as sent
   Json tools;                   // chat: null unless given
-  // "auto" (tools given: parse tool calls) or "none" (tools are neither rendered nor parsed).
-  // "required" and a named function need constrained decoding and are refused (400).
+  // "auto" (tools given: parse tool calls), "none" (tools are neither rendered nor parsed) or
+  // "required" (the output is only calls, by constrained decoding: tool_grammar.h); a named
+  // function is "required" with tool_choice_function set.
   std::string tool_choice = "auto";
+  std::string tool_choice_function;
+  // false: exactly one call (only with a forcing tool_choice).
+  bool parallel_tool_calls = true;
   Json chat_template_kwargs;  // chat: an object of extra template variables, or null
   std::optional<std::string> reasoning_effort;  // passed to the template as reasoning_effort
   // The last message is an assistant turn the model continues (rendered without its end).
@@ -154,9 +158,9 @@ absl::Status FieldError(const std::string& field, const std::string& expected, c
 absl::StatusOr<std::string> JoinTextParts(const Json& content, const std::string& field,
                                           std::initializer_list<std::string_view> types,
                                           const std::string& expected_part);
-// tool_choice ("auto", "none"; the forcing forms are refused) and parallel_tool_calls (false is
-// refused) of an OpenAI-shaped object.
-absl::Status ReadToolChoice(const Json& object, std::string& tool_choice);
+// tool_choice ("auto", "none", "required", {"type": "function", "function": {"name"}}) and
+// parallel_tool_calls of an OpenAI-shaped object into `request`.
+absl::Status ReadToolChoice(const Json& object, ParsedRequest& request);
 
 // The sampling settings, with unset fields taken from the plan's generation defaults and then
 // from OpenAI's defaults (temperature 1, top_p 1).

@@ -387,6 +387,12 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body,
        {"tool_choice", "parallel_tool_calls", "temperature", "top_p", "stream"}) {
     if (object.contains(copied)) chat[copied] = object[copied];
   }
+  // A named function is {"type": "function", "name"} here, nested under "function" in chat.
+  if (const auto choice = object.find("tool_choice");
+      choice != object.end() && choice->is_object() &&
+      choice->value("type", Json()) == "function" && choice->contains("name")) {
+    chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*choice)["name"]}}}};
+  }
   if (object.contains("max_output_tokens") && !object["max_output_tokens"].is_null()) {
     chat["max_tokens"] = object["max_output_tokens"];
   }
@@ -414,7 +420,10 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body,
     return absl::Status(request.status().code(), message);
   }
   request->endpoint = Endpoint::kResponses;
-  echo["tool_choice"] = request->tool_choice;
+  echo["tool_choice"] = request->tool_choice_function.empty()
+                            ? Json(request->tool_choice)
+                            : Json({{"type", "function"}, {"name", request->tool_choice_function}});
+  echo["parallel_tool_calls"] = request->parallel_tool_calls;
   echo["temperature"] = object.value("temperature", Json(1.0));
   echo["top_p"] = object.value("top_p", Json(1.0));
   echo["max_output_tokens"] = object.value("max_output_tokens", Json(nullptr));

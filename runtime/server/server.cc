@@ -20,6 +20,7 @@
 #include "runtime/server/metrics.h"
 #include "runtime/server/peer_watch.h"
 #include "runtime/server/responses.h"
+#include "runtime/server/tool_grammar.h"
 #include "runtime/template/chat.h"
 
 namespace llmrt::server {
@@ -497,7 +498,6 @@ void Server::Routes() {
     response.set_content(RenderMetrics(shared_->metrics, engine_.GetStats(), options_.model_name),
                          "text/plain; version=0.0.4; charset=utf-8");
   });
-  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
   http_->Get("/", [](const httplib::Request&, httplib::Response& response) {
     const std::string_view page = ChatPageHtml();
     response.set_content(page.data(), page.size(), "text/html; charset=utf-8");
@@ -512,6 +512,7 @@ void Server::Routes() {
     }
     SendJson(response, {{"block_size", engine_.GetStats().kv_block_size}, {"blocks", blocks}});
   });
+  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
     HandleModels(response);
   });
   http_->Get(R"(/v1/models/(.+))",
@@ -670,16 +671,35 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
   const bool chat = endpoint != Endpoint::kCompletions;
   ToolCallFormat tool_format = ToolCallFormat::kNone;
   bool starts_in_reasoning = false;
+  std::shared_ptr<const sampling::TokenConstraint> forced_calls;  // tool_choice "required"
   if (chat) {
     absl::StatusOr<std::string> text = RenderChat(*parsed);
     if (!text.ok()) return fail(text.status());
     // The template writes the special tokens (BOS) itself, as in transformers and vLLM.
     prompts.push_back(tokenizer_.Encode(*text, /*add_special_tokens=*/false));
-    if (!parsed->tools.is_null() && parsed->tool_choice == "auto") tool_format = tool_format_;
+    if (!parsed->tools.is_null() && parsed->tool_choice != "none") tool_format = tool_format_;
     // A generation prompt that opens <think> (DeepSeek-R1, Qwen3-Thinking) puts the output
     // inside the reasoning from its first token.
     starts_in_reasoning =
         reasoning_template_ && absl::EndsWith(absl::StripTrailingAsciiWhitespace(*text), "<think>");
+    if (parsed->tool_choice == "required") {
+      if (!parsed->response_format.is_null()) {
+        return fail(absl::InvalidArgumentError(
+            "'response_format' and a forcing 'tool_choice' both constrain the whole output; "
+            "send one of them"));
+      }
+      ForcedToolCalls forced;
+      forced.function = parsed->tool_choice_function;
+      forced.parallel = parsed->parallel_tool_calls;
+      forced.close_reasoning = starts_in_reasoning;
+      absl::StatusOr<std::string> gbnf =
+          ToolCallGbnf(tool_format_, parsed->tools, forced, meta_.tokenizer());
+      if (!gbnf.ok()) return fail(gbnf.status());
+      absl::StatusOr<std::shared_ptr<const sampling::TokenConstraint>> constraint =
+          structured_output_->GrammarConstraint(*gbnf, "tool_choice");
+      if (!constraint.ok()) return fail(constraint.status());
+      forced_calls = *std::move(constraint);
+    }
   } else {
     for (const Prompt& prompt : parsed->prompts) {
       prompts.push_back(
@@ -730,6 +750,7 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
       if (!constraint.ok()) return fail(constraint.status());
       generation.constraint = *std::move(constraint);
     }
+    if (forced_calls != nullptr) generation.constraint = forced_calls;
     // Tool-call markers are special tokens in several families (<|python_tag|>,
     // [TOOL_CALLS]); the parser must see them, so they are kept while it looks for calls.
     generation.skip_special_tokens =

@@ -114,6 +114,11 @@ absl::StatusOr<std::shared_ptr<const sampling::TokenConstraint>> StructuredOutpu
     const Json& format) {
   LLMRT_ASSIGN_OR_RETURN(const std::string gbnf, ResponseFormatGbnf(format));
   if (gbnf.empty()) return std::shared_ptr<const sampling::TokenConstraint>();
+  return GrammarConstraint(gbnf, "response_format");
+}
+
+absl::StatusOr<std::shared_ptr<const sampling::TokenConstraint>>
+StructuredOutput::GrammarConstraint(const std::string& gbnf, std::string_view field) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (vocabulary_ == nullptr) {
     LLMRT_ASSIGN_OR_RETURN(
@@ -131,7 +136,7 @@ absl::StatusOr<std::shared_ptr<const sampling::TokenConstraint>> StructuredOutpu
   if (compiled == nullptr) {
     absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> made =
         grammar::CompileGrammar(gbnf, vocabulary_);
-    if (!made.ok()) return Prefixed("response_format", made.status());
+    if (!made.ok()) return Prefixed(field, made.status());
     compiled = *std::move(made);
   }
   cache_.emplace_front(gbnf, compiled);

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -49,6 +50,10 @@ class StructuredOutput {
   // grammars are shared by requests with the same response_format.
   absl::StatusOr<std::shared_ptr<const sampling::TokenConstraint>> Constraint(
       const nlohmann::ordered_json& response_format);
+  // The constraint prototype of a GBNF grammar (tool_grammar.h's forced calls); errors are
+  // prefixed with `field`.
+  absl::StatusOr<std::shared_ptr<const sampling::TokenConstraint>> GrammarConstraint(
+      const std::string& gbnf, std::string_view field);
 
  private:
   // Compiled grammars kept for reuse (each holds its automaton and mask cache).

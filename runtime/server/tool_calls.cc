@@ -13,24 +13,9 @@ using Json = nlohmann::ordered_json;
 
 constexpr std::string_view kThinkOpen = "<think>";
 constexpr std::string_view kThinkClose = "</think>";
-// DeepSeek's markers use U+FF5C (fullwidth vertical bar) and U+2581 (lower one eighth block).
-#define LLMRT_DS_BAR "\xEF\xBD\x9C"
-#define LLMRT_DS_SP "\xE2\x96\x81"
-constexpr std::string_view kDeepSeekCallsBegin =
-    "<" LLMRT_DS_BAR "tool" LLMRT_DS_SP "calls" LLMRT_DS_SP "begin" LLMRT_DS_BAR ">";
-constexpr std::string_view kDeepSeekCallsEnd =
-    "<" LLMRT_DS_BAR "tool" LLMRT_DS_SP "calls" LLMRT_DS_SP "end" LLMRT_DS_BAR ">";
-constexpr std::string_view kDeepSeekCallBegin =
-    "<" LLMRT_DS_BAR "tool" LLMRT_DS_SP "call" LLMRT_DS_SP "begin" LLMRT_DS_BAR ">";
-constexpr std::string_view kDeepSeekCallEnd =
-    "<" LLMRT_DS_BAR "tool" LLMRT_DS_SP "call" LLMRT_DS_SP "end" LLMRT_DS_BAR ">";
-constexpr std::string_view kDeepSeekSep =
-    "<" LLMRT_DS_BAR "tool" LLMRT_DS_SP "sep" LLMRT_DS_BAR ">";
-#undef LLMRT_DS_BAR
-#undef LLMRT_DS_SP
 constexpr std::string_view kPythonTag = "<|python_tag|>";
-constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
+using namespace markers;  // NOLINT: the format tables below read as the formats do
 
 struct FormatInfo {
   ToolCallFormat format;

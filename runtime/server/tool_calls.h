@@ -40,6 +40,27 @@
 
 namespace llmrt::server {
 
+// The markers of the formats that take more than a start and an end (tool_calls.cc reads them,
+// tool_grammar.cc writes them).
+namespace markers {
+// DeepSeek's markers use U+FF5C (fullwidth vertical bar) and U+2581 (lower one eighth block).
+#define LLMRT_DS_BAR "\xEF\xBD\x9C"
+#define LLMRT_DS_SP "\xE2\x96\x81"
+inline constexpr std::string_view kDeepSeekCallsBegin =
+    "<" LLMRT_DS_BAR "tool" LLMRT_DS_SP "calls" LLMRT_DS_SP "begin" LLMRT_DS_BAR ">";
+inline constexpr std::string_view kDeepSeekCallsEnd =
+    "<" LLMRT_DS_BAR "tool" LLMRT_DS_SP "calls" LLMRT_DS_SP "end" LLMRT_DS_BAR ">";
+inline constexpr std::string_view kDeepSeekCallBegin =
+    "<" LLMRT_DS_BAR "tool" LLMRT_DS_SP "call" LLMRT_DS_SP "begin" LLMRT_DS_BAR ">";
+inline constexpr std::string_view kDeepSeekCallEnd =
+    "<" LLMRT_DS_BAR "tool" LLMRT_DS_SP "call" LLMRT_DS_SP "end" LLMRT_DS_BAR ">";
+inline constexpr std::string_view kDeepSeekSep =
+    "<" LLMRT_DS_BAR "tool" LLMRT_DS_SP "sep" LLMRT_DS_BAR ">";
+#undef LLMRT_DS_BAR
+#undef LLMRT_DS_SP
+inline constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
+}  // namespace markers
+
 enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kMistral, kPhi4Mini, kDeepSeekV3 };
 
 // "none", "hermes", ... as above; nullopt for an unknown name. "" (a plan without a recognized
