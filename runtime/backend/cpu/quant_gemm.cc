@@ -410,9 +410,12 @@ namespace i4vnni {
 
 constexpr int kGroupRows = kGemmRowsVnni;    // weight rows per register tile
 constexpr int64_t kChunkCodes = 8 * kBlock;  // codes of a chunk (8 blocks)
-// Per chunk and token pair: 16 f32 activation scales, then 16 int32 lanes (symmetric: the
-// corrections 8 x sum(q); with zero points: sum(q)), tokens 2p and 2p + 1 in the two halves.
-constexpr int64_t kPairMetaBytes = 128;
+// Per chunk and token pair: 16 f32 activation scales (tokens 2p and 2p + 1 in the two halves),
+// then 128 bytes of int32 lanes. Symmetric: per token the vector its int32 chains start from,
+// [-8 x sum(q) of blocks 0-7 | 0], so that adding its halves subtracts the correction (zero
+// point 8: zero x sum(q)) with no instruction of its own; with zero points: [sum(q) of token 2p |
+// of token 2p + 1] for the tile to multiply by the row's zero points, and 64 zero bytes.
+constexpr int64_t kPairMetaBytes = 192;
 
 // Tags of the per-thread buffers.
 struct PanelScales;
@@ -485,13 +488,14 @@ void LayOutTokenTile(const QuantizedActivationRows& x, int64_t blocks, int64_t c
       }
       uint8_t* pair = meta + (chunk * lanes / 2 + t / 2) * kPairMetaBytes;
       float* scales = reinterpret_cast<float*>(pair) + 8 * (t % 2);
-      int32_t* sums = reinterpret_cast<int32_t*>(pair + 64) + 8 * (t % 2);
+      int32_t* lanes_out = reinterpret_cast<int32_t*>(pair + 64);
+      if (t % 2 == 0) std::fill_n(lanes_out, 32, 0);
+      int32_t* sums = zero_points ? lanes_out + 8 * (t % 2) : lanes_out + 16 * (t % 2);
       for (int64_t i = 0; i < 8; ++i) {
         const bool present = t < tokens && i < count;
         scales[i] = present ? x.scales[token * x_blocks + block + i] : 0.0f;
         const int32_t sum = present ? x.sums[token * x_blocks + block + i] : 0;
-        // Symmetric codes have zero point 8: the correction zero * sum(q) = sum(q) << 3.
-        sums[i] = zero_points ? sum : sum * 8;
+        sums[i] = zero_points ? sum : -8 * sum;
       }
     }
   }
@@ -520,7 +524,11 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 4
-      for (int t = 0; t < kLanes; ++t) isums[r][t] = _mm512_setzero_si512();
+      for (int t = 0; t < kLanes; ++t) {
+        isums[r][t] = kZeroPoints
+                          ? _mm512_setzero_si512()
+                          : _mm512_loadu_si512(meta + t / 2 * kPairMetaBytes + 64 + 64 * (t % 2));
+      }
     }
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) {
@@ -543,22 +551,21 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
 #pragma GCC unroll 2
     for (int p = 0; p < kPairs; ++p) {
       const __m512 activation_scales = _mm512_loadu_ps(meta + p * kPairMetaBytes);
-      const __m512i activation_sums = _mm512_loadu_si512(meta + p * kPairMetaBytes + 64);
 #pragma GCC unroll 4
       for (int r = 0; r < kRows; ++r) {
         // The row's 8 lanes in both halves.
         const __m512 weight_scales = _mm512_broadcast_f32x8(_mm256_loadu_ps(scales + 8 * r));
-        __m512i corrections = activation_sums;
-        if constexpr (kZeroPoints) {
-          corrections = _mm512_mullo_epi32(_mm512_broadcast_i32x8(_mm256_loadu_si256(
-                                               reinterpret_cast<const __m256i*>(zeros + 8 * r))),
-                                           activation_sums);
-        }
         // Block j of token 2p in lanes j and 8 + j of isums[r][2p]: [low halves | high halves].
-        const __m512i sums =
+        __m512i sums =
             _mm512_add_epi32(_mm512_shuffle_i64x2(isums[r][2 * p], isums[r][2 * p + 1], 0x44),
                              _mm512_shuffle_i64x2(isums[r][2 * p], isums[r][2 * p + 1], 0xee));
-        acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sums, corrections)),
+        if constexpr (kZeroPoints) {
+          sums = _mm512_sub_epi32(
+              sums, _mm512_mullo_epi32(_mm512_broadcast_i32x8(_mm256_loadu_si256(
+                                           reinterpret_cast<const __m256i*>(zeros + 8 * r))),
+                                       _mm512_loadu_si512(meta + p * kPairMetaBytes + 64)));
+        }
+        acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
                                     _mm512_mul_ps(weight_scales, activation_scales), acc[r][p]);
       }
     }
