@@ -93,6 +93,9 @@ Engine::~Engine() {
     sequence->request->request.on_output(output);
   }
   FreeFinished();
+  // The model's Sessions may use the pool after the engine: nobody would take the events.
+  pool_.set_record_events(false);
+  pool_.TakeEvents();
 }
 
 absl::StatusOr<RequestId> Engine::Submit(GenerationRequest request) {

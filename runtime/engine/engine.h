@@ -220,8 +220,9 @@ class Engine {
   void Stop();
 
   EngineStats GetStats() const;
-  // The prefix cache's registered blocks, read between steps (any thread; waits for a running
-  // step to end). A KV-event subscriber's mirror of this replica must equal it.
+  // The prefix cache's registered blocks, read between steps (any thread but the engine's:
+  // it waits for a running step to end, so an on_output callback must not call it). A KV-event
+  // subscriber's mirror of this replica must equal it.
   std::vector<kv::CachedBlock> CachedBlocks() const;
   int64_t max_context() const { return model_.max_context(); }
 
