@@ -4,9 +4,14 @@
 #      Unicode normalization, session files, the thread pool, and the CPU float and quantized
 #      kernel conformance suites) with Debian's aarch64 toolchain against multiarch :arm64 libraries
 #      (scripts/install-deps.sh installs both);
-#   2. the kernel suites at the Highway NEON target (LLMRT_CPU_TARGET=neon: a target the
-#      emulated CPU cannot run is an error, never a silent fallback; the toolchain file compiles
-#      NEON only, see there why not SVE), on 1 to 3 threads;
+#   2. the kernel suites at every arm64 tier (dispatch.h: neon, neon_dotprod with sdot,
+#      neon_i8mm with smmla; LLMRT_CPU_TARGET forces each, and a tier the emulated CPU cannot
+#      run is an error, never a silent fallback; the toolchain file compiles NEON only, see there
+#      why not SVE) on qemu's "max" CPU, which has both extensions; then on models without them,
+#      the phone case: the plain Armv8.0 build on a Cortex-A76 (dotprod, no i8mm) and a
+#      Cortex-A53 (neither) picks the best tier the CPU has, passes the quantized suite there
+#      (no instruction of a missing extension runs outside its tier), and refuses the tier it
+#      lacks with an error that names the missing extension;
 #   3. examples/embed_c, built for arm64 against the cross-installed package as an outside
 #      project, replying to one chat turn from a stories260K plan compiled on this (x86) machine:
 #      with HOST_BUILD_DIR (a native build with llmc and llmrt) the reply must equal the native
@@ -16,8 +21,9 @@
 #
 # Exit status 77 (ctest's skip) with the reason when the toolchain, qemu or an :arm64 library is
 # missing. Runs at -j2 through ccache; see docs/embedding.md for its cost. Each program under
-# qemu gets RUN_SECONDS (default 300; the slowest, the kernel suite, takes ~30 s) so a hang fails
-# in minutes, naming the program, instead of running into ctest's timeout.
+# qemu gets RUN_SECONDS (default 300; the slowest, the quantized kernel suite, takes ~30-40 s a
+# tier) so a hang fails in minutes, naming the program, instead of running into ctest's timeout.
+# qemu runs the code, it does not time it: nothing here measures speed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source_dir=$PWD
@@ -49,27 +55,72 @@ file -L "$build_dir/runtime/capi/libllmrt.so" | grep -q "ARM aarch64" ||
 # The loader and libc of one package, libc6:arm64 (as on an arm64 Debian machine), not the
 # cross toolchain's loader with the multiarch libc: that pair made every pthread_create spin
 # forever (see LLMRT_QEMU_AARCH64 in cmake/toolchains/aarch64-linux-gnu.cmake).
+# The emulated CPU model is $qemu_cpu (qemu-aarch64 -cpu help lists them).
+qemu_cpu=max
 run() {
   local status=0
-  timeout -k 10 "$run_seconds" "$qemu" -L / "$@" || status=$?
+  timeout -k 10 "$run_seconds" "$qemu" -L / -cpu "$qemu_cpu" "$@" || status=$?
   if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
     echo "cross-arm64: TIMEOUT: $(basename -- "$1") ran past $run_seconds s under qemu" >&2
   fi
   return "$status"
 }
-for test in "${tests[@]}"; do
-  binary=$(find "$build_dir" -name "$test" -type f -perm -u+x | head -1)
-  log=$build_dir/$test.log
-  if [[ $test == llmrt_backend_cpu* ]]; then
-    # LLMRT_CPU_TARGET=neon fails the test if NEON cannot run, rather than falling back.
-    LLMRT_CPU_TARGET=neon run "$binary" --gtest_brief=1 >"$log" 2>&1 ||
-      { tail -40 "$log"; exit 1; }
-    echo "cross-arm64: $test (LLMRT_CPU_TARGET=neon): $(grep -E '^\[  PASSED  \]' "$log")"
-  else
-    run "$binary" --gtest_brief=1 >"$log" 2>&1 || { tail -40 "$log"; exit 1; }
-    echo "cross-arm64: $test: $(grep -E '^\[  PASSED  \]' "$log")"
+binary_of() { find "$build_dir" -name "$1" -type f -perm -u+x | head -1; }
+
+# kernel_suite TEST TARGET EXPECTED: TEST at LLMRT_CPU_TARGET=TARGET ("" for the default
+# dispatch) on $qemu_cpu passes, and the quantized suite reports that its kernels ran at
+# EXPECTED (ActiveCpuTarget).
+kernel_suite() {
+  local test=$1 target=$2 expected=$3
+  local log=$build_dir/$test.${target:-best}.$qemu_cpu.log
+  LLMRT_CPU_TARGET=$target run "$(binary_of "$test")" --gtest_brief=1 >"$log" 2>&1 ||
+    { tail -40 "$log"; echo "cross-arm64: FAIL: $test (LLMRT_CPU_TARGET=$target, -cpu $qemu_cpu)"; exit 1; }
+  if [[ $test == llmrt_backend_cpu_quant_test ]] &&
+    ! grep -q "quantized kernels run at target $expected\$" "$log"; then
+    echo "cross-arm64: FAIL: $test (LLMRT_CPU_TARGET=$target, -cpu $qemu_cpu) ran at" \
+      "$(grep -o 'run at target .*' "$log"), expected $expected"
+    exit 1
   fi
+  echo "cross-arm64: $test (LLMRT_CPU_TARGET=${target:-<unset>}, -cpu $qemu_cpu, $expected):" \
+    "$(grep -E '^\[  PASSED  \]' "$log")"
+}
+
+# refused TARGET MISSING: on $qemu_cpu, LLMRT_CPU_TARGET=TARGET fails the quantized suite with an
+# error naming MISSING, the extension the CPU lacks.
+refused() {
+  local target=$1 missing=$2 log=$build_dir/refused.$1.$qemu_cpu.log
+  if LLMRT_CPU_TARGET=$target run "$(binary_of llmrt_backend_cpu_quant_test)" --gtest_brief=1 \
+    >"$log" 2>&1; then
+    echo "cross-arm64: FAIL: LLMRT_CPU_TARGET=$target ran on -cpu $qemu_cpu, which lacks $missing"
+    exit 1
+  fi
+  grep -q "LLMRT_CPU_TARGET=$target: this CPU lacks $missing" "$log" ||
+    { tail -20 "$log"; echo "cross-arm64: FAIL: LLMRT_CPU_TARGET=$target on -cpu $qemu_cpu" \
+      "did not name the missing $missing"; exit 1; }
+  echo "cross-arm64: LLMRT_CPU_TARGET=$target on -cpu $qemu_cpu refused:" \
+    "$(grep -o "this CPU lacks $missing" "$log")"
+}
+
+for test in "${tests[@]}"; do
+  if [[ $test != llmrt_backend_cpu* ]]; then
+    log=$build_dir/$test.log
+    run "$(binary_of "$test")" --gtest_brief=1 >"$log" 2>&1 || { tail -40 "$log"; exit 1; }
+    echo "cross-arm64: $test: $(grep -E '^\[  PASSED  \]' "$log")"
+    continue
+  fi
+  for tier in neon:NEON neon_dotprod:NEON_DOTPROD neon_i8mm:NEON_I8MM; do
+    kernel_suite "$test" "${tier%%:*}" "${tier#*:}"
+  done
 done
+# Without the extensions: the default dispatch falls back to the best tier the CPU has, and the
+# tiers above it are refused by name.
+qemu_cpu=cortex-a76
+kernel_suite llmrt_backend_cpu_quant_test "" NEON_DOTPROD
+refused neon_i8mm "the int8 matrix multiply instructions (i8mm)"
+qemu_cpu=cortex-a53
+kernel_suite llmrt_backend_cpu_quant_test "" NEON
+refused neon_dotprod "the dot product instructions (asimddp)"
+qemu_cpu=max
 tested=$(date +%s)
 
 # The example, as an outside project, against the arm64 package installed to a prefix.
