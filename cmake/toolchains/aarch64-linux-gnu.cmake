@@ -12,6 +12,9 @@ set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
 # Highway targets NEON only: runtime/backend/cpu/kernels.cc does not compile for SVE (g++ 12:
 # "array elements cannot have SVE type", an array of sizeless vectors at kernels.cc:346).
 # 0xF000000 = HWY_SVE2_128 | HWY_SVE_256 | HWY_SVE2 | HWY_SVE (hwy/detect_targets.h, 1.0.3).
+# No -march: the library stays Armv8.0-A so it runs on every 64-bit Arm core (a Cortex-A53 phone);
+# the sdot / smmla kernels are functions compiled for those extensions and chosen at run time
+# (runtime/backend/cpu/cpu_features.h, dispatch.h).
 set(CMAKE_C_FLAGS_INIT "-DHWY_DISABLED_TARGETS=0xF000000")
 set(CMAKE_CXX_FLAGS_INIT "-DHWY_DISABLED_TARGETS=0xF000000")
 
