@@ -62,6 +62,9 @@ class MsgpackWriter {
     out_ += static_cast<char>(0xa0 | size);
     out_ += text;
   }
+  void Map(size_t size) {  // at most 15 entries here (fixmap)
+    out_ += static_cast<char>(0x80 | size);
+  }
   void Array(size_t size) {
     if (size < 16) {
       out_ += static_cast<char>(0x90 | size);
@@ -89,44 +92,77 @@ double UnixSeconds() {
 }  // namespace
 
 std::string EncodeKvEventBatch(double ts, const std::vector<kv::KvCacheEvent>& events,
-                               int32_t block_size) {
+                               int32_t block_size, KvEventEncoding encoding) {
+  const bool as_map = encoding == KvEventEncoding::kMap;
   MsgpackWriter writer;
-  writer.Array(2);
+  // One event: its tag, then its fields. In the map encoding each value follows its name and
+  // the tag is the "type" entry; in the array encoding the names are left out.
+  auto begin_event = [&](const char* tag, size_t num_fields) {
+    if (as_map) {
+      writer.Map(num_fields + 1);
+      writer.String("type");
+    } else {
+      writer.Array(num_fields + 1);
+    }
+    writer.String(tag);
+  };
+  auto field = [&](const char* name) {
+    if (as_map) writer.String(name);
+  };
+  auto hashes = [&](const std::vector<uint64_t>& block_hashes) {
+    field("block_hashes");
+    writer.Array(block_hashes.size());
+    for (uint64_t hash : block_hashes) writer.Unsigned(hash);
+  };
+  // The map encoding's batch also carries data_parallel_rank: one engine, rank 0.
+  writer.Array(as_map ? 3 : 2);
   writer.Float64(ts);
   writer.Array(events.size());
   for (const kv::KvCacheEvent& event : events) {
     switch (event.kind) {
       case kv::KvCacheEvent::Kind::kStored:
-        writer.Array(8);
-        writer.String("BlockStored");
-        writer.Array(event.block_hashes.size());
-        for (uint64_t hash : event.block_hashes) writer.Unsigned(hash);
+        begin_event("BlockStored", 7);
+        hashes(event.block_hashes);
+        field("parent_block_hash");
         if (event.has_parent) {
           writer.Unsigned(event.parent_hash);
         } else {
           writer.Nil();
         }
+        field("token_ids");
         writer.Array(event.token_ids.size());
         for (int32_t token : event.token_ids) writer.Signed(token);
+        field("block_size");
         writer.Signed(block_size);
-        writer.Nil();  // lora_id
-        writer.Nil();  // medium
-        writer.Nil();  // lora_name
+        field("lora_id");
+        writer.Nil();
+        field("medium");
+        writer.Nil();
+        field("lora_name");
+        writer.Nil();
         break;
       case kv::KvCacheEvent::Kind::kRemoved:
-        writer.Array(3);
-        writer.String("BlockRemoved");
-        writer.Array(event.block_hashes.size());
-        for (uint64_t hash : event.block_hashes) writer.Unsigned(hash);
-        writer.Nil();  // medium
+        begin_event("BlockRemoved", 2);
+        hashes(event.block_hashes);
+        field("medium");
+        writer.Nil();
         break;
       case kv::KvCacheEvent::Kind::kAllCleared:
-        writer.Array(1);
-        writer.String("AllBlocksCleared");
+        begin_event("AllBlocksCleared", 0);
         break;
     }
   }
+  if (as_map) writer.Unsigned(0);
   return writer.Take();
+}
+
+absl::StatusOr<KvEventEncoding> ParseKvEventEncoding(const std::string& name) {
+  if (name == "map") return KvEventEncoding::kMap;
+  if (name == "array") return KvEventEncoding::kArray;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--kv-events-encoding: expected 'map' (vLLM's current format) or 'array' (its format "
+      "before named fields), found '%s'",
+      name));
 }
 
 KvEventPublisher::KvEventPublisher(const KvEventOptions& options) : options_(options) {}
@@ -201,7 +237,8 @@ void KvEventPublisher::Run() {
       queue_.pop_front();
       sequence = sent_;
     }
-    const std::string payload = EncodeKvEventBatch(batch.ts, batch.events, options_.block_size);
+    const std::string payload =
+        EncodeKvEventBatch(batch.ts, batch.events, options_.block_size, options_.encoding);
     char sequence_bytes[8];
     for (int i = 0; i < 8; ++i) sequence_bytes[i] = static_cast<char>(sequence >> (8 * (7 - i)));
     // A PUB socket never blocks a send: past the high-water mark it drops for that subscriber,

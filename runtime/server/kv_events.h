@@ -1,21 +1,28 @@
 // KV-cache events over ZeroMQ, in vLLM's wire format, for prefix-aware routers (llm-d's KV-cache
 // indexer, NVIDIA Dynamo) that send a prompt to the replica that already holds its blocks.
 //
-// Wire format (vLLM's vllm/distributed/kv_events.py, msgspec "array_like" structs):
+// Wire format (vLLM's vllm/distributed/kv_events.py, msgspec structs):
 //   every message is a ZMQ multipart of three frames on a PUB socket:
 //     [topic bytes (--kv-events-topic, default empty)]
 //     [sequence number: 8 bytes, big-endian, 0 for the first batch, +1 per batch]
-//     [payload: one msgpack-encoded batch]
-//   batch  = [ts: float64 unix seconds, events: array]
-//   events = ["BlockStored", block_hashes: [uint64...], parent_block_hash: uint64 | nil,
-//             token_ids: [int...], block_size: int, lora_id: nil, medium: nil, lora_name: nil]
-//          | ["BlockRemoved", block_hashes: [uint64...], medium: nil]
-//          | ["AllBlocksCleared"]
-//   A BlockStored's token_ids are block_size tokens per hash, in order; the first hash's parent is
-//   parent_block_hash, each next hash's parent is the hash before it. lora_id, lora_name and
-//   medium are nil: llmrt has no LoRA adapters and one KV pool (CPU or GPU memory, whichever
-//   backend runs). vLLM's decoders ignore trailing fields they do not know, so older (5-field)
-//   and newer (8-field) subscribers both decode these.
+//   [payload: one msgpack-encoded batch]
+//   The batch is an array; its events come in one of two encodings (--kv-events-encoding):
+//   map (default; vLLM's since it gave its events named fields, vllm-project/vllm#42892):
+//     batch  = [ts: float64 unix seconds, events, data_parallel_rank: 0]
+//     events = {"type": "BlockStored", "block_hashes": [uint64...],
+//               "parent_block_hash": uint64 | nil, "token_ids": [int...], "block_size": int,
+//               "lora_id": nil, "medium": nil, "lora_name": nil}
+//            | {"type": "BlockRemoved", "block_hashes": [uint64...], "medium": nil}
+//            | {"type": "AllBlocksCleared"}
+//   array (vLLM's earlier positional format, for subscribers that decode only that):
+//     batch  = [ts, events]
+//     events = ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id,
+//               medium, lora_name] | ["BlockRemoved", block_hashes, medium] | ["AllBlocksCleared"]
+//   msgspec ignores trailing array items and map keys a subscriber does not declare, so decoders
+//   of the five-field BlockStored read both. A BlockStored's token_ids are block_size tokens per
+//   hash, in order; the first hash's parent is parent_block_hash, each next hash's parent is the
+//   hash before it. lora_id, lora_name and medium are nil: llmrt has no LoRA adapters and one KV
+//   pool (CPU or GPU memory, whichever backend runs).
 //
 // Block hashes are the engine's prefix-cache hashes (runtime/kv/block_pool.h): SipHash-2-4 of
 // the parent's hash and the block's token ids, keyed with 128 random bits drawn when the process
@@ -51,17 +58,22 @@
 
 namespace llmrt::server {
 
+enum class KvEventEncoding { kMap, kArray };
+// "map" or "array"; anything else is an InvalidArgument naming the flag.
+absl::StatusOr<KvEventEncoding> ParseKvEventEncoding(const std::string& name);
+
 struct KvEventOptions {
   // Where the PUB socket binds: "tcp://*:5557", "tcp://127.0.0.1:*" (any free port),
   // "ipc:///tmp/kv.sock". Subscribers connect to it.
   std::string endpoint;
   std::string topic;
   int32_t block_size = 16;  // written into every BlockStored
+  KvEventEncoding encoding = KvEventEncoding::kMap;
 };
 
 // One batch's msgpack payload (the format above). `ts` is unix time in seconds.
 std::string EncodeKvEventBatch(double ts, const std::vector<kv::KvCacheEvent>& events,
-                               int32_t block_size);
+                               int32_t block_size, KvEventEncoding encoding);
 
 class KvEventPublisher {
  public:

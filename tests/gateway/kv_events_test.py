@@ -5,10 +5,13 @@ Serves stories260K with --kv-events-endpoint and a KV pool of a few dozen blocks
 with pyzmq, and runs 32 concurrent requests (shared prefixes, n = 2 forks, prompts that outgrow
 the pool so cached blocks are evicted). Every batch is decoded by msgspec -- the decoder vLLM's
 own subscribers use -- into structs declared here after vLLM's schema (vllm/distributed/
-kv_events.py: tagged array-like BlockStored / BlockRemoved / AllBlocksCleared in a [ts, events]
-batch). Checks: sequence numbers start right after the startup AllBlocksCleared and have no gap;
-timestamps never go back; no block is stored twice or removed while not stored; and at the end
-the mirror (hash -> parent hash, token ids) equals GET /kv_cache/blocks, the engine's own table.
+kv_events.py: BlockStored / BlockRemoved / AllBlocksCleared tagged under "type", in a
+[ts, events, data_parallel_rank] batch). Checks: sequence numbers start right after the startup
+AllBlocksCleared and have no gap; timestamps never go back; no block is stored twice or removed
+while not stored; and at the end the mirror (hash -> parent hash, token ids) equals
+GET /kv_cache/blocks, the engine's own table. Runs with the default map encoding (vLLM's current
+events, named fields), then with --kv-events-encoding array (its earlier positional events) and
+16 requests.
 
     python3 kv_events_test.py --llmc build/bin/llmc --llmrt build/bin/llmrt \
         --model-dir tests/data/stories260K
@@ -17,7 +20,6 @@ Skips (exit 77, saying why) when pyzmq or msgspec is missing.
 """
 import concurrent.futures
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -31,31 +33,22 @@ except ImportError as error:
     gateway_harness.skip("kv_events_test", "Python package missing: %s" % error.name)
 
 
-class KvEvent(msgspec.Struct, array_like=True, tag=True):
-    pass
+def schema(array_like):
+    """vLLM's event structs (vllm/distributed/kv_events.py), declared here: tagged by class name
+    under "type", events as maps (array_like False, vLLM's current encoding) or positional
+    arrays (its earlier one); the batch is an array either way."""
+    def event(name, fields):
+        return msgspec.defstruct(name, fields, array_like=array_like, tag=True)
 
-
-class BlockStored(KvEvent):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-
-
-class BlockRemoved(KvEvent):
-    block_hashes: list[int]
-    medium: str | None
-
-
-class AllBlocksCleared(KvEvent):
-    pass
-
-
-class KvEventBatch(msgspec.Struct, array_like=True):
-    ts: float
-    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+    stored = event("BlockStored", [("block_hashes", list[int]),
+                                   ("parent_block_hash", int | None), ("token_ids", list[int]),
+                                   ("block_size", int), ("lora_id", int | None),
+                                   ("medium", str | None)])
+    removed = event("BlockRemoved", [("block_hashes", list[int]), ("medium", str | None)])
+    cleared = event("AllBlocksCleared", [])
+    return msgspec.defstruct(
+        "KvEventBatch", [("ts", float), ("events", list[stored | removed | cleared]),
+                         ("data_parallel_rank", int | None, None)], array_like=True)
 
 
 TOPIC = b"kv@test@stories"
@@ -74,13 +67,14 @@ STORIES = [
 class Subscriber:
     """Receives batches on a thread and applies them to `mirror`."""
 
-    def __init__(self, endpoint):
+    def __init__(self, endpoint, encoding):
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.SUB)
         self.socket.setsockopt(zmq.SUBSCRIBE, TOPIC)
         self.socket.setsockopt(zmq.RCVTIMEO, 100)
         self.socket.connect(endpoint)
-        self.decoder = msgspec.msgpack.Decoder(type=KvEventBatch)
+        self.decoder = msgspec.msgpack.Decoder(type=schema(encoding == "array"))
+        self.encoding = encoding
         self.mirror = {}  # hash -> (parent hash or None, token ids)
         self.sequences = []
         self.last_ts = 0.0
@@ -108,8 +102,11 @@ class Subscriber:
         self.sequences.append(sequence)
         assert batch.ts >= self.last_ts - 1e-3, (batch.ts, self.last_ts)
         self.last_ts = batch.ts
+        # The map encoding's batch names the data-parallel rank (one engine: 0).
+        assert batch.data_parallel_rank == (0 if self.encoding == "map" else None), batch
         for event in batch.events:
-            if isinstance(event, BlockStored):
+            kind = type(event).__name__
+            if kind == "BlockStored":
                 size = event.block_size
                 assert len(event.token_ids) == size * len(event.block_hashes)
                 if len(event.block_hashes) > 1:
@@ -121,7 +118,7 @@ class Subscriber:
                                                event.token_ids[index * size:(index + 1) * size])
                     parent = block_hash
                     self.counts["stored"] += 1
-            elif isinstance(event, BlockRemoved):
+            elif kind == "BlockRemoved":
                 for block_hash in event.block_hashes:
                     assert block_hash in self.mirror, "removed while not stored: %d" % block_hash
                     del self.mirror[block_hash]
@@ -143,60 +140,67 @@ def engine_table(server):
     return {block["hash"]: (block["parent_hash"], block["token_ids"]) for block in body["blocks"]}
 
 
+def scenario(args, work, plan, encoding, num_requests):
+    """Runs num_requests concurrent requests against a fresh replica publishing `encoding` and
+    checks the subscriber's mirror against the engine's table."""
+    # 768 KiB of KV: a few dozen 16-token blocks of this plan, far fewer than the requests'
+    # prompts and replies need, so cached blocks are evicted while they run.
+    server = gateway_harness.Server(
+        args.llmrt, plan, work, "--kv-events-endpoint", "tcp://127.0.0.1:*",
+        "--kv-events-topic", TOPIC.decode(), "--kv-events-encoding", encoding,
+        "--kv-memory", str(768 * 1024), "--max-seqs", "12")
+    subscriber = Subscriber(server.kv_events_endpoint, encoding)
+    try:
+        # A SUB socket receives only what is sent after its subscription reached the
+        # publisher; nothing is published before the first request but the startup batch.
+        time.sleep(0.5)
+
+        def one(index):
+            story = STORIES[index % len(STORIES)]
+            prompt = story if index < 16 else story + " " + STORIES[(index + 1) % 4]
+            body = {"prompt": prompt, "max_tokens": 24 + index, "temperature": 1.0,
+                    "seed": index, "n": 2 if index % 5 == 0 else 1}
+            return gateway_harness.http("POST", server.url + "/v1/completions", body)
+
+        with concurrent.futures.ThreadPoolExecutor(num_requests) as pool:
+            results = list(pool.map(one, range(num_requests)))
+        failed = [body for status, body in results if status != 200]
+        assert not failed, failed[:2]
+
+        # The last batch travels after the last response; wait for the mirror to settle.
+        expected = engine_table(server)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with subscriber.lock:
+                if subscriber.mirror == expected or subscriber.errors:
+                    break
+            time.sleep(0.05)
+        with subscriber.lock:
+            assert not subscriber.errors, subscriber.errors
+            sequences = list(subscriber.sequences)
+            mirror = dict(subscriber.mirror)
+            counts = dict(subscriber.counts)
+        print("kv_events_test: %s encoding, %d requests: %d batches, %s; engine holds %d blocks"
+              % (encoding, num_requests, len(sequences), counts, len(expected)))
+        # Sequence 0 is the startup AllBlocksCleared, sent before we subscribed.
+        assert sequences == list(range(1, len(sequences) + 1)), sequences[:10]
+        assert counts["removed"] > 0, "no eviction happened: the pool is too large"
+        assert counts["multi_block_stores"] > 0, counts
+        assert mirror == expected, (
+            "mirror differs: %d blocks only in the mirror, %d only in the engine" %
+            (len(mirror.keys() - expected.keys()), len(expected.keys() - mirror.keys())))
+    finally:
+        subscriber.close()
+        assert server.stop() == 0
+
+
 def main():
     args = gateway_harness.arguments()
     work = tempfile.mkdtemp(prefix="llmrt-kv-events-")
     try:
         plan = gateway_harness.stories_plan(args.llmc, args.model_dir, work)
-        # 768 KiB of KV: a few dozen 16-token blocks of this plan, far fewer than the 32
-        # requests' prompts and replies need, so cached blocks are evicted while they run.
-        server = gateway_harness.Server(
-            args.llmrt, plan, work, "--kv-events-endpoint", "tcp://127.0.0.1:*",
-            "--kv-events-topic", TOPIC.decode(), "--kv-memory", str(48 * 16384),
-            "--max-seqs", "12")
-        subscriber = Subscriber(server.kv_events_endpoint)
-        try:
-            # A SUB socket receives only what is sent after its subscription reached the
-            # publisher; nothing is published before the first request but the startup batch.
-            time.sleep(0.5)
-
-            def one(index):
-                story = STORIES[index % len(STORIES)]
-                prompt = story if index < 16 else story + " " + STORIES[(index + 1) % 4]
-                body = {"prompt": prompt, "max_tokens": 24 + index, "temperature": 1.0,
-                        "seed": index, "n": 2 if index % 5 == 0 else 1}
-                return gateway_harness.http("POST", server.url + "/v1/completions", body)
-
-            with concurrent.futures.ThreadPoolExecutor(32) as pool:
-                results = list(pool.map(one, range(32)))
-            failed = [body for status, body in results if status != 200]
-            assert not failed, failed[:2]
-
-            # The last batch travels after the last response; wait for the mirror to settle.
-            expected = engine_table(server)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                with subscriber.lock:
-                    if subscriber.mirror == expected or subscriber.errors:
-                        break
-                time.sleep(0.05)
-            with subscriber.lock:
-                assert not subscriber.errors, subscriber.errors
-                sequences = list(subscriber.sequences)
-                mirror = dict(subscriber.mirror)
-                counts = dict(subscriber.counts)
-            print("kv_events_test: %d batches, %s; engine holds %d blocks" %
-                  (len(sequences), counts, len(expected)))
-            # Sequence 0 is the startup AllBlocksCleared, sent before we subscribed.
-            assert sequences == list(range(1, len(sequences) + 1)), sequences[:10]
-            assert counts["removed"] > 0, "no eviction happened: the pool is too large"
-            assert counts["multi_block_stores"] > 0, counts
-            assert mirror == expected, (
-                "mirror differs: %d blocks only in the mirror, %d only in the engine" %
-                (len(mirror.keys() - expected.keys()), len(expected.keys() - mirror.keys())))
-        finally:
-            subscriber.close()
-            assert server.stop() == 0
+        scenario(args, work, plan, "map", 32)
+        scenario(args, work, plan, "array", 16)
         print("kv_events_test: OK")
     finally:
         shutil.rmtree(work, ignore_errors=True)

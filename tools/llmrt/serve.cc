@@ -36,7 +36,7 @@ constexpr char kServeUsage[] =
     "                        [--model-name NAME] [--chat-template FILE] [--max-body-bytes N]\n"
     "                        [--mem-bandwidth GB/s] [--tool-call-format NAME] [--verify]\n"
     "                        [--metrics-public] [--kv-events-endpoint ZMQ_ENDPOINT]\n"
-    "                        [--kv-events-topic TOPIC]\n"
+    "                        [--kv-events-topic TOPIC] [--kv-events-encoding map|array]\n"
     "  --port 0 picks a free port; the address is printed as 'listening on http://HOST:PORT'.\n"
     "  KV pool: --kv-memory bytes, else --kv-memory-fraction of the memory available now, else\n"
     "  one context of the model's length (at most 8192 tokens). --max-seq-len caps one sequence.\n"
@@ -51,7 +51,8 @@ constexpr char kServeUsage[] =
     "  --metrics-public: GET /metrics without the API key (for a Prometheus scraper).\n"
     "  --kv-events-endpoint: publish KV-cache events (vLLM's schema, msgpack over a ZMQ PUB\n"
     "  socket bound there, e.g. tcp://*:5557; tcp://127.0.0.1:* picks a free port and prints\n"
-    "  'kv events on ENDPOINT'); --kv-events-topic: the topic frame (default empty).\n"
+    "  'kv events on ENDPOINT'); --kv-events-topic: the topic frame (default empty);\n"
+    "  --kv-events-encoding: map (vLLM's current events, default) or array (its older ones).\n"
     "  SIGTERM or SIGINT drains: new requests get 503, running ones finish (at most\n"
     "  --drain-timeout seconds, default 30), then the server exits 0.\n";
 
@@ -83,7 +84,8 @@ int Serve(int argc, char** argv) {
       "--drain-timeout",  "--model-name",    "--chat-template",
       "--max-body-bytes", "--mem-bandwidth", "--kv-memory-fraction",
       "--max-seq-len",    "--kv-cache",      "--prefill-chunk-tokens",
-      "--tool-call-format", "--kv-events-endpoint", "--kv-events-topic"};
+      "--tool-call-format", "--kv-events-endpoint", "--kv-events-topic",
+      "--kv-events-encoding"};
   // clang-format on
   std::map<std::string, std::string> values;
   bool verify = false;
@@ -159,8 +161,17 @@ int Serve(int argc, char** argv) {
   if (values.count("--host")) options.host = values["--host"];
   options.port = static_cast<int>(port);
   options.metrics_public = metrics_public;
-  if (values.count("--kv-events-topic") && !values.count("--kv-events-endpoint")) {
-    return ServeUsageError("--kv-events-topic needs --kv-events-endpoint");
+  for (const char* event_flag : {"--kv-events-topic", "--kv-events-encoding"}) {
+    if (values.count(event_flag) && !values.count("--kv-events-endpoint")) {
+      return ServeUsageError(absl::StrFormat("%s needs --kv-events-endpoint", event_flag));
+    }
+  }
+  server::KvEventEncoding kv_events_encoding = server::KvEventEncoding::kMap;
+  if (values.count("--kv-events-encoding")) {
+    absl::StatusOr<server::KvEventEncoding> encoding =
+        server::ParseKvEventEncoding(values["--kv-events-encoding"]);
+    if (!encoding.ok()) return ServeUsageError(std::string(encoding.status().message()));
+    kv_events_encoding = *encoding;
   }
   if (values.count("--api-key")) {
     options.api_key = values["--api-key"];
@@ -239,6 +250,7 @@ int Serve(int argc, char** argv) {
     kv_event_options.endpoint = values["--kv-events-endpoint"];
     kv_event_options.topic = values.count("--kv-events-topic") ? values["--kv-events-topic"] : "";
     kv_event_options.block_size = (*model)->kv_block_size();
+    kv_event_options.encoding = kv_events_encoding;
     absl::StatusOr<std::unique_ptr<server::KvEventPublisher>> publisher =
         server::KvEventPublisher::Create(kv_event_options);
     if (!publisher.ok()) return ServeFail(std::string(publisher.status().message()));
