@@ -18,9 +18,12 @@
 // subtracts zero * sum(q) in int32 (the same integer as the scalar kernel's) and takes one FMA
 // with the 8 combined scales. With AVX512-VNNI (dispatch.h's avx3_vnni tier) vpdpbusd computes
 // the same exact lane sums (quant_vnni-inl.h: I4 to the bit like AVX2, I8 two blocks per 512-bit
-// step). Other targets run the portable scalar loop, which is the reference. The integer products
-// are exact on every target; only the order and grouping of the f32 accumulation differ (relative
-// differences ~1e-7 of the sum of the terms' magnitudes).
+// step). On arm64 the NEON tier sums each block in 4 int32 lanes (widening multiplies) for every
+// row count; the NEON_DOTPROD and NEON_I8MM tiers run quant_neon-inl.h (sdot GEMV, sdot or smmla
+// row tiles), one lane and one f32 chain per (row, token), so GEMV and multi-row agree to the bit
+// there too. Other targets run the portable scalar loop, which is the reference. The integer
+// products are exact on every target; only the order and grouping of the f32 accumulation differ
+// (relative differences ~1e-7 of the sum of the terms' magnitudes).
 //
 // One activation row (decode) runs a GEMV (quant_matmul.cc) that reads long sequential streams:
 // I8 4 rows per pass taken from the 4 quarters of the matrix, I4 one row after another; work
