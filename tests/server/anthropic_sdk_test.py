@@ -146,7 +146,7 @@ class AnthropicSdkTest(unittest.TestCase):
     def test_errors_in_anthropic_shape(self):
         with self.assertRaises(anthropic.BadRequestError) as raised:
             self.client.messages.create(model="agent", max_tokens=8, messages=ASK, tools=TOOLS,
-                                        tool_choice={"type": "any"})
+                                        tool_choice={"type": "tool", "name": "nope"})
         self.assertIn("tool_choice", str(raised.exception))
         self.assertEqual(raised.exception.body["type"], "error")
         self.assertEqual(raised.exception.body["error"]["type"], "invalid_request_error")

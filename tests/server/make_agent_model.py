@@ -39,7 +39,17 @@ FAMILIES = {
               151936, 151643, 151645),
     "qwen2": ("qwen2", ["vocab.json", "merges.txt", "tokenizer_config.json"], "Qwen2ForCausalLM",
               151936, 151643, 151645),
+    # The Llama 3 tokenizer (tiktoken ranks + 256 special tokens, 128256 in all) with Llama 3.1's
+    # names for the reserved tokens it took (<|python_tag|> = 128010, <|eom_id|> = 128008) and
+    # room after them for the reply pieces.
+    "llama3": ("llama3", ["tokenizer.model", "tokenizer_config.json"], "LlamaForCausalLM",
+               128264, 128000, 128009),
+    # Phi-4-mini's tokenizer (o200k-based byte-level BPE, <|tool_call|> ... added tokens); its
+    # model is a Phi3ForCausalLM, but the tool-call tests need only the tokenizer and template.
+    "phi4": ("phi4-mini", ["vocab.json", "merges.txt", "tokenizer_config.json"],
+             "LlamaForCausalLM", 200064, 199999, 200020),
 }
+LLAMA31_TOKENS = {"128008": "<|eom_id|>", "128010": "<|python_tag|>"}
 
 
 # The reply the agent tests script: a <think> block, text, then two tool calls.
@@ -87,9 +97,16 @@ def make(llmc, family, output, replies, chat_template=None):
     with open(config_path) as f:
         tokenizer_config = json.load(f)
     added = tokenizer_config["added_tokens_decoder"]
+    if family == "llama3":
+        for token_id, content in LLAMA31_TOKENS.items():
+            added[token_id]["content"] = content
     next_id = max(int(k) for k in added) + 1
     pieces = []
     for text in replies:
+        # An existing token by id ("#128010"), or a new added token with this text.
+        if text.startswith("#") and text[1:].isdigit():
+            pieces.append(int(text[1:]))
+            continue
         if next_id >= vocab:
             sys.exit("make_agent_model: no room for more added tokens")
         added[str(next_id)] = {"content": text, "lstrip": False, "normalized": False,
@@ -110,8 +127,8 @@ def main():
     parser.add_argument("--family", required=True, choices=sorted(FAMILIES))
     parser.add_argument("-o", "--output", required=True)
     parser.add_argument("--reply", action="append", default=None,
-                        help="the text of the next reply piece (one added token each); "
-                             "default: QWEN_REPLY")
+                        help="the text of the next reply piece (one added token each), or "
+                             "#ID for an existing token; default: QWEN_REPLY")
     parser.add_argument("--chat-template", help="a chat_template.jinja to put beside it")
     args = parser.parse_args()
     make(args.llmc, args.family, args.output, args.reply or QWEN_REPLY, args.chat_template)

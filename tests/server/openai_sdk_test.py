@@ -322,9 +322,9 @@ class AgentTest(unittest.TestCase):
 
     def test_refused_parameters_name_themselves(self):
         cases = [
-            ({"tool_choice": "required"}, "tool_choice"),
-            ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
-             "tool_choice"),
+            ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "'nope'"),
+            ({"tool_choice": "required", "response_format": {"type": "json_object"}},
+             "response_format"),
             ({"parallel_tool_calls": False}, "parallel_tool_calls"),
             ({"reasoning_effort": "low"}, "reasoning_effort"),
             ({"user": "u1"}, "'user'"),

@@ -56,3 +56,15 @@ def agent_plan(llmc, work):
     subprocess.run([llmc, "compile", model, "-o", plan, "--quiet"], check=True,
                    stdout=subprocess.DEVNULL)
     return plan
+
+
+def run_tests(module):
+    """Reads --llmc and --llmrt into module.ARGS and runs the module's unittest cases."""
+    import argparse
+    import sys
+    import unittest
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--llmc", required=True)
+    parser.add_argument("--llmrt", required=True)
+    module.ARGS, rest = parser.parse_known_args()
+    unittest.main(module=module, argv=[sys.argv[0], "-v", *rest])
