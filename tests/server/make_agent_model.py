@@ -103,10 +103,6 @@ def make(llmc, family, output, replies, chat_template=None):
     next_id = max(int(k) for k in added) + 1
     pieces = []
     for text in replies:
-        # An existing token by id ("#128010"), or a new added token with this text.
-        if text.startswith("#") and text[1:].isdigit():
-            pieces.append(int(text[1:]))
-            continue
         if next_id >= vocab:
             sys.exit("make_agent_model: no room for more added tokens")
         added[str(next_id)] = {"content": text, "lstrip": False, "normalized": False,
@@ -127,8 +123,8 @@ def main():
     parser.add_argument("--family", required=True, choices=sorted(FAMILIES))
     parser.add_argument("-o", "--output", required=True)
     parser.add_argument("--reply", action="append", default=None,
-                        help="the text of the next reply piece (one added token each), or "
-                             "#ID for an existing token; default: QWEN_REPLY")
+                        help="the text of the next reply piece (one added token each); "
+                             "default: QWEN_REPLY")
     parser.add_argument("--chat-template", help="a chat_template.jinja to put beside it")
     args = parser.parse_args()
     make(args.llmc, args.family, args.output, args.reply or QWEN_REPLY, args.chat_template)
