@@ -459,6 +459,8 @@ private:
     if (rope)
       std::tie(definitions, table) = ropeTable(program.ops(attentionRope[index]));
     const char *ropeFlag = rope ? "true" : "false";
+    // AttentionAttrs.logit_softcap: the kernels' capped variants (no tanh in the others).
+    const bool softcap = attention.logit_softcap() > 0;
     const std::string suffix =
         absl::StrCat(rope ? "_rope" : "", "_", dtypeSuffix(meta.kv_cache().dtype()));
     const int splits = std::clamp((kTargetBlocks + heads - 1) / heads, 1, kMaxSplits);
@@ -473,10 +475,16 @@ private:
     split.set_scratch_floats_per_token(static_cast<int64_t>(heads) * splits * (headDim + 2));
     kernels.push_back(add(
         absl::StrCat("attention_", heads, "x", kvHeads, "x", headDim, suffix), definitions,
-        absl::StrFormat("llmc::attentionSplit<%d, %d, %d, %d, %d, %d, %s, %s>(p, %s, %s, %s);",
-                        heads, kvHeads, headDim, splits, attention.sliding_window(),
-                        kAttentionWarps, ropeFlag, *kv, floatLiteral(plan::SoftmaxScale(attention)),
-                        floatLiteral(attention.logit_softcap()), table),
+        softcap ? absl::StrFormat(
+                      "llmc::attentionSplitCapped<%d, %d, %d, %d, %d, %d, %s, %s, true>(p, %s, %s, "
+                      "%s);",
+                      heads, kvHeads, headDim, splits, attention.sliding_window(), kAttentionWarps,
+                      ropeFlag, *kv, floatLiteral(plan::SoftmaxScale(attention)),
+                      floatLiteral(attention.logit_softcap()), table)
+                : absl::StrFormat(
+                      "llmc::attentionSplit<%d, %d, %d, %d, %d, %d, %s, %s>(p, %s, %s);", heads,
+                      kvHeads, headDim, splits, attention.sliding_window(), kAttentionWarps,
+                      ropeFlag, *kv, floatLiteral(plan::SoftmaxScale(attention)), table),
         split));
     Kernel combine = perToken(32);
     combine.set_grid_y(heads);
@@ -489,14 +497,19 @@ private:
       Kernel prefill = perToken(128);
       prefill.set_grid_y(heads);
       prefill.set_grid_rows_per_block(llmrt::cuda::kPrefillTileTokens);
-      kernels.push_back(
-          add(absl::StrCat("attention_prefill_", heads, "x", kvHeads, "x", headDim, suffix),
-              definitions,
-              absl::StrFormat("llmc::attentionPrefill<%d, %d, %d, %d, %s, %s>(p, %s, %s, %s);",
-                              heads, kvHeads, headDim, attention.sliding_window(), ropeFlag, *kv,
-                              floatLiteral(plan::SoftmaxScale(attention)),
-                              floatLiteral(attention.logit_softcap()), table),
-              prefill));
+      kernels.push_back(add(
+          absl::StrCat("attention_prefill_", heads, "x", kvHeads, "x", headDim, suffix),
+          definitions,
+          softcap ? absl::StrFormat(
+                        "llmc::attentionPrefillCapped<%d, %d, %d, %d, %s, %s, true>(p, %s, %s, "
+                        "%s);",
+                        heads, kvHeads, headDim, attention.sliding_window(), ropeFlag, *kv,
+                        floatLiteral(plan::SoftmaxScale(attention)),
+                        floatLiteral(attention.logit_softcap()), table)
+                  : absl::StrFormat("llmc::attentionPrefill<%d, %d, %d, %d, %s, %s>(p, %s, %s);",
+                                    heads, kvHeads, headDim, attention.sliding_window(), ropeFlag,
+                                    *kv, floatLiteral(plan::SoftmaxScale(attention)), table),
+          prefill));
     }
     return absl::OkStatus();
   }

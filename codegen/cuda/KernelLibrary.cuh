@@ -389,11 +389,13 @@ __device__ void writeKvCache(const LlmcKernelParams &p, const float *invFreq) {
 // softmax (running max m, sum l, weighted values). The warps merge in shared memory and write
 // one partial [m, l, acc[kHeadDim]] per (t, h, s) to scratch; attentionCombine merges splits.
 // Splitting keys is what keeps an H200's 132 SMs busy when a decode step has few queries.
-// kRope: q's ROPE op is fused here (q is rotated as it is loaded).
+// kRope: q's ROPE op is fused here (q is rotated as it is loaded). kSoftcap: the scaled scores
+// are soft-capped at `softcap` (AttentionAttrs.logit_softcap); a template flag, so the kernels
+// of models without it carry no tanh and no extra registers.
 template <int kHeads, int kKvHeads, int kHeadDim, int kSplits, int kWindow, int kWarps, bool kRope,
-          typename KvT>
-__device__ void attentionSplit(const LlmcKernelParams &p, float scale, float softcap,
-                               const float *invFreq) {
+          typename KvT, bool kSoftcap>
+__device__ void attentionSplitCapped(const LlmcKernelParams &p, float scale, float softcap,
+                                     const float *invFreq) {
   constexpr int kPerLane = (kHeadDim + 31) / 32;
   constexpr int kKvWidth = kKvHeads * kHeadDim;
   __shared__ float warpMax[kWarps], warpSumExp[kWarps];
@@ -432,7 +434,7 @@ __device__ void attentionSplit(const LlmcKernelParams &p, float scale, float sof
     }
     // int8 cache: the per-(slot, head) scales multiply the score and the weight once per key.
     float score = warpSum(dot) * kvScale<KvT, kKvHeads>(p.key_scales, slot, kvHead) * scale;
-    if (softcap > 0.0f)
+    if (kSoftcap)
       score = softCap(score, softcap);
     const float newMax = fmaxf(runningMax, score);
     const float correction = expf(runningMax - newMax);
@@ -476,6 +478,13 @@ __device__ void attentionSplit(const LlmcKernelParams &p, float scale, float sof
     partial[0] = blockMax;
     partial[1] = blockSumExp;
   }
+}
+
+template <int kHeads, int kKvHeads, int kHeadDim, int kSplits, int kWindow, int kWarps, bool kRope,
+          typename KvT>
+__device__ void attentionSplit(const LlmcKernelParams &p, float scale, const float *invFreq) {
+  attentionSplitCapped<kHeads, kKvHeads, kHeadDim, kSplits, kWindow, kWarps, kRope, KvT, false>(
+      p, scale, 0.0f, invFreq);
 }
 
 // --- ATTENTION 3/3: merge the splits. grid (num_tokens, kHeads), block 32 --------------------
@@ -581,9 +590,11 @@ __device__ __forceinline__ void mmaSplit(float (&d)[4], const u32 (&aHigh)[4], c
   mmaM16N8K16(d, aHigh, bHigh, __nv_bfloat16());
 }
 
-template <int kHeads, int kKvHeads, int kHeadDim, int kWindow, bool kRope, typename KvT>
-__device__ void attentionPrefill(const LlmcKernelParams &p, float scale, float softcap,
-                                 const float *invFreq) {
+// kSoftcap as attentionSplitCapped's.
+template <int kHeads, int kKvHeads, int kHeadDim, int kWindow, bool kRope, typename KvT,
+          bool kSoftcap>
+__device__ void attentionPrefillCapped(const LlmcKernelParams &p, float scale, float softcap,
+                                       const float *invFreq) {
   constexpr int kTileKeys = 32;
   constexpr int kDim = (kHeadDim + 15) / 16 * 16; // head_dim padded to the MMA's k of 16
   constexpr int kChunks = kDim / 16, kDimTiles = kDim / 8;
@@ -693,9 +704,9 @@ __device__ void attentionPrefill(const LlmcKernelParams &p, float scale, float s
             const bool visible = rows[h] < count && key < keyEnd && key <= query &&
                                  (kWindow == 0 || query - key < kWindow);
             float &value = score[t][2 * h + e];
-            value = !visible         ? negativeInfinity()
-                    : softcap > 0.0f ? softCap(value * scale, softcap)
-                                     : value * scale;
+            value = !visible   ? negativeInfinity()
+                    : kSoftcap ? softCap(value * scale, softcap)
+                               : value * scale;
             tileMax = fmaxf(tileMax, value);
           }
         }
@@ -758,6 +769,12 @@ __device__ void attentionPrefill(const LlmcKernelParams &p, float scale, float s
       }
     }
   }
+}
+
+template <int kHeads, int kKvHeads, int kHeadDim, int kWindow, bool kRope, typename KvT>
+__device__ void attentionPrefill(const LlmcKernelParams &p, float scale, const float *invFreq) {
+  attentionPrefillCapped<kHeads, kKvHeads, kHeadDim, kWindow, kRope, KvT, false>(p, scale, 0.0f,
+                                                                                 invFreq);
 }
 
 // --- LOGITS top-k prefilter: grid (num_rows), block 256 --------------------------------------
