@@ -410,20 +410,16 @@ namespace i4vnni {
 
 constexpr int kGroupRows = kGemmRowsVnni;    // weight rows per register tile
 constexpr int64_t kChunkCodes = 8 * kBlock;  // codes of a chunk (8 blocks)
-// Per chunk and token pair: 16 f32 activation scales (tokens 2p and 2p + 1 in the two halves),
-// then 128 bytes of int32 lanes. Symmetric: per token the vector its int32 chains start from,
-// [-8 x sum(q) of blocks 0-7 | 0], so that adding its halves subtracts the correction (zero
-// point 8: zero x sum(q)) with no instruction of its own; with zero points: [sum(q) of token 2p |
-// of token 2p + 1] for the tile to multiply by the row's zero points, and 64 zero bytes.
-constexpr int64_t kPairMetaBytes = 192;
+// Per chunk and token pair: 16 f32 activation scales, then 16 int32 lanes (symmetric: the
+// start of the pair's int32 chains, -8 x sum(q), so that they end at the block sums minus the
+// correction zero x sum(q) of zero point 8 with no instruction of their own; with zero points:
+// sum(q), for the tile to multiply by the row's zero points), tokens 2p and 2p + 1 in the two
+// halves.
+constexpr int64_t kPairMetaBytes = 128;
 
 // Tags of the per-thread buffers.
 struct PanelScales;
 struct TokenTiles;
-
-// The lane-order vectors (32 codes each, LaneOrderInt4Activations) that 64-byte vector v of a
-// chunk pairs: a = 4 (v / 2) + v % 2 and a + 2, the nibbles of slices 2 (v / 2) and + 1.
-inline int ActivationVector(int v, int half) { return v / 2 * 4 + v % 2 + 2 * half; }
 
 // A panel's weight scales and zero points as the tiles read them. A tile of `rows` rows
 // (kGroupRows, or 1 for the panel's last rows) starting at panel row `first` keeps the 8 lanes
@@ -460,37 +456,33 @@ void PreparePanelRow(const GemmRow& row, int64_t cols, int group_shift, int64_t 
 }
 
 // The activations of token tile `tile` (tokens [kGemmTokens * tile, + `tokens`)) as the tiles
-// read them: 64-byte vector v of chunk c of token t at codes[(c * lanes + t) * kChunkCodes + 64 v]
-// (ActivationVector's two halves; lanes: tokens rounded up to pairs, a missing token's codes
-// zero), and per chunk and pair the kPairMetaBytes at meta[(c * lanes / 2 + p) * kPairMetaBytes]
-// (lanes past the row's last block zero, as TileI4 sets them).
+// read them, per chunk c and token pair p (pairs: tokens rounded up to pairs, a missing token's
+// codes, scales and sums zero): at codes[((c * pairs + p) * 8 + k) * 64] the lane-order vector k
+// (32 codes, LaneOrderInt4Activations) of token 2p, then that of token 2p + 1; at
+// meta[(c * pairs + p) * kPairMetaBytes] kPairMetaBytes's lanes (past the row's last block zero,
+// as TileI4 sets them).
 void LayOutTokenTile(const QuantizedActivationRows& x, int64_t blocks, int64_t chunks, int64_t tile,
                      int tokens, bool zero_points, uint8_t* codes, uint8_t* meta) {
-  const int lanes = (tokens + 1) / 2 * 2;
+  const int pairs = (tokens + 1) / 2;
   const int64_t x_blocks = x.padded_cols / kBlock;
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t block = chunk * 8;
     const int64_t count = std::min<int64_t>(8, blocks - block);
-    for (int t = 0; t < lanes; ++t) {
-      uint8_t* out = codes + (chunk * lanes + t) * kChunkCodes;
+    for (int t = 0; t < 2 * pairs; ++t) {
+      const int64_t pair = chunk * pairs + t / 2;
       const int64_t token = kGemmTokens * tile + t;
       const uint8_t* in =
           reinterpret_cast<const uint8_t*>(x.codes) + token * x.padded_cols + block * kBlock;
-      for (int v = 0; v < 4; ++v) {
-        for (int half = 0; half < 2; ++half) {
-          uint8_t* vector = out + 64 * v + 32 * half;
-          if (t < tokens) {
-            std::copy_n(in + 32 * ActivationVector(v, half), 32, vector);
-          } else {
-            std::fill_n(vector, 32, uint8_t{0});
-          }
+      for (int k = 0; k < 8; ++k) {
+        uint8_t* vector = codes + (pair * 8 + k) * 64 + 32 * (t % 2);
+        if (t < tokens) {
+          std::copy_n(in + 32 * k, 32, vector);
+        } else {
+          std::fill_n(vector, 32, uint8_t{0});
         }
       }
-      uint8_t* pair = meta + (chunk * lanes / 2 + t / 2) * kPairMetaBytes;
-      float* scales = reinterpret_cast<float*>(pair) + 8 * (t % 2);
-      int32_t* lanes_out = reinterpret_cast<int32_t*>(pair + 64);
-      if (t % 2 == 0) std::fill_n(lanes_out, 32, 0);
-      int32_t* sums = zero_points ? lanes_out + 8 * (t % 2) : lanes_out + 16 * (t % 2);
+      float* scales = reinterpret_cast<float*>(meta + pair * kPairMetaBytes) + 8 * (t % 2);
+      int32_t* sums = reinterpret_cast<int32_t*>(meta + pair * kPairMetaBytes + 64) + 8 * (t % 2);
       for (int64_t i = 0; i < 8; ++i) {
         const bool present = t < tokens && i < count;
         scales[i] = present ? x.scales[token * x_blocks + block + i] : 0.0f;
@@ -510,7 +502,6 @@ template <int kRows, int kPairs, bool kZeroPoints>
 void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_t cols,
           const float* scales, const int32_t* zeros, const int8_t* x, const uint8_t* meta,
           int64_t prefetch_offset, float (*result)[kGemmTokens]) {
-  constexpr int kLanes = 2 * kPairs;
   const __m512i mask = _mm512_set1_epi8(0x0f);
   __m512 acc[kRows][kPairs];
 #pragma GCC unroll 4
@@ -518,33 +509,37 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
 #pragma GCC unroll 2
     for (int p = 0; p < kPairs; ++p) acc[r][p] = _mm512_setzero_ps();
   }
-  // One chunk whose row r starts at codes + r * stride.
+  // One chunk whose row r starts at codes + r * stride. Per (row, pair) one chain of 8
+  // vpdpbusd, vector k of the row broadcast to both halves against vector k of the pair's two
+  // tokens, so that lanes j and 8 + j end at block j's sums of tokens 2p and 2p + 1.
   auto chunk_step = [&](const uint8_t* codes, int64_t stride) HWY_ATTR {
-    __m512i isums[kRows][kLanes];
+    __m512i isums[kRows][kPairs];
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
-#pragma GCC unroll 4
-      for (int t = 0; t < kLanes; ++t) {
-        isums[r][t] = kZeroPoints
-                          ? _mm512_setzero_si512()
-                          : _mm512_loadu_si512(meta + t / 2 * kPairMetaBytes + 64 + 64 * (t % 2));
+#pragma GCC unroll 2
+      for (int p = 0; p < kPairs; ++p) {
+        isums[r][p] = kZeroPoints ? _mm512_setzero_si512()
+                                  : _mm512_loadu_si512(meta + p * kPairMetaBytes + 64);
       }
     }
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      __m512i activations[kLanes];
-#pragma GCC unroll 4
-      for (int t = 0; t < kLanes; ++t) {
-        activations[t] = _mm512_loadu_si512(x + t * kChunkCodes + 64 * v);
+    for (int slice = 0; slice < 4; ++slice) {
+      // Lane-order vectors 2 slice (low nibbles) and 2 slice + 1 (high) of each pair.
+      __m512i low_x[kPairs], high_x[kPairs];
+#pragma GCC unroll 2
+      for (int p = 0; p < kPairs; ++p) {
+        low_x[p] = _mm512_loadu_si512(x + (p * 8 + 2 * slice) * 64);
+        high_x[p] = _mm512_loadu_si512(x + (p * 8 + 2 * slice + 1) * 64);
       }
 #pragma GCC unroll 4
       for (int r = 0; r < kRows; ++r) {
-        const __m512i slices = _mm512_loadu_si512(codes + r * stride + 64 * (v / 2));
-        const __m512i weights =
-            _mm512_and_si512(v % 2 == 0 ? slices : _mm512_srli_epi16(slices, 4), mask);
-#pragma GCC unroll 4
-        for (int t = 0; t < kLanes; ++t) {
-          isums[r][t] = vnni::DotBytes(isums[r][t], weights, activations[t]);
+        const __m512i bytes = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * stride + 32 * slice)));
+        const __m512i low = _mm512_and_si512(bytes, mask);
+        const __m512i high = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask);
+#pragma GCC unroll 2
+        for (int p = 0; p < kPairs; ++p) {
+          isums[r][p] = vnni::DotBytes(vnni::DotBytes(isums[r][p], low, low_x[p]), high, high_x[p]);
         }
       }
     }
@@ -555,10 +550,7 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
       for (int r = 0; r < kRows; ++r) {
         // The row's 8 lanes in both halves.
         const __m512 weight_scales = _mm512_broadcast_f32x8(_mm256_loadu_ps(scales + 8 * r));
-        // Block j of token 2p in lanes j and 8 + j of isums[r][2p]: [low halves | high halves].
-        __m512i sums =
-            _mm512_add_epi32(_mm512_shuffle_i64x2(isums[r][2 * p], isums[r][2 * p + 1], 0x44),
-                             _mm512_shuffle_i64x2(isums[r][2 * p], isums[r][2 * p + 1], 0xee));
+        __m512i sums = isums[r][p];
         if constexpr (kZeroPoints) {
           sums = _mm512_sub_epi32(
               sums, _mm512_mullo_epi32(_mm512_broadcast_i32x8(_mm256_loadu_si256(
@@ -571,7 +563,7 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
     }
     scales += kRows * 8;
     if constexpr (kZeroPoints) zeros += kRows * 8;
-    x += kLanes * kChunkCodes;
+    x += kPairs * 2 * kChunkCodes;
     meta += kPairs * kPairMetaBytes;
   };
   const int64_t blocks = cols / kBlock;
