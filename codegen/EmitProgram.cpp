@@ -1,6 +1,7 @@
 //===- EmitProgram.cpp - llm module -> plan Program + weight blobs ---------===//
 
 #include "codegen/EmitProgram.h"
+#include "codegen/RowSlice.h"
 
 #include <cstring>
 #include <map>
@@ -564,10 +565,19 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
     plan::RopeConfig *config = attrs->mutable_config();
     config->set_theta(rope.getTheta().convertToDouble());
     StringRef scaling = rope.getScaling();
-    config->set_scaling(scaling == "linear"   ? plan::RopeConfig::LINEAR
-                        : scaling == "llama3" ? plan::RopeConfig::LLAMA3
-                        : scaling == "yarn"   ? plan::RopeConfig::YARN
-                                              : plan::RopeConfig::SCALING_NONE);
+    config->set_scaling(scaling == "linear"     ? plan::RopeConfig::LINEAR
+                        : scaling == "llama3"   ? plan::RopeConfig::LLAMA3
+                        : scaling == "yarn"     ? plan::RopeConfig::YARN
+                        : scaling == "longrope" ? plan::RopeConfig::LONGROPE
+                        : scaling == "dynamic"  ? plan::RopeConfig::DYNAMIC
+                                                : plan::RopeConfig::SCALING_NONE);
+    config->set_rotary_dim(static_cast<int32_t>(rope.getRotaryDim()));
+    if (scaling == "longrope") {
+      for (double factor : rope.getExtFactorsAttr().asArrayRef())
+        config->add_ext_factors(factor);
+      config->set_long_factors(rope.getLongFactors());
+      config->set_attention_factor(rope.getAttentionFactor().convertToDouble());
+    }
     config->set_factor(rope.getFactor().convertToDouble());
     config->set_low_freq_factor(rope.getLowFreqFactor().convertToDouble());
     config->set_high_freq_factor(rope.getHighFreqFactor().convertToDouble());
@@ -710,6 +720,18 @@ absl::StatusOr<plan::Program> Emitter::emit(func::FuncOp function) {
 } // namespace
 
 std::string fusedTensorName(const std::vector<std::string> &names) {
+  // Consecutive row slices of one tensor (Phi-3's qkv_proj read as q, k, v) are the rows they
+  // span together.
+  std::optional<RowSlice> joined = parseRowSlice(names[0]);
+  for (size_t i = 1; joined && i < names.size(); ++i) {
+    const std::optional<RowSlice> next = parseRowSlice(names[i]);
+    if (!next || next->tensor != joined->tensor || next->first != joined->end)
+      joined.reset();
+    else
+      joined->end = next->end;
+  }
+  if (joined)
+    return rowSliceName(joined->tensor, joined->first, joined->end);
   // Split "prefix.stem_proj.suffix".
   std::string prefix, suffix;
   std::vector<std::string> stems;

@@ -155,9 +155,24 @@ LogicalResult RopeOp::verify() {
   if (failed(verifyWidth(*this, getX(), "x", getNumHeads() * getHeadDim())))
     return failure();
   StringRef scaling = getScaling();
-  if (scaling != "none" && scaling != "linear" && scaling != "llama3" && scaling != "yarn")
-    return emitOpError() << "scaling must be none, linear, llama3 or yarn, found \"" << scaling
-                         << "\"";
+  if (scaling != "none" && scaling != "linear" && scaling != "llama3" && scaling != "yarn" &&
+      scaling != "longrope" && scaling != "dynamic")
+    return emitOpError() << "scaling must be none, linear, llama3, yarn, longrope or dynamic, "
+                            "found \""
+                         << scaling << "\"";
+  const int64_t rotaryDim = getRotaryDim() > 0 ? getRotaryDim() : getHeadDim();
+  if (getRotaryDim() < 0 || rotaryDim % 2 != 0 || rotaryDim > getHeadDim())
+    return emitOpError() << "rotary_dim must be even and in [0, head_dim], found "
+                         << getRotaryDim();
+  const size_t extFactors = getExtFactors() ? getExtFactors()->size() : 0;
+  if (scaling == "longrope" ? extFactors != static_cast<size_t>(rotaryDim / 2) : extFactors != 0)
+    return emitOpError() << "ext_factors: longrope needs one per rotated pair (" << rotaryDim / 2
+                         << "), other scalings none; found " << extFactors;
+  if (scaling == "yarn" && rotaryDim != getHeadDim())
+    return emitOpError() << "yarn scaling rotates all of head_dim (its attention factor is "
+                            "folded into the attention scale)";
+  if (!(getAttentionFactor().convertToDouble() > 0))
+    return emitOpError() << "attention_factor must be positive";
   double theta = getTheta().convertToDouble(), factor = getFactor().convertToDouble();
   if (theta <= 0)
     return emitOpError() << "theta must be positive, found " << theta;

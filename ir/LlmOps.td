@@ -117,7 +117,11 @@ def Llm_RopeOp : Llm_Op<"rope", [Pure, AllTypesMatch<["x", "result"]>]> {
     extrapolated frequencies over the ramp set by `beta_fast`, `beta_slow` and
     `original_max_position_embeddings`, rounded outward unless `untruncated`). YaRN's cos/sin
     scale is not applied here: it scales q and k alike, so builders fold its square into the
-    attention scale.
+    attention scale. "longrope" divides frequency i by `ext_factors[i]` (the short or long
+    factors the importer chose, `long_factors`) and multiplies the rotated dims by
+    `attention_factor`; "dynamic" (NTK) has the default frequencies within a plan's context.
+    `rotary_dim` (0: head_dim) dims at the start of each head are rotated, the rest pass
+    through (partial rotary).
   }];
   let arguments = (ins Llm_Activation:$x, Llm_TokenVector:$positions,
                        I64Attr:$num_heads, I64Attr:$head_dim, F64Attr:$theta,
@@ -128,7 +132,11 @@ def Llm_RopeOp : Llm_Op<"rope", [Pure, AllTypesMatch<["x", "result"]>]> {
                        DefaultValuedAttr<I64Attr, "0">:$original_max_position_embeddings,
                        DefaultValuedAttr<F64Attr, "32.0">:$beta_fast,
                        DefaultValuedAttr<F64Attr, "1.0">:$beta_slow,
-                       DefaultValuedAttr<BoolAttr, "false">:$untruncated);
+                       DefaultValuedAttr<BoolAttr, "false">:$untruncated,
+                       DefaultValuedAttr<I64Attr, "0">:$rotary_dim,
+                       OptionalAttr<DenseF64ArrayAttr>:$ext_factors,
+                       DefaultValuedAttr<BoolAttr, "false">:$long_factors,
+                       DefaultValuedAttr<F64Attr, "1.0">:$attention_factor);
   let results = (outs Llm_Activation:$result);
   let assemblyFormat = "$x `,` $positions attr-dict `:` type($x) `,` type($positions)";
   let hasVerifier = 1;

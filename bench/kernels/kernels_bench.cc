@@ -241,7 +241,8 @@ void BM_Rope(benchmark::State& state) {
   std::vector<int32_t> positions(tokens);
   for (int64_t t = 0; t < tokens; ++t) positions[t] = static_cast<int32_t>(t + 100);
   for (auto _ : state) {
-    Rope(pool, x.data(), positions.data(), tokens, 36, 64, inv_freq.data(), scratch.data());
+    Rope(pool, x.data(), positions.data(), tokens, 36, 64, 64, inv_freq.data(), 1.0f,
+         scratch.data());
     benchmark::DoNotOptimize(x.data());
   }
 }

@@ -140,7 +140,13 @@ private:
             fusable && rope.kind() == plan::ROPE && rope.outputs_size() == 1 &&
             rope.inputs_size() >= 1 && rope.rope().head_dim() == attention.head_dim() &&
             rope.rope().head_dim() % 2 == 0 &&
-            rope.rope().num_heads() == (i == 0 ? attention.num_heads() : attention.num_kv_heads());
+            rope.rope().num_heads() ==
+                (i == 0 ? attention.num_heads() : attention.num_kv_heads()) &&
+            // The attention kernels' ropeElement rotates all of head_dim without a cos/sin
+            // scale; a partial or scaled rope (Phi-4-mini's, LongRoPE's) runs as its own kernel.
+            plan::RotaryDim(rope.rope().config(), rope.rope().head_dim()) ==
+                rope.rope().head_dim() &&
+            plan::RopeCosSinScale(rope.rope().config()) == 1.0;
       }
       if (!fusable || program.ops(ropes[0]).rope().config().SerializeAsString() !=
                           program.ops(ropes[1]).rope().config().SerializeAsString())
@@ -155,7 +161,7 @@ private:
   // (which is what makes two rope kernels different): returns {definitions, name}.
   std::pair<std::string, std::string> ropeTable(const plan::Op &op) {
     const plan::RopeAttrs &rope = op.rope();
-    std::vector<float> inverseFrequencies(rope.head_dim() / 2);
+    std::vector<float> inverseFrequencies(plan::RotaryDim(rope.config(), rope.head_dim()) / 2);
     llmrt::cpu::RopeInverseFrequencies(rope.config(), rope.head_dim(), inverseFrequencies.data());
     std::string table = "__constant__ float ROPE_TABLE[] = {";
     for (size_t i = 0; i < inverseFrequencies.size(); ++i)
@@ -263,13 +269,17 @@ private:
       if (fusedRopes.count(index))
         return absl::OkStatus(); // applied by the attention kernels
       const auto [definitions, tableName] = ropeTable(op);
+      const int rotaryDim = plan::RotaryDim(rope.config(), rope.head_dim());
       const int pairs = rope.num_heads() * rope.head_dim() / 2;
       const int threads = std::min(256, std::max(32, roundUp(pairs, 32)));
-      kernels.push_back(add(absl::StrCat("rope_", rope.num_heads(), "x", rope.head_dim()),
-                            definitions,
-                            absl::StrFormat("llmc::rope<%d, %d, %d>(p, %s);", rope.num_heads(),
-                                            rope.head_dim(), threads, tableName),
-                            perToken(threads)));
+      kernels.push_back(add(
+          absl::StrCat("rope_", rope.num_heads(), "x", rope.head_dim(),
+                       rotaryDim == rope.head_dim() ? "" : absl::StrCat("_rot", rotaryDim)),
+          definitions,
+          absl::StrFormat("llmc::rope<%d, %d, %d, %d>(p, %s, %s);", rope.num_heads(),
+                          rope.head_dim(), threads, rotaryDim, tableName,
+                          floatLiteral(static_cast<float>(plan::RopeCosSinScale(rope.config())))),
+          perToken(threads)));
       return absl::OkStatus();
     }
     case plan::ATTENTION:

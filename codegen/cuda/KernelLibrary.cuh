@@ -298,19 +298,31 @@ __device__ void gemmMma(const LlmcKernelParams &p) {
 }
 
 // --- ROPE: grid (num_tokens), block kThreads ---------------------------------------------------
-// Rotate-half over kHeads heads; angle = position * invFreq[i] in f32 as transformers does.
-// Each thread owns a (first, second) pair, so output may alias input.
-template <int kHeads, int kHeadDim, int kThreads>
-__device__ void rope(const LlmcKernelParams &p, const float *invFreq) {
-  constexpr int kHalf = kHeadDim / 2;
+// Rotate-half over the first kRotaryDim dims of each of kHeads heads (the rest are copied:
+// partial rotary); angle = position * invFreq[i] in f32 as transformers does, cos and sin
+// multiplied by cosSinScale (LongRoPE's attention factor, 1 otherwise). Each thread owns a
+// (first, second) pair or a passed-through element, so output may alias input.
+template <int kHeads, int kHeadDim, int kThreads, int kRotaryDim = kHeadDim>
+__device__ void rope(const LlmcKernelParams &p, const float *invFreq, float cosSinScale = 1.0f) {
+  constexpr int kHalf = kRotaryDim / 2;
+  constexpr int kPass = kHeadDim - kRotaryDim;
   const long long base = (long long)blockIdx.x * kHeads * kHeadDim;
   const float *in = (const float *)p.input[0] + base;
   float *out = (float *)p.output[0] + base;
   const float position = (float)((const int *)p.positions)[blockIdx.x];
+  constexpr int kPassDivisor = kPass > 0 ? kPass : 1;
+  if (kPass > 0 && in != out) {
+    for (int e = threadIdx.x; e < kHeads * kPass; e += kThreads) {
+      const int d = e / kPassDivisor * kHeadDim + kRotaryDim + e % kPassDivisor;
+      out[d] = in[d];
+    }
+  }
   for (int e = threadIdx.x; e < kHeads * kHalf; e += kThreads) {
     const int head = e / kHalf, i = e % kHalf;
     const float angle = position * invFreq[i];
-    const float cosine = cosf(angle), sine = sinf(angle);
+    float cosine = cosf(angle), sine = sinf(angle);
+    if (cosSinScale != 1.0f)
+      cosine *= cosSinScale, sine *= cosSinScale;
     const float first = in[head * kHeadDim + i], second = in[head * kHeadDim + i + kHalf];
     out[head * kHeadDim + i] = first * cosine - second * sine;
     out[head * kHeadDim + i + kHalf] = second * cosine + first * sine;

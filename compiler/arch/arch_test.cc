@@ -1,5 +1,6 @@
 #include "compiler/arch/arch.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/arch/family.h"
 #include "compiler/arch/weight_source.h"
 #include "gtest/gtest.h"
 #include "ir/LlmDialect.h"
@@ -77,9 +79,14 @@ FakeCheckpoint MakeCheckpoint(const plan::ModelConfig& config) {
     // OLMo2 has no pre-norms; its norms follow attention and the MLP.
     checkpoint.Add(p + (olmo2 ? "post_feedforward_layernorm.weight" : "input_layernorm.weight"),
                    {hidden});
-    checkpoint.Add(p + "self_attn.q_proj.weight", {q, hidden});
-    checkpoint.Add(p + "self_attn.k_proj.weight", {kv, hidden});
-    checkpoint.Add(p + "self_attn.v_proj.weight", {kv, hidden});
+    const bool phi3 = config.architecture() == "Phi3ForCausalLM";  // fused projections on disk
+    if (phi3) {
+      checkpoint.Add(p + "self_attn.qkv_proj.weight", {q + 2 * kv, hidden});
+    } else {
+      checkpoint.Add(p + "self_attn.q_proj.weight", {q, hidden});
+      checkpoint.Add(p + "self_attn.k_proj.weight", {kv, hidden});
+      checkpoint.Add(p + "self_attn.v_proj.weight", {kv, hidden});
+    }
     if (config.attention_bias()) {
       checkpoint.Add(p + "self_attn.q_proj.bias", {q});
       checkpoint.Add(p + "self_attn.k_proj.bias", {kv});
@@ -103,8 +110,12 @@ FakeCheckpoint MakeCheckpoint(const plan::ModelConfig& config) {
     }
     checkpoint.Add(p + "self_attn.o_proj.weight", {hidden, q});
     checkpoint.Add(p + "post_attention_layernorm.weight", {hidden});
-    checkpoint.Add(p + "mlp.gate_proj.weight", {inter, hidden});
-    checkpoint.Add(p + "mlp.up_proj.weight", {inter, hidden});
+    if (phi3) {
+      checkpoint.Add(p + "mlp.gate_up_proj.weight", {2 * inter, hidden});
+    } else {
+      checkpoint.Add(p + "mlp.gate_proj.weight", {inter, hidden});
+      checkpoint.Add(p + "mlp.up_proj.weight", {inter, hidden});
+    }
     checkpoint.Add(p + "mlp.down_proj.weight", {hidden, inter});
     checkpoint.Add(p + "self_attn.rotary_emb.inv_freq", {2});
   }
@@ -127,8 +138,9 @@ std::map<std::string, int> CountOps(mlir::ModuleOp module) {
 }
 
 TEST(ValidateTensorsTest, AcceptsEverySupportedArchitecture) {
-  for (const char* architecture : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                   "Qwen3ForCausalLM", "SmolLM3ForCausalLM", "Olmo2ForCausalLM"}) {
+  for (const char* architecture :
+       {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+        "SmolLM3ForCausalLM", "Olmo2ForCausalLM", "Phi3ForCausalLM"}) {
     plan::ModelConfig config = SmallConfig(architecture);
     FakeCheckpoint checkpoint = MakeCheckpoint(config);
     EXPECT_TRUE(ValidateTensors(config, checkpoint.tensors()).ok()) << architecture;
@@ -138,9 +150,8 @@ TEST(ValidateTensorsTest, AcceptsEverySupportedArchitecture) {
 TEST(ValidateTensorsTest, RejectsUnsupportedArchitecture) {
   plan::ModelConfig config = SmallConfig("Foo");
   EXPECT_EQ(ValidateTensors(config, MakeCheckpoint(config).tensors()).message(),
-            "config.json: architectures[0] is \"Foo\"; supported: LlamaForCausalLM, "
-            "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM, "
-            "Olmo2ForCausalLM");
+            "config.json: architectures[0] is \"Foo\"; supported: " + SupportedArchitectures());
+  EXPECT_NE(SupportedArchitectures().find("Phi3ForCausalLM"), std::string::npos);
 }
 
 TEST(ValidateTensorsTest, NamesWrongShape) {
@@ -452,6 +463,49 @@ TEST(BuildModuleTest, CompilesToPlan) {
     }
   }
   std::filesystem::remove(path);
+}
+
+// Phi-3's fused qkv_proj / gate_up_proj are read as row slices (no q_proj on disk), the passes
+// fuse the slices back, and codegen's concatenation of consecutive slices is the checkpoint
+// tensor's rows in order: the plan holds qkv_proj's bytes as stored.
+TEST(BuildModuleTest, Phi3FusedProjectionsAreRowSlicesFusedBack) {
+  plan::ModelConfig config = SmallConfig("Phi3ForCausalLM");
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  EXPECT_NE(ErrorWithout(config, checkpoint, "model.layers.0.self_attn.qkv_proj.weight")
+                .find("missing tensor model.layers.0.self_attn.qkv_proj.weight"),
+            std::string::npos);
+  checkpoint = MakeCheckpoint(config);
+  mlir::MLIRContext context;
+  auto module = BuildModule(context, config, checkpoint.tensors());
+  ASSERT_TRUE(module.ok()) << module.status();
+  std::vector<std::string> params;
+  (*module)->walk([&](llm::ParamOp param) { params.push_back(param.getSymName().str()); });
+  EXPECT_NE(
+      std::find(params.begin(), params.end(), "model.layers.0.self_attn.qkv_proj.weight[16:24]"),
+      params.end());
+  EXPECT_NE(
+      std::find(params.begin(), params.end(), "model.layers.1.mlp.gate_up_proj.weight[24:48]"),
+      params.end());
+  EXPECT_EQ(std::find(params.begin(), params.end(), "model.layers.0.self_attn.qkv_proj.weight"),
+            params.end());
+  ASSERT_TRUE(runPipeline(**module).ok());
+  int qkv = 0, gate_up = 0;
+  (*module)->walk([&](llm::MatmulOp op) {
+    qkv += op.getWeights().size() == 3;
+    gate_up += op.getWeights().size() == 2;
+  });
+  EXPECT_EQ(qkv, 2);
+  EXPECT_EQ(gate_up, 2);
+
+  TensorMapWeightSource weights(checkpoint.tensors());
+  auto v = weights.getWeight("model.layers.1.self_attn.qkv_proj.weight[24:32]");
+  ASSERT_TRUE(v.ok()) << v.status();
+  const TensorInfo& qkv_tensor = checkpoint.at("model.layers.1.self_attn.qkv_proj.weight");
+  EXPECT_EQ(v->shape, (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(v->data, qkv_tensor.data + 24 * 16 * 2);  // a view: no copy
+  EXPECT_EQ(v->sizeBytes, 8u * 16 * 2);
+  EXPECT_FALSE(weights.getWeight("model.layers.1.self_attn.qkv_proj.weight[24:33]").ok());
+  EXPECT_EQ(fusedTensorName({"t.w[0:16]", "t.w[16:24]", "t.w[24:32]"}), "t.w[0:32]");
 }
 
 }  // namespace

@@ -46,9 +46,19 @@ Activation SelfAttention(ModelGraph& graph, Activation x, int64_t layer,
   const ModelDims& dims = graph.dims();
   const std::string prefix = ModelGraph::LayerPrefix(layer) + "self_attn.";
   const char* because = AttentionBiasOption(graph);
-  Activation q = Project(graph, x, prefix + "q_proj", dims.q_width(), options.qkv_bias, because);
-  Activation k = Project(graph, x, prefix + "k_proj", dims.kv_width(), options.qkv_bias, because);
-  Activation v = Project(graph, x, prefix + "v_proj", dims.kv_width(), options.qkv_bias, because);
+  Activation q, k, v;
+  if (options.fused_qkv) {
+    // Three row slices of the checkpoint's qkv_proj, which FuseQkv fuses back into one matmul.
+    const std::string qkv =
+        graph.Weight(prefix + "qkv_proj.weight", {dims.q_width() + 2 * dims.kv_width(), x.width});
+    q = graph.Matmul(x, graph.RowSlice(qkv, 0, dims.q_width()), "");
+    k = graph.Matmul(x, graph.RowSlice(qkv, dims.q_width(), dims.kv_width()), "");
+    v = graph.Matmul(x, graph.RowSlice(qkv, dims.q_width() + dims.kv_width(), dims.kv_width()), "");
+  } else {
+    q = Project(graph, x, prefix + "q_proj", dims.q_width(), options.qkv_bias, because);
+    k = Project(graph, x, prefix + "k_proj", dims.kv_width(), options.qkv_bias, because);
+    v = Project(graph, x, prefix + "v_proj", dims.kv_width(), options.qkv_bias, because);
+  }
   if (options.qk_norm != QkNorm::kNone) {
     // RmsNorm normalizes each group of the weight's length: a head, or the whole row.
     const bool per_head = options.qk_norm == QkNorm::kPerHead;
@@ -87,10 +97,18 @@ Activation GatedFfn(ModelGraph& graph, Activation x, int64_t layer, const FfnOpt
   const ModelDims& dims = graph.dims();
   const std::string prefix = ModelGraph::LayerPrefix(layer) + "mlp.";
   const char* because = options.bias ? "mlp_bias=true" : "";
-  Activation gate =
-      Project(graph, x, prefix + "gate_proj", dims.intermediate_size, options.bias, because);
-  Activation up =
-      Project(graph, x, prefix + "up_proj", dims.intermediate_size, options.bias, because);
+  Activation gate, up;
+  if (options.fused_gate_up) {
+    // transformers' chunk(2): the first half of the rows is gate, the second up.
+    const std::string gate_up =
+        graph.Weight(prefix + "gate_up_proj.weight", {2 * dims.intermediate_size, x.width});
+    gate = graph.Matmul(x, graph.RowSlice(gate_up, 0, dims.intermediate_size), "");
+    up = graph.Matmul(x, graph.RowSlice(gate_up, dims.intermediate_size, dims.intermediate_size),
+                      "");
+  } else {
+    gate = Project(graph, x, prefix + "gate_proj", dims.intermediate_size, options.bias, because);
+    up = Project(graph, x, prefix + "up_proj", dims.intermediate_size, options.bias, because);
+  }
   // hf_config.cc admits only these activations.
   Activation product = graph.config().hidden_act() == "gelu_pytorch_tanh"
                            ? graph.GeluTanhMul(gate, up, prefix + "act_mul")

@@ -23,13 +23,17 @@ struct AttentionOptions {
   bool qkv_bias = false;           // q/k/v projections carry a bias (Qwen2, Llama attention_bias)
   bool o_bias = false;             // o_proj carries a bias (Llama attention_bias)
   QkNorm qk_norm = QkNorm::kNone;  // weights self_attn.q_norm / k_norm
-  double norm_offset = 0;          // q/k norm gamma = norm_offset + weight (Gemma 3: 1)
+  // q, k and v are the rows of one self_attn.qkv_proj (Phi-3), read as row slices.
+  bool fused_qkv = false;
+  double norm_offset = 0;  // q/k norm gamma = norm_offset + weight (Gemma 3: 1)
 };
 // The attention's softmax scale (query_pre_attn_scalar^-0.5 or head_dim^-0.5), logit soft-cap
 // and, on sliding layers, the rope (sliding_layer_rope) come from the config.
 
 struct FfnOptions {
   bool bias = false;  // gate/up/down carry a bias (Llama mlp_bias)
+  // gate and up are the two halves of the rows of one mlp.gate_up_proj (Phi-3), in that order.
+  bool fused_gate_up = false;
 };
 
 // Gemma's decoder: every norm's gamma is 1 + weight, embeddings are scaled by sqrt(hidden_size).

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "codegen/RowSlice.h"
 #include "compiler/arch/family.h"
 
 namespace llmc {
@@ -104,7 +105,28 @@ const TensorInfo* ModelGraph::Tensor(const std::string& name) const {
 const std::vector<int64_t>& ModelGraph::DeclaredShape(const std::string& name) const {
   static const std::vector<int64_t> kNone;
   auto it = declared_.find(name);
-  return it == declared_.end() ? kNone : it->second;
+  if (it != declared_.end()) return it->second;
+  it = slice_shapes_.find(name);
+  return it == slice_shapes_.end() ? kNone : it->second;
+}
+
+std::string ModelGraph::RowSlice(const std::string& weight, int64_t first_row, int64_t rows) {
+  const std::string name = rowSliceName(weight, first_row, first_row + rows);
+  const std::vector<int64_t>& shape = DeclaredShape(weight);
+  if (shape.size() != 2 || first_row < 0 || rows <= 0 || first_row + rows > shape[0]) {
+    Fail(absl::InternalError(absl::StrCat("llmc: rows [", first_row, ", ", first_row + rows,
+                                          ") of ", weight, " (a family builder bug)")));
+    return name;
+  }
+  if (!slice_shapes_.count(name)) slices_[weight].push_back(name);
+  slice_shapes_[name] = {rows, shape[1]};
+  return name;
+}
+
+const std::vector<std::string>& ModelGraph::SlicesOf(const std::string& weight) const {
+  static const std::vector<std::string> kNone;
+  auto it = slices_.find(weight);
+  return it == slices_.end() ? kNone : it->second;
 }
 
 const std::string& ModelGraph::Weight(const std::string& name, std::vector<int64_t> shape,

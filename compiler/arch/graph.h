@@ -69,6 +69,14 @@ class ModelGraph {
   // Returns `name`.
   const std::string& Weight(const std::string& name, std::vector<int64_t> shape,
                             std::string_view because = "");
+  // Rows [first_row, first_row + rows) of weight `weight`, declared before: a weight name for
+  // the op methods, read as a view of the checkpoint tensor (codegen/RowSlice.h). For checkpoints
+  // that store projections fused (Phi-3's qkv_proj): the ops see the separate projections and
+  // the passes fuse them as for every family. A weight read only through slices gets no param.
+  std::string RowSlice(const std::string& weight, int64_t first_row, int64_t rows);
+  // The slices taken of `weight`, in order (empty: none).
+  const std::vector<std::string>& SlicesOf(const std::string& weight) const;
+
   // A tensor the checkpoint may hold and the forward pass does not read (the lm_head of a tied
   // model, HF's saved rope buffers): accepted when it has `shape`.
   void Ignore(const std::string& name, std::vector<int64_t> shape);
@@ -125,6 +133,8 @@ class ModelGraph {
   ModelDims dims_;
   absl::Status status_;
   std::map<std::string, std::vector<int64_t>> declared_;
+  std::map<std::string, std::vector<int64_t>> slice_shapes_;
+  std::map<std::string, std::vector<std::string>> slices_;  // weight -> its slices
   std::vector<std::string> declared_order_;
   std::set<std::string> ignored_;
 };

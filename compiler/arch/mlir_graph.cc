@@ -33,6 +33,10 @@ const char* ScalingName(llmrt::plan::RopeConfig::Scaling scaling) {
       return "llama3";
     case llmrt::plan::RopeConfig::YARN:
       return "yarn";
+    case llmrt::plan::RopeConfig::LONGROPE:
+      return "longrope";
+    case llmrt::plan::RopeConfig::DYNAMIC:
+      return "dynamic";
     default:
       return "none";
   }
@@ -62,10 +66,14 @@ class MlirGraph final : public ModelGraph {
     params.setInsertionPoint(function_);
     for (const std::string& name : declared()) {
       const TensorInfo* info = Tensor(name);
-      params.create<llm::ParamOp>(params.getFusedLoc({}, params.getStringAttr(info->file)),
-                                  params.getStringAttr(name),
-                                  mlir::TypeAttr::get(mlir::RankedTensorType::get(
-                                      info->shape, ElementType(params, info->dtype))));
+      // A tensor read through row slices is their params (a view each), not one of its own.
+      const std::vector<std::string>& slices = SlicesOf(name);
+      for (const std::string& param : slices.empty() ? std::vector<std::string>{name} : slices) {
+        params.create<llm::ParamOp>(params.getFusedLoc({}, params.getStringAttr(info->file)),
+                                    params.getStringAttr(param),
+                                    mlir::TypeAttr::get(mlir::RankedTensorType::get(
+                                        DeclaredShapeOf(param), ElementType(params, info->dtype))));
+      }
     }
     if (mlir::failed(mlir::verify(*module_)))
       return absl::InternalError("llmc: the built module does not verify (a family builder bug)");
@@ -120,7 +128,14 @@ class MlirGraph final : public ModelGraph {
                 rope.scaling() == llmrt::plan::RopeConfig::YARN ? rope.beta_fast() : 32.0),
             builder_.getF64FloatAttr(
                 rope.scaling() == llmrt::plan::RopeConfig::YARN ? rope.beta_slow() : 1.0),
-            builder_.getBoolAttr(rope.untruncated())),
+            builder_.getBoolAttr(rope.untruncated()), builder_.getI64IntegerAttr(rope.rotary_dim()),
+            rope.ext_factors().empty() ? mlir::DenseF64ArrayAttr()
+                                       : builder_.getDenseF64ArrayAttr(llvm::ArrayRef<double>(
+                                             rope.ext_factors().data(), rope.ext_factors_size())),
+            builder_.getBoolAttr(rope.long_factors()),
+            builder_.getF64FloatAttr(rope.scaling() == llmrt::plan::RopeConfig::LONGROPE
+                                         ? rope.attention_factor()
+                                         : 1.0)),
         x.width);
   }
 

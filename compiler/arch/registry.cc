@@ -10,14 +10,15 @@ extern const Family kQwen2Family;
 extern const Family kQwen3Family;
 extern const Family kSmolLM3Family;
 extern const Family kOlmo2Family;
+extern const Family kPhi3Family;
 extern const Family kGemma2Family;
 extern const Family kGemma3Family;
 
 namespace {
 
-constexpr const Family* kFamilies[] = {&kLlamaFamily,  &kMistralFamily, &kQwen2Family,
-                                       &kQwen3Family,  &kSmolLM3Family, &kOlmo2Family,
-                                       &kGemma2Family, &kGemma3Family};
+constexpr const Family* kFamilies[] = {&kLlamaFamily, &kMistralFamily, &kQwen2Family,
+                                       &kQwen3Family, &kSmolLM3Family, &kOlmo2Family,
+                                       &kPhi3Family,  &kGemma2Family,  &kGemma3Family};
 
 }  // namespace
 

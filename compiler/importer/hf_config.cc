@@ -173,7 +173,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
   double eps = 0;
   LLMRT_ASSIGN_OR_RETURN(eps, config.PositiveNumberOr("rms_norm_eps", defaults.rms_norm_eps));
   result.set_rms_norm_eps(eps);
-  if (absl::Status status = ParseRope(config, defaults.rope_theta, result.mutable_rope());
+  if (absl::Status status = ParseRope(config, defaults.rope_theta, result.mutable_rope(),
+                                      result.max_position_embeddings());
       !status.ok())
     return status;
 
@@ -198,6 +199,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
   result.set_hidden_act(hidden_act);
 
   if (absl::Status status = family->read_config(config, result); !status.ok()) return status;
+  if (absl::Status status = CheckRotaryDims(config, result); !status.ok()) return status;
 
   std::string torch_dtype;
   const char* dtype_field = config.HasValue("torch_dtype") ? "torch_dtype" : "dtype";

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "compiler/arch/family.h"
 #include "compiler/importer/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -261,6 +263,121 @@ TEST(ModelConfigTest, Olmo2Defaults) {
               HasSubstr("field \"attention_bias\": expected true or false, found \"yes\""));
 }
 
+// LongRoPE as _compute_longrope_parameters reads it, with the factor set chosen for the plan's
+// context (max_position_embeddings 128).
+TEST(ModelConfigTest, LongRopeFactorsChosenForThePlansContext) {
+  Json json = LlamaConfigJson();  // head_dim 4: two rotated pairs
+  json["rope_scaling"] = {{"rope_type", "longrope"},
+                          {"short_factor", {1.0, 1.5}},
+                          {"long_factor", {2.0, 3.0}},
+                          {"original_max_position_embeddings", 32}};
+  auto config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope().scaling(), RopeConfig::LONGROPE);
+  EXPECT_TRUE(config->rope().long_factors());
+  EXPECT_THAT(config->rope().ext_factors(), ElementsAre(2.0, 3.0));
+  EXPECT_EQ(config->rope().original_max_position_embeddings(), 32);
+  EXPECT_DOUBLE_EQ(config->rope().factor(), 4.0);  // 128 / 32
+  EXPECT_DOUBLE_EQ(config->rope().attention_factor(),
+                   std::sqrt(1 + std::log(4.0) / std::log(32.0)));
+  // A context within the original one: short_factor, and no cos/sin scale (factor 1).
+  json["rope_scaling"]["original_max_position_embeddings"] = 128;
+  config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->rope().long_factors());
+  EXPECT_THAT(config->rope().ext_factors(), ElementsAre(1.0, 1.5));
+  EXPECT_DOUBLE_EQ(config->rope().attention_factor(), 1.0);
+  // The top-level field wins, as standardize_rope_params gives it priority.
+  json["original_max_position_embeddings"] = 64;
+  config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope().original_max_position_embeddings(), 64);
+  EXPECT_TRUE(config->rope().long_factors());
+  EXPECT_DOUBLE_EQ(config->rope().attention_factor(),
+                   std::sqrt(1 + std::log(2.0) / std::log(64.0)));
+  json["rope_scaling"]["attention_factor"] = 0.75;
+  EXPECT_DOUBLE_EQ(Parse(json)->rope().attention_factor(), 0.75);
+
+  json["rope_scaling"]["long_factor"] = {2.0, 3.0, 4.0};
+  EXPECT_THAT(ErrorOf(json),
+              HasSubstr("field \"long_factor\": expected as many numbers as short_factor"));
+  json["rope_scaling"]["short_factor"] = {1.0, 1.0, 1.0};
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"rope_scaling\": expected short_factor and "
+                                       "long_factor of 2 numbers (one per rotated pair of the 4 "
+                                       "rotated dims), found 3"));
+  json["rope_scaling"]["short_factor"] = {1.0, -1.0};
+  EXPECT_THAT(ErrorOf(json),
+              HasSubstr("field \"short_factor\": expected a list of positive numbers"));
+  json["rope_scaling"].erase("short_factor");
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"short_factor\": expected a list of positive "
+                                       "numbers, found nothing"));
+}
+
+TEST(ModelConfigTest, Phi3DefaultsPartialRotaryAndRefusals) {
+  Json json = LlamaConfigJson();
+  json["architectures"] = {"Phi3ForCausalLM"};
+  for (const char* field : {"model_type", "rms_norm_eps", "num_key_value_heads", "bos_token_id",
+                            "eos_token_id", "rope_theta", "max_position_embeddings"})
+    json.erase(field);
+  auto config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model_type(), "phi3");
+  EXPECT_DOUBLE_EQ(config->rms_norm_eps(), 1e-5);
+  EXPECT_EQ(config->num_kv_heads(), 4);
+  EXPECT_EQ(config->max_position_embeddings(), 4096);
+  EXPECT_EQ(config->sliding_window(), 0);
+  EXPECT_EQ(config->rope().rotary_dim(), 0);
+  auto generation = ParseGeneration(std::nullopt, json);
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  EXPECT_EQ(generation->bos_token_id(), 1);
+  EXPECT_THAT(generation->eos_token_ids(), ElementsAre(32000));
+  EXPECT_EQ(generation->pad_token_id(), 32000);
+  json["sliding_window"] = 2047;
+  EXPECT_EQ(Parse(json)->sliding_window(), 2047);
+  EXPECT_THAT(SupportedArchitectures(), HasSubstr("Phi3ForCausalLM"));
+
+  // Phi-4-mini's shape: partial_rotary_factor 0.75 of head_dim 16 rotates 12 dims (6 pairs).
+  json["hidden_size"] = 64;
+  json["partial_rotary_factor"] = 0.75;
+  json["original_max_position_embeddings"] = 1024;
+  const std::vector<double> six = {1, 1, 1, 2, 2, 2}, other = {1, 2, 3, 4, 5, 6};
+  json["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", six}, {"long_factor", other}};
+  config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope().rotary_dim(), 12);
+  EXPECT_TRUE(config->rope().long_factors());  // 4096 > 1024
+  EXPECT_THAT(config->rope().ext_factors(), ElementsAre(1, 2, 3, 4, 5, 6));
+  // rope_parameters' own partial_rotary_factor wins over the top-level one.
+  json["rope_scaling"]["partial_rotary_factor"] = 0.5;
+  json["rope_scaling"]["short_factor"] = {1, 1, 1, 1};
+  json["rope_scaling"]["long_factor"] = {1, 2, 3, 4};
+  config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope().rotary_dim(), 8);
+  json["rope_scaling"]["partial_rotary_factor"] = 0.1875;  // 3 dims: no rotate-half pairs
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"partial_rotary_factor\": expected a factor in (0, "
+                                       "1] giving an even number of rotated dims of head_dim 16, "
+                                       "found 0.1875 (3 dims)"));
+  json["rope_scaling"]["partial_rotary_factor"] = 0.5;
+  json["rope_scaling"]["long_factor"] = six;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("expected as many numbers as short_factor"));
+  json["rope_scaling"]["short_factor"] = six;
+  EXPECT_THAT(ErrorOf(json), HasSubstr("expected short_factor and long_factor of 4 numbers"));
+  // Phi3Config reads "yarn" as longrope; refused rather than computed as another type.
+  json["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"rope_scaling\": Phi3ForCausalLM takes rope type "
+                                       "default or longrope"));
+  // Without the top-level field Phi3Config's 4096 would override rope_scaling's value.
+  json.erase("original_max_position_embeddings");
+  json["rope_scaling"] = {{"rope_type", "longrope"},
+                          {"short_factor", {1, 1, 1, 1}},
+                          {"long_factor", {1, 1, 1, 1}},
+                          {"partial_rotary_factor", 0.5},
+                          {"original_max_position_embeddings", 1024}};
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"original_max_position_embeddings\": absent at the "
+                                       "top level"));
+}
+
 TEST(ModelConfigTest, RopeScalingTypes) {
   Json json = LlamaConfigJson();
   json["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
@@ -287,15 +404,22 @@ TEST(ModelConfigTest, RopeScalingTypes) {
                                        "\"original_max_position_embeddings\": expected a positive "
                                        "integer, found nothing"));
 
-  json["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 2.0}};
-  EXPECT_THAT(ErrorOf(json), HasSubstr("dir/config.json: field \"rope_scaling\": rope type "
-                                       "\"longrope\" is not supported (supported: default, "
-                                       "linear, llama3, yarn)"));
+  json["rope_scaling"] = {{"rope_type", "su"}, {"factor", 2.0}};
+  EXPECT_THAT(ErrorOf(json), HasSubstr("dir/config.json: field \"rope_scaling\": rope type \"su\" "
+                                       "is not supported (supported: default, linear, llama3, "
+                                       "yarn, longrope, dynamic)"));
+  // Dynamic NTK keeps the default frequencies up to max_position_embeddings, the plan's limit.
   json["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
-  EXPECT_THAT(ErrorOf(json), HasSubstr("dir/config.json: field \"rope_scaling\": rope type "
-                                       "\"dynamic\" (NTK scaling recomputed from the sequence "
-                                       "length) is not supported: transformers' frequencies "
-                                       "depend on the longest sequence seen before"));
+  config = Parse(json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope().scaling(), RopeConfig::DYNAMIC);
+  EXPECT_DOUBLE_EQ(config->rope().factor(), 2.0);
+  json["rope_scaling"].erase("factor");
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"factor\": expected a positive number"));
+  // Only Phi3ForCausalLM rotates part of each head.
+  json["rope_scaling"] = {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}};
+  EXPECT_THAT(ErrorOf(json), HasSubstr("field \"rope_scaling\": partial_rotary_factor 0.5 is not "
+                                       "supported by LlamaForCausalLM"));
   // YaRN is not Qwen3's alone: every family's rotary embedding reads the same rope parameters.
   json["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   config = Parse(json);

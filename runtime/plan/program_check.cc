@@ -258,10 +258,22 @@ class Checker {
           rope.num_heads(), rope.head_dim(), (*in)->width(), (*out)->width()));
     }
     facts_.max_rope_head_dim = std::max(facts_.max_rope_head_dim, rope.head_dim());
-    return CheckRopeConfig(rope.config());
+    const int32_t rotary_dim = rope.config().rotary_dim();
+    if (rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > rope.head_dim()) {
+      return Error(absl::StrFormat(
+          "rope rotary_dim must be even and in [0, head_dim %d] (0: all of it), got %d",
+          rope.head_dim(), rotary_dim));
+    }
+    return CheckRopeConfig(rope.config(), RotaryDim(rope.config(), rope.head_dim()),
+                           rope.head_dim());
   }
 
-  absl::Status CheckRopeConfig(const RopeConfig& rope) const {
+  absl::Status CheckRopeConfig(const RopeConfig& rope, int32_t rotary_dim, int32_t head_dim) const {
+    if (rope.scaling() != RopeConfig::LONGROPE && rope.ext_factors_size() != 0) {
+      return Error(absl::StrFormat("rope ext_factors are LONGROPE's; scaling %s has %d",
+                                   RopeConfig::Scaling_Name(rope.scaling()),
+                                   rope.ext_factors_size()));
+    }
     if (!(rope.theta() > 0.0) || std::isinf(rope.theta())) {
       return Error(absl::StrFormat("rope theta must be positive and finite, got %g", rope.theta()));
     }
@@ -293,6 +305,39 @@ class Checker {
                               "original_max_position_embeddings positive; got %g, %g, %g, %d",
                               rope.factor(), rope.beta_fast(), rope.beta_slow(),
                               rope.original_max_position_embeddings()));
+        }
+        // Its attention_factor is folded into the attention scale, which is only right when
+        // every dim of q and k is scaled by it.
+        if (rotary_dim != head_dim) {
+          return Error(absl::StrFormat(
+              "YARN rope with rotary_dim %d < head_dim %d is not supported (its attention factor "
+              "is folded into the attention scale, which would scale the passed-through dims)",
+              rotary_dim, head_dim));
+        }
+        return absl::OkStatus();
+      case RopeConfig::LONGROPE: {
+        if (rope.ext_factors_size() != rotary_dim / 2) {
+          return Error(
+              absl::StrFormat("LONGROPE rope needs rotary_dim / 2 = %d ext_factors, got %d",
+                              rotary_dim / 2, rope.ext_factors_size()));
+        }
+        for (double factor : rope.ext_factors()) {
+          if (!(factor > 0.0) || std::isinf(factor)) {
+            return Error(absl::StrFormat("LONGROPE ext_factors must be positive and finite, got %g",
+                                         factor));
+          }
+        }
+        if (!(rope.attention_factor() > 0.0) || std::isinf(rope.attention_factor())) {
+          return Error(
+              absl::StrFormat("LONGROPE attention_factor must be positive and finite, got %g",
+                              rope.attention_factor()));
+        }
+        return absl::OkStatus();
+      }
+      case RopeConfig::DYNAMIC:
+        if (!(rope.factor() > 0.0)) {
+          return Error(
+              absl::StrFormat("DYNAMIC rope factor must be positive, got %g", rope.factor()));
         }
         return absl::OkStatus();
       default:

@@ -50,6 +50,18 @@ inline double SoftmaxScale(const AttentionAttrs& attention) {
                                  : 1.0 / std::sqrt(static_cast<double>(attention.head_dim()));
 }
 
+// The dims a ROPE op rotates at the start of each head: RopeConfig.rotary_dim, or head_dim where
+// it is 0 (unset). The rest of the head passes through.
+inline int32_t RotaryDim(const RopeConfig& rope, int32_t head_dim) {
+  return rope.rotary_dim() > 0 ? rope.rotary_dim() : head_dim;
+}
+
+// The factor a ROPE op multiplies the rotated dims by (transformers' cos/sin attention scaling):
+// LONGROPE's attention_factor; 1 otherwise (YaRN's is folded into the attention scale).
+inline double RopeCosSinScale(const RopeConfig& rope) {
+  return rope.scaling() == RopeConfig::LONGROPE ? rope.attention_factor() : 1.0;
+}
+
 // What CheckProgram is asked to accept.
 enum class ProgramScope {
   // A model a backend runs: additionally exactly one LOGITS op and value.

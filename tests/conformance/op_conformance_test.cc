@@ -301,19 +301,27 @@ std::vector<OpCase> Cases() {
     }
   }
 
-  // ROPE: head_dim 6 (short), 64 and 128, every scaling, positions far from 0.
+  // ROPE: head_dim 6 (short), 64 and 128, every scaling, positions far from 0; partial rotary
+  // (rotary_dim < head_dim: Phi-4-mini's 96 of 128, and an odd pair count), LongRoPE's factors
+  // and cos/sin scale.
   struct RopeCase {
     int32_t heads, head_dim;
     plan::RopeConfig::Scaling scaling;
+    int32_t rotary_dim = 0;
   };
   for (const RopeCase& r : {RopeCase{3, 6, plan::RopeConfig::SCALING_NONE},
                             {2, 64, plan::RopeConfig::LINEAR},
                             {2, 128, plan::RopeConfig::LLAMA3},
                             {4, 64, plan::RopeConfig::YARN},
-                            {1, 128, plan::RopeConfig::SCALING_NONE}}) {
+                            {1, 128, plan::RopeConfig::SCALING_NONE},
+                            {2, 128, plan::RopeConfig::LONGROPE, 96},
+                            {3, 64, plan::RopeConfig::LONGROPE},
+                            {2, 16, plan::RopeConfig::SCALING_NONE, 6},
+                            {2, 64, plan::RopeConfig::DYNAMIC}}) {
     OpCase c;
     c.name = absl::StrCat("ROPE_h", r.heads, "_d", r.head_dim, "_",
-                          plan::RopeConfig::Scaling_Name(r.scaling));
+                          plan::RopeConfig::Scaling_Name(r.scaling),
+                          r.rotary_dim > 0 ? absl::StrCat("_rot", r.rotary_dim) : "");
     c.num_tokens = 6;
     c.steps = {4, 1, 1};
     c.positions = {0, 1, 17, 1000, 4095, 30000};
@@ -334,6 +342,14 @@ std::vector<OpCase> Cases() {
       config->set_original_max_position_embeddings(2048);
       config->set_beta_fast(32.0);
       config->set_beta_slow(1.0);
+      config->set_rotary_dim(r.rotary_dim);
+      if (r.scaling == plan::RopeConfig::LONGROPE) {
+        // Rescale factors growing over the pairs as LongRoPE's searched ones do.
+        const int32_t pairs = (r.rotary_dim > 0 ? r.rotary_dim : r.head_dim) / 2;
+        for (int32_t i = 0; i < pairs; ++i) config->add_ext_factors(1.0 + 0.37 * i);
+        config->set_long_factors(true);
+        config->set_attention_factor(1.19);
+      }
       p.ReadOut(out);
     };
     // Angles up to 3e4 rad: the f32 angle position * inv_freq carries 2^-24 relative error, so

@@ -387,6 +387,24 @@ int Inspect(int argc, char** argv) {
     absl::StrAppendFormat(&out, " low %g high %g original max positions %d", rope.low_freq_factor(),
                           rope.high_freq_factor(), rope.original_max_position_embeddings());
   }
+  if (rope.scaling() == plan::RopeConfig::LONGROPE) {
+    // Which factor set the plan's context chose (docs/architecture.md, LongRoPE).
+    absl::StrAppendFormat(&out,
+                          " original max positions %d, %s_factor [%s] chosen for max positions "
+                          "%d, cos/sin scale %g",
+                          rope.original_max_position_embeddings(),
+                          rope.long_factors() ? "long" : "short",
+                          absl::StrJoin(rope.ext_factors(), ", "), config.max_position_embeddings(),
+                          rope.attention_factor());
+  }
+  if (rope.scaling() == plan::RopeConfig::DYNAMIC) {
+    absl::StrAppendFormat(&out, " (default frequencies up to max positions %d, the plan's limit)",
+                          config.max_position_embeddings());
+  }
+  if (rope.rotary_dim() > 0) {
+    absl::StrAppendFormat(&out, ", rotary_dim %d of head_dim %d", rope.rotary_dim(),
+                          config.head_dim());
+  }
   out += "\n";
   const plan::GenerationDefaults& generation = meta.generation();
   absl::StrAppendFormat(

@@ -35,6 +35,7 @@
 #include "runtime/kv/kv_storage.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/plan_reader.h"
+#include "runtime/plan/program_check.h"
 #include "tests/fixtures/fixture_list.h"
 #include "gtest/gtest.h"
 
@@ -62,7 +63,8 @@ TEST_P(FixtureTest, EveryKernelMatchesTheCpuBackend) {
   ASSERT_NE(backends, nullptr);
   runStepScript(*backends->cpu, *backends->emulated);
   // The script's prefill steps ran the tiled MMA attention and its decode steps split-K; rope
-  // ran inside them (the ROPE ops launch nothing); the logits prefilter ran after the GEMV.
+  // ran inside them (the ROPE ops launch nothing) unless it is partial or scales cos/sin
+  // (Phi-4-mini's, LongRoPE's: a rope kernel of its own); the logits prefilter ran after the GEMV.
   // head_dim above the tiled kernel's limit (Gemma's 256) has no prefill kernel: split-K runs.
   const bool hasPrefill =
       std::any_of(backends->emission.kernels.begin(), backends->emission.kernels.end(),
@@ -72,7 +74,12 @@ TEST_P(FixtureTest, EveryKernelMatchesTheCpuBackend) {
   EXPECT_EQ(backends->launched("attention_prefill_"), hasPrefill);
   EXPECT_EQ(hasPrefill, backends->plan->meta().kv_cache().head_dim() <= 128);
   EXPECT_TRUE(backends->launched("attention_combine_"));
-  EXPECT_FALSE(backends->launched("rope_"));
+  const plan::ModelConfig &config = backends->plan->meta().config();
+  const bool ownRopeKernel =
+      plan::RotaryDim(config.rope(), static_cast<int32_t>(config.head_dim())) !=
+          config.head_dim() ||
+      plan::RopeCosSinScale(config.rope()) != 1.0;
+  EXPECT_EQ(backends->launched("rope_"), ownRopeKernel);
   EXPECT_TRUE(backends->launched("logits_top"));
 }
 

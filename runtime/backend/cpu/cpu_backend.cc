@@ -67,6 +67,8 @@ struct CompiledOp {
   // EMBED: the row scale (0: none) and the table dtype it rounds to (plan.proto EmbedAttrs).
   float embed_scale = 0.0f;
   std::vector<float> inv_freq;
+  int32_t rotary_dim = 0;      // ROPE: the rotated dims of each head
+  float cos_sin_scale = 1.0f;  // ROPE: LongRoPE's attention factor
   const struct CpuKernel* kernel = nullptr;
 };
 
@@ -387,7 +389,9 @@ absl::Status BindRope(OpBinder& binder, const plan::Op& op, CompiledOp& compiled
   compiled.width = binder.Width(op.inputs(0));
   compiled.num_heads = rope.num_heads();
   compiled.head_dim = rope.head_dim();
-  compiled.inv_freq.resize(rope.head_dim() / 2);
+  compiled.rotary_dim = plan::RotaryDim(rope.config(), rope.head_dim());
+  compiled.cos_sin_scale = static_cast<float>(plan::RopeCosSinScale(rope.config()));
+  compiled.inv_freq.resize(compiled.rotary_dim / 2);
   RopeInverseFrequencies(rope.config(), rope.head_dim(), compiled.inv_freq.data());
   return absl::OkStatus();
 }
@@ -397,7 +401,7 @@ void RunRope(const CpuStep& step, const CompiledOp& op) {
     std::memmove(op.output[0], op.input[0], step.num_tokens * op.width * sizeof(float));
   }
   Rope(*step.pool, op.output[0], step.batch->positions.data(), step.num_tokens, op.num_heads,
-       op.head_dim, op.inv_freq.data(), step.rope_scratch);
+       op.head_dim, op.rotary_dim, op.inv_freq.data(), op.cos_sin_scale, step.rope_scratch);
 }
 
 absl::Status BindAttention(OpBinder&, const plan::Op& op, CompiledOp& compiled) {

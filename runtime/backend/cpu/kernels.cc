@@ -9,6 +9,7 @@
 
 #include "runtime/backend/cpu/quant_kv_attention.h"
 #include "runtime/plan/dtype.h"
+#include "runtime/plan/program_check.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "runtime/backend/cpu/kernels.cc"
@@ -255,8 +256,9 @@ void SoftCapImpl(ThreadPool& pool, float* x, int64_t size, float cap) {
 }
 
 void RopeImpl(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows,
-              int32_t num_heads, int32_t head_dim, const float* inv_freq, float* scratch) {
-  const int32_t half = head_dim / 2;
+              int32_t num_heads, int32_t head_dim, int32_t rotary_dim, const float* inv_freq,
+              float cos_sin_scale, float* scratch) {
+  const int32_t half = rotary_dim / 2;
   pool.ParallelFor(num_rows, [&](int64_t row_begin, int64_t row_end, int32_t thread) {
     const DF df;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
@@ -269,6 +271,13 @@ void RopeImpl(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_
         const float angle = position * inv_freq[i];
         cosines[i] = std::cos(angle);
         sines[i] = std::sin(angle);
+      }
+      // transformers multiplies cos and sin by the attention scaling in f32 (LongRoPE).
+      if (cos_sin_scale != 1.0f) {
+        for (int32_t i = 0; i < half; ++i) {
+          cosines[i] *= cos_sin_scale;
+          sines[i] *= cos_sin_scale;
+        }
       }
       float* x_row = x + row * static_cast<int64_t>(num_heads) * head_dim;
       for (int32_t head = 0; head < num_heads; ++head) {
@@ -943,9 +952,10 @@ void SoftCap(ThreadPool& pool, float* x, int64_t size, float cap) {
 }
 
 void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows, int32_t num_heads,
-          int32_t head_dim, const float* inv_freq, float* scratch) {
+          int32_t head_dim, int32_t rotary_dim, const float* inv_freq, float cos_sin_scale,
+          float* scratch) {
   HWY_DYNAMIC_DISPATCH(RopeImpl)
-  (pool, x, positions, num_rows, num_heads, head_dim, inv_freq, scratch);
+  (pool, x, positions, num_rows, num_heads, head_dim, rotary_dim, inv_freq, cos_sin_scale, scratch);
 }
 
 int64_t AttentionScratchFloats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
@@ -992,13 +1002,21 @@ void MatrixRowToF32(const MatrixView& matrix, int64_t row, float* out) {
 }
 
 void RopeInverseFrequencies(const plan::RopeConfig& rope, int32_t head_dim, float* inv_freq) {
+  // Every scaling computes its frequencies over the rotated dims (transformers' `dim`).
+  head_dim = plan::RotaryDim(rope, head_dim);
   const int32_t half = head_dim / 2;
   const float theta = static_cast<float>(rope.theta());
   for (int32_t i = 0; i < half; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     inv_freq[i] = 1.0f / std::pow(theta, exponent);
   }
-  if (rope.scaling() == plan::RopeConfig::LINEAR) {
+  if (rope.scaling() == plan::RopeConfig::LONGROPE) {
+    // _compute_longrope_parameters: 1 / (ext_factors * base ** (arange(0, dim, 2) / dim)) in f32.
+    for (int32_t i = 0; i < half; ++i) {
+      const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+      inv_freq[i] = 1.0f / (static_cast<float>(rope.ext_factors(i)) * std::pow(theta, exponent));
+    }
+  } else if (rope.scaling() == plan::RopeConfig::LINEAR) {
     const float factor = static_cast<float>(rope.factor());
     for (int32_t i = 0; i < half; ++i) inv_freq[i] /= factor;
   } else if (rope.scaling() == plan::RopeConfig::LLAMA3) {

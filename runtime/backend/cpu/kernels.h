@@ -76,14 +76,17 @@ void ElementwiseOp(ThreadPool& pool, plan::OpKind op, const float* a, const floa
 // batch-invariant like ElementwiseOp.
 void SoftCap(ThreadPool& pool, float* x, int64_t size, float cap);
 
-// Rotate-half rotary embedding in place over `num_heads` heads of `head_dim` per row, with
-// angle position * inv_freq[i] (inv_freq has head_dim / 2 entries). `scratch` holds head_dim
-// floats per thread (thread t at scratch + t * head_dim).
+// Rotate-half over the first rotary_dim of each head (the rest passes through; rotary_dim ==
+// head_dim: all of it), angle position * inv_freq[i] (rotary_dim / 2 entries), cos and sin
+// multiplied by cos_sin_scale (LongRoPE's attention factor; 1: none). `scratch` holds head_dim
+// floats per thread.
 void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows, int32_t num_heads,
-          int32_t head_dim, const float* inv_freq, float* scratch);
+          int32_t head_dim, int32_t rotary_dim, const float* inv_freq, float cos_sin_scale,
+          float* scratch);
 
-// transformers' inverse frequencies for `rope` (default, LINEAR or LLAMA3), in f32 as it
-// computes them. `inv_freq` receives head_dim / 2 entries.
+// transformers' inverse frequencies for `rope` (default, LINEAR, LLAMA3, YARN, LONGROPE; DYNAMIC
+// is the default within a plan's context), in f32 as it computes them. `inv_freq` receives
+// plan::RotaryDim(rope, head_dim) / 2 entries.
 void RopeInverseFrequencies(const plan::RopeConfig& rope, int32_t head_dim, float* inv_freq);
 
 // Causal attention of a step's queries over a paged f32 KV cache with online softmax. One

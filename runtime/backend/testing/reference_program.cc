@@ -189,15 +189,18 @@ std::vector<double> ReferenceProgram(const plan::PlanMeta& meta, const BlobLooku
         const std::vector<double> inv_freq =
             ReferenceInverseFrequencies(rope.config(), rope.head_dim());
         Matrix x = values[op.inputs(0)];
-        const int32_t half = rope.head_dim() / 2;
+        // Rotate-half over the first rotary_dim dims of each head; the rest pass through.
+        const int32_t half = plan::RotaryDim(rope.config(), rope.head_dim()) / 2;
+        const double scale = plan::RopeCosSinScale(rope.config());
         for (int64_t t = 0; t < num_tokens; ++t) {
           for (int32_t head = 0; head < rope.num_heads(); ++head) {
             double* h = x[t].data() + head * rope.head_dim();
             for (int32_t i = 0; i < half; ++i) {
               const double angle = static_cast<double>(positions[t]) * inv_freq[i];
+              const double cosine = scale * std::cos(angle), sine = scale * std::sin(angle);
               const double first = h[i], second = h[i + half];
-              h[i] = first * std::cos(angle) - second * std::sin(angle);
-              h[i + half] = second * std::cos(angle) + first * std::sin(angle);
+              h[i] = first * cosine - second * sine;
+              h[i + half] = second * cosine + first * sine;
             }
           }
         }

@@ -42,11 +42,16 @@ std::vector<float> DecodeFrom(plan::DType dtype, const std::vector<uint8_t>& byt
 }
 
 std::vector<double> ReferenceInverseFrequencies(const plan::RopeConfig& rope, int32_t head_dim) {
+  // The formulas run over the rotated dims (partial rotary: the first rotary_dim of a head).
+  if (rope.rotary_dim() > 0) head_dim = rope.rotary_dim();
   std::vector<double> inv_freq(head_dim / 2);
   for (int32_t i = 0; i < head_dim / 2; ++i) {
     inv_freq[i] = 1.0 / std::pow(rope.theta(), 2.0 * i / head_dim);
   }
-  if (rope.scaling() == plan::RopeConfig::LINEAR) {
+  if (rope.scaling() == plan::RopeConfig::LONGROPE) {
+    // LongRoPE (arXiv 2402.13753): each frequency divided by its searched rescale factor.
+    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] /= rope.ext_factors(i);
+  } else if (rope.scaling() == plan::RopeConfig::LINEAR) {
     for (double& frequency : inv_freq) frequency /= rope.factor();
   } else if (rope.scaling() == plan::RopeConfig::LLAMA3) {
     const double old_context = static_cast<double>(rope.original_max_position_embeddings());
