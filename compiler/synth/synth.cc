@@ -348,10 +348,22 @@ constexpr char kGemma3Config[] = R"({
   "rope_scaling": null, "rope_theta": 1000000.0, "sliding_window": 512,
   "sliding_window_pattern": 6, "tie_word_embeddings": true, "vocab_size": 262144})";
 
+// microsoft/Phi-3-mini-4k-instruct's config.json: hidden 3072, intermediate 8192, 32 layers, 32
+// heads of 96 (multi-head), sliding window 2047, no rope scaling, vocab 32064, untied; its
+// checkpoint stores qkv_proj and gate_up_proj fused, as synth writes them.
+constexpr char kPhi3MiniConfig[] = R"({
+  "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "bos_token_id": 1,
+  "eos_token_id": 32000, "pad_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072,
+  "intermediate_size": 8192, "max_position_embeddings": 4096, "num_attention_heads": 32,
+  "num_hidden_layers": 32, "num_key_value_heads": 32, "original_max_position_embeddings": 4096,
+  "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0, "sliding_window": 2047,
+  "tie_word_embeddings": false, "vocab_size": 32064})";
+
 }  // namespace
 
 std::vector<std::string> SynthPresetNames() {
-  return {"tinyllama-1.1b", "llama-110m", "qwen3-0.6b", "smollm3-3b", "gemma2-2b", "gemma3-1b"};
+  return {"tinyllama-1.1b", "llama-110m", "qwen3-0.6b", "smollm3-3b",
+          "gemma2-2b",      "gemma3-1b",  "phi3-mini"};
 }
 
 absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name) {
@@ -410,6 +422,8 @@ absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name) {
     return config;
   } else if (name == "gemma2-2b" || name == "gemma3-1b") {
     return SynthConfigFromText(name == "gemma2-2b" ? kGemma2Config : kGemma3Config, name);
+  } else if (name == "phi3-mini") {
+    return SynthConfigFromText(kPhi3MiniConfig, name);
   } else {
     return absl::InvalidArgumentError(
         absl::StrFormat("unknown preset \"%s\"; expected one of %s, or a config.json path", name,

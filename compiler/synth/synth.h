@@ -61,7 +61,9 @@ struct SynthModelConfig {
 // 8 KV heads, q/k norms, vocab 151936, tied), or "smollm3-3b" (SmolLM3-3B: hidden 2048,
 // intermediate 11008, 36 layers, 16 heads of 128, 4 KV heads, every fourth layer without rope,
 // vocab 128256, tied), or "gemma2-2b" / "gemma3-1b" (google/gemma-2-2b and gemma-3-1b-pt's
-// config.json, written as config.json: synth.cc lists the values). Unknown names are an error
+// config.json, written as config.json: synth.cc lists the values), or "phi3-mini"
+// (microsoft/Phi-3-mini-4k-instruct's config.json: fused qkv_proj / gate_up_proj, 32 layers of
+// 3072, 32 heads of 96, sliding window 2047, vocab 32064). Unknown names are an error
 // listing the presets.
 absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name);
 std::vector<std::string> SynthPresetNames();

@@ -159,23 +159,44 @@ std::vector<std::string> SmolLM3Reference(std::string* no_rope_layers) {
   return reference;
 }
 
-TEST(SynthTensorsTest, SmolLM3PresetMatchesTransformersStateDict) {
-  absl::StatusOr<SynthModelConfig> config = SynthPreset("smollm3-3b");
-  ASSERT_TRUE(config.ok()) << config.status();
-  absl::StatusOr<std::vector<SynthTensor>> tensors = SynthTensors(*config);
-  ASSERT_TRUE(tensors.ok()) << tensors.status();
-  std::vector<std::string> ours;
-  uint64_t parameters = 0;
-  for (const SynthTensor& tensor : *tensors) {
-    ours.push_back(tensor.name + " " + absl::StrJoin(tensor.shape, ","));
-    parameters += tensor.num_elements();
+// The preset's tensors as "name d0,d1" lines, sorted, and their parameter count.
+std::vector<std::string> PresetTensorLines(const std::string& preset, uint64_t* parameters) {
+  absl::StatusOr<SynthModelConfig> config = SynthPreset(preset);
+  EXPECT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::vector<SynthTensor>> tensors =
+      config.ok() ? SynthTensors(*config) : config.status();
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  std::vector<std::string> lines;
+  *parameters = 0;
+  for (const SynthTensor& tensor : tensors.value_or(std::vector<SynthTensor>())) {
+    lines.push_back(tensor.name + " " + absl::StrJoin(tensor.shape, ","));
+    *parameters += tensor.num_elements();
   }
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+TEST(SynthTensorsTest, SmolLM3PresetMatchesTransformersStateDict) {
+  uint64_t parameters = 0;
+  std::vector<std::string> ours = PresetTensorLines("smollm3-3b", &parameters);
   std::string no_rope_layers;
   std::vector<std::string> reference = SmolLM3Reference(&no_rope_layers);
-  std::sort(ours.begin(), ours.end());
   std::sort(reference.begin(), reference.end());
   EXPECT_EQ(ours, reference);
   EXPECT_EQ(parameters, 3'075'098'624u);  // SmolLM3-3B's parameter count (tied embeddings)
+}
+
+// testdata/phi3_mini_state_dict.txt: transformers' Phi3ForCausalLM for Phi-3-mini-4k's config,
+// whose q/k/v and gate/up are fused tensors on disk.
+TEST(SynthTensorsTest, Phi3MiniPresetMatchesTransformersStateDict) {
+  uint64_t parameters = 0;
+  std::vector<std::string> ours = PresetTensorLines("phi3-mini", &parameters);
+  std::vector<std::string> reference =
+      absl::StrSplit(ReadFile(fs::path(LLMC_SYNTH_TESTDATA_DIR) / "phi3_mini_state_dict.txt"), '\n',
+                     absl::SkipEmpty());
+  std::sort(reference.begin(), reference.end());
+  EXPECT_EQ(ours, reference);
+  EXPECT_EQ(parameters, 3'821'079'552u);  // Phi-3-mini's 3.8B
 }
 
 // The preset's config.json leaves no_rope_layers to SmolLM3Config's default: the importer must

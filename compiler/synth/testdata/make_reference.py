@@ -11,6 +11,8 @@ tinyllama-1.1b preset). Writes, next to this script:
   smollm3_state_dict.txt     the same for SmolLM3ForCausalLM with SmolLM3-3B's config, as
                              save_pretrained writes it (the tied lm_head dropped), then a line
                              "no_rope_layers" with transformers' per-layer flags for that config
+  phi3_mini_state_dict.txt   the same for Phi3ForCausalLM with Phi-3-mini-4k-instruct's config
+                             (fused qkv_proj and gate_up_proj, untied lm_head)
   tokenizer_encodings.txt    (only with TOKENIZER_DIR) for each test string: HF tokenizers' ids
                              for it, with <s>
 """
@@ -20,7 +22,8 @@ import sys
 
 import torch
 from tokenizers import Tokenizer
-from transformers import LlamaConfig, LlamaForCausalLM, SmolLM3Config, SmolLM3ForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, SmolLM3Config,
+                          SmolLM3ForCausalLM)
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -48,6 +51,17 @@ with open(HERE / "smollm3_state_dict.txt", "w") as out:
             continue
         out.write(f"{name} {','.join(str(d) for d in tensor.shape)}\n")
     out.write("no_rope_layers " + ",".join(str(flag) for flag in config.no_rope_layers) + "\n")
+
+# microsoft/Phi-3-mini-4k-instruct's config.json shape fields.
+config = Phi3Config(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
+                    original_max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0,
+                    sliding_window=2047, tie_word_embeddings=False, pad_token_id=32000)
+with torch.device("meta"):
+    model = Phi3ForCausalLM(config)
+with open(HERE / "phi3_mini_state_dict.txt", "w") as out:
+    for name, tensor in model.state_dict().items():
+        out.write(f"{name} {','.join(str(d) for d in tensor.shape)}\n")
 
 if len(sys.argv) < 2:
     sys.exit(0)
