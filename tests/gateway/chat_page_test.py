@@ -71,6 +71,9 @@ def main():
         assert status == 200, reference
         expected = reference["choices"][0]["message"]["content"]
 
+        # / takes GET only; the page is HTML with its script inline (no other file is served).
+        status, error = gateway_harness.http("POST", server.url + "/", {})
+        assert status == 405 and "use GET" in error["error"]["message"], (status, error)
         driver = browser(work)
         wait = WebDriverWait(driver, 30)
         driver.get(server.url + "/")

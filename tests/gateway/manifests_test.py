@@ -6,8 +6,8 @@ HTTP port, a preStop pause, a grace period longer than preStop + --drain-timeout
 scrape annotations that name the serving port, a Service that selects the Deployment's pods and
 exposes the HTTP and KV-event ports. Then runs `llmrt serve` with the container's own command
 and args (the plan path, the address and the KV-event port replaced for a test machine, $(POD_IP)
-expanded) and LLMRT_API_KEY set as the Secret would: /health answers, /metrics needs no key,
-the API does, KV events are published, and SIGTERM drains to exit code 0.
+expanded) and LLMRT_API_KEY set as the Secret would: /health answers, /metrics and the chat
+page need no key, the API and /kv_cache/blocks do, KV events are published, and SIGTERM drains to exit code 0.
 
     python3 manifests_test.py --llmc build/bin/llmc --llmrt build/bin/llmrt \
         --model-dir tests/data/stories260K --deploy-dir deploy/kubernetes
@@ -96,6 +96,10 @@ def main():
         status, page = gateway_harness.http("GET", url + "/metrics")
         assert status == 200 and 'vllm:num_requests_running{model_name="model"} 0' in page
         assert gateway_harness.http("GET", url + "/v1/models")[0] == 401
+        # The chat page holds no data: it needs no key (its API calls send the one typed in).
+        status, page = gateway_harness.http("GET", url + "/")
+        assert status == 200 and "<title>llmrt chat</title>" in page, status
+        assert gateway_harness.http("GET", url + "/kv_cache/blocks")[0] == 401
         status, models = gateway_harness.http(
             "GET", url + "/v1/models", headers={"Authorization": "Bearer manifest-key"})
         assert status == 200 and models["data"][0]["id"] == "model", models
