@@ -389,23 +389,26 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
 // ---- I4 on AVX512-VNNI: a 4 rows x 4 tokens register tile on the plan's packed codes.
 //
 // Every (row, token) pair keeps TileI4's arithmetic, so the GEMV's (GemvInt4Avx2): per chunk of
-// 8 blocks the exact int32 block sums (vpdpbusd, block j in lanes j and 8 + j, the halves
-// added), minus the zero-point correction, one convert and one FMA with weight scale x
-// activation scale per lane. What differs is how the operands reach the registers:
-// - the codes come straight from the plan: a 64-byte load holds two LANE_CHUNKS slices, whose
-//   low nibbles are lane-order vectors 4h and 4h + 2 and high nibbles 4h + 1 and 4h + 3, so one
-//   mask (or shift and mask) per 64 codes, shared by the tile's 4 tokens, replaces unpacking
-//   the panel (at 16 tokens the unpack and its stores took ~25% of the GEMM);
+// 8 blocks the exact int32 block sums, block j in lane j, minus the zero-point correction, one
+// convert and one FMA with weight scale x activation scale per lane, one f32 chain of 8 lanes
+// over the chunks. What differs is how the operands reach the registers:
+// - two tokens share each 512-bit vector: lanes 0-7 are token 2p's and 8-15 token 2p + 1's, so
+//   a chain of 8 vpdpbusd per (row, token pair) and chunk, on LANE_CHUNKS slice v of the row
+//   broadcast to both halves (its low nibbles are lane-order vector 2v, its high nibbles 2v + 1)
+//   against those vectors of the two tokens, leaves each token's 8 block sums in its own half;
+//   the f32 steps then run on both tokens at once, each lane seeing TileI4's operations on its
+//   own values (so the results are its bits);
+// - the codes come straight from the plan: one mask (low nibbles) or shift and mask (high) per
+//   32 codes, shared by the tile's 4 tokens; unpacking each panel once instead (as TileI4's
+//   callers do) was 15-30% slower at 16 tokens: the unpack's stores, and an unpacked panel of
+//   16 x K bytes that no longer fits L1 next to the tokens;
 // - each weight vector meets the tile's 4 tokens and each activation vector its 4 rows (8
 //   loads per 16 vpdpbusd; TileI4's 1 x 4 tile loaded 8 per 4, and the load ports bounded it);
-// - the f32 steps run on two tokens at once: tokens 2p and 2p + 1 of a row share a 512-bit
-//   accumulator (lanes 0-7 and 8-15), their int32 sums gathered into it by two 128-bit-lane
-//   shuffles and one add, so each lane sees TileI4's operations on its own values;
-// - the activations of each token tile are copied once per call into the order the slices
-//   meet (ActivationVector), a token's chunks interleaved with the tile's others, next to their
-//   scales and corrections, and a panel's weight scales converted to f32 once per panel, so a
-//   chunk's loads are fixed offsets from a few pointers (with a pointer per row and token the
-//   compiler spilled them) and the tile converts no scale.
+// - the activations of each token tile are copied once per call into that order (a pair's
+//   vectors interleaved), next to their scales and the chains' starting values, and a panel's
+//   weight scales are converted to f32 once per panel, so a chunk's loads are fixed offsets
+//   from a few pointers (with a pointer per row and token the compiler spilled them) and the
+//   tile converts no scale.
 namespace i4vnni {
 
 constexpr int kGroupRows = kGemmRowsVnni;    // weight rows per register tile

@@ -15,7 +15,9 @@
 // every weight block is unpacked once per tile of kGemmTokens tokens and every activation block
 // loaded once per kGemmRows weight rows, the activation scale products are precomputed per
 // chunk of 64 blocks (vectorized, whatever the group size), and threads split the rows into
-// panels whose weights stay in L2 while all token tiles pass over them.
+// panels whose weights stay in L2 while all token tiles pass over them. I4 on AVX512-VNNI runs
+// a 4 rows x 4 tokens tile on the packed codes instead, two tokens per 512-bit vector
+// (quant_gemm.cc's i4vnni; docs/performance.md has the measurements).
 //
 // Thread-safety: like kernels.h (pure apart from outputs; one call per pool).
 #ifndef LLMRT_BACKEND_CPU_QUANT_GEMM_H_
