@@ -88,14 +88,13 @@ def main():
         field("system", SYSTEM)
         field("temperature", "0")
         field("max-tokens", "60")
-        # Every render of the reply is recorded, to see that it arrives in pieces.
+        # Every render of the reply is recorded, to see that it arrives in pieces: the page's
+        # renderMarkdown is a global the stream loop looks up on each chunk, so a wrapper sees
+        # each text the page showed.
         driver.execute_script("""
             window.renders = [];
-            new MutationObserver(() => {
-              const last = document.querySelector('.message.assistant:last-child');
-              if (last) window.renders.push(last.textContent);
-            }).observe(document.getElementById('messages'),
-                       {childList: true, subtree: true, characterData: true});""")
+            const render = window.renderMarkdown;
+            window.renderMarkdown = (text) => { window.renders.push(text); return render(text); };""")
         field("input", MESSAGE)
         driver.find_element(By.ID, "send").click()
         wait.until(lambda d: "tokens/s" in d.find_element(By.ID, "stats").text and
