@@ -6,8 +6,8 @@ with pyzmq, and runs 32 concurrent requests (shared prefixes, n = 2 forks, promp
 the pool so cached blocks are evicted). Every batch is decoded by msgspec -- the decoder vLLM's
 own subscribers use -- into structs declared here after vLLM's schema (vllm/distributed/
 kv_events.py: BlockStored / BlockRemoved / AllBlocksCleared tagged under "type", in a
-[ts, events, data_parallel_rank] batch). Checks: sequence numbers start right after the startup
-AllBlocksCleared and have no gap; timestamps never go back; no block is stored twice or removed
+[ts, events, data_parallel_rank] batch). Checks: sequence numbers run without a gap from the
+startup AllBlocksCleared (or the batch after it, sent before we subscribed); timestamps never go back; no block is stored twice or removed
 while not stored; and at the end the mirror (hash -> parent hash, token ids) equals
 GET /kv_cache/blocks, the engine's own table. Runs with the default map encoding (vLLM's current
 events, named fields), then with --kv-events-encoding array (its earlier positional events) and
