@@ -235,6 +235,33 @@ TEST_F(SynthTest, SmolLM3PresetNoRopeLayersCompileAndRun) {
   for (float value : *logits) ASSERT_TRUE(std::isfinite(value));
 }
 
+// A Phi-3 checkpoint at toy width as synth writes it (fused qkv_proj / gate_up_proj on disk)
+// compiles, its plan reads the fused tensors back as one qkv and one gate_up matmul, and runs.
+TEST_F(SynthTest, Phi3FusedCheckpointCompilesAndRuns) {
+  SynthOptions options;
+  options.config = TinyConfig();
+  options.config.architecture = "Phi3ForCausalLM";
+  options.config.model_type = "phi3";
+  options.output_dir = (root_ / "model").string();
+  ASSERT_TRUE(WriteSyntheticCheckpoint(options).ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(options.output_dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_NE((*checkpoint)->Find("model.layers.0.self_attn.qkv_proj.weight"), nullptr);
+  EXPECT_EQ((*checkpoint)->Find("model.layers.0.self_attn.q_proj.weight"), nullptr);
+
+  CompileOptions compile;
+  compile.model_dir = options.output_dir;
+  compile.output_path = (root_ / "model.plan").string();
+  absl::Status compiled = Compile(compile, nullptr);
+  ASSERT_TRUE(compiled.ok()) << compiled;
+  absl::StatusOr<std::unique_ptr<llmrt::engine::Model>> model =
+      llmrt::engine::Model::Load(compile.output_path, llmrt::engine::ModelOptions());
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<std::vector<float>> logits = (*model)->NewSession()->Append({1, 5, 9}, false);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  for (float value : *logits) ASSERT_TRUE(std::isfinite(value));
+}
+
 TEST(SynthTensorsTest, UnknownPresetNamesTheAlternatives) {
   absl::StatusOr<SynthModelConfig> config = SynthPreset("llama-7b");
   ASSERT_FALSE(config.ok());
