@@ -63,8 +63,32 @@ func.func @attention_k_width(%q: tensor<?x64xf32>, %kv: tensor<?x48xf32>) -> ten
 // -----
 
 func.func @rope_scaling(%x: tensor<?x64xf32>, %pos: tensor<?xi32>) -> tensor<?x64xf32> {
-  // expected-error @+1 {{scaling must be none, linear, llama3 or yarn, found "ntk"}}
+  // expected-error @+1 {{scaling must be none, linear, llama3, yarn, longrope or dynamic, found "ntk"}}
   %y = llm.rope %x, %pos {num_heads = 4, head_dim = 16, theta = 10000.0, scaling = "ntk"} : tensor<?x64xf32>, tensor<?xi32>
+  return %y : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @rope_rotary_dim_odd(%x: tensor<?x64xf32>, %pos: tensor<?xi32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{rotary_dim must be even and in [0, head_dim], found 7}}
+  %y = llm.rope %x, %pos {num_heads = 4, head_dim = 16, theta = 10000.0, rotary_dim = 7} : tensor<?x64xf32>, tensor<?xi32>
+  return %y : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @rope_longrope_factor_count(%x: tensor<?x64xf32>, %pos: tensor<?xi32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{ext_factors: longrope needs one per rotated pair (4), other scalings none; found 3}}
+  %y = llm.rope %x, %pos {num_heads = 4, head_dim = 16, theta = 10000.0, scaling = "longrope", factor = 4.0, rotary_dim = 8, ext_factors = array<f64: 1.0, 2.0, 3.0>} : tensor<?x64xf32>, tensor<?xi32>
+  return %y : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @rope_yarn_partial(%x: tensor<?x64xf32>, %pos: tensor<?xi32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{yarn scaling rotates all of head_dim}}
+  %y = llm.rope %x, %pos {num_heads = 4, head_dim = 16, theta = 10000.0, scaling = "yarn", factor = 4.0, rotary_dim = 8, original_max_position_embeddings = 16} : tensor<?x64xf32>, tensor<?xi32>
   return %y : tensor<?x64xf32>
 }
 
