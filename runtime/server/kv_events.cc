@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -192,6 +193,19 @@ absl::StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Create(
   size_t endpoint_size = sizeof(endpoint);
   zmq_getsockopt(publisher->socket_, ZMQ_LAST_ENDPOINT, endpoint, &endpoint_size);
   publisher->bound_endpoint_ = endpoint;
+  if (!options.replay_endpoint.empty()) {
+    publisher->replay_socket_ = zmq_socket(publisher->context_, ZMQ_ROUTER);
+    const int no_linger = 0;  // a replay in progress is not worth waiting for at exit
+    zmq_setsockopt(publisher->replay_socket_, ZMQ_LINGER, &no_linger, sizeof(no_linger));
+    if (zmq_bind(publisher->replay_socket_, options.replay_endpoint.c_str()) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--kv-events-replay-endpoint '%s': cannot bind: %s",
+                          options.replay_endpoint, zmq_strerror(zmq_errno())));
+    }
+    endpoint_size = sizeof(endpoint);
+    zmq_getsockopt(publisher->replay_socket_, ZMQ_LAST_ENDPOINT, endpoint, &endpoint_size);
+    publisher->bound_replay_endpoint_ = endpoint;
+  }
   kv::KvCacheEvent cleared;
   cleared.kind = kv::KvCacheEvent::Kind::kAllCleared;
   publisher->Publish({cleared});
@@ -206,6 +220,7 @@ KvEventPublisher::~KvEventPublisher() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (replay_socket_ != nullptr) zmq_close(replay_socket_);
   if (socket_ != nullptr) zmq_close(socket_);
   if (context_ != nullptr) zmq_ctx_term(context_);
 }
@@ -224,28 +239,100 @@ uint64_t KvEventPublisher::batches_sent() const {
   return sent_;
 }
 
+namespace {
+
+void SequenceBytes(uint64_t sequence, char (&bytes)[8]) {
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(sequence >> (8 * (7 - i)));
+}
+
+// Receives the frames of one multipart message that zmq_poll said is there.
+std::vector<std::string> ReceiveFrames(void* socket) {
+  std::vector<std::string> frames;
+  int more = 1;
+  while (more) {
+    zmq_msg_t message;
+    zmq_msg_init(&message);
+    if (zmq_msg_recv(&message, socket, 0) < 0) {
+      zmq_msg_close(&message);
+      break;
+    }
+    frames.emplace_back(static_cast<const char*>(zmq_msg_data(&message)), zmq_msg_size(&message));
+    more = zmq_msg_more(&message);
+    zmq_msg_close(&message);
+  }
+  return frames;
+}
+
+}  // namespace
+
+void KvEventPublisher::ServeReplays() {
+  zmq_pollitem_t item = {replay_socket_, 0, ZMQ_POLLIN, 0};
+  while (zmq_poll(&item, 1, 0) > 0 && (item.revents & ZMQ_POLLIN)) {
+    // [client identity, empty delimiter, first wanted sequence: 8 bytes big-endian]
+    const std::vector<std::string> frames = ReceiveFrames(replay_socket_);
+    if (frames.size() != 3 || !frames[1].empty() || frames[2].size() != 8) continue;
+    uint64_t first = 0;
+    for (unsigned char byte : frames[2]) first = (first << 8) | byte;
+    const std::string& client = frames[0];
+    for (const auto& [sequence, payload] : replay_buffer_) {
+      if (sequence < first) continue;
+      char sequence_bytes[8];
+      SequenceBytes(sequence, sequence_bytes);
+      zmq_send(replay_socket_, client.data(), client.size(), ZMQ_SNDMORE);
+      zmq_send(replay_socket_, "", 0, ZMQ_SNDMORE);
+      zmq_send(replay_socket_, sequence_bytes, sizeof(sequence_bytes), ZMQ_SNDMORE);
+      zmq_send(replay_socket_, payload.data(), payload.size(), 0);
+    }
+    // The end: sequence -1 and an empty payload.
+    const char end[8] = {'\xff', '\xff', '\xff', '\xff', '\xff', '\xff', '\xff', '\xff'};
+    zmq_send(replay_socket_, client.data(), client.size(), ZMQ_SNDMORE);
+    zmq_send(replay_socket_, "", 0, ZMQ_SNDMORE);
+    zmq_send(replay_socket_, end, sizeof(end), ZMQ_SNDMORE);
+    zmq_send(replay_socket_, "", 0, 0);
+  }
+}
+
 void KvEventPublisher::Run() {
   const std::string& topic = options_.topic;
+  // With a replay socket the thread also wakes every 20 ms to answer replay requests: a
+  // condition variable cannot wait on a socket, and 20 ms is nothing to a resynchronising
+  // subscriber.
+  constexpr auto kReplayPoll = std::chrono::milliseconds(20);
   for (;;) {
-    Batch batch;
-    uint64_t sequence;
+    std::optional<Batch> batch;
+    uint64_t sequence = 0;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything was sent
-      batch = std::move(queue_.front());
-      queue_.pop_front();
-      sequence = sent_;
+      auto ready = [this] { return stop_ || !queue_.empty(); };
+      if (replay_socket_ != nullptr) {
+        wake_.wait_for(lock, kReplayPoll, ready);
+      } else {
+        wake_.wait(lock, ready);
+      }
+      if (queue_.empty() && stop_) return;  // everything was sent
+      if (!queue_.empty()) {
+        batch = std::move(queue_.front());
+        queue_.pop_front();
+        sequence = sent_;
+      }
     }
-    const std::string payload =
-        EncodeKvEventBatch(batch.ts, batch.events, options_.block_size, options_.encoding);
+    if (replay_socket_ != nullptr) ServeReplays();
+    if (!batch.has_value()) continue;
+    std::string payload =
+        EncodeKvEventBatch(batch->ts, batch->events, options_.block_size, options_.encoding);
     char sequence_bytes[8];
-    for (int i = 0; i < 8; ++i) sequence_bytes[i] = static_cast<char>(sequence >> (8 * (7 - i)));
+    SequenceBytes(sequence, sequence_bytes);
     // A PUB socket never blocks a send: past the high-water mark it drops for that subscriber,
     // which the subscriber sees as a gap in the sequence numbers.
     zmq_send(socket_, topic.data(), topic.size(), ZMQ_SNDMORE);
     zmq_send(socket_, sequence_bytes, sizeof(sequence_bytes), ZMQ_SNDMORE);
     zmq_send(socket_, payload.data(), payload.size(), 0);
+    if (replay_socket_ != nullptr) {
+      replay_buffer_.emplace_back(sequence, std::move(payload));
+      if (replay_buffer_.size() > static_cast<size_t>(options_.replay_batches)) {
+        replay_buffer_.pop_front();
+      }
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     ++sent_;
   }

@@ -37,8 +37,12 @@
 // starts with an empty cache, so a subscriber still holding state from a previous process at
 // this address drops it. ZMQ PUB drops messages for a subscriber that falls more than the
 // high-water mark (100000 messages) behind, and a subscriber that connects late misses what was
-// sent before; both show as a gap in the sequence numbers. After a gap, GET /kv_cache/blocks
-// (server.h) returns the replica's whole cache to start over from.
+// sent before; both show as a gap in the sequence numbers. After a gap a subscriber asks the
+// replay socket (--kv-events-replay-endpoint, vLLM's protocol: a ROUTER that takes
+// [empty frame, first sequence as 8 bytes big-endian] and answers [empty, sequence, payload] for
+// each of the last replay_batches batches from there, then [empty, -1 as 8 bytes, empty]), or,
+// when the gap is older than that, starts over from GET /kv_cache/blocks (server.h), the
+// replica's whole cache.
 //
 // Thread-safety: Publish() from any thread; the socket belongs to the publisher's thread.
 #ifndef LLMRT_SERVER_KV_EVENTS_H_
@@ -51,6 +55,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -69,6 +74,10 @@ struct KvEventOptions {
   std::string topic;
   int32_t block_size = 16;  // written into every BlockStored
   KvEventEncoding encoding = KvEventEncoding::kMap;
+  // Where a ROUTER socket for replay requests binds; empty: none. It keeps the payloads of the
+  // last replay_batches batches (vLLM's 10000: minutes of a busy replica, a few MB).
+  std::string replay_endpoint;
+  int32_t replay_batches = 10000;
 };
 
 // One batch's msgpack payload (the format above). `ts` is unix time in seconds.
@@ -89,6 +98,7 @@ class KvEventPublisher {
   void Publish(std::vector<kv::KvCacheEvent> events);
   // The endpoint as bound, with a wildcard port resolved ("tcp://127.0.0.1:43125").
   const std::string& bound_endpoint() const { return bound_endpoint_; }
+  const std::string& bound_replay_endpoint() const { return bound_replay_endpoint_; }
   // Batches sent so far (the next sequence number).
   uint64_t batches_sent() const;
 
@@ -99,11 +109,15 @@ class KvEventPublisher {
   };
   explicit KvEventPublisher(const KvEventOptions& options);
   void Run();
+  void ServeReplays();  // publisher thread: answers every replay request waiting
 
   KvEventOptions options_;
   void* context_ = nullptr;  // zmq context and PUB socket (zmq.h stays out of this header)
   void* socket_ = nullptr;
-  std::string bound_endpoint_;
+  void* replay_socket_ = nullptr;  // ROUTER; null without a replay endpoint
+  std::string bound_endpoint_, bound_replay_endpoint_;
+  // (sequence, payload) of the last replay_batches batches; the publisher thread's own.
+  std::deque<std::pair<uint64_t, std::string>> replay_buffer_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Batch> queue_;  // under mutex_

@@ -41,13 +41,16 @@ def stories_plan(llmc, model_dir, work):
 
 class Server(sdk_harness.ServerProcess):
     """`llmrt serve PLAN --port 0 --model-name stories FLAGS` (tests/server/sdk_harness.py),
-    plus the KV-event endpoint it printed, when --kv-events-endpoint was given."""
+    plus the KV-event endpoints it printed (--kv-events-endpoint, --kv-events-replay-endpoint)."""
 
     def __init__(self, llmrt, plan, work, *flags):
         super().__init__(llmrt, plan, work, "stories", *flags)
         with open(self.stderr_path) as f:
-            events = re.search(r"kv events on (\S+)", f.read())
+            log = f.read()
+        events = re.search(r"kv events on (\S+)", log)
+        replay = re.search(r"kv events replay on (\S+)", log)
         self.kv_events_endpoint = events.group(1) if events else None
+        self.kv_events_replay_endpoint = replay.group(1) if replay else None
 
 
 def arguments(*extra):

@@ -11,7 +11,8 @@ startup AllBlocksCleared (or the batch after it, sent before we subscribed); tim
 while not stored; and at the end the mirror (hash -> parent hash, token ids) equals
 GET /kv_cache/blocks, the engine's own table. Runs with the default map encoding (vLLM's current
 events, named fields), then with --kv-events-encoding array (its earlier positional events) and
-16 requests.
+16 requests. Last, vLLM's replay protocol (--kv-events-replay-endpoint) returns every batch from
+sequence 0 byte for byte, and a mirror built from the replay alone equals the engine's table.
 
     python3 kv_events_test.py --llmc build/bin/llmc --llmrt build/bin/llmrt \
         --model-dir tests/data/stories260K
@@ -65,8 +66,52 @@ STORIES = [
 ]
 
 
+class Mirror:
+    """A replica's prefix cache as a subscriber rebuilds it from batches, checking each batch
+    as it applies it."""
+
+    def __init__(self, encoding):
+        self.decoder = msgspec.msgpack.Decoder(type=schema(encoding == "array"))
+        self.encoding = encoding
+        self.blocks = {}  # hash -> (parent hash or None, token ids)
+        self.sequences = []
+        self.last_ts = 0.0
+        self.counts = {"stored": 0, "removed": 0, "cleared": 0, "multi_block_stores": 0}
+
+    def apply(self, topic, sequence, payload):
+        assert topic == TOPIC, topic
+        batch = self.decoder.decode(payload)
+        self.sequences.append(sequence)
+        assert batch.ts >= self.last_ts - 1e-3, (batch.ts, self.last_ts)
+        self.last_ts = batch.ts
+        # The map encoding's batch names the data-parallel rank (one engine: 0).
+        assert batch.data_parallel_rank == (0 if self.encoding == "map" else None), batch
+        for event in batch.events:
+            kind = type(event).__name__
+            if kind == "BlockStored":
+                size = event.block_size
+                assert len(event.token_ids) == size * len(event.block_hashes)
+                if len(event.block_hashes) > 1:
+                    self.counts["multi_block_stores"] += 1
+                parent = event.parent_block_hash
+                for index, block_hash in enumerate(event.block_hashes):
+                    assert block_hash not in self.blocks, "stored twice: %d" % block_hash
+                    self.blocks[block_hash] = (parent,
+                                               event.token_ids[index * size:(index + 1) * size])
+                    parent = block_hash
+                    self.counts["stored"] += 1
+            elif kind == "BlockRemoved":
+                for block_hash in event.block_hashes:
+                    assert block_hash in self.blocks, "removed while not stored: %d" % block_hash
+                    del self.blocks[block_hash]
+                    self.counts["removed"] += 1
+            else:
+                self.blocks.clear()
+                self.counts["cleared"] += 1
+
+
 class Subscriber:
-    """Receives batches on a thread and applies them to `mirror`."""
+    """Receives batches on a thread and applies them to a Mirror (under `lock`)."""
 
     def __init__(self, endpoint, encoding):
         self.context = zmq.Context()
@@ -83,12 +128,8 @@ class Subscriber:
         self.socket.disable_monitor()
         monitor.close(linger=0)
         time.sleep(0.2)
-        self.decoder = msgspec.msgpack.Decoder(type=schema(encoding == "array"))
-        self.encoding = encoding
-        self.mirror = {}  # hash -> (parent hash or None, token ids)
-        self.sequences = []
-        self.last_ts = 0.0
-        self.counts = {"stored": 0, "removed": 0, "cleared": 0, "multi_block_stores": 0}
+        self.mirror = Mirror(encoding)
+        self.payloads = {}  # sequence -> payload, as received
         self.errors = []
         self.lock = threading.Lock()
         self.stopping = False
@@ -103,39 +144,10 @@ class Subscriber:
                 continue
             with self.lock:
                 try:
-                    self.apply(topic, int.from_bytes(sequence, "big"), self.decoder.decode(payload))
+                    self.payloads[int.from_bytes(sequence, "big")] = payload
+                    self.mirror.apply(topic, int.from_bytes(sequence, "big"), payload)
                 except Exception as error:  # reported by the test, not lost on this thread
                     self.errors.append(repr(error))
-
-    def apply(self, topic, sequence, batch):
-        assert topic == TOPIC, topic
-        self.sequences.append(sequence)
-        assert batch.ts >= self.last_ts - 1e-3, (batch.ts, self.last_ts)
-        self.last_ts = batch.ts
-        # The map encoding's batch names the data-parallel rank (one engine: 0).
-        assert batch.data_parallel_rank == (0 if self.encoding == "map" else None), batch
-        for event in batch.events:
-            kind = type(event).__name__
-            if kind == "BlockStored":
-                size = event.block_size
-                assert len(event.token_ids) == size * len(event.block_hashes)
-                if len(event.block_hashes) > 1:
-                    self.counts["multi_block_stores"] += 1
-                parent = event.parent_block_hash
-                for index, block_hash in enumerate(event.block_hashes):
-                    assert block_hash not in self.mirror, "stored twice: %d" % block_hash
-                    self.mirror[block_hash] = (parent,
-                                               event.token_ids[index * size:(index + 1) * size])
-                    parent = block_hash
-                    self.counts["stored"] += 1
-            elif kind == "BlockRemoved":
-                for block_hash in event.block_hashes:
-                    assert block_hash in self.mirror, "removed while not stored: %d" % block_hash
-                    del self.mirror[block_hash]
-                    self.counts["removed"] += 1
-            else:
-                self.mirror.clear()
-                self.counts["cleared"] += 1
 
     def close(self):
         self.stopping = True
@@ -150,6 +162,36 @@ def engine_table(server):
     return {block["hash"]: (block["parent_hash"], block["token_ids"]) for block in body["blocks"]}
 
 
+def check_replay(endpoint, encoding, subscriber, expected):
+    """vLLM's replay protocol: from sequence 0, every batch comes back byte for byte as it was
+    published (the startup AllBlocksCleared first), then the end marker; a mirror built from
+    the replay alone equals the engine's table."""
+    context = zmq.Context()
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.RCVTIMEO, 10000)
+    dealer.connect(endpoint)
+    dealer.send_multipart([b"", (0).to_bytes(8, "big")])
+    replayed = {}
+    while True:
+        empty, sequence, payload = dealer.recv_multipart()
+        assert empty == b""
+        if int.from_bytes(sequence, "big", signed=True) == -1:
+            assert payload == b""
+            break
+        replayed[int.from_bytes(sequence, "big")] = payload
+    dealer.close(linger=0)
+    context.term()
+    assert sorted(replayed) == list(range(len(replayed))), sorted(replayed)[:10]
+    for sequence, payload in subscriber.payloads.items():
+        assert replayed[sequence] == payload, sequence
+    rebuilt = Mirror(encoding)
+    for sequence in sorted(replayed):
+        rebuilt.apply(TOPIC, sequence, replayed[sequence])
+    assert rebuilt.counts["cleared"] == 1, rebuilt.counts
+    assert rebuilt.blocks == expected
+    print("kv_events_test: replay returned %d batches from sequence 0" % len(replayed))
+
+
 def scenario(args, work, plan, encoding, num_requests):
     """Runs num_requests concurrent requests against a fresh replica publishing `encoding` and
     checks the subscriber's mirror against the engine's table."""
@@ -158,6 +200,7 @@ def scenario(args, work, plan, encoding, num_requests):
     server = gateway_harness.Server(
         args.llmrt, plan, work, "--kv-events-endpoint", "tcp://127.0.0.1:*",
         "--kv-events-topic", TOPIC.decode(), "--kv-events-encoding", encoding,
+        "--kv-events-replay-endpoint", "tcp://127.0.0.1:*",
         "--kv-memory", str(768 * 1024), "--max-seqs", "12")
     subscriber = Subscriber(server.kv_events_endpoint, encoding)
     try:
@@ -178,14 +221,14 @@ def scenario(args, work, plan, encoding, num_requests):
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             with subscriber.lock:
-                if subscriber.mirror == expected or subscriber.errors:
+                if subscriber.mirror.blocks == expected or subscriber.errors:
                     break
             time.sleep(0.05)
         with subscriber.lock:
             assert not subscriber.errors, subscriber.errors
-            sequences = list(subscriber.sequences)
-            mirror = dict(subscriber.mirror)
-            counts = dict(subscriber.counts)
+            sequences = list(subscriber.mirror.sequences)
+            mirror = dict(subscriber.mirror.blocks)
+            counts = dict(subscriber.mirror.counts)
         print("kv_events_test: %s encoding, %d requests: %d batches, %s; engine holds %d blocks"
               % (encoding, num_requests, len(sequences), counts, len(expected)))
         # Sequence 0 is the startup AllBlocksCleared, sent as the server starts (usually before
@@ -198,6 +241,7 @@ def scenario(args, work, plan, encoding, num_requests):
         assert mirror == expected, (
             "mirror differs: %d blocks only in the mirror, %d only in the engine" %
             (len(mirror.keys() - expected.keys()), len(expected.keys() - mirror.keys())))
+        check_replay(server.kv_events_replay_endpoint, encoding, subscriber, expected)
     finally:
         subscriber.close()
         assert server.stop() == 0

@@ -49,6 +49,8 @@ def main():
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert int(flag(container_args, "--port")) == ports["http"]
     assert flag(container_args, "--kv-events-endpoint").endswith(":%d" % ports["kv-events"])
+    assert flag(container_args, "--kv-events-replay-endpoint").endswith(
+        ":%d" % ports["kv-replay"])
     assert "--metrics-public" in container_args
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}, probe
@@ -73,7 +75,8 @@ def main():
         # A test machine: loopback, any free port, and a small KV pool (the manifest's
         # fraction of this machine's memory is not this test's business).
         local = {"--host": "127.0.0.1", "--port": "0",
-                 "--kv-events-endpoint": "tcp://127.0.0.1:*", "--kv-memory-fraction": "0.02"}
+                 "--kv-events-endpoint": "tcp://127.0.0.1:*",
+                 "--kv-events-replay-endpoint": "tcp://127.0.0.1:*", "--kv-memory-fraction": "0.02"}
         run_args = []
         for index, value in enumerate(container_args):
             previous = container_args[index - 1] if index else None
@@ -91,6 +94,7 @@ def main():
             port = int(match.group(1)) if match else time.sleep(0.05)
         assert port is not None, log
         assert re.search(r"kv events on tcp://127.0.0.1:[0-9]+", log), log
+        assert re.search(r"kv events replay on tcp://127.0.0.1:[0-9]+", log), log
         url = "http://127.0.0.1:%d" % port
         assert gateway_harness.http("GET", url + "/health")[0] == 200
         status, page = gateway_harness.http("GET", url + "/metrics")

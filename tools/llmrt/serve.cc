@@ -37,6 +37,7 @@ constexpr char kServeUsage[] =
     "                        [--mem-bandwidth GB/s] [--tool-call-format NAME] [--verify]\n"
     "                        [--metrics-public] [--kv-events-endpoint ZMQ_ENDPOINT]\n"
     "                        [--kv-events-topic TOPIC] [--kv-events-encoding map|array]\n"
+    "                        [--kv-events-replay-endpoint ZMQ_ENDPOINT]\n"
     "  --port 0 picks a free port; the address is printed as 'listening on http://HOST:PORT'.\n"
     "  KV pool: --kv-memory bytes, else --kv-memory-fraction of the memory available now, else\n"
     "  one context of the model's length (at most 8192 tokens). --max-seq-len caps one sequence.\n"
@@ -52,7 +53,9 @@ constexpr char kServeUsage[] =
     "  --kv-events-endpoint: publish KV-cache events (vLLM's schema, msgpack over a ZMQ PUB\n"
     "  socket bound there, e.g. tcp://*:5557; tcp://127.0.0.1:* picks a free port and prints\n"
     "  'kv events on ENDPOINT'); --kv-events-topic: the topic frame (default empty);\n"
-    "  --kv-events-encoding: map (vLLM's current events, default) or array (its older ones).\n"
+    "  --kv-events-encoding: map (vLLM's current events, default) or array (its older ones);\n"
+    "  --kv-events-replay-endpoint: a ROUTER socket that resends the last 10000 batches on\n"
+    "  request (vLLM's replay protocol; prints 'kv events replay on ENDPOINT').\n"
     "  SIGTERM or SIGINT drains: new requests get 503, running ones finish (at most\n"
     "  --drain-timeout seconds, default 30), then the server exits 0.\n";
 
@@ -85,7 +88,7 @@ int Serve(int argc, char** argv) {
       "--max-body-bytes", "--mem-bandwidth", "--kv-memory-fraction",
       "--max-seq-len",    "--kv-cache",      "--prefill-chunk-tokens",
       "--tool-call-format", "--kv-events-endpoint", "--kv-events-topic",
-      "--kv-events-encoding"};
+      "--kv-events-encoding", "--kv-events-replay-endpoint"};
   // clang-format on
   std::map<std::string, std::string> values;
   bool verify = false;
@@ -161,7 +164,8 @@ int Serve(int argc, char** argv) {
   if (values.count("--host")) options.host = values["--host"];
   options.port = static_cast<int>(port);
   options.metrics_public = metrics_public;
-  for (const char* event_flag : {"--kv-events-topic", "--kv-events-encoding"}) {
+  for (const char* event_flag :
+       {"--kv-events-topic", "--kv-events-encoding", "--kv-events-replay-endpoint"}) {
     if (values.count(event_flag) && !values.count("--kv-events-endpoint")) {
       return ServeUsageError(absl::StrFormat("%s needs --kv-events-endpoint", event_flag));
     }
@@ -251,6 +255,9 @@ int Serve(int argc, char** argv) {
     kv_event_options.topic = values.count("--kv-events-topic") ? values["--kv-events-topic"] : "";
     kv_event_options.block_size = (*model)->kv_block_size();
     kv_event_options.encoding = kv_events_encoding;
+    if (values.count("--kv-events-replay-endpoint")) {
+      kv_event_options.replay_endpoint = values["--kv-events-replay-endpoint"];
+    }
     absl::StatusOr<std::unique_ptr<server::KvEventPublisher>> publisher =
         server::KvEventPublisher::Create(kv_event_options);
     if (!publisher.ok()) return ServeFail(std::string(publisher.status().message()));
@@ -260,6 +267,10 @@ int Serve(int argc, char** argv) {
       publisher->Publish(std::move(events));
     };
     std::fprintf(stderr, "llmrt serve: kv events on %s\n", kv_events->bound_endpoint().c_str());
+    if (!kv_events->bound_replay_endpoint().empty()) {
+      std::fprintf(stderr, "llmrt serve: kv events replay on %s\n",
+                   kv_events->bound_replay_endpoint().c_str());
+    }
   }
   engine::Engine engine(**model, tokenizer->get(), engine_options);
 
