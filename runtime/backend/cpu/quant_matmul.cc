@@ -485,17 +485,15 @@ struct NeonBlock {
   int8x16_t high;
 };
 
-// I8: the block whose first code is `codes`, or for a row's partial last block (one scale per
-// row and cols not a multiple of 32) its `count` codes padded with zeros (activations are
-// zero-padded alike, so the sum is the row's own; nothing past the row is read: the end of the
-// mapped plan may follow).
-HWY_INLINE NeonBlock LoadI8BlockNeon(const int8_t* codes, int64_t count) {
-  if (count < kQuantBlock) {
-    alignas(16) int8_t padded[kQuantBlock] = {};
-    std::memcpy(padded, codes, count);
-    return {vld1q_s8(padded), vld1q_s8(padded + 16)};
-  }
-  return {vld1q_s8(codes), vld1q_s8(codes + 16)};
+// I8: a row whose cols is no multiple of 32 (one scale per row) ends in a partial block. Kernels
+// copy it once, before their block loop, zero-padded to 32 codes (activations are zero-padded
+// alike, so the sum is the row's own): the loop then never reads past the row (the end of the
+// mapped plan may follow) and never calls memcpy, which would make it spill its accumulators.
+HWY_INLINE bool HasI8Tail(int64_t cols) { return cols % kQuantBlock != 0; }
+HWY_INLINE void CopyI8Tail(const WeightRow& row, int64_t cols, int8_t* tail) {
+  const int64_t full = cols / kQuantBlock * kQuantBlock;
+  std::memset(tail, 0, kQuantBlock);
+  std::memcpy(tail, row.codes + full, cols - full);
 }
 
 // I4: block `block` of a row in plan::Int4SliceOffset's layout, codes minus `zero` (|code - zero|
@@ -517,16 +515,19 @@ HWY_INLINE NeonBlock LoadI4BlockNeon(const uint8_t* row_codes, int64_t cols, int
           vsubq_s8(vreinterpretq_s8_u32(vzip2q_u32(low, high)), zeros)};
 }
 
-// Block `block` (of group `group`) of `row` as NeonBlock (I4: zero point 8 when symmetric).
+// Block `block` (of group `group`) of `row` as NeonBlock (I4: zero point 8 when symmetric; I8:
+// a whole block, or with `i8_tail` the row's partial last block, CopyI8Tail's copy).
 template <bool kInt4>
-HWY_INLINE NeonBlock LoadBlockNeon(const WeightRow& row, int64_t cols, int64_t block,
-                                   int64_t group) {
+HWY_INLINE NeonBlock LoadBlockNeon(const WeightRow& row, int64_t cols, int64_t block, int64_t group,
+                                   const int8_t* i8_tail = nullptr) {
   if constexpr (kInt4) {
     return LoadI4BlockNeon(row.codes, cols, block,
                            row.zero_points != nullptr ? row.zero_points[group] : 8);
   }
-  return LoadI8BlockNeon(reinterpret_cast<const int8_t*>(row.codes) + block * kQuantBlock,
-                         std::min(kQuantBlock, cols - block * kQuantBlock));
+  const int8_t* codes = i8_tail != nullptr
+                            ? i8_tail
+                            : reinterpret_cast<const int8_t*>(row.codes) + block * kQuantBlock;
+  return {vld1q_s8(codes), vld1q_s8(codes + 16)};
 }
 
 // The block's exact integer dot product as four int32 lanes (NEON tier, no dot product
@@ -558,11 +559,15 @@ void RowTileNeon(const WeightRow& row, int64_t cols, int32_t group_size, const A
     even[t] = vdupq_n_f32(0.0f);
     odd[t] = vdupq_n_f32(0.0f);
   }
-  const int64_t blocks = (cols + kQuantBlock - 1) / kQuantBlock;
-  for (int64_t block = 0; block < blocks; ++block) {
+  alignas(16) int8_t i8_tail[kQuantBlock];
+  const bool tail = !kInt4 && HasI8Tail(cols);
+  if (tail) CopyI8Tail(row, cols, i8_tail);
+  const int64_t full_blocks = cols / kQuantBlock;
+  for (int64_t block = 0; block < full_blocks + (tail ? 1 : 0); ++block) {
     const int64_t group = block * kQuantBlock / group_size;
     const float weight_scale = plan::F16ToF32(row.scales[group]);
-    const NeonBlock w = LoadBlockNeon<kInt4>(row, cols, block, group);
+    const NeonBlock w =
+        LoadBlockNeon<kInt4>(row, cols, block, group, block == full_blocks ? i8_tail : nullptr);
     for (int t = 0; t < kTokens; ++t) {
       const float32x4_t products =
           vcvtq_f32_s32(BlockProductsNeon(w, tile.codes[t] + block * kQuantBlock));

@@ -43,27 +43,60 @@ HWY_INLINE float32x4_t RowScales(const WeightRow* rows, int64_t group) {
   return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(halves)));
 }
 
+// The partial last blocks of the 4 rows, for LoadBlockNeon (I8 rows whose cols is no multiple of
+// 32; nothing to copy otherwise).
+template <bool kInt4>
+HWY_INLINE void CopyI8Tails(const WeightRow* rows, int64_t cols, int8_t (*tails)[kQuantBlock]) {
+  if (kInt4 || !HasI8Tail(cols)) return;
+  for (int r = 0; r < kTileRows; ++r) CopyI8Tail(rows[r], cols, tails[r]);
+}
+
 // acc += float(sums) * scales, lane by lane: the one f32 step per (row, token) and block.
 HWY_INLINE float32x4_t AccumulateBlock(float32x4_t acc, int32x4_t sums, float32x4_t scales) {
   return vfmaq_f32(acc, vcvtq_f32_s32(sums), scales);
 }
 
+// The tiles' block loop: step(block, chains, std::false_type()) for every whole block of a row,
+// even blocks into `even` and odd ones into `odd`, two blocks an iteration so that both chains
+// stay in registers (an index block & 1 kept them in memory); then an I8 row's partial last block
+// (CopyI8Tails) as step(block, chains, std::true_type()), outside the loop so that the loop
+// never tests for it. A macro because `step` is a lambda compiled for the tile's extensions,
+// which a helper function compiled without them could not inline.
+#define LLMRT_NEON_FOR_EACH_BLOCK(kInt4, cols, step, even, odd)         \
+  do {                                                                  \
+    const int64_t full_blocks_ = (cols) / kQuantBlock;                  \
+    int64_t block_ = 0;                                                 \
+    for (; block_ + 2 <= full_blocks_; block_ += 2) {                   \
+      step(block_, even, std::false_type());                            \
+      step(block_ + 1, odd, std::false_type());                         \
+    }                                                                   \
+    if (block_ < full_blocks_) step(block_++, even, std::false_type()); \
+    if (!(kInt4) && HasI8Tail(cols)) {                                  \
+      step(block_, block_ % 2 == 0 ? even : odd, std::true_type());     \
+    }                                                                   \
+  } while (false)
+
 // result[r][t] = dot(rows[r], token t) for 4 weight rows and kTokens (1..4) tokens, with sdot.
 template <int kTokens, bool kInt4>
 LLMRT_TARGET_DOTPROD void DotTile(const WeightRow* rows, int64_t cols, int64_t group_blocks,
                                   const ActivationTile& tile, float (*result)[kTokenTile]) {
-  float32x4_t acc[kTokens][2];  // lane r: row r; [0] even blocks, [1] odd blocks
-  for (int t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = vdupq_n_f32(0.0f);
-  const int64_t blocks = (cols + kQuantBlock - 1) / kQuantBlock;
+  float32x4_t even[kTokens], odd[kTokens];  // lane r: row r
+  for (int t = 0; t < kTokens; ++t) even[t] = odd[t] = vdupq_n_f32(0.0f);
+  alignas(16) int8_t i8_tails[kTileRows][kQuantBlock];
+  CopyI8Tails<kInt4>(rows, cols, i8_tails);
   int64_t group = -1, group_end = 0;
   float32x4_t weight_scales = vdupq_n_f32(0.0f);
-  for (int64_t block = 0; block < blocks; ++block) {
+  auto step = [&](int64_t block, float32x4_t * acc, auto is_tail) LLMRT_TARGET_DOTPROD
+      __attribute__((always_inline)) {
     if (block == group_end) {
       weight_scales = RowScales(rows, ++group);
       group_end += group_blocks;
     }
     NeonBlock w[kTileRows];
-    for (int r = 0; r < kTileRows; ++r) w[r] = LoadBlockNeon<kInt4>(rows[r], cols, block, group);
+    for (int r = 0; r < kTileRows; ++r) {
+      w[r] = LoadBlockNeon<kInt4>(rows[r], cols, block, group,
+                                  decltype(is_tail)::value ? i8_tails[r] : nullptr);
+    }
     for (int t = 0; t < kTokens; ++t) {
       const int8_t* x = tile.codes[t] + block * kQuantBlock;
       const int8x16_t x_low = vld1q_s8(x);
@@ -74,13 +107,13 @@ LLMRT_TARGET_DOTPROD void DotTile(const WeightRow* rows, int64_t cols, int64_t g
       }
       const int32x4_t sums =
           vpaddq_s32(vpaddq_s32(lanes[0], lanes[1]), vpaddq_s32(lanes[2], lanes[3]));
-      acc[t][block & 1] = AccumulateBlock(acc[t][block & 1], sums,
-                                          vmulq_n_f32(weight_scales, tile.scales[t][block]));
+      acc[t] = AccumulateBlock(acc[t], sums, vmulq_n_f32(weight_scales, tile.scales[t][block]));
     }
-  }
+  };
+  LLMRT_NEON_FOR_EACH_BLOCK(kInt4, cols, step, even, odd);
   for (int t = 0; t < kTokens; ++t) {
     float lanes[kTileRows];
-    vst1q_f32(lanes, vaddq_f32(acc[t][0], acc[t][1]));
+    vst1q_f32(lanes, vaddq_f32(even[t], odd[t]));
     for (int r = 0; r < kTileRows; ++r) result[r][t] = lanes[r];
   }
 }
@@ -106,15 +139,15 @@ HWY_INLINE void PairBlocks(const NeonBlock& first, const NeonBlock& second, int8
 template <bool kInt4>
 LLMRT_TARGET_I8MM void MmlaTile(const WeightRow* rows, int64_t cols, int64_t group_blocks,
                                 const ActivationTile& tile, float (*result)[kTokenTile]) {
-  // acc[p][q][parity], lanes (row 2p, token 2q), (2p, 2q + 1), (2p + 1, 2q), (2p + 1, 2q + 1).
-  float32x4_t acc[2][2][2];
-  for (auto& pair : acc) {
-    for (auto& chains : pair) chains[0] = chains[1] = vdupq_n_f32(0.0f);
-  }
-  const int64_t blocks = (cols + kQuantBlock - 1) / kQuantBlock;
+  // Chain 2p + q: lanes (row 2p, token 2q), (2p, 2q + 1), (2p + 1, 2q), (2p + 1, 2q + 1).
+  float32x4_t even[4], odd[4];
+  for (int i = 0; i < 4; ++i) even[i] = odd[i] = vdupq_n_f32(0.0f);
+  alignas(16) int8_t i8_tails[kTileRows][kQuantBlock];
+  CopyI8Tails<kInt4>(rows, cols, i8_tails);
   int64_t group = -1, group_end = 0;
   float32x4_t row_pair_scales[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
-  for (int64_t block = 0; block < blocks; ++block) {
+  auto step = [&](int64_t block, float32x4_t * acc, auto is_tail) LLMRT_TARGET_I8MM
+      __attribute__((always_inline)) {
     if (block == group_end) {
       const float32x4_t scales = RowScales(rows, ++group);
       row_pair_scales[0] = vzip1q_f32(scales, scales);  // rows 0, 0, 1, 1
@@ -129,8 +162,13 @@ LLMRT_TARGET_I8MM void MmlaTile(const WeightRow* rows, int64_t cols, int64_t gro
         vcombine_f32(vget_high_f32(token_scales), vget_high_f32(token_scales))};  // 2, 3, 2, 3
     int8x16_t weights[2][4];
     for (int p = 0; p < 2; ++p) {
-      PairBlocks(LoadBlockNeon<kInt4>(rows[2 * p], cols, block, group),
-                 LoadBlockNeon<kInt4>(rows[2 * p + 1], cols, block, group), weights[p]);
+      const int8_t* tails[2] = {nullptr, nullptr};
+      if constexpr (decltype(is_tail)::value) {
+        tails[0] = i8_tails[2 * p];
+        tails[1] = i8_tails[2 * p + 1];
+      }
+      PairBlocks(LoadBlockNeon<kInt4>(rows[2 * p], cols, block, group, tails[0]),
+                 LoadBlockNeon<kInt4>(rows[2 * p + 1], cols, block, group, tails[1]), weights[p]);
     }
     for (int q = 0; q < 2; ++q) {
       const int8_t* x0 = tile.codes[2 * q] + block * kQuantBlock;
@@ -140,15 +178,16 @@ LLMRT_TARGET_I8MM void MmlaTile(const WeightRow* rows, int64_t cols, int64_t gro
       for (int p = 0; p < 2; ++p) {
         int32x4_t sums = vmmlaq_s32(vdupq_n_s32(0), weights[p][0], activations[0]);
         for (int k = 1; k < 4; ++k) sums = vmmlaq_s32(sums, weights[p][k], activations[k]);
-        acc[p][q][block & 1] = AccumulateBlock(acc[p][q][block & 1], sums,
-                                               vmulq_f32(row_pair_scales[p], token_pair_scales[q]));
+        acc[2 * p + q] = AccumulateBlock(acc[2 * p + q], sums,
+                                         vmulq_f32(row_pair_scales[p], token_pair_scales[q]));
       }
     }
-  }
+  };
+  LLMRT_NEON_FOR_EACH_BLOCK(kInt4, cols, step, even, odd);
   for (int p = 0; p < 2; ++p) {
     for (int q = 0; q < 2; ++q) {
       float lanes[4];
-      vst1q_f32(lanes, vaddq_f32(acc[p][q][0], acc[p][q][1]));
+      vst1q_f32(lanes, vaddq_f32(even[2 * p + q], odd[2 * p + q]));
       result[2 * p][2 * q] = lanes[0];
       result[2 * p][2 * q + 1] = lanes[1];
       result[2 * p + 1][2 * q] = lanes[2];
@@ -156,6 +195,7 @@ LLMRT_TARGET_I8MM void MmlaTile(const WeightRow* rows, int64_t cols, int64_t gro
     }
   }
 }
+#undef LLMRT_NEON_FOR_EACH_BLOCK
 
 // RowTiledMatMul's kernel: 4 rows a pass (the last pass of an item takes what is left), short
 // tiles padded with copies of their last row or token (computed and dropped: each (row, token) is
