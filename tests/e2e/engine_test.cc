@@ -189,9 +189,11 @@ std::vector<std::string> Models() {
   // The window fixtures: a batch, prefix-cache hits and recomputed prompts must keep every
   // window layer inside its window (qwen2_sliding and smollm3_nope_window window one layer of two).
   // phi3_longrope_partial: one factor set for every chunk, hit or recompute (partial rotary).
+  // gemma2_softcap / gemma3_text: alternating and 5:1 window layers, soft-caps, per-layer rope.
   for (const char* fixture :
        {"llama_gqa_tied", "llama_mha", "qwen2_bias", "mistral_sliding", "qwen2_sliding",
-        "smollm3_nope_window", "olmo2_postnorm", "phi3_sliding", "phi3_longrope_partial"}) {
+        "smollm3_nope_window", "olmo2_postnorm", "phi3_sliding", "phi3_longrope_partial",
+        "gemma2_softcap", "gemma3_text"}) {
     models.push_back(std::string("tests/fixtures/") + fixture);
   }
   return models;
