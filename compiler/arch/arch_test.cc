@@ -1,6 +1,7 @@
 #include "compiler/arch/arch.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -15,6 +16,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Verifier.h"
 #include "passes/Passes.h"
+#include "runtime/plan/dtype.h"
 #include "runtime/plan/plan_reader.h"
 
 namespace llmc {
@@ -95,9 +97,14 @@ FakeCheckpoint MakeCheckpoint(const plan::ModelConfig& config) {
       if (config.architecture() != "Qwen2ForCausalLM")
         checkpoint.Add(p + "self_attn.o_proj.bias", {hidden});
     }
-    if (config.architecture() == "Qwen3ForCausalLM") {
+    const std::string& family = config.architecture();
+    if (family == "Qwen3ForCausalLM" || family == "Gemma3ForCausalLM") {
       checkpoint.Add(p + "self_attn.q_norm.weight", {4});
       checkpoint.Add(p + "self_attn.k_norm.weight", {4});
+    }
+    if (family == "Gemma2ForCausalLM" || family == "Gemma3ForCausalLM") {  // sandwich norms
+      checkpoint.Add(p + "pre_feedforward_layernorm.weight", {hidden});
+      checkpoint.Add(p + "post_feedforward_layernorm.weight", {hidden});
     }
     if (olmo2) {  // over the whole projection
       checkpoint.Add(p + "self_attn.q_norm.weight", {q});
@@ -138,9 +145,9 @@ std::map<std::string, int> CountOps(mlir::ModuleOp module) {
 }
 
 TEST(ValidateTensorsTest, AcceptsEverySupportedArchitecture) {
-  for (const char* architecture :
-       {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-        "SmolLM3ForCausalLM", "Olmo2ForCausalLM", "Phi3ForCausalLM"}) {
+  for (const char* architecture : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                   "Qwen3ForCausalLM", "SmolLM3ForCausalLM", "Olmo2ForCausalLM",
+                                   "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM"}) {
     plan::ModelConfig config = SmallConfig(architecture);
     FakeCheckpoint checkpoint = MakeCheckpoint(config);
     EXPECT_TRUE(ValidateTensors(config, checkpoint.tensors()).ok()) << architecture;
@@ -461,6 +468,90 @@ TEST(BuildModuleTest, CompilesToPlan) {
       ASSERT_EQ(packed[element_offset(16 + row, col)], expected[row * cols + col])
           << "k row " << row << " col " << col;
     }
+  }
+  std::filesystem::remove(path);
+}
+
+// Gemma 3: scaled embeddings, every norm's gamma 1 + weight (q/k norms too), GeGLU whose gate and
+// up matmuls the passes fuse, the sliding layer's own rope, query_pre_attn_scalar, soft-caps on
+// scores and logits; codegen writes the f32 gamma 1 + w and the typed attributes.
+TEST(BuildModuleTest, GemmaOpsAndAttributes) {
+  plan::ModelConfig config = SmallConfig("Gemma3ForCausalLM");
+  config.set_hidden_act("gelu_pytorch_tanh");
+  config.set_query_pre_attn_scalar(8);
+  config.set_attn_logit_softcapping(5);
+  config.set_final_logit_softcapping(7);
+  config.set_sliding_window(8);
+  config.add_layer_sliding_windows(8);
+  config.add_layer_sliding_windows(0);
+  config.mutable_sliding_layer_rope()->set_theta(500);
+  FakeCheckpoint checkpoint = MakeCheckpoint(config);
+  mlir::MLIRContext context;
+  auto module = BuildModule(context, config, checkpoint.tensors());
+  ASSERT_TRUE(module.ok()) << module.status();
+  std::map<std::string, int> counts = CountOps(**module);
+  EXPECT_EQ(counts["llm.rms_norm"], 2 * 6 + 1);  // 4 sandwich + q/k norms per layer, final
+  EXPECT_EQ(counts["llm.gelu_tanh_mul"], 2);
+  EXPECT_EQ(counts["llm.silu"], 0);
+  (*module)->walk([&](llm::RmsNormOp op) { EXPECT_EQ(op.getWeightOffset().convertToDouble(), 1); });
+  (*module)->walk([&](llm::EmbedOp op) {
+    ASSERT_TRUE(op.getScale().has_value());
+    EXPECT_EQ(op.getScale()->convertToDouble(), 4.0);  // sqrt(hidden 16)
+  });
+  std::vector<double> thetas;
+  (*module)->walk([&](llm::RopeOp op) { thetas.push_back(op.getTheta().convertToDouble()); });
+  EXPECT_EQ(thetas, (std::vector<double>{500, 500, 10000, 10000}));
+  (*module)->walk([&](llm::AttentionOp op) {
+    EXPECT_DOUBLE_EQ(op.getScale().convertToDouble(), 1 / std::sqrt(8.0));
+    EXPECT_EQ(op.getLogitSoftcap().convertToDouble(), 5);
+  });
+  (*module)->walk([&](llm::LogitsOp op) { EXPECT_EQ(op.getSoftcap().convertToDouble(), 7); });
+
+  absl::Status pipeline = runPipeline(**module);
+  ASSERT_TRUE(pipeline.ok()) << pipeline;
+  // gate and up are one matmul; gelu_tanh_mul reads its two results in that order.
+  (*module)->walk([&](llm::GeluTanhMulOp op) {
+    auto fused = op.getLhs().getDefiningOp<llm::MatmulOp>();
+    ASSERT_TRUE(fused);
+    EXPECT_EQ(op.getRhs().getDefiningOp(), fused.getOperation());
+    ASSERT_EQ(fused.getWeights().size(), 2u);
+    EXPECT_TRUE(fused.getWeightRefs()[0].getValue().endswith("gate_proj.weight"));
+    EXPECT_EQ(op.getLhs(), fused.getResult(0));
+    EXPECT_EQ(op.getRhs(), fused.getResult(1));
+  });
+
+  const std::string path =
+      (std::filesystem::path(::testing::TempDir()) / "llmc_arch_gemma.plan").string();
+  auto writer = plan::PlanWriter::Create(path);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  TensorMapWeightSource weights(checkpoint.tensors());
+  std::vector<plan::Tensor> tensors;
+  auto program = emitProgram(**module, weights, plan::F16, **writer, &tensors);
+  ASSERT_TRUE(program.ok()) << program.status();
+  plan::PlanMeta meta;
+  *meta.mutable_program() = *program;
+  for (const plan::Tensor& tensor : tensors) *meta.add_tensors() = tensor;
+  ASSERT_TRUE((*writer)->Finish(meta).ok());
+  auto opened = plan::Plan::Open(path, {.verify_blob_checksums = true});
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  int gelu_ops = 0;
+  for (const plan::Op& op : (*opened)->meta().program().ops()) {
+    gelu_ops += op.kind() == plan::GELU_TANH_MUL;
+    if (op.kind() == plan::EMBED) EXPECT_EQ(op.embed().scale(), 4.0);
+    if (op.kind() == plan::LOGITS) EXPECT_EQ(op.logits().softcap(), 7.0);
+    if (op.kind() == plan::ATTENTION) EXPECT_EQ(op.attention().logit_softcap(), 5.0);
+  }
+  EXPECT_EQ(gelu_ops, 2);
+  // model.norm.weight holds the f16 values 0x3c00 + i (1.0, 1.0009765625, ...): the plan's f32
+  // gamma is 1 + each, exactly.
+  for (int i = 0; i < (*opened)->meta().tensors_size(); ++i) {
+    const plan::Tensor& tensor = (*opened)->meta().tensors(i);
+    if (tensor.name() != "model.norm.weight") continue;
+    ASSERT_EQ(tensor.dtype(), plan::F32);
+    const auto* gamma = reinterpret_cast<const float*>((*opened)->blob(i));
+    const auto* stored = reinterpret_cast<const uint16_t*>(checkpoint.at(tensor.name()).data);
+    for (int64_t j = 0; j < tensor.shape(0); ++j)
+      EXPECT_EQ(gamma[j], 1.0f + plan::F16ToF32(stored[j])) << j;
   }
   std::filesystem::remove(path);
 }
