@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -184,6 +185,22 @@ TEST(SynthTensorsTest, SmolLM3PresetMatchesTransformersStateDict) {
   std::sort(reference.begin(), reference.end());
   EXPECT_EQ(ours, reference);
   EXPECT_EQ(parameters, 3'075'098'624u);  // SmolLM3-3B's parameter count (tied embeddings)
+}
+
+// testdata/gemma2_2b_state_dict.txt / gemma3_1b_state_dict.txt: transformers' Gemma2ForCausalLM
+// and Gemma3ForCausalLM for gemma-2-2b's and gemma-3-1b-pt's configs (tied, so no lm_head).
+TEST(SynthTensorsTest, GemmaPresetsMatchTransformersStateDicts) {
+  for (auto [preset, file, expected_parameters] :
+       {std::tuple{"gemma2-2b", "gemma2_2b_state_dict.txt", uint64_t{2'614'341'888}},
+        std::tuple{"gemma3-1b", "gemma3_1b_state_dict.txt", uint64_t{999'885'952}}}) {
+    uint64_t parameters = 0;
+    std::vector<std::string> ours = PresetTensorLines(preset, &parameters);
+    std::vector<std::string> reference =
+        absl::StrSplit(ReadFile(fs::path(LLMC_SYNTH_TESTDATA_DIR) / file), '\n', absl::SkipEmpty());
+    std::sort(reference.begin(), reference.end());
+    EXPECT_EQ(ours, reference) << preset;
+    EXPECT_EQ(parameters, expected_parameters) << preset;  // 2.6B and 1.0B as published
+  }
 }
 
 // testdata/phi3_mini_state_dict.txt: transformers' Phi3ForCausalLM for Phi-3-mini-4k's config,

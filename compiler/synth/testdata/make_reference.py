@@ -12,6 +12,8 @@ tinyllama-1.1b preset). Writes, next to this script:
                              save_pretrained writes it (the tied lm_head dropped), then a line
                              "no_rope_layers" with transformers' per-layer flags for that config
   phi3_mini_state_dict.txt   the same for Phi3ForCausalLM with Phi-3-mini-4k-instruct's config
+  gemma2_2b_state_dict.txt   the same for Gemma2ForCausalLM (gemma-2-2b) and Gemma3ForCausalLM
+  gemma3_1b_state_dict.txt   (gemma-3-1b-pt), tied lm_head dropped
                              (fused qkv_proj and gate_up_proj, untied lm_head)
   tokenizer_encodings.txt    (only with TOKENIZER_DIR) for each test string: HF tokenizers' ids
                              for it, with <s>
@@ -22,7 +24,8 @@ import sys
 
 import torch
 from tokenizers import Tokenizer
-from transformers import (LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, SmolLM3Config,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
+                          LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, SmolLM3Config,
                           SmolLM3ForCausalLM)
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -62,6 +65,25 @@ with torch.device("meta"):
 with open(HERE / "phi3_mini_state_dict.txt", "w") as out:
     for name, tensor in model.state_dict().items():
         out.write(f"{name} {','.join(str(d) for d in tensor.shape)}\n")
+
+# google/gemma-2-2b's and google/gemma-3-1b-pt's config.json shape fields (tied: no lm_head on
+# disk; Gemma's norms are 1 + weight, which changes values, not shapes).
+for file_name, config in (
+        ("gemma2_2b_state_dict.txt",
+         Gemma2Config(vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                      num_attention_heads=8, num_key_value_heads=4, head_dim=256, tie_word_embeddings=True)),
+        ("gemma3_1b_state_dict.txt",
+         Gemma3TextConfig(vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=26,
+                          num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+                          tie_word_embeddings=True))):
+    model_class = Gemma2ForCausalLM if isinstance(config, Gemma2Config) else Gemma3ForCausalLM
+    with torch.device("meta"):
+        model = model_class(config)
+    with open(HERE / file_name, "w") as out:
+        for name, tensor in model.state_dict().items():
+            if name == "lm_head.weight":  # tied: save_pretrained does not write it
+                continue
+            out.write(f"{name} {','.join(str(d) for d in tensor.shape)}\n")
 
 if len(sys.argv) < 2:
     sys.exit(0)
