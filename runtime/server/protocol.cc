@@ -518,11 +518,12 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const Json& ob
     LLMRT_RETURN_IF_ERROR(
         CheckKnownFields(object, kCommon, {"prompt", "echo", "suffix"}, "completions"));
   } else {
-    LLMRT_RETURN_IF_ERROR(CheckKnownFields(
-        object, kCommon,
-        {"messages", "tools", "tool_choice", "parallel_tool_calls", "add_generation_prompt",
-         "top_logprobs", "chat_template_kwargs", "reasoning_effort", "continue_final_message"},
-        "chat completions"));
+    LLMRT_RETURN_IF_ERROR(
+        CheckKnownFields(object, kCommon,
+                         {"messages", "tools", "tool_choice", "parallel_tool_calls",
+                          "add_generation_prompt", "top_logprobs", "chat_template",
+                          "chat_template_kwargs", "reasoning_effort", "continue_final_message"},
+                         "chat completions"));
   }
   if (const Json* model = Field(object, "model")) {
     if (!model->is_string()) return TypeError("model", "a string", *model);
@@ -535,6 +536,12 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const Json& ob
     LLMRT_RETURN_IF_ERROR(ReadTools(object, request.tools));
     LLMRT_RETURN_IF_ERROR(ReadToolChoice(object, request));
     LLMRT_RETURN_IF_ERROR(ReadBool(object, "add_generation_prompt", request.add_generation_prompt));
+    if (const Json* name = Field(object, "chat_template")) {
+      if (!name->is_string()) {
+        return TypeError("chat_template", "the name of one of the model's chat templates", *name);
+      }
+      request.chat_template = name->get<std::string>();
+    }
     if (const Json* kwargs = Field(object, "chat_template_kwargs")) {
       if (!kwargs->is_object()) {
         return TypeError("chat_template_kwargs", "an object of template variables", *kwargs);

@@ -105,6 +105,9 @@ struct ParsedRequest {
   std::string tool_choice_function;
   // false: exactly one call (only with a forcing tool_choice).
   bool parallel_tool_calls = true;
+  // chat: the name of the plan's template to render with ("" picks as transformers does:
+  // tool_use when tools are rendered and the plan has it, else default).
+  std::string chat_template;
   Json chat_template_kwargs;  // chat: an object of extra template variables, or null
   std::optional<std::string> reasoning_effort;  // passed to the template as reasoning_effort
   // The last message is an assistant turn the model continues (rendered without its end).

@@ -1,5 +1,10 @@
 #include "runtime/server/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -13,6 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "httplib.h"
 #include "runtime/server/anthropic.h"
@@ -61,6 +67,34 @@ const char* AllowedMethods(const std::string& path) {
     if (path == post) return "POST";
   }
   return nullptr;
+}
+
+// cpp-httplib (a shared library here, so its CPPHTTPLIB_LISTEN_BACKLOG cannot be raised at
+// build time) listens with a backlog of 5, and connections past it in a burst (32 agents
+// starting at once) were reset. Every admitted sequence may connect at once, so the listening
+// socket of `port` gets the kernel's cap instead: listen() again on a listening socket only
+// changes its backlog. httplib keeps the socket private; it is found among this process's
+// descriptors by its port.
+void WidenListenBacklog(int port) {
+  rlimit limit{};
+  const int max_fd = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < 65536
+                         ? static_cast<int>(limit.rlim_cur)
+                         : 65536;
+  for (int fd = 0; fd < max_fd; ++fd) {
+    int listening = 0;
+    socklen_t size = sizeof(listening);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0 || !listening) continue;
+    sockaddr_storage address{};
+    socklen_t address_size = sizeof(address);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &address_size) != 0) continue;
+    int bound = -1;
+    if (address.ss_family == AF_INET) {
+      bound = ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+    } else if (address.ss_family == AF_INET6) {
+      bound = ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port);
+    }
+    if (bound == port) ::listen(fd, SOMAXCONN);
+  }
 }
 
 void SendJson(httplib::Response& response, const Json& json) {
@@ -213,21 +247,26 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine,
                                                        const plan::PlanMeta& meta,
                                                        const ServerOptions& options) {
   std::unique_ptr<Server> server(new Server(engine, tokenizer, meta, options));
-  const std::string& source = options.chat_template_override.empty()
-                                  ? meta.tokenizer().chat_template()
-                                  : options.chat_template_override;
-  if (!source.empty()) {
-    absl::StatusOr<jinja::Template> parsed = jinja::Template::Parse(source);
+  plan::TokenizerSpec templates = meta.tokenizer();
+  if (!options.chat_template_override.empty()) {
+    templates.set_chat_template(options.chat_template_override);
+  }
+  if (!templates.chat_template().empty() || !templates.named_chat_templates().empty()) {
+    absl::StatusOr<jinja::PlanChatTemplate> parsed = jinja::PlanChatTemplate::Create(templates);
     if (!parsed.ok()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: %s",
-          options.chat_template_override.empty() ? "the plan's chat template" : "--chat-template",
+          options.chat_template_override.empty() ? "the plan's chat templates" : "--chat-template",
           parsed.status().message()));
     }
-    server->chat_template_ = std::move(*parsed);
-    server->template_source_ = source;
-    // <think> families: the template strips or writes </think> around earlier reasoning.
-    server->reasoning_template_ = absl::StrContains(source, "</think>");
+    server->chat_templates_ = *std::move(parsed);
+    if (!templates.chat_template().empty()) {
+      server->template_sources_.emplace_back(jinja::kDefaultTemplateName,
+                                             templates.chat_template());
+    }
+    for (const plan::TokenizerSpec::NamedChatTemplate& named : templates.named_chat_templates()) {
+      server->template_sources_.emplace_back(named.name(), named.source());
+    }
   }
   const std::string& format_name = options.tool_call_format.empty()
                                        ? meta.tokenizer().tool_call_format()
@@ -252,11 +291,6 @@ Server::Server(engine::Engine& engine, const Tokenizer& tokenizer, const plan::P
       options_(options),
       shared_(std::make_shared<Shared>()),
       http_(std::make_unique<httplib::Server>()) {
-  const plan::TokenizerSpec& spec = meta.tokenizer();
-  if (spec.bos_id() >= 0 && spec.bos_id() < spec.pieces_size())
-    bos_text_ = spec.pieces(spec.bos_id());
-  if (spec.eos_id() >= 0 && spec.eos_id() < spec.pieces_size())
-    eos_text_ = spec.pieces(spec.eos_id());
   const plan::GenerationDefaults& generation = meta.generation();
   generation_defaults_.do_sample = generation.do_sample();
   generation_defaults_.temperature = generation.temperature() > 0 ? generation.temperature() : 1.0;
@@ -303,6 +337,7 @@ absl::Status Server::Bind() {
         "cannot listen on %s:%d (address in use, or not an address of this machine)", options_.host,
         options_.port));
   }
+  WidenListenBacklog(port_);
   return absl::OkStatus();
 }
 
@@ -346,11 +381,32 @@ std::string Server::TokenText(int32_t id) const {
   return both.substr(anchor.size());
 }
 
-absl::StatusOr<std::string> Server::RenderChat(const ParsedRequest& request) const {
-  if (!chat_template_.has_value()) {
+absl::StatusOr<Server::RenderedChat> Server::RenderChat(const ParsedRequest& request) const {
+  if (!chat_templates_.has_value()) {
     return absl::InvalidArgumentError(
         "this model has no chat template (the plan's TokenizerSpec.chat_template is empty); use "
         "/v1/completions, or start the server with --chat-template FILE");
+  }
+  // tool_choice "none": the model is not told about the tools (and its output is not parsed
+  // for calls), so it answers in text; earlier calls and results in the messages still render.
+  const bool render_tools = !request.tools.is_null() && request.tool_choice != "none";
+  absl::StatusOr<std::string> name = chat_templates_->Select(request.chat_template, render_tools);
+  if (!name.ok()) {
+    // Template text is not taken from requests: it is code the server would run unchecked
+    // (llmc's compile-time check renders only the plan's templates), so a request names one.
+    const bool looks_like_text = absl::StrContains(request.chat_template, "{{") ||
+                                 absl::StrContains(request.chat_template, "{%");
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "'chat_template' %s; this model's templates are: %s",
+        looks_like_text
+            ? "takes the name of one of the model's chat templates, not template "
+              "text (requests do not run their own template code)"
+            : absl::StrFormat("\"%s\" is not a chat template of this model", request.chat_template),
+        absl::StrJoin(chat_templates_->names(), ", ")));
+  }
+  const std::string* source = nullptr;  // Select returned one of these names
+  for (const auto& [template_name, text] : template_sources_) {
+    if (template_name == *name) source = &text;
   }
   std::vector<jinja::ChatMessage> chat_messages;
   for (const Json& message : request.messages) {
@@ -369,16 +425,10 @@ absl::StatusOr<std::string> Server::RenderChat(const ParsedRequest& request) con
   }
   jinja::ChatOptions options;
   options.add_generation_prompt = request.add_generation_prompt;
-  if (!bos_text_.empty()) options.bos_token = bos_text_;
-  if (!eos_text_.empty()) options.eos_token = eos_text_;
-  // tool_choice "none": the model is not told about the tools (and its output is not parsed
-  // for calls), so it answers in text; earlier calls and results in the messages still render.
-  if (!request.tools.is_null() && request.tool_choice != "none") {
-    options.tools = ToTemplateValue(request.tools);
-  }
+  if (render_tools) options.tools = ToTemplateValue(request.tools);
   if (request.reasoning_effort.has_value()) {
     // Accepted only where it changes something: a template that reads the variable (gpt-oss).
-    if (!absl::StrContains(template_source_, "reasoning_effort")) {
+    if (!absl::StrContains(*source, "reasoning_effort")) {
       return absl::InvalidArgumentError(
           "'reasoning_effort' is not used by this model's chat template (it never reads the "
           "variable reasoning_effort); leave it out");
@@ -392,7 +442,7 @@ absl::StatusOr<std::string> Server::RenderChat(const ParsedRequest& request) con
       options.extra_variables.emplace_back(it.key(), ToTemplateValue(it.value()));
     }
   }
-  absl::StatusOr<std::string> prompt = jinja::RenderChat(*chat_template_, chat_messages, options);
+  absl::StatusOr<std::string> prompt = chat_templates_->Render(chat_messages, options, *name);
   if (!prompt.ok()) {
     // The template's own raise_exception messages ("Conversation roles must alternate...") are
     // the client's mistake: 400.
@@ -414,7 +464,8 @@ absl::StatusOr<std::string> Server::RenderChat(const ParsedRequest& request) con
     }
     prompt->resize(at + final_text.size());
   }
-  return prompt;
+  // <think> families: the template strips or writes </think> around earlier reasoning.
+  return RenderedChat{*std::move(prompt), absl::StrContains(*source, "</think>")};
 }
 
 void Server::Routes() {
@@ -571,10 +622,10 @@ void Server::HandleCountTokens(const httplib::Request& request, httplib::Respons
   absl::StatusOr<ParsedRequest> parsed = ParseMessagesRequest(request.body, options_.limits,
                                                               /*count_tokens=*/true);
   if (!parsed.ok()) return SendError(response, parsed.status(), Endpoint::kMessages);
-  absl::StatusOr<std::string> prompt = RenderChat(*parsed);
+  absl::StatusOr<RenderedChat> prompt = RenderChat(*parsed);
   if (!prompt.ok()) return SendError(response, prompt.status(), Endpoint::kMessages);
-  SendJson(response,
-           {{"input_tokens", tokenizer_.Encode(*prompt, /*add_special_tokens=*/false).size()}});
+  SendJson(response, {{"input_tokens",
+                       tokenizer_.Encode(prompt->text, /*add_special_tokens=*/false).size()}});
 }
 
 void Server::HandleTokenize(const httplib::Request& request, httplib::Response& response) {
@@ -588,9 +639,9 @@ void Server::HandleTokenize(const httplib::Request& request, httplib::Response& 
     absl::StatusOr<ParsedRequest> parsed =
         ParseRequest(Endpoint::kChatCompletions, request.body, options_.limits);
     if (!parsed.ok()) return SendError(response, parsed.status());
-    absl::StatusOr<std::string> prompt = RenderChat(*parsed);
+    absl::StatusOr<RenderedChat> prompt = RenderChat(*parsed);
     if (!prompt.ok()) return SendError(response, prompt.status());
-    tokens = tokenizer_.Encode(*prompt, /*add_special_tokens=*/false);
+    tokens = tokenizer_.Encode(prompt->text, /*add_special_tokens=*/false);
   } else {
     auto prompt = body.find("prompt");
     if (prompt == body.end() || !prompt->is_string()) {
@@ -671,17 +722,20 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
   const bool chat = endpoint != Endpoint::kCompletions;
   ToolCallFormat tool_format = ToolCallFormat::kNone;
   bool starts_in_reasoning = false;
+  bool reasoning = false;  // the template splits <think> reasoning from the content
   std::shared_ptr<const sampling::TokenConstraint> forced_calls;  // tool_choice "required"
   if (chat) {
-    absl::StatusOr<std::string> text = RenderChat(*parsed);
-    if (!text.ok()) return fail(text.status());
+    absl::StatusOr<RenderedChat> rendered = RenderChat(*parsed);
+    if (!rendered.ok()) return fail(rendered.status());
+    const std::string& text = rendered->text;
+    reasoning = rendered->reasoning;
     // The template writes the special tokens (BOS) itself, as in transformers and vLLM.
-    prompts.push_back(tokenizer_.Encode(*text, /*add_special_tokens=*/false));
+    prompts.push_back(tokenizer_.Encode(text, /*add_special_tokens=*/false));
     if (!parsed->tools.is_null() && parsed->tool_choice != "none") tool_format = tool_format_;
     // A generation prompt that opens <think> (DeepSeek-R1, Qwen3-Thinking) puts the output
     // inside the reasoning from its first token.
     starts_in_reasoning =
-        reasoning_template_ && absl::EndsWith(absl::StripTrailingAsciiWhitespace(*text), "<think>");
+        reasoning && absl::EndsWith(absl::StripTrailingAsciiWhitespace(text), "<think>");
     if (parsed->tool_choice == "required") {
       if (!parsed->response_format.is_null()) {
         return fail(absl::InvalidArgumentError(
@@ -886,7 +940,7 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
   context.model = options_.model_name;
   context.logprobs = parsed->logprobs;
   context.top_logprobs = parsed->top_logprobs;
-  context.reasoning = chat && reasoning_template_;
+  context.reasoning = chat && reasoning;
   context.token_text = [this](int32_t id) { return TokenText(id); };
   std::shared_ptr<ApiWriter> writer;
   switch (endpoint) {

@@ -40,6 +40,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -47,7 +49,7 @@
 #include "runtime/plan/proto/plan.pb.h"
 #include "runtime/server/protocol.h"
 #include "runtime/server/structured_output.h"
-#include "runtime/template/template.h"
+#include "runtime/template/plan_chat_template.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace httplib {
@@ -75,7 +77,8 @@ struct ServerOptions {
   // text, JSON-escaped at most ~6x); more is a mistake or an attack.
   size_t max_body_bytes = 16 << 20;
   RequestLimits limits;
-  // A chat template that replaces the plan's (source text); empty: the plan's.
+  // A chat template that replaces the plan's default one (source text; named templates stay);
+  // empty: the plan's.
   std::string chat_template_override;
   // How tool calls are parsed out of the output (tool_calls.h names, "none"); empty: the plan's
   // TokenizerSpec.tool_call_format.
@@ -126,8 +129,13 @@ class Server {
   void HandleCountTokens(const httplib::Request& request, httplib::Response& response);
   absl::StatusOr<ParsedRequest> ParseFor(Endpoint endpoint, const std::string& body) const;
   // The prompt text the chat template makes from a chat-shaped request: messages, tools (unless
-  // tool_choice is "none"), chat_template_kwargs, reasoning_effort, continue_final_message.
-  absl::StatusOr<std::string> RenderChat(const ParsedRequest& request) const;
+  // tool_choice is "none"), chat_template_kwargs, reasoning_effort, continue_final_message,
+  // through the plan's template that request.chat_template names or transformers would pick.
+  struct RenderedChat {
+    std::string text;
+    bool reasoning = false;  // the template knows </think>: split the reasoning
+  };
+  absl::StatusOr<RenderedChat> RenderChat(const ParsedRequest& request) const;
   std::string TokenText(int32_t id) const;
 
   engine::Engine& engine_;
@@ -135,11 +143,11 @@ class Server {
   const plan::PlanMeta& meta_;
   std::unique_ptr<StructuredOutput> structured_output_;  // response_format
   ServerOptions options_;
-  std::optional<jinja::Template> chat_template_;
-  std::string template_source_;
-  bool reasoning_template_ = false;  // the template knows </think>: split the reasoning
+  // The plan's templates (--chat-template replaces the default one; named ones stay), and each
+  // one's source by name.
+  std::optional<jinja::PlanChatTemplate> chat_templates_;
+  std::vector<std::pair<std::string, std::string>> template_sources_;
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;
-  std::string bos_text_, eos_text_;
   int32_t logprob_anchor_ = -1;  // a plain token that TokenText() decodes after (see there)
   GenerationDefaultsView generation_defaults_;
   std::shared_ptr<Shared> shared_;

@@ -103,11 +103,13 @@ class Agents(unittest.TestCase):
         barrier = threading.Barrier(AGENTS)
 
         def agent(index):
+            turn = 0
             try:
                 client = openai.OpenAI(base_url=self.server.url + "/v1", api_key="unused",
                                        max_retries=0, timeout=600)
                 messages = [{"role": "user", "content": "Agent %d: weather and news?" % index}]
                 barrier.wait()
+                turn = 1
                 calls = self.stream_turn(client, messages, seed=index)
                 bad = self.invalid_calls(calls)
                 messages.append({"role": "assistant", "content": None, "tool_calls": [
@@ -117,13 +119,15 @@ class Agents(unittest.TestCase):
                 for call in calls:
                     messages.append({"role": "tool", "tool_call_id": call["id"],
                                      "content": json.dumps({"ok": True, "agent": index})})
+                turn = 2
                 second = self.stream_turn(client, messages, seed=1000 + index)
                 bad += self.invalid_calls(second)
                 with lock:
                     invalid[0] += bad
             except Exception as error:  # every failure is counted and reported below
                 with lock:
-                    failures.append("agent %d: %r" % (index, error))
+                    failures.append("agent %d, turn %d: %r (cause %r)" %
+                                    (index, turn, error, error.__cause__))
 
         threads = [threading.Thread(target=agent, args=(i,)) for i in range(AGENTS)]
         for thread in threads:
