@@ -138,6 +138,23 @@ std::string ErrorWithout(const plan::ModelConfig& config, FakeCheckpoint& checkp
   return std::string(ValidateTensors(config, checkpoint.tensors()).message());
 }
 
+// Codegen of a module that went through the pipeline: an f16 plan at `path`, opened.
+absl::StatusOr<std::unique_ptr<plan::Plan>> WriteF16Plan(mlir::ModuleOp module,
+                                                         const FakeCheckpoint& checkpoint,
+                                                         const std::string& path) {
+  auto writer = plan::PlanWriter::Create(path);
+  if (!writer.ok()) return writer.status();
+  TensorMapWeightSource weights(checkpoint.tensors());
+  std::vector<plan::Tensor> tensors;
+  auto program = emitProgram(module, weights, plan::F16, **writer, &tensors);
+  if (!program.ok()) return program.status();
+  plan::PlanMeta meta;
+  *meta.mutable_program() = *program;
+  for (const plan::Tensor& tensor : tensors) *meta.add_tensors() = tensor;
+  if (absl::Status status = (*writer)->Finish(meta); !status.ok()) return status;
+  return plan::Plan::Open(path, {.verify_blob_checksums = true});
+}
+
 std::map<std::string, int> CountOps(mlir::ModuleOp module) {
   std::map<std::string, int> counts;
   module.walk([&](mlir::Operation* op) { ++counts[op->getName().getStringRef().str()]; });
@@ -434,17 +451,7 @@ TEST(BuildModuleTest, CompilesToPlan) {
 
   const std::string path =
       (std::filesystem::path(::testing::TempDir()) / "llmc_arch_test.plan").string();
-  auto writer = plan::PlanWriter::Create(path);
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  TensorMapWeightSource weights(checkpoint.tensors());
-  std::vector<plan::Tensor> tensors;
-  auto program = emitProgram(**module, weights, plan::F16, **writer, &tensors);
-  ASSERT_TRUE(program.ok()) << program.status();
-  plan::PlanMeta meta;
-  *meta.mutable_program() = *program;
-  for (const plan::Tensor& tensor : tensors) *meta.add_tensors() = tensor;
-  ASSERT_TRUE((*writer)->Finish(meta).ok());
-  auto opened = plan::Plan::Open(path, {.verify_blob_checksums = true});
+  auto opened = WriteF16Plan(**module, checkpoint, path);
   ASSERT_TRUE(opened.ok()) << opened.status();
   // f16 -> f16 is a byte copy: the fused k part of layer 1 is rows 16.. of the qkv weight (after
   // q's 16 rows of 16 columns), wherever the tensor's layout puts each element.
@@ -522,17 +529,7 @@ TEST(BuildModuleTest, GemmaOpsAndAttributes) {
 
   const std::string path =
       (std::filesystem::path(::testing::TempDir()) / "llmc_arch_gemma.plan").string();
-  auto writer = plan::PlanWriter::Create(path);
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  TensorMapWeightSource weights(checkpoint.tensors());
-  std::vector<plan::Tensor> tensors;
-  auto program = emitProgram(**module, weights, plan::F16, **writer, &tensors);
-  ASSERT_TRUE(program.ok()) << program.status();
-  plan::PlanMeta meta;
-  *meta.mutable_program() = *program;
-  for (const plan::Tensor& tensor : tensors) *meta.add_tensors() = tensor;
-  ASSERT_TRUE((*writer)->Finish(meta).ok());
-  auto opened = plan::Plan::Open(path, {.verify_blob_checksums = true});
+  auto opened = WriteF16Plan(**module, checkpoint, path);
   ASSERT_TRUE(opened.ok()) << opened.status();
   int gelu_ops = 0;
   for (const plan::Op& op : (*opened)->meta().program().ops()) {
