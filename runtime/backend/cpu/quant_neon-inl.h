@@ -7,7 +7,9 @@
 // the helpers it uses (WeightRow, ActivationTile, LoadBlockNeon, GemvOverRegions,
 // RowTiledMatMul). The kernels are functions compiled with LLMRT_TARGET_DOTPROD / LLMRT_TARGET_I8MM
 // (cpu_features.h), so the NEON body itself stays Armv8.0 and runs on CPUs without the
-// extensions (QuantizedMatMulImpl calls these only when ActiveCpuExtensions() has them).
+// extensions. Everything here is reached only through DotProductMatMul, which
+// QuantizedMatMulImpl calls only when ActiveCpuExtensions() has them (GCC 12 inlines the tiles
+// into TileKernel::Run, which therefore holds sdot / smmla too: it has no other caller).
 //
 // Numerics: every kernel here computes, per (weight row, token) and block of 32 columns, the
 // block's exact int32 dot product as ONE integer (I4: codes minus the zero point in int8, |.| <=
