@@ -486,6 +486,69 @@ TEST_P(OpConformanceTest, MatchesTheScalarReference) {
   EXPECT_LE(relative, bound) << c.name;
 }
 
+// The attributes Gemma added are checked by plan::CheckProgram, which every backend calls first:
+// a bad value is refused at creation, naming the field.
+TEST(OpAttributesTest, BadValuesAreRefusedByName) {
+  struct Bad {
+    const char* field;
+    std::function<void(OpProgram&)> build;
+  };
+  auto attention = [](double softcap) {
+    return [softcap](OpProgram& p) {
+      const int32_t q = p.Input(8), k = p.Input(8), v = p.Input(8);
+      const int32_t out = p.Activation(8);
+      plan::AttentionAttrs* attrs =
+          p.AddOp(plan::ATTENTION, {q, k, v}, {out}, {})->mutable_attention();
+      attrs->set_num_heads(1);
+      attrs->set_num_kv_heads(1);
+      attrs->set_head_dim(8);
+      attrs->set_logit_softcap(softcap);
+      plan::KvCacheSpec* spec = p.kv_cache();
+      spec->set_num_layers(1);
+      spec->set_num_kv_heads(1);
+      spec->set_head_dim(8);
+      p.ReadOut(out);
+    };
+  };
+  auto embed = [](double scale) {
+    return [scale](OpProgram& p) {
+      const int32_t out = p.Activation(8);
+      p.AddOp(plan::EMBED, {p.token_ids()}, {out},
+              {p.FloatTensor(plan::F32, {p.num_tokens(), 8}, 1.0f)})
+          ->mutable_embed()
+          ->set_scale(scale);
+      p.ReadOut(out);
+    };
+  };
+  auto logits = [](double softcap) {
+    return [softcap](OpProgram& p) {
+      const int32_t x = p.Input(8);
+      p.AddOp(plan::LOGITS, {x}, {p.Logits(5)}, {p.FloatTensor(plan::F32, {5, 8}, 1.0f)})
+          ->mutable_logits()
+          ->set_softcap(softcap);
+    };
+  };
+  const std::vector<Bad> cases = {
+      {"logit_softcap must be finite and >= 0", attention(-1.0)},
+      {"logit_softcap must be finite and >= 0", attention(INFINITY)},
+      {"embed.scale must be finite and > 0", embed(0.0)},
+      {"embed.scale must be finite and > 0", embed(NAN)},
+      {"logits.softcap must be finite and > 0", logits(-2.0)},
+      {"logits.softcap must be finite and > 0", logits(0.0)},
+  };
+  for (const Bad& bad : cases) {
+    for (BackendKind kind : {BackendKind::kCpu, BackendKind::kCudaEmulated}) {
+      OpProgram program(3);
+      bad.build(program);
+      auto backend = CreateBackend(kind, program.meta(), program.Lookup(), 3);
+      ASSERT_FALSE(backend.ok()) << bad.field << " on " << BackendName(kind);
+      EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument) << backend.status();
+      EXPECT_NE(backend.status().message().find(bad.field), std::string::npos)
+          << backend.status() << " (" << BackendName(kind) << ")";
+    }
+  }
+}
+
 std::vector<std::tuple<BackendKind, OpCase>> Matrix() {
   std::vector<std::tuple<BackendKind, OpCase>> rows;
   for (BackendKind backend : {BackendKind::kCpu, BackendKind::kCudaEmulated}) {
