@@ -24,12 +24,15 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 // The JSON building blocks every converted schema may use. json-char is what may stand inside a
-// string: any character but '"', '\' and control characters, or an escape.
+// string: any character but '"', '\' and control characters, or an escape. json-number's
+// exponent has at most two digits: a number past a double's range (1e400) is valid JSON, but
+// parsers refuse it (nlohmann's, and so the server's tool-call parser) or make it infinity
+// (Python's).
 constexpr char kBaseRules[] =
     R"(json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])
 json-string ::= "\"" json-char* "\""
 json-integer ::= "0" | "-"? [1-9] [0-9]*
-json-number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [+\-]? [0-9]+)?
+json-number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [+\-]? [0-9] [0-9]?)?
 json-boolean ::= "true" | "false"
 json-null ::= "null"
 json-value ::= json-object | json-array | json-string | json-number | json-boolean | json-null

@@ -4,6 +4,8 @@
 // after keys, and no other whitespace (xgrammar's any_whitespace=False layout). Free whitespace
 // would let a weak model spend its whole budget on spaces and newlines; one fixed layout keeps
 // the output short and the automaton small. Object properties come in the schema's order.
+// Number exponents have at most two digits, so every number a grammar allows is a finite double
+// (1e400 is valid JSON that parsers refuse or make infinite).
 //
 // Supported keywords:
 //   type (a name or a list), enum, const, anyOf, oneOf (as anyOf: the grammar cannot exclude

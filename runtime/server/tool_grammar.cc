@@ -90,7 +90,22 @@ absl::StatusOr<std::string> ToolCallGbnf(ToolCallFormat format, const Json& tool
     std::string arguments = grammar::GbnfLiteral("{}");  // no parameters: no arguments
     if (auto parameters = function.find("parameters");
         parameters != function.end() && !parameters->is_null()) {
-      absl::StatusOr<std::string> schema = grammar::JsonSchemaRules(*parameters, prefix);
+      // The arguments are a JSON object whatever the schema says: "type" is added where it is
+      // left out (an empty schema, bare "properties"), and any other type is refused.
+      Json object_schema = *parameters;
+      if (object_schema.is_object() && !object_schema.contains("type") &&
+          !object_schema.contains("anyOf") && !object_schema.contains("oneOf") &&
+          !object_schema.contains("$ref")) {
+        object_schema["type"] = "object";
+      }
+      if (object_schema.is_object() && object_schema.contains("type") &&
+          object_schema["type"] != "object") {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "'tools[%d].function.parameters.type' must be \"object\" (arguments are a JSON "
+            "object), found %s",
+            index, object_schema["type"].dump()));
+      }
+      absl::StatusOr<std::string> schema = grammar::JsonSchemaRules(object_schema, prefix);
       if (!schema.ok()) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "'tools[%d].function.parameters' cannot be enforced for tool_choice: %s", index,

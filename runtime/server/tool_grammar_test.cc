@@ -25,7 +25,8 @@ const Json& Tools() {
       "type": "object", "properties": {"city": {"type": "string", "maxLength": 6},
       "unit": {"enum": ["c", "f"]}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
       "required": ["city", "unit"], "additionalProperties": false}}},
-    {"type": "function", "function": {"name": "now"}}])"));
+    {"type": "function", "function": {"name": "now"}},
+    {"type": "function", "function": {"name": "ping", "parameters": {}}}])"));
   return *tools;
 }
 
@@ -95,6 +96,10 @@ void ExpectValidCalls(const std::vector<ToolCall>& calls, const ForcedToolCalls&
     const Json arguments = Json::parse(call.arguments);
     if (call.name == "now") {
       EXPECT_EQ(arguments, Json::object());
+      continue;
+    }
+    if (call.name == "ping") {  // an empty schema: any object
+      EXPECT_TRUE(arguments.is_object()) << call.arguments;
       continue;
     }
     ASSERT_EQ(call.name, "get_weather");
@@ -178,6 +183,10 @@ TEST(ToolGrammar, RefusalsNameTheField) {
   const std::string refused = message(ToolCallFormat::kHermes, unsupported, "");
   EXPECT_THAT(refused, HasSubstr("'tools[0].function.parameters'"));
   EXPECT_THAT(refused, HasSubstr("'not'"));
+  const Json not_object = Json::parse(
+      R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}])");
+  EXPECT_THAT(message(ToolCallFormat::kHermes, not_object, ""),
+              HasSubstr("'tools[0].function.parameters.type' must be \"object\""));
   // Only the candidates are converted: a named function's neighbours may use anything.
   Json mixed = unsupported;
   mixed.push_back(Tools()[1]);
