@@ -116,6 +116,29 @@ TEST(ForcingToolChoice, MessagesAndResponsesFormsBecomeTheChatOnes) {
   EXPECT_EQ(responses->api_echo["parallel_tool_calls"], false);
 }
 
+TEST(ResponsesRequest, TextFormatIsTheResponseFormat) {
+  absl::StatusOr<ParsedRequest> request = ParseResponsesRequest(
+      R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "n",
+          "schema": {"type": "object"}, "strict": true}}})",
+      {});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->response_format,
+            Json::parse(R"({"type": "json_schema", "json_schema": {"name": "n",
+                "schema": {"type": "object"}, "strict": true}})"));
+  EXPECT_EQ(request->api_echo["text"]["format"]["name"], "n");
+  request =
+      ParseResponsesRequest(R"({"input": "x", "text": {"format": {"type": "json_object"}}})", {});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->response_format, Json::parse(R"({"type": "json_object"})"));
+  ExpectRefused(ParseResponsesRequest(
+                    R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "n",
+                        "schema": {"type": "object", "not": {}}}}})",
+                    {}),
+                "'text.format.schema'");
+  ExpectRefused(ParseResponsesRequest(R"({"input": "x", "text": {"verbosity": "low"}})", {}),
+                "'text'");
+}
+
 TEST(MessagesRequest, BecomesAChatRequest) {
   absl::StatusOr<ParsedRequest> request = ParseMessagesRequest(R"({
     "model": "m", "max_tokens": 9, "system": [{"type": "text", "text": "Be brief."}],
@@ -201,7 +224,7 @@ TEST(ResponsesRequest, BecomesAChatRequest) {
   refused(R"("store": true)", "'store' must be false");
   refused(R"("previous_response_id": "resp_1")", "stateless");
   refused(R"("max_output_tokens": 0)", "'max_output_tokens'");
-  refused(R"("text": {"format": {"type": "json_object"}})", "'text'");
+  refused(R"("text": {"format": {"type": "yaml"}})", "'text.format.type'");
   refused(R"("tools": [{"type": "function", "name": "f", "strict": true}])", "'tools[0].strict'");
   refused(R"("tools": [{"type": "web_search"}])", "'tools[0]'");
   refused(R"("reasoning": {"effort": "low", "summary": "auto"})", "'reasoning'");

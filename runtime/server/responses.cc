@@ -329,14 +329,22 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body,
         "'previous_response_id' is not supported: this server is stateless and keeps no "
         "responses; send the whole conversation as 'input' items");
   }
+  // text.format is the chat API's response_format in the Responses layout: json_schema's
+  // name, schema and strict sit beside "type" instead of under "json_schema".
+  Json response_format;
   if (object.contains("text") && !object["text"].is_null()) {
     const Json& text = object["text"];
-    const bool plain = text.is_object() && text.size() == 1 && text.contains("format") &&
-                       text["format"] == Json({{"type", "text"}});
-    if (!plain) {
-      return absl::InvalidArgumentError(
-          "'text' other than {\"format\": {\"type\": \"text\"}} needs constrained decoding, "
-          "which this server does not have yet");
+    if (!text.is_object() || text.size() != 1 || !text.contains("format") ||
+        !text["format"].is_object()) {
+      return Invalid("text", "{\"format\": {\"type\": ...}}", text);
+    }
+    const Json& format = text["format"];
+    if (format.value("type", Json()) == "json_schema") {
+      Json spec = format;
+      spec.erase("type");
+      response_format = {{"type", "json_schema"}, {"json_schema", std::move(spec)}};
+    } else {
+      response_format = format;
     }
   }
   Json chat = Json::object();
@@ -370,9 +378,12 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body,
                        tool);
       }
       if (tool.value("strict", false) != false) {
+        // With tool_choice auto the model writes text or calls; constraining a call's
+        // arguments would mean constraining the text too. A forcing tool_choice enforces
+        // every tool's schema anyway (docs/server.md, "Tool calls").
         return absl::InvalidArgumentError(absl::StrFormat(
-            "'%s.strict' true needs constrained decoding, which this server does not have "
-            "yet; set it to false",
+            "'%s.strict' true is not enforced with free text around the calls; set it to "
+            "false (tool_choice \"required\" or a named function enforces the schemas)",
             field));
       }
       Json function = {{"name", tool["name"]}};
@@ -393,6 +404,7 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body,
       choice->value("type", Json()) == "function" && choice->contains("name")) {
     chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*choice)["name"]}}}};
   }
+  if (!response_format.is_null()) chat["response_format"] = response_format;
   if (object.contains("max_output_tokens") && !object["max_output_tokens"].is_null()) {
     chat["max_tokens"] = object["max_output_tokens"];
   }
@@ -413,7 +425,9 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body,
     std::string message(request.status().message());
     for (const auto& [from, to] :
          {std::pair<const char*, const char*>{"'max_tokens'", "'max_output_tokens'"},
-          {"'reasoning_effort'", "'reasoning.effort'"}}) {
+          {"'reasoning_effort'", "'reasoning.effort'"},
+          {"'response_format.json_schema.", "'text.format."},
+          {"'response_format", "'text.format"}}) {
       const size_t at = message.find(from);
       if (at != std::string::npos) message.replace(at, strlen(from), to);
     }
@@ -424,6 +438,7 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body,
                             ? Json(request->tool_choice)
                             : Json({{"type", "function"}, {"name", request->tool_choice_function}});
   echo["parallel_tool_calls"] = request->parallel_tool_calls;
+  if (!response_format.is_null()) echo["text"] = object["text"];
   echo["temperature"] = object.value("temperature", Json(1.0));
   echo["top_p"] = object.value("top_p", Json(1.0));
   echo["max_output_tokens"] = object.value("max_output_tokens", Json(nullptr));

@@ -203,6 +203,21 @@ class StructuredOutputTest(unittest.TestCase):
         for index, text in texts.items():
             self.check(text, schema, reasons[index])
 
+    def test_responses_text_format(self):
+        # The Responses API's text.format is response_format in that API's layout.
+        for stream in (False, True):
+            kwargs = dict(model="qwen", input="A person:", max_output_tokens=300, temperature=1.0,
+                          text={"format": {"type": "json_schema", "name": "person",
+                                           "schema": SCHEMAS["nested"], "strict": True}})
+            if stream:
+                with client(QWEN_SERVER).responses.stream(**kwargs) as events:
+                    response = events.get_final_response()
+            else:
+                response = client(QWEN_SERVER).responses.create(**kwargs)
+            self.assertEqual(response.status, "completed")
+            jsonschema.validate(json.loads(response.output_text), SCHEMAS["nested"])
+            self.assertEqual(response.text.format.type, "json_schema")
+
     def test_json_object(self):
         # A story model prefers ", " after every member and runs into max_tokens inside the
         # object (the schema suite above covers complete objects); what it writes must still be
