@@ -66,7 +66,13 @@ absl::StatusOr<std::shared_ptr<EmulatedModule>> EmulatedModule::build(const std:
       return absl::InternalError("cannot rename " + temporary + " to " + library);
   }
   auto module = std::shared_ptr<EmulatedModule>(new EmulatedModule());
-  module->handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // Every module includes CudaEmulation.h, whose kernel registry and scheduler are function-local
+  // statics of inline functions: GCC binds them STB_GNU_UNIQUE, so all modules of the process
+  // share one registry, holding pointers into whichever module registered a name last. Unloading
+  // a module would leave those dangling (a later plan whose kernel has the same name, and so the
+  // same code, jumped into unmapped text: two fixtures of one shape in one test process), so
+  // modules stay mapped until the process ends.
+  module->handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (module->handle == nullptr)
     return absl::InternalError(absl::StrFormat("dlopen %s: %s", library, ::dlerror()));
   module->launchFunction =
