@@ -6,7 +6,9 @@ Starts `llmrt serve PLAN`, then alternates rounds: C concurrent streamed /v1/com
 array (minItems 100) cannot end before max_tokens, so both modes run the same number of
 steps at the same batch size. TPOT of a request is
 (last token time - first token time) / (tokens - 1); the figure per mode is the median over
-all requests of all its rounds. Not a test; numbers go to docs/structured-output.md.
+all requests of all its rounds. Also printed: the engine's time per step split into the model
+and the sample phase (masks, matchers, sampler), from /metrics. Not a test; numbers go to
+docs/structured-output.md.
 
     python3 bench/grammar/tpot_bench.py --llmrt build/bin/llmrt --plan q110.plan
 """
@@ -42,6 +44,18 @@ def stream_one(url, body, results):
                 times.append(time.monotonic())
     if len(times) > 2:
         results.append(((times[-1] - times[0]) / (len(times) - 1), len(times)))
+
+
+def engine_seconds(url):
+    """The engine's cumulative step, model and sample seconds and steps, from /metrics."""
+    with urllib.request.urlopen(url + "/metrics") as response:
+        text = response.read().decode()
+    values = {}
+    for name in ("engine_step_seconds_total", "engine_model_seconds_total",
+                 "engine_sample_seconds_total", "engine_steps_total"):
+        match = re.search(r"^llmrt:%s\{[^}]*\} ([0-9.e+-]+)$" % name, text, re.M)
+        values[name] = float(match.group(1))
+    return values
 
 
 def round_of(url, concurrency, body):
@@ -87,15 +101,29 @@ def main():
         }
         round_of(url, args.concurrency, modes["json_schema"])  # compile + warm the caches
         tpot = {mode: [] for mode in modes}
+        # Engine time per step by phase: the model does not depend on the mode, so the sample
+        # phase (masks, matchers and the sampler) shows the constraint's own cost even when
+        # other load on the machine moves the TPOT.
+        phases = {mode: {} for mode in modes}
         for _ in range(args.rounds):
             for mode, body in modes.items():
+                before = engine_seconds(url)
                 tpot[mode] += round_of(url, args.concurrency, body)
+                after = engine_seconds(url)
+                for name, value in after.items():
+                    phases[mode][name] = phases[mode].get(name, 0.0) + value - before[name]
         medians = {mode: statistics.median(v[0] for v in values) * 1000
                    for mode, values in tpot.items()}
         for mode, value in medians.items():
             print("%-14s TPOT median %.2f ms over %d requests, %.1f chunks each" %
                   (mode, value, len(tpot[mode]), statistics.mean(v[1] for v in tpot[mode])))
         print("overhead %.1f%%" % (100 * (medians["json_schema"] / medians["unconstrained"] - 1)))
+        for mode, values in phases.items():
+            steps = values["engine_steps_total"]
+            print("%-14s per engine step: %.2f ms (model %.2f ms, sample %.2f ms), %d steps" %
+                  (mode, 1000 * values["engine_step_seconds_total"] / steps,
+                   1000 * values["engine_model_seconds_total"] / steps,
+                   1000 * values["engine_sample_seconds_total"] / steps, steps))
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)
