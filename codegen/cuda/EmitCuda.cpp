@@ -190,11 +190,18 @@ private:
   }
 
   // Adds a kernel (or finds the identical one already emitted) and returns its index.
+  // `minBlocksPerSm` > 0 goes to __launch_bounds__: ptxas then budgets registers for that many
+  // resident blocks instead of its own occupancy target.
   int32_t add(const std::string &baseName, const std::string &definitions, const std::string &call,
-              Kernel info) {
+              Kernel info, int minBlocksPerSm = 0) {
     // The entry name carries a hash of the code, so two different specializations never
     // share a name and identical ones always do.
-    const std::string key = definitions + call;
+    const std::string launchBounds =
+        minBlocksPerSm > 0
+            ? absl::StrFormat("__launch_bounds__(%d, %d) ", info.block_x(), minBlocksPerSm)
+            : absl::StrFormat("__launch_bounds__(%d) ", info.block_x());
+    const std::string key =
+        minBlocksPerSm > 0 ? definitions + launchBounds + call : definitions + call;
     const uint64_t hash = XXH64(key.data(), key.size(), 0);
     const std::string name = absl::StrFormat("llmc_%s_%08x", baseName, hash & 0xffffffffu);
     auto [it, inserted] = index.emplace(name, static_cast<int32_t>(emission.kernels.size()));
@@ -202,8 +209,7 @@ private:
       return it->second;
     EmittedKernel kernel;
     kernel.body = absl::StrCat(
-        "\n// ---- ", name, "\n", definitions, "extern \"C\" __global__ void ",
-        absl::StrFormat("__launch_bounds__(%d) ", info.block_x()), name,
+        "\n// ---- ", name, "\n", definitions, "extern \"C\" __global__ void ", launchBounds, name,
         "(const LlmcKernelParams p) {\n  ", call, "\n}\nLLMC_REGISTER_KERNEL(", name, ")\n");
     info.set_name(name);
     kernel.info = std::move(info);
@@ -519,7 +525,11 @@ private:
                   : absl::StrFormat("llmc::attentionPrefill<%d, %d, %d, %d, %s, %s>(p, %s, %s);",
                                     heads, kvHeads, headDim, attention.sliding_window(), ropeFlag,
                                     *kv, floatLiteral(plan::SoftmaxScale(attention)), table),
-          prefill));
+          prefill,
+          // Over an f32 cache P and V are split in three (KernelLibrary.cuh): ptxas' own
+          // register target then left 4-12 bytes of spills around the rope's sin/cos call on
+          // sm_80 at head_dim 16 and 32; one resident block lets it take the registers.
+          meta.kv_cache().dtype() == plan::F32 ? 1 : 0));
     }
     return absl::OkStatus();
   }

@@ -39,6 +39,9 @@ typedef signed char i8;
 __device__ __forceinline__ float toFloat(i8 value) { return (float)value; }
 template <typename KvT> struct KvScaled { static constexpr bool value = false; };
 template <> struct KvScaled<i8> { static constexpr bool value = true; };
+// An f32 cache: the one whose values need all 24 significant bits (the prefill kernel's PV).
+template <typename KvT> struct KvF32 { static constexpr bool value = false; };
+template <> struct KvF32<float> { static constexpr bool value = true; };
 
 // The scale of (slot, kv head) of an int8 cache, 1 (a no-op multiply) for the other dtypes.
 template <typename KvT, int kKvHeads>
@@ -543,12 +546,16 @@ __device__ void attentionCombine(const LlmcKernelParams &p) {
 // every operand split into bf16 parts accumulated in f32. Scores feed exp(), which turns an
 // absolute score error into a relative probability error, so QK^T splits q and k in three
 // (hi, mid, lo: 24 significant bits, f32's) and sums the six products above 2^-24 (hi*hi,
-// hi*mid, mid*hi, mid*mid, hi*lo, lo*hi): f32-exact scores up to summation order. PV splits P
-// and V in two (16 bits) and sums three products (relative error ~2^-17 of the output). A
-// two-way QK^T split measurably failed the fixtures' 1e-3 logits tolerance (1.4e-3 on
-// llama_mha bf16); this one stays within it. Tensor work is 6 + 3 MMAs per 16x8x16 step
-// instead of 2, affordable because prefill attention is a small share of a prefill step
-// (docs/cuda.md).
+// hi*mid, mid*hi, mid*mid, hi*lo, lo*hi): f32-exact scores up to summation order. PV over an
+// f16, bf16 or int8 cache splits P and V in two (16 bits: an f16 or bf16 V exactly) and sums
+// three products (relative error ~2^-17 of the output, far below what the cache's own rounding
+// moves it). Over an f32 cache nothing else rounds, and that 2^-17 put an f32 plan 1.04e-4 from
+// transformers (llama_yarn_biases, logits up to 8; the bar is 1e-4, the CPU backend is within
+// 1.8e-5): there PV splits P and V in three like QK^T (V pre-split in shared memory, 16-key
+// tiles where 32 would pass the 48 KiB of static shared memory). A two-way QK^T split
+// measurably failed the fixtures' 1e-3 logits tolerance (1.4e-3 on llama_mha bf16). Tensor
+// work is 6 + 3 MMAs (6 + 6 over f32) per 16x8x16 step instead of 2, affordable because
+// prefill attention is a small share of a prefill step (docs/cuda.md).
 __device__ __forceinline__ void splitBf16(float value, __nv_bfloat16 &high, __nv_bfloat16 &low) {
   high = __float2bfloat16_rn(value);
   low = __float2bfloat16_rn(value - __bfloat162float(high));
@@ -607,14 +614,16 @@ template <int kHeads, int kKvHeads, int kHeadDim, int kWindow, bool kRope, typen
           bool kSoftcap>
 __device__ void attentionPrefillCapped(const LlmcKernelParams &p, float scale, float softcap,
                                        const float *invFreq) {
-  constexpr int kTileKeys = 32;
   constexpr int kDim = (kHeadDim + 15) / 16 * 16; // head_dim padded to the MMA's k of 16
   constexpr int kChunks = kDim / 16, kDimTiles = kDim / 8;
   constexpr int kPitch = kDim + 8; // +8 bf16 per row: fragment loads spread over more banks
   constexpr int kKvWidth = kKvHeads * kHeadDim;
+  constexpr bool kExactValues = KvF32<KvT>::value; // P and V in three parts
+  constexpr int kTileKeys = kExactValues ? 16 : 32;
   __shared__ __nv_bfloat16 keyHigh[kTileKeys * kPitch], keyMid[kTileKeys * kPitch],
       keyLow[kTileKeys * kPitch];
-  __shared__ __nv_bfloat16 valueHigh[kTileKeys * kPitch], valueLow[kTileKeys * kPitch];
+  __shared__ __nv_bfloat16 valueHigh[kTileKeys * kPitch], valueLow[kTileKeys * kPitch],
+      valueMid[kExactValues ? kTileKeys * kPitch : 1];
   const int head = blockIdx.y, kvHead = head / (kHeads / kKvHeads);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = lane >> 2, quad = lane & 3;
@@ -684,7 +693,10 @@ __device__ void attentionPrefillCapped(const LlmcKernelParams &p, float scale, f
         }
         const int index = (e / kDim) * kPitch + d;
         splitBf16x3(keyValue, keyHigh[index], keyMid[index], keyLow[index]);
-        splitBf16(valueValue, valueHigh[index], valueLow[index]);
+        if constexpr (kExactValues)
+          splitBf16x3(valueValue, valueHigh[index], valueMid[index], valueLow[index]);
+        else
+          splitBf16(valueValue, valueHigh[index], valueLow[index]);
       }
       __syncthreads();
       if (!warpActive)
@@ -745,11 +757,15 @@ __device__ void attentionPrefillCapped(const LlmcKernelParams &p, float scale, f
       }
       // O += P V, 16 keys per MMA k-step. P's A fragment from score tiles 2s and 2s + 1.
       for (int s = 0; s < kTileKeys / 16; ++s) {
-        u32 pHigh[4], pLow[4];
-        splitPack(score[2 * s][0], score[2 * s][1], pHigh[0], pLow[0]);
-        splitPack(score[2 * s][2], score[2 * s][3], pHigh[1], pLow[1]);
-        splitPack(score[2 * s + 1][0], score[2 * s + 1][1], pHigh[2], pLow[2]);
-        splitPack(score[2 * s + 1][2], score[2 * s + 1][3], pHigh[3], pLow[3]);
+        // P's fragment r: score tile 2s + r / 2, its row pair r % 2.
+        u32 pHigh[4], pMid[4], pLow[4];
+        for (int r = 0; r < 4; ++r) {
+          const float *pair = score[2 * s + r / 2] + 2 * (r % 2);
+          if constexpr (kExactValues)
+            splitPack3(pair[0], pair[1], pHigh[r], pMid[r], pLow[r]);
+          else
+            splitPack(pair[0], pair[1], pHigh[r], pLow[r]);
+        }
         // B (k = key, n = dim) element (key, d) is V[key][d]: keys 16s + 2 * quad + {0, 1} (+8).
         const int keyRow = (16 * s + 2 * quad) * kPitch;
         for (int t = 0; t < kDimTiles; ++t) {
@@ -758,7 +774,13 @@ __device__ void attentionPrefillCapped(const LlmcKernelParams &p, float scale, f
                                 pack2(valueHigh[at + 8 * kPitch], valueHigh[at + 9 * kPitch])};
           const u32 bLow[2] = {pack2(valueLow[at], valueLow[at + kPitch]),
                                pack2(valueLow[at + 8 * kPitch], valueLow[at + 9 * kPitch])};
-          mmaSplit(out[t], pHigh, pLow, bHigh, bLow);
+          if constexpr (kExactValues) {
+            const u32 bMid[2] = {pack2(valueMid[at], valueMid[at + kPitch]),
+                                 pack2(valueMid[at + 8 * kPitch], valueMid[at + 9 * kPitch])};
+            mmaSplit3(out[t], pHigh, pMid, pLow, bHigh, bMid, bLow);
+          } else {
+            mmaSplit(out[t], pHigh, pLow, bHigh, bLow);
+          }
         }
       }
     }
