@@ -651,11 +651,6 @@ void RunTile(int num_rows, int tokens, const GemmRow* rows, const uint8_t* const
 #undef LLMRT_GEMM_TILE
 }
 
-// group = block >> GroupShift(w): groups of 32, 64 or 128 columns, or the whole row (shift 63).
-int GroupShift(const MatrixView& w) {
-  return w.group_size == w.cols ? 63 : w.group_size == 128 ? 2 : w.group_size == 64 ? 1 : 0;
-}
-
 // Where a panel's results go: output row n of the call lands at columns[n - row_begin] + token
 // x strides[n - row_begin] (`outputs` split the rows; *output is the cursor into them, rising
 // with the panels of a thread).
@@ -704,7 +699,7 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
   const int64_t row_bytes = kInt4 ? w.cols / 2 : w.cols;
   // Unpacked I4 row: whole 8-block steps of one byte per code.
   const int64_t unpacked_bytes = (w.cols / kBlock + 7) / 8 * 8 * kBlock;
-  const int group_shift = GroupShift(w);
+  const int group_shift = QuantGroupShift(w.group_size, w.cols);
   const int64_t num_panels = (w.rows + kPanelRows - 1) / kPanelRows;
   pool.ParallelFor(num_panels, [&](int64_t panel_begin, int64_t panel_end, int32_t) {
     // I4 panels unpacked (kPanelRows x K bytes: 88 KiB at K = 5632), kept per thread so that a
@@ -782,7 +777,7 @@ void GemmI4Vnni(ThreadPool& pool, const QuantizedActivationRows& x, const Matrix
   const int64_t chunks = (blocks + 7) / 8;
   const int64_t groups = w.cols / w.group_size;
   const int64_t row_bytes = w.cols / 2;
-  const int group_shift = GroupShift(w);
+  const int group_shift = QuantGroupShift(w.group_size, w.cols);
   const int64_t tiles = (x.num_rows + kGemmTokens - 1) / kGemmTokens;
   const int64_t tile_codes = chunks * kGemmTokens * kChunkCodes;
   const int64_t tile_meta = chunks * (kGemmTokens / 2) * kPairMetaBytes;

@@ -33,6 +33,18 @@ namespace llmrt::cpu {
 // (below it a step is bound by the weight stream, which the GEMV reads in long sequential runs).
 inline constexpr int64_t kQuantGemmMinRows = 2;
 
+// block >> QuantGroupShift(group_size, cols) is a 32-column block's quantization group in the
+// x86 kernels (here and quant_matmul.cc's GEMVs): groups of 32 * 2^k columns give k, one group
+// per row 63 (every block in group 0). Other group sizes (96, 160, ... columns, which GPTQ / AWQ
+// checkpoints may carry) give -1: QuantizedMatMul runs those on its portable row tiles.
+inline int QuantGroupShift(int32_t group_size, int64_t cols) {
+  if (group_size == cols) return 63;
+  for (int shift = 0; (int64_t{32} << shift) <= group_size; ++shift) {
+    if ((int64_t{32} << shift) == group_size) return shift;
+  }
+  return -1;
+}
+
 // Activation rows as QuantizedMatMul quantized them (quant_matmul.h): per row `padded_cols`
 // (QuantizedActivationCols) int8 codes (I4: in lane order, LaneOrderInt4Activations),
 // padded_cols / 32 scales and, for I4, the int32 sum of each block's codes.

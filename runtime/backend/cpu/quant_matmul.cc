@@ -74,12 +74,6 @@ WeightRow RowOf(const MatrixView& w, int64_t row) {
           w.zero_points != nullptr ? w.zero_points + row * groups : nullptr};
 }
 
-// block >> GroupShift(group_size, cols) is a block's group: groups of 32, 64 or 128 columns
-// (1, 2, 4 blocks), or the whole row (63: every block in group 0).
-int GroupShift(int32_t group_size, int64_t cols) {
-  return group_size == cols ? 63 : group_size == 128 ? 2 : group_size == 64 ? 1 : 0;
-}
-
 // The integer dot product of `count` (<= 32) columns of block `block` of a row of `cols`
 // columns with activation codes (I4: a whole block, from its 4 slices, plan::Int4SliceOffset).
 template <bool kInt4>
@@ -718,7 +712,7 @@ template <bool kVnni>
 void QuantizedGemv(ThreadPool& pool, const MatrixView& w, const float* bias,
                    const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
                    const float* scales, const int32_t* integer_sums) {
-  const int group_shift = GroupShift(w.group_size, w.cols);
+  const int group_shift = QuantGroupShift(w.group_size, w.cols);
   if (w.dtype == plan::I4) {
     const int64_t row_bytes = w.cols / 2;
     if (w.zero_points != nullptr) {
@@ -804,8 +798,10 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
   int8_t* codes = static_cast<int8_t*>(scratch);
   float* scales = reinterpret_cast<float*>(codes + num_rows * padded);
   float* sums = scales + num_rows * blocks;
-  // I4 on AVX2: block sums, and the codes in lane order (the GEMV's and the GEMM's layout).
-  const bool int4_lanes = LLMRT_QUANT_AVX2 && w.dtype == plan::I4;
+  // The x86 GEMV and GEMM tiles take groups of 32 * 2^k columns or whole rows (QuantGroupShift).
+  const bool x86_tiles = LLMRT_QUANT_AVX2 && QuantGroupShift(w.group_size, w.cols) >= 0;
+  // I4 there: block sums, and the codes in lane order (the GEMV's and the GEMM's layout).
+  const bool int4_lanes = x86_tiles && w.dtype == plan::I4;
   auto quantize = [&](int64_t begin, int64_t end, int32_t) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t source = input_rows != nullptr ? input_rows[row] : row;
@@ -831,8 +827,10 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
 #if LLMRT_QUANT_AVX2
   // One activation row (decode): the GEMVs (QuantizedGemvInt8Avx2 / Int4Avx2); several rows
   // (prefill, batched decode): the register-tiled GEMM (quant_gemm.h); no rows: nothing to compute.
-  const bool gemv = num_rows == 1;
-  const bool gemm = num_rows >= kQuantGemmMinRows;
+  // Other group sizes fall through to the portable row tiles.
+  const bool gemv = x86_tiles && num_rows == 1;
+  const bool gemm = x86_tiles && num_rows >= kQuantGemmMinRows;
+  if (x86_tiles && num_rows == 0) return;
   if (gemv) {
     const int32_t* integer_sums = reinterpret_cast<const int32_t*>(sums);
 #if LLMRT_QUANT_VNNI
@@ -849,7 +847,7 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
                   w, bias, outputs, num_outputs);
     return;
   }
-#else
+#endif
 #if LLMRT_QUANT_NEON
   // NEON_I8MM / NEON_DOTPROD (dispatch.h): sdot and smmla kernels compiled for those extensions
   // (quant_neon-inl.h), every row count.
@@ -868,7 +866,8 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
     return;
   }
 #endif
-  // Other targets: the portable row tiles (NEON or scalar), every row count.
+  // Other targets, and x86 group sizes the tiles do not take: the portable row tiles, every row
+  // count.
   if (w.dtype == plan::I4 && w.zero_points != nullptr) {
     QuantizedMatMulTyped<true, true>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
                                      padded);
@@ -879,7 +878,6 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
     QuantizedMatMulTyped<false, false>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
                                        padded);
   }
-#endif
 }
 
 }  // namespace HWY_NAMESPACE

@@ -129,7 +129,8 @@ TEST(QuantTierTest, EveryGroupSizeMatchesReference) {
   const int64_t rows = 19;
   for (int bits : {8, 4}) {
     for (bool asymmetric : bits == 4 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-      for (int32_t group : {32, 64, 128, 0}) {
+      // 96 and 256: groups of 3 and 8 blocks (GPTQ / AWQ may carry them; QuantGroupShift).
+      for (int32_t group : {32, 64, 96, 128, 256, 0}) {
         const Scheme s{bits, asymmetric, group};
         std::vector<int64_t> cols_list = {768, 1536};
         if (bits == 8 && group == 0) cols_list.push_back(172);
