@@ -202,13 +202,6 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
   if (!imported.ok()) return imported;
 
   const plan::ModelConfig& config = checkpoint->config();
-  // Said here, with the flag and the field, rather than by the pass in IR terms.
-  if (options.quantize && options.quantize->lm_head_bits != 0 && config.tie_word_embeddings()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--lm-head-quant int", options.quantize->lm_head_bits, ": ", options.model_dir,
-                     "/config.json has tie_word_embeddings true, so the lm_head is the embedding "
-                     "table, which stays float; expected an untied lm_head"));
-  }
   if (options.quantize && options.quantize->lm_head_bits == 4) {
     // 32 when --group-size is absent, for int4 and int8 per channel alike (the pass's rule).
     const int64_t group = options.quantize->group_size == 0 ? 32 : options.quantize->group_size;

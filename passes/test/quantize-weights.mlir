@@ -64,11 +64,18 @@ func.func @untied(%t: tensor<?xi32>, %pos: tensor<?xi32>) -> tensor<?x96xf32> {
 
 // -----
 
-// A tied lm_head is the embedding table: asking to quantize it is an error, not a silent no-op.
+// A tied lm_head is the embedding table, which the embed reads as float rows: the logits get
+// their own copy, the view @"table[0:96]" of the same checkpoint tensor, and quantize it.
+// INT8-LABEL: llm.param @table : tensor<96x64xf32>
+// INT8-NEXT: llm.param @"table[0:96]" : tensor<96x64xf32>
+// INT8: llm.embed %{{.*}} {table = @table}
+// INT8: llm.logits %{{.*}} {llm.quant = {bits = 8 : i64, group_size = 64 : i64, method = "rtn", scheme = "symmetric"}, weight = @"table[0:96]"}
+// Without lm-head-bits nothing changes: the tied table serves both.
+// CHECK-LABEL: func.func @tied
+// CHECK: llm.logits %{{.*}} weight = @table}
 llm.param @table : tensor<96x64xf32>
 func.func @tied(%t: tensor<?xi32>, %pos: tensor<?xi32>) -> tensor<?x96xf32> {
   %x = llm.embed %t {table = @table} : tensor<?xi32> -> tensor<?x64xf32>
-  // expected-error @+1 {{lm-head-bits: the lm_head is tied to the embedding table @table, which stays float}}
   %l = llm.logits %x {weight = @table} : tensor<?x64xf32> -> tensor<?x96xf32>
   return %l : tensor<?x96xf32>
 }

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "runtime/plan/plan_reader.h"
 #include "tests/e2e/test_util.h"
+#include "tests/quant/accuracy.h"
 
 namespace llmc::quant_testing {
 namespace {
@@ -19,9 +20,11 @@ namespace plan = llmrt::plan;
 using ::llmc::testing::CommandResult;
 using ::llmc::testing::FileExists;
 using ::llmc::testing::MakeScratchDir;
+using ::llmc::testing::ReadFile;
 using ::llmc::testing::RunCommand;
 using ::llmc::testing::SourcePath;
 using ::llmc::testing::ToolPath;
+using ::llmc::testing::WriteFile;
 using ::testing::HasSubstr;
 
 // An untied fixture (hidden 64, vocab 512) and the tied, trained stories260K.
@@ -51,8 +54,6 @@ TEST(LmHeadQuantCliTest, RejectsBadInput) {
       {kUntied, "--quant int4 --lm-head-quant", 2, "--lm-head-quant needs int8 or int4"},
       // The boolean flag it replaced is gone.
       {kUntied, "--quant int4 --quantize-lm-head", 2, "unknown option --quantize-lm-head"},
-      {kTied, "--quant int4 --lm-head-quant int8", 1,
-       "config.json has tie_word_embeddings true, so the lm_head is the embedding table"},
       // int4's groups must divide the lm_head's width (hidden_size 64 here).
       {kUntied, "--quant int8 --group-size 128 --lm-head-quant int4", 1,
        "hidden_size 64, the lm_head's width; expected a multiple of the group size 128"},
@@ -164,6 +165,57 @@ INSTANTIATE_TEST_SUITE_P(
                  "int4 g64 asymmetric rtn, lm_head int4",
                  "bytes, LANE_CHUNKS  i4 per-row asym (f16 scales, u8 zeros) rtn 0.5469 B/weight"}),
     [](const ::testing::TestParamInfo<Expected>& info) { return std::string(info.param.name); });
+
+// A tied lm_head: the embed keeps the float table and the logits read a quantized copy of it,
+// "model.embed_tokens.weight[0:vocab]". Its logits are those of the untied twin (lm_head.weight
+// = the table) compiled with the same flags, to the bit: the same matrix quantized the same way.
+TEST(TiedLmHeadQuantTest, LogitsReadAQuantizedCopyAndMatchTheUntiedTwin) {
+  const std::string dir = MakeScratchDir("lm-head-tied");
+  const std::string untied = dir + "/untied";
+  ASSERT_TRUE(WriteUntiedCopy(SourcePath(kTied), untied).ok());
+  const std::string flags = "--quant int4 --lm-head-quant int8";
+  const std::string tied_plan = dir + "/tied.plan", untied_plan = dir + "/untied.plan";
+  CommandResult compiled = Llmc(kTied, tied_plan, flags);
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.error;
+  compiled = RunCommand(ToolPath("llmc") + " compile " + untied + " -o " + untied_plan +
+                        " --quiet " + flags);
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.error;
+
+  absl::StatusOr<std::unique_ptr<plan::Plan>> opened = plan::Plan::Open(tied_plan);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const plan::PlanMeta& meta = (*opened)->meta();
+  int checked = 0;
+  for (const plan::Op& op : meta.program().ops()) {
+    if (op.kind() != plan::EMBED && op.kind() != plan::LOGITS) continue;
+    const plan::Tensor& table = meta.tensors(op.weights(0));
+    ASSERT_EQ(table.shape_size(), 2);
+    if (op.kind() == plan::EMBED) {
+      EXPECT_EQ(table.name(), "model.embed_tokens.weight");
+      EXPECT_EQ(table.dtype(), plan::F32);
+    } else {
+      EXPECT_EQ(table.name(),
+                "model.embed_tokens.weight[0:" + std::to_string(table.shape(0)) + "]");
+      EXPECT_EQ(table.dtype(), plan::I8);
+      EXPECT_EQ(table.quantization().group_size(), table.shape(1));
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+
+  const std::string tokens = dir + "/tokens.txt";
+  WriteFile(tokens, "1 403 407 261 378 298 284 429 470 2 9 300 33 0 511");
+  std::string logits[2];
+  const std::string plans[2] = {tied_plan, untied_plan};
+  for (int i = 0; i < 2; ++i) {
+    const std::string out = dir + "/logits" + std::to_string(i) + ".bin";
+    const CommandResult eval = RunCommand(ToolPath("llmrt") + " eval " + plans[i] + " --tokens " +
+                                          tokens + " --logits-out " + out + " --threads 1");
+    ASSERT_EQ(eval.exit_code, 0) << eval.error;
+    logits[i] = ReadFile(out);
+  }
+  EXPECT_EQ(logits[0].size(), 15u * 512u * sizeof(float));
+  EXPECT_TRUE(logits[0] == logits[1]) << "tied and untied int8 lm_heads give different logits";
+}
 
 }  // namespace
 }  // namespace llmc::quant_testing
