@@ -14,7 +14,7 @@
 //     like-for-like of llama.cpp's Q4_0 files). A tied lm_head is the embedding table, which
 //     the embed kernel reads as float rows: the logits then read their own quantized copy, the
 //     param "T[0:rows]" (a view of the checkpoint tensor, codegen/RowSlice.h), while the embed
-//     keeps T. The plan holds both (+1.06 bytes per weight at int8), and a decode step reads the
+//     keeps T. The plan holds both (+1 byte per weight at int8), and a decode step reads the
 //     copy instead of the float table (Gemma-2-2B: 0.6 GB instead of 1.2 GB).
 //
 //===----------------------------------------------------------------------===//

@@ -3,6 +3,7 @@
 #
 #   bench/e2e/side_by_side.sh [--format f16|int8|int4] [--reps 3] [--threads 1,2]
 #                             [--max-load 1.5] [--dtype f16] [-p 512] [-n 128]
+#                             [--preset tinyllama-1.1b|gemma2-2b|phi3-mini|...]
 #
 # --format picks the pair: f16 plan vs F16 GGUF; int8 (`llmc --quant int8 --lm-head-quant int8`)
 # vs Q8_0; int4 (`--quant int4 --lm-head-quant int8`, g32 symmetric) vs Q4_0 — the int8 lm_head
@@ -11,9 +12,9 @@
 #
 # Needs: llmc and llmrt built in $BUILD (default build/), a CPU build of llama.cpp in $LLAMA_CPP
 # (default /work/llamacpp, with build/bin/llama-bench) and its converter's Python packages
-# (numpy torch safetensors sentencepiece transformers). Writes everything under $WORK_DIR
-# (default /tmp/llmrt-side-by-side): the synthetic TinyLlama-1.1B checkpoint, our plan, the GGUF,
-# and results-FORMAT.jsonl (one line per program, rep and thread count, with the load average at
+# (numpy torch safetensors sentencepiece transformers; $PYTHON, default python3). Writes everything
+# under $WORK_DIR (default /tmp/llmrt-side-by-side): the synthetic checkpoint of `llmc synth
+# --preset` (TinyLlama-1.1B by default), our plan, the GGUF, and results-PRESET-FORMAT.jsonl (one line per program, rep and thread count, with the load average at
 # the start). llama.cpp and its outputs never go into the repository.
 #
 # The machine is shared and has 2 cores: each rep waits (up to 10 minutes) for the 1-minute load
@@ -33,6 +34,8 @@ DTYPE=f16
 FORMAT=f16
 PROMPT=512
 GEN=128
+PRESET=tinyllama-1.1b
+PYTHON=${PYTHON:-python3}
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --reps) REPS=$2; shift 2 ;;
@@ -42,6 +45,7 @@ while [[ $# -gt 0 ]]; do
     --format) FORMAT=$2; shift 2 ;;
     -p) PROMPT=$2; shift 2 ;;
     -n) GEN=$2; shift 2 ;;
+    --preset) PRESET=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -53,21 +57,25 @@ case "$FORMAT" in
   int4) compile_flags=(--quant int4 --lm-head-quant int8); gguf_type=Q4_0 ;;
   *) echo "--format $FORMAT: expected f16, int8 or int4" >&2; exit 2 ;;
 esac
-MODEL=${MODEL:-$WORK_DIR/tinyllama-1.1b-$DTYPE}
-FLOAT_GGUF=$WORK_DIR/tinyllama-1.1b-$DTYPE.gguf
+MODEL=${MODEL:-$WORK_DIR/$PRESET-$DTYPE}
+FLOAT_GGUF=$WORK_DIR/$PRESET-$DTYPE.gguf
 if [[ $FORMAT == f16 ]]; then
-  PLAN=${PLAN:-$WORK_DIR/tinyllama-1.1b-$DTYPE.plan}
+  PLAN=${PLAN:-$WORK_DIR/$PRESET-$DTYPE.plan}
   GGUF=${GGUF:-$FLOAT_GGUF}
 else
-  PLAN=${PLAN:-$WORK_DIR/tinyllama-1.1b-$FORMAT.plan}
-  GGUF=${GGUF:-$WORK_DIR/tinyllama-1.1b-$gguf_type.gguf}
+  PLAN=${PLAN:-$WORK_DIR/$PRESET-$FORMAT.plan}
+  GGUF=${GGUF:-$WORK_DIR/$PRESET-$gguf_type.gguf}
 fi
-RESULTS=$WORK_DIR/results-$FORMAT.jsonl
+RESULTS=$WORK_DIR/results-$PRESET-$FORMAT.jsonl
 
-[[ -d $MODEL ]] || "$BUILD/bin/llmc" synth --preset tinyllama-1.1b --dtype "$DTYPE" -o "$MODEL"
+[[ -d $MODEL ]] || "$BUILD/bin/llmc" synth --preset "$PRESET" --dtype "$DTYPE" -o "$MODEL"
 [[ -f $PLAN ]] || "$BUILD/bin/llmc" compile "$MODEL" -o "$PLAN" "${compile_flags[@]}" --quiet
 if [[ ! -f $GGUF ]]; then
-  [[ -f $FLOAT_GGUF ]] || python3 "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype "$DTYPE" \
+  # llama.cpp reads Gemma's and Phi-3's vocabulary from a SentencePiece model only.
+  if [[ $PRESET == gemma* || $PRESET == phi3* ]] && [[ ! -f $MODEL/tokenizer.model ]]; then
+    "$PYTHON" "$REPO/bench/e2e/spm_from_tokenizer_json.py" "$MODEL"
+  fi
+  [[ -f $FLOAT_GGUF ]] || "$PYTHON" "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype "$DTYPE" \
     --outfile "$FLOAT_GGUF"
   [[ $FORMAT == f16 ]] || "$LLAMA_CPP/build/bin/llama-quantize" "$FLOAT_GGUF" "$GGUF" "$gguf_type"
 fi
