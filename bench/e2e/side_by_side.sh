@@ -75,8 +75,10 @@ if [[ ! -f $GGUF ]]; then
   if [[ $PRESET == gemma* || $PRESET == phi3* ]] && [[ ! -f $MODEL/tokenizer.model ]]; then
     "$PYTHON" "$REPO/bench/e2e/spm_from_tokenizer_json.py" "$MODEL"
   fi
+  # --model-name: llama.cpp gives models named "phi3" its Phi-3 token attributes, which look up
+  # "<|endoftext|>", a token the synthetic vocabulary does not have.
   [[ -f $FLOAT_GGUF ]] || "$PYTHON" "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype "$DTYPE" \
-    --outfile "$FLOAT_GGUF"
+    --outfile "$FLOAT_GGUF" --model-name "llmc-synth-$DTYPE"
   [[ $FORMAT == f16 ]] || "$LLAMA_CPP/build/bin/llama-quantize" "$FLOAT_GGUF" "$GGUF" "$gguf_type"
 fi
 

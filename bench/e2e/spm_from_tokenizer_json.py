@@ -6,8 +6,10 @@
 `llmc synth` writes a tokenizer.json only. llama.cpp's converter reads the vocabulary of Gemma and
 Phi-3 checkpoints from a SentencePiece tokenizer.model and has no fallback, so the side-by-side
 benchmark gives it one: the same pieces in id order (added tokens as control pieces, `<unk>` as
-the unknown piece). Benchmarks feed random token ids, so only the vocabulary's size and order
-matter; nothing here tokenizes text.
+the unknown piece). llama.cpp's loader looks up the newline byte piece `<0x0A>`, so a vocabulary
+without byte pieces gets them in place of its first 256 ordinary pieces (the synthetic byte-level
+BPE vocabularies have none). Benchmarks feed random token ids, so only the vocabulary's size and
+order matter; nothing here tokenizes text.
 """
 import json
 import sys
@@ -43,6 +45,12 @@ def main() -> int:
     proto.trainer_spec.pad_id = added.get("<pad>", -1)
     proto.normalizer_spec.name = "identity"
     proto.normalizer_spec.add_dummy_prefix = False
+    byte_pieces = [f"<0x{b:02X}>" for b in range(256)]
+    missing_bytes = "<0x0A>" not in vocab
+    if missing_bytes and any(piece in vocab for piece in byte_pieces):
+        print(f"{model_dir}/tokenizer.json: some byte pieces but not <0x0A>", file=sys.stderr)
+        return 1
+    next_byte = 0
     for piece, token_id in by_id:
         entry = proto.pieces.add()
         entry.piece = piece
@@ -51,8 +59,15 @@ def main() -> int:
             entry.type = spm.ModelProto.SentencePiece.UNKNOWN
         elif piece in added:
             entry.type = spm.ModelProto.SentencePiece.CONTROL
+        elif missing_bytes and next_byte < 256:
+            entry.piece = byte_pieces[next_byte]
+            entry.type = spm.ModelProto.SentencePiece.BYTE
+            next_byte += 1
         else:
             entry.type = spm.ModelProto.SentencePiece.NORMAL
+    if missing_bytes and next_byte < 256:
+        print(f"{model_dir}/tokenizer.json: fewer than 256 ordinary pieces", file=sys.stderr)
+        return 1
     out = model_dir / "tokenizer.model"
     out.write_bytes(proto.SerializeToString())
     loaded = SentencePieceProcessor(model_file=str(out))
