@@ -30,9 +30,10 @@ struct QuantizeOptions {
   bool gptq = false;
   std::string calib_path;               // calibration text for awq / gptq; empty: the built-in one
   std::vector<std::string> keep_float;  // weights whose name contains one of these stay float
-  // --lm-head-quant: the untied lm_head's own format. 0: float (the default policy); 8: int8,
-  // symmetric, one scale per output channel; 4: int4 with group_size (32 when 0) and the
-  // scheme above. Always round-to-nearest: calibration records no lm_head inputs.
+  // --lm-head-quant: the lm_head's own format (a tied one: of its own copy of the embedding
+  // table). 0: float (the default policy); 8: int8, symmetric, one scale per output channel;
+  // 4: int4 with group_size (32 when 0) and the scheme above. Always round-to-nearest:
+  // calibration records no lm_head inputs.
   int lm_head_bits = 0;
 };
 

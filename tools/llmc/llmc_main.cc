@@ -47,17 +47,18 @@ constexpr char kUsage[] =
     "                        e.g. tool_use, stay; docs/chat-templates.md)\n"
     "  --quant int8|int4     store matmul weights as integer codes with f16 scales\n"
     "                        (embeddings, norms and lm_head stay float; docs/quantization.md)\n"
-    "  --group-size N        32, 64 or 128 input columns per scale (default: int8 one scale\n"
-    "                        per output channel, int4 32)\n"
+    "  --group-size N        input columns per scale, a multiple of 32 (default: int8 one\n"
+    "                        scale per output channel, int4 32)\n"
     "  --scheme S            symmetric (default) or asymmetric (int4: a zero point per group)\n"
     "  --awq                 activation-aware scales searched on a calibration text\n"
     "  --gptq                error feedback (GPTQ) from the calibration text; with --awq, after\n"
     "                        the scaling\n"
     "  --calib FILE          calibration text for --awq / --gptq (default: built-in English)\n"
     "  --keep-float LIST     comma-separated name substrings whose weights stay float\n"
-    "  --lm-head-quant F     the untied lm_head's own format (default: float): int8 (one scale\n"
-    "                        per output channel) or int4 (--group-size, --scheme); round-to-\n"
-    "                        nearest even with --awq / --gptq\n"
+    "  --lm-head-quant F     the lm_head's own format (default: float): int8 (one scale per\n"
+    "                        output channel) or int4 (--group-size, --scheme); round-to-\n"
+    "                        nearest even with --awq / --gptq; a tied lm_head gets its own\n"
+    "                        quantized copy of the embedding table\n"
     "  --kv-cache T          KV cache dtype: f32, f16, bf16 or int8 (default: the weights')\n"
     "  --max-memory SIZE     size the plan for a resident-memory budget (4G, 512M; binary units):\n"
     "                        the KV pool and maximum context fill what the weights and the\n"
@@ -69,16 +70,16 @@ constexpr char kUsage[] =
     "                  [--max-shard-size SIZE]\n"
     "\n"
     "  writes a random-weight HuggingFace checkpoint (config, safetensors, tokenizer)\n"
-    "  --preset      tinyllama-1.1b, llama-110m, qwen3-0.6b, or a config.json to take the\n"
-    "                shapes from\n"
+    "  --preset      a preset (below) or a config.json to take the shapes from\n"
     "  -o DIR        the directory to create (must not exist; written via a temporary one)\n"
     "  --dtype T     weight dtype (default f16)\n"
     "  --seed S      random seed (default 0); the same seed gives the same weights\n"
     "  --max-shard-size SIZE  bytes per safetensors shard, e.g. 5GB (default), 500MB\n";
 
-// kUsage and the architectures the registry (compiler/arch/family.h) knows.
+// kUsage, the synth presets and the architectures the registry (compiler/arch/family.h) knows.
 std::string Usage() {
-  return std::string(kUsage) + "\narchitectures: " + llmc::SupportedArchitectures() + "\n";
+  return std::string(kUsage) + "\npresets: " + absl::StrJoin(llmc::SynthPresetNames(), ", ") +
+         "\narchitectures: " + llmc::SupportedArchitectures() + "\n";
 }
 
 int UsageError(const std::string& message) {
