@@ -210,6 +210,183 @@ LogicalResult AttentionOp::verify() {
   return success();
 }
 
+LogicalResult AttentionOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  if (!getSinksAttr())
+    return success();
+  return verifyParam(*this, symbolTable, getSinksAttr(), "sinks",
+                     {static_cast<int64_t>(getNumHeads())});
+}
+
+namespace {
+
+bool isFinitePositive(double value) { return value > 0 && std::isfinite(value); }
+
+} // namespace
+
+LogicalResult ClampedSwigluOp::verify() {
+  if (!isFinitePositive(getAlpha().convertToDouble()) ||
+      !isFinitePositive(getLimit().convertToDouble()))
+    return emitOpError() << "alpha and limit must be finite and > 0, found alpha "
+                         << getAlpha().convertToDouble() << ", limit "
+                         << getLimit().convertToDouble();
+  return success();
+}
+
+// 1024: the CUDA routing kernel's shared-memory histogram (plan.proto RouterAttrs).
+static constexpr int64_t kMaxExperts = 1024;
+
+static LogicalResult verifyExpertCounts(Operation *op, int64_t numExperts, int64_t topK) {
+  if (numExperts < 1 || numExperts > kMaxExperts || topK < 1 || topK > numExperts)
+    return op->emitOpError() << "needs 1 <= top_k <= num_experts <= " << kMaxExperts
+                             << ", found top_k " << topK << ", num_experts " << numExperts;
+  return success();
+}
+
+LogicalResult RouterOp::verify() {
+  const int64_t numExperts = getNumExperts(), topK = getTopK();
+  if (failed(verifyExpertCounts(*this, numExperts, topK)))
+    return failure();
+  StringRef scoring = getScoring();
+  if (scoring != "softmax_topk" && scoring != "topk_softmax")
+    return emitOpError() << "scoring must be softmax_topk or topk_softmax, found \"" << scoring
+                         << "\"";
+  if (getNormalize() && scoring != "softmax_topk")
+    return emitOpError() << "normalize applies to softmax_topk only (topk_softmax is "
+                            "normalised by construction)";
+  if (failed(verifyWidth(*this, getLogits(), "logits", numExperts)) ||
+      failed(verifyWidth(*this, getIds(), "ids", topK)) ||
+      failed(verifyWidth(*this, getWeights(), "weights", topK)))
+    return failure();
+  return success();
+}
+
+namespace {
+
+// The symbols of entry `projection` of an expert_matmul's weights/biases (an ArrayAttr of
+// ArrayAttrs); empty when absent or malformed (the verifier reports that).
+SmallVector<FlatSymbolRefAttr> expertRefs(ArrayAttr all, unsigned projection) {
+  if (!all || projection >= all.size())
+    return {};
+  auto refs = all[projection].dyn_cast<ArrayAttr>();
+  if (!refs)
+    return {};
+  SmallVector<FlatSymbolRefAttr> result;
+  for (Attribute ref : refs)
+    if (auto symbol = ref.dyn_cast<FlatSymbolRefAttr>())
+      result.push_back(symbol);
+  return result;
+}
+
+SmallVector<FlatSymbolRefAttr> flatExpertRefs(ArrayAttr all) {
+  SmallVector<FlatSymbolRefAttr> result;
+  for (unsigned i = 0; all && i < all.size(); ++i)
+    llvm::append_range(result, expertRefs(all, i));
+  return result;
+}
+
+// `all` is an array of `projections` arrays of exactly `numExperts` FlatSymbolRefAttrs.
+LogicalResult verifyExpertRefs(Operation *op, ArrayAttr all, StringRef what, size_t projections,
+                               int64_t numExperts) {
+  if (all.size() != projections)
+    return op->emitOpError() << "has " << all.size() << " " << what << " entries for "
+                             << projections << " results; expected one per result";
+  for (auto [index, entry] : llvm::enumerate(all)) {
+    auto refs = entry.dyn_cast<ArrayAttr>();
+    if (!refs || static_cast<int64_t>(refs.size()) != numExperts ||
+        !llvm::all_of(refs, [](Attribute ref) { return ref.isa<FlatSymbolRefAttr>(); }))
+      return op->emitOpError() << what << "[" << index << "] must be an array of num_experts ("
+                               << numExperts << ") symbols, found " << entry;
+  }
+  return success();
+}
+
+} // namespace
+
+SmallVector<FlatSymbolRefAttr> ExpertMatmulOp::getExpertWeightRefs(unsigned projection) {
+  return expertRefs(getWeights(), projection);
+}
+
+SmallVector<FlatSymbolRefAttr> ExpertMatmulOp::getExpertBiasRefs(unsigned projection) {
+  return expertRefs(getBiasesAttr(), projection);
+}
+
+SmallVector<FlatSymbolRefAttr> ExpertMatmulOp::getAllWeightRefs() {
+  return flatExpertRefs(getWeights());
+}
+
+SmallVector<FlatSymbolRefAttr> ExpertMatmulOp::getAllBiasRefs() {
+  return flatExpertRefs(getBiasesAttr());
+}
+
+LogicalResult ExpertMatmulOp::verify() {
+  const int64_t numExperts = getNumExperts(), topK = getTopK();
+  if (failed(verifyExpertCounts(*this, numExperts, topK)))
+    return failure();
+  if (failed(verifyWidth(*this, getIds(), "ids", topK)))
+    return failure();
+  if (getWeights().empty())
+    return emitOpError() << "needs at least one weight entry";
+  if (failed(verifyExpertRefs(*this, getWeights(), "weights", getNumResults(), numExperts)))
+    return failure();
+  if (getBiasesAttr() && !getBiasesAttr().empty() &&
+      failed(verifyExpertRefs(*this, getBiasesAttr(), "biases", getNumResults(), numExperts)))
+    return failure();
+  for (auto [index, result] : llvm::enumerate(getResults()))
+    if (getActivationWidth(result.getType()) % topK != 0)
+      return emitOpError() << "result " << index << " has width "
+                           << getActivationWidth(result.getType())
+                           << ", expected a multiple of top_k " << topK;
+  return success();
+}
+
+LogicalResult ExpertMatmulOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  const int64_t topK = getTopK();
+  const int64_t inputWidth = getActivationWidth(getX().getType());
+  // K from the first weight: x is [T, K] or [T, top_k * K].
+  SmallVector<FlatSymbolRefAttr> first = getExpertWeightRefs(0);
+  if (first.empty())
+    return failure(); // verify() reported the malformed weights
+  auto param = symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, first.front());
+  if (!param)
+    return emitOpError() << "weight " << first.front() << " does not name an llm.param";
+  if (param.getTensorType().getRank() != 2)
+    return emitOpError() << "weight " << first.front() << " has type " << param.getTensorType()
+                         << ", expected [N, K]";
+  const int64_t cols = param.getTensorType().getDimSize(1);
+  if (inputWidth != cols && inputWidth != topK * cols)
+    return emitOpError() << "x has width " << inputWidth << ", expected K (" << cols
+                         << ") or top_k * K (" << topK * cols << ")";
+  for (auto [index, result] : llvm::enumerate(getResults())) {
+    const int64_t rows = getActivationWidth(result.getType()) / topK;
+    SmallVector<FlatSymbolRefAttr> biases = getExpertBiasRefs(index);
+    for (auto [expert, weight] : llvm::enumerate(getExpertWeightRefs(index))) {
+      if (failed(verifyParam(*this, symbolTable, weight, "weight", {rows, cols})))
+        return failure();
+      if (!biases.empty() &&
+          failed(verifyParam(*this, symbolTable, biases[expert], "bias", {rows})))
+        return failure();
+    }
+  }
+  return success();
+}
+
+LogicalResult MoeCombineOp::verify() {
+  const size_t numInputs = getInputs().size();
+  if (numInputs != 2 && numInputs != 4)
+    return emitOpError() << "takes (y, weights) or (y, weights, shared, shared_gate), found "
+                         << numInputs << " operands";
+  const int64_t hidden = getActivationWidth(getType());
+  const int64_t topK = getActivationWidth(getInputs()[1].getType());
+  if (topK <= 0)
+    return emitOpError() << "weights must have a positive width";
+  if (failed(verifyWidth(*this, getInputs()[0], "y", topK * hidden)))
+    return failure();
+  if (numInputs == 4 && (failed(verifyWidth(*this, getInputs()[2], "shared", hidden)) ||
+                         failed(verifyWidth(*this, getInputs()[3], "shared_gate", 1))))
+    return failure();
+  return success();
+}
+
 LogicalResult LogitsOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   if (!(getSoftcap().convertToDouble() >= 0) || std::isinf(getSoftcap().convertToDouble()))
     return emitOpError() << "softcap must be finite and >= 0 (0: none)";

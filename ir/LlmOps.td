@@ -29,6 +29,8 @@ class Llm_Op<string mnemonic, list<Trait> traits = []> :
 def Llm_Activation : 2DTensorOf<[F32]>;
 // [T] i32: token ids or positions.
 def Llm_TokenVector : 1DTensorOf<[I32]>;
+// [T, top_k] i32: each token's chosen experts, written by llm.router (plan.proto EXPERT_IDS).
+def Llm_ExpertIds : 2DTensorOf<[I32]>;
 
 def Llm_ParamOp : Llm_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
   let summary = "a weight tensor of the checkpoint, by name";
@@ -145,14 +147,20 @@ def Llm_RopeOp : Llm_Op<"rope", [Pure, AllTypesMatch<["x", "result"]>]> {
 // Not Pure: at run time it also writes k and v into the paged KV cache of `layer`, so it must
 // survive even if its result were unused.
 def Llm_AttentionOp : Llm_Op<"attention", [
-    MemoryEffects<[MemRead, MemWrite]>, AllTypesMatch<["q", "result"]>]> {
+    MemoryEffects<[MemRead, MemWrite]>, AllTypesMatch<["q", "result"]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "causal attention with GQA/MQA and optional sliding window";
+  let description = [{
+    `sinks` (gpt-oss) names a `[num_heads]` float param: head h's softmax denominator gains
+    exp(sink_h - m), m the maximum over the scaled scores and sink_h; the sink has no value row.
+  }];
   let arguments = (ins Llm_Activation:$q, Llm_Activation:$k, Llm_Activation:$v,
                        I64Attr:$layer, I64Attr:$num_heads, I64Attr:$num_kv_heads,
                        I64Attr:$head_dim, DefaultValuedAttr<I64Attr, "0">:$sliding_window,
                        F64Attr:$scale,
                        // > 0: scores = cap * tanh(scores / cap) before the softmax (Gemma 2).
-                       DefaultValuedAttr<F64Attr, "0.0">:$logit_softcap);
+                       DefaultValuedAttr<F64Attr, "0.0">:$logit_softcap,
+                       OptionalAttr<FlatSymbolRefAttr>:$sinks);
   let results = (outs Llm_Activation:$result);
   let assemblyFormat = [{
     $q `,` $k `,` $v attr-dict `:` type($q) `,` type($k) `,` type($v)
@@ -179,6 +187,80 @@ def Llm_AddOp : Llm_BinaryOp<"add"> { let summary = "elementwise lhs + rhs"; }
 def Llm_SiluMulOp : Llm_BinaryOp<"silu_mul"> { let summary = "silu(lhs) * rhs"; }
 def Llm_GeluTanhMulOp : Llm_BinaryOp<"gelu_tanh_mul"> {
   let summary = "gelu_tanh(lhs) * rhs, gelu's tanh approximation (gelu_pytorch_tanh, gelu_new)";
+}
+
+def Llm_ClampedSwigluOp : Llm_Op<"clamped_swiglu", [Pure,
+    AllTypesMatch<["gate", "up", "result"]>]> {
+  let summary = "(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = min(gate, limit)";
+  let description = [{
+    gpt-oss's expert activation (swiglu_alpha, swiglu_limit); both finite and positive.
+  }];
+  let arguments = (ins Llm_Activation:$gate, Llm_Activation:$up, F64Attr:$alpha, F64Attr:$limit);
+  let results = (outs Llm_Activation:$result);
+  let assemblyFormat = "$gate `,` $up attr-dict `:` type($gate)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts. A token's top_k routed rows are top_k consecutive column blocks of its
+// activation row: a routed activation of N columns per expert is `tensor<?x(top_k*N)xf32>`.
+//===----------------------------------------------------------------------===//
+
+def Llm_RouterOp : Llm_Op<"router", [Pure]> {
+  let summary = "the top_k experts of each token and their weights, from the router logits";
+  let description = [{
+    Chooses the `top_k` largest logits (ties to the lower expert index), in descending order.
+    `scoring` "softmax_topk" (Qwen-MoE, Mixtral): the weights are the softmax over all
+    num_experts logits at the chosen experts, divided by their sum when `normalize`;
+    "topk_softmax" (gpt-oss): the softmax over the top_k chosen logits (`normalize` refused).
+    The router's matmul (and bias) is an ordinary llm.matmul before it.
+  }];
+  let arguments = (ins Llm_Activation:$logits, I64Attr:$num_experts, I64Attr:$top_k,
+                       StrAttr:$scoring, DefaultValuedAttr<BoolAttr, "false">:$normalize);
+  let results = (outs Llm_ExpertIds:$ids, Llm_Activation:$weights);
+  let assemblyFormat = [{
+    $logits attr-dict `:` type($logits) `->` `(` type($ids) `,` type($weights) `)`
+  }];
+  let hasVerifier = 1;
+}
+
+def Llm_ExpertMatmulOp : Llm_Op<"expert_matmul", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "per routed row, x * W_e^T (+ b_e) with e the row's expert";
+  let description = [{
+    `weights` holds one entry per fused projection, each an array of exactly num_experts
+    `[N_i, K]` params (expert e's matrix at index e); `biases` is absent or the same shape of
+    `[N_i]` params. x is `[T, K]` (every slot of a token reads its row: gate/up) or
+    `[T, top_k*K]` (slot j reads columns [jK, (j+1)K): down). Result i is `[T, top_k*N_i]`:
+    slot j of token t holds x_slot(t, j) * W_e^T (+ b_e), e = ids[t, j].
+  }];
+  let arguments = (ins Llm_Activation:$x, Llm_ExpertIds:$ids, I64Attr:$num_experts,
+                       I64Attr:$top_k, ArrayAttr:$weights, OptionalAttr<ArrayAttr>:$biases);
+  let results = (outs Variadic<Llm_Activation>:$results);
+  let assemblyFormat = [{
+    $x `,` $ids attr-dict `:` type($x) `,` type($ids) `->` type($results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    // weights[projection] / biases[projection] (empty when the op has no biases).
+    ::llvm::SmallVector<::mlir::FlatSymbolRefAttr> getExpertWeightRefs(unsigned projection);
+    ::llvm::SmallVector<::mlir::FlatSymbolRefAttr> getExpertBiasRefs(unsigned projection);
+    // Every weight / bias symbol, projection-major.
+    ::llvm::SmallVector<::mlir::FlatSymbolRefAttr> getAllWeightRefs();
+    ::llvm::SmallVector<::mlir::FlatSymbolRefAttr> getAllBiasRefs();
+  }];
+}
+
+def Llm_MoeCombineOp : Llm_Op<"moe_combine", [Pure]> {
+  let summary = "sum_j weights[t, j] * y[t, j*H:(j+1)*H] (+ sigmoid(shared_gate) * shared)";
+  let description = [{
+    Operands: y `[T, top_k*H]`, weights `[T, top_k]`, and optionally shared `[T, H]` and
+    shared_gate `[T, 1]` (Qwen2-MoE's shared expert, added last). The slots are summed in order.
+  }];
+  let arguments = (ins Variadic<Llm_Activation>:$inputs);
+  let results = (outs Llm_Activation:$result);
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
+  let hasVerifier = 1;
 }
 
 def Llm_LogitsOp : Llm_Op<"logits", [Pure,

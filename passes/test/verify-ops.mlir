@@ -117,3 +117,177 @@ func.func @logits_shape(%x: tensor<?x64xf32>) -> tensor<?x100xf32> {
   %l = llm.logits %x {weight = @head} : tensor<?x64xf32> -> tensor<?x100xf32>
   return %l : tensor<?x100xf32>
 }
+
+// -----
+
+// Mixture of experts: a valid router -> expert_matmul -> silu_mul -> expert_matmul -> combine.
+llm.param @g0 : tensor<16x64xf16>
+llm.param @g1 : tensor<16x64xf16>
+llm.param @u0 : tensor<16x64xf16>
+llm.param @u1 : tensor<16x64xf16>
+llm.param @d0 : tensor<64x16xf16>
+llm.param @d1 : tensor<64x16xf16>
+llm.param @bg0 : tensor<16xf32>
+llm.param @bg1 : tensor<16xf32>
+llm.param @sinks : tensor<4xf32>
+func.func @moe_valid(%x: tensor<?x64xf32>, %logits: tensor<?x2xf32>, %shared: tensor<?x64xf32>,
+                     %sg: tensor<?x1xf32>) -> tensor<?x64xf32> {
+  %ids, %w = llm.router %logits {num_experts = 2, top_k = 2, scoring = "softmax_topk", normalize = true} : tensor<?x2xf32> -> (tensor<?x2xi32>, tensor<?x2xf32>)
+  %g, %u = llm.expert_matmul %x, %ids {num_experts = 2, top_k = 2, weights = [[@g0, @g1], [@u0, @u1]], biases = [[@bg0, @bg1], [@bg0, @bg1]]} : tensor<?x64xf32>, tensor<?x2xi32> -> tensor<?x32xf32>, tensor<?x32xf32>
+  %a = llm.clamped_swiglu %g, %u {alpha = 1.702 : f64, limit = 7.0 : f64} : tensor<?x32xf32>
+  %d = llm.expert_matmul %a, %ids {num_experts = 2, top_k = 2, weights = [[@d0, @d1]]} : tensor<?x32xf32>, tensor<?x2xi32> -> tensor<?x128xf32>
+  %y = llm.moe_combine %d, %w, %shared, %sg : tensor<?x128xf32>, tensor<?x2xf32>, tensor<?x64xf32>, tensor<?x1xf32> -> tensor<?x64xf32>
+  %t = llm.attention %y, %y, %y {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 4 : i64, head_dim = 16 : i64, scale = 0.25 : f64, sinks = @sinks} : tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>
+  return %t : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @router_top_k(%logits: tensor<?x4xf32>) -> tensor<?x5xf32> {
+  // expected-error @+1 {{needs 1 <= top_k <= num_experts <= 1024, found top_k 5, num_experts 4}}
+  %ids, %w = llm.router %logits {num_experts = 4, top_k = 5, scoring = "softmax_topk"} : tensor<?x4xf32> -> (tensor<?x5xi32>, tensor<?x5xf32>)
+  return %w : tensor<?x5xf32>
+}
+
+// -----
+
+func.func @router_logits_width(%logits: tensor<?x4xf32>) -> tensor<?x2xf32> {
+  // expected-error @+1 {{logits has width 4, expected 8}}
+  %ids, %w = llm.router %logits {num_experts = 8, top_k = 2, scoring = "softmax_topk"} : tensor<?x4xf32> -> (tensor<?x2xi32>, tensor<?x2xf32>)
+  return %w : tensor<?x2xf32>
+}
+
+// -----
+
+func.func @router_ids_width(%logits: tensor<?x8xf32>) -> tensor<?x2xf32> {
+  // expected-error @+1 {{ids has width 3, expected 2}}
+  %ids, %w = llm.router %logits {num_experts = 8, top_k = 2, scoring = "softmax_topk"} : tensor<?x8xf32> -> (tensor<?x3xi32>, tensor<?x2xf32>)
+  return %w : tensor<?x2xf32>
+}
+
+// -----
+
+func.func @router_scoring(%logits: tensor<?x8xf32>) -> tensor<?x2xf32> {
+  // expected-error @+1 {{scoring must be softmax_topk or topk_softmax, found "sigmoid"}}
+  %ids, %w = llm.router %logits {num_experts = 8, top_k = 2, scoring = "sigmoid"} : tensor<?x8xf32> -> (tensor<?x2xi32>, tensor<?x2xf32>)
+  return %w : tensor<?x2xf32>
+}
+
+// -----
+
+func.func @router_normalize(%logits: tensor<?x8xf32>) -> tensor<?x2xf32> {
+  // expected-error @+1 {{normalize applies to softmax_topk only}}
+  %ids, %w = llm.router %logits {num_experts = 8, top_k = 2, scoring = "topk_softmax", normalize = true} : tensor<?x8xf32> -> (tensor<?x2xi32>, tensor<?x2xf32>)
+  return %w : tensor<?x2xf32>
+}
+
+// -----
+
+llm.param @g0 : tensor<16x64xf16>
+func.func @expert_matmul_expert_count(%x: tensor<?x64xf32>, %ids: tensor<?x1xi32>) -> tensor<?x16xf32> {
+  // expected-error @+1 {{weights[0] must be an array of num_experts (2) symbols, found [@g0]}}
+  %g = llm.expert_matmul %x, %ids {num_experts = 2, top_k = 1, weights = [[@g0]]} : tensor<?x64xf32>, tensor<?x1xi32> -> tensor<?x16xf32>
+  return %g : tensor<?x16xf32>
+}
+
+// -----
+
+llm.param @g0 : tensor<16x64xf16>
+llm.param @g1 : tensor<16x64xf16>
+func.func @expert_matmul_results(%x: tensor<?x64xf32>, %ids: tensor<?x1xi32>) -> tensor<?x16xf32> {
+  // expected-error @+1 {{has 1 weights entries for 2 results; expected one per result}}
+  %g:2 = llm.expert_matmul %x, %ids {num_experts = 2, top_k = 1, weights = [[@g0, @g1]]} : tensor<?x64xf32>, tensor<?x1xi32> -> tensor<?x16xf32>, tensor<?x16xf32>
+  return %g#0 : tensor<?x16xf32>
+}
+
+// -----
+
+llm.param @g0 : tensor<16x64xf16>
+llm.param @g1 : tensor<16x64xf16>
+func.func @expert_matmul_ids(%x: tensor<?x64xf32>, %ids: tensor<?x1xi32>) -> tensor<?x32xf32> {
+  // expected-error @+1 {{ids has width 1, expected 2}}
+  %g = llm.expert_matmul %x, %ids {num_experts = 2, top_k = 2, weights = [[@g0, @g1]]} : tensor<?x64xf32>, tensor<?x1xi32> -> tensor<?x32xf32>
+  return %g : tensor<?x32xf32>
+}
+
+// -----
+
+llm.param @g0 : tensor<16x64xf16>
+llm.param @g1 : tensor<16x64xf16>
+func.func @expert_matmul_top_k_multiple(%x: tensor<?x64xf32>, %ids: tensor<?x2xi32>) -> tensor<?x31xf32> {
+  // expected-error @+1 {{result 0 has width 31, expected a multiple of top_k 2}}
+  %g = llm.expert_matmul %x, %ids {num_experts = 2, top_k = 2, weights = [[@g0, @g1]]} : tensor<?x64xf32>, tensor<?x2xi32> -> tensor<?x31xf32>
+  return %g : tensor<?x31xf32>
+}
+
+// -----
+
+llm.param @g0 : tensor<16x64xf16>
+llm.param @g1 : tensor<8x64xf16>
+func.func @expert_matmul_param_shape(%x: tensor<?x64xf32>, %ids: tensor<?x2xi32>) -> tensor<?x32xf32> {
+  // expected-error @+1 {{weight @g1 has type 'tensor<8x64xf16>', expected shape [16, 64]}}
+  %g = llm.expert_matmul %x, %ids {num_experts = 2, top_k = 2, weights = [[@g0, @g1]]} : tensor<?x64xf32>, tensor<?x2xi32> -> tensor<?x32xf32>
+  return %g : tensor<?x32xf32>
+}
+
+// -----
+
+llm.param @g0 : tensor<16x64xf16>
+llm.param @g1 : tensor<16x64xf16>
+func.func @expert_matmul_x_width(%x: tensor<?x48xf32>, %ids: tensor<?x2xi32>) -> tensor<?x32xf32> {
+  // expected-error @+1 {{x has width 48, expected K (64) or top_k * K (128)}}
+  %g = llm.expert_matmul %x, %ids {num_experts = 2, top_k = 2, weights = [[@g0, @g1]]} : tensor<?x48xf32>, tensor<?x2xi32> -> tensor<?x32xf32>
+  return %g : tensor<?x32xf32>
+}
+
+// -----
+
+llm.param @g0 : tensor<16x64xf16>
+llm.param @g1 : tensor<16x64xf16>
+llm.param @b : tensor<8xf32>
+func.func @expert_matmul_bias(%x: tensor<?x64xf32>, %ids: tensor<?x2xi32>) -> tensor<?x32xf32> {
+  // expected-error @+1 {{bias @b has type 'tensor<8xf32>', expected shape [16]}}
+  %g = llm.expert_matmul %x, %ids {num_experts = 2, top_k = 2, weights = [[@g0, @g1]], biases = [[@b, @b]]} : tensor<?x64xf32>, tensor<?x2xi32> -> tensor<?x32xf32>
+  return %g : tensor<?x32xf32>
+}
+
+// -----
+
+func.func @moe_combine_operands(%y: tensor<?x128xf32>, %w: tensor<?x2xf32>, %s: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{takes (y, weights) or (y, weights, shared, shared_gate), found 3 operands}}
+  %r = llm.moe_combine %y, %w, %s : tensor<?x128xf32>, tensor<?x2xf32>, tensor<?x64xf32> -> tensor<?x64xf32>
+  return %r : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @moe_combine_y_width(%y: tensor<?x96xf32>, %w: tensor<?x2xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{y has width 96, expected 128}}
+  %r = llm.moe_combine %y, %w : tensor<?x96xf32>, tensor<?x2xf32> -> tensor<?x64xf32>
+  return %r : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @moe_combine_shared_gate(%y: tensor<?x128xf32>, %w: tensor<?x2xf32>, %s: tensor<?x64xf32>, %g: tensor<?x2xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{shared_gate has width 2, expected 1}}
+  %r = llm.moe_combine %y, %w, %s, %g : tensor<?x128xf32>, tensor<?x2xf32>, tensor<?x64xf32>, tensor<?x2xf32> -> tensor<?x64xf32>
+  return %r : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @clamped_swiglu_limit(%g: tensor<?x32xf32>, %u: tensor<?x32xf32>) -> tensor<?x32xf32> {
+  // expected-error @+1 {{alpha and limit must be finite and > 0, found alpha 1.702000e+00, limit 0.000000e+00}}
+  %a = llm.clamped_swiglu %g, %u {alpha = 1.702 : f64, limit = 0.0 : f64} : tensor<?x32xf32>
+  return %a : tensor<?x32xf32>
+}
+
+// -----
+
+llm.param @sinks : tensor<2xf32>
+func.func @attention_sinks(%q: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{sinks @sinks has type 'tensor<2xf32>', expected shape [4]}}
+  %t = llm.attention %q, %q, %q {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 4 : i64, head_dim = 16 : i64, scale = 0.25 : f64, sinks = @sinks} : tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>
+  return %t : tensor<?x64xf32>
+}
