@@ -55,6 +55,18 @@ struct BackendOptions {
   // the call. For calibration (llmc's AWQ search); costs nothing when unset.
   MatmulObserver matmul_observer;
   QuantizedActivations quantized_activations = QuantizedActivations::kInt8;
+  // Count, in every step, how many tokens chose each expert at each ROUTER op, for
+  // Backend::LastStepExpertLoad (the engine's expert metrics). Off: routers count nothing.
+  bool record_expert_load = false;
+};
+
+// How the last RunStep routed its tokens. counts[r * num_experts + e]: tokens of the step that
+// chose expert e at ROUTER op r (program order); a row sums to num_tokens * top_k. Rows of
+// narrower routers are zero-padded.
+struct ExpertLoad {
+  int32_t num_routers = 0;
+  int32_t num_experts = 0;
+  std::vector<int32_t> counts;
 };
 
 // One sequence's part of a step. Its tokens are batch rows [first_token, first_token +
@@ -120,6 +132,15 @@ class Backend {
   // Bytes of the activation arena (max_tokens_per_step * program.arena_bytes_per_token).
   virtual int64_t arena_bytes() const = 0;
   virtual int64_t kv_cache_bytes() const = 0;
+
+  // Fills `load` with the last step's routing. FailedPrecondition without
+  // BackendOptions::record_expert_load or before the first step; a plan without ROUTER ops
+  // gives num_routers 0. This default refuses (like Supports()) for backends that do not
+  // record; the engine then counts every expert of a MoE layer as active (an upper bound).
+  virtual absl::Status LastStepExpertLoad(ExpertLoad& load) const {
+    (void)load;
+    return absl::UnimplementedError(name() + " does not record expert load");
+  }
 };
 
 }  // namespace llmrt

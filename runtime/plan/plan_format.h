@@ -23,7 +23,10 @@ namespace llmrt::plan {
 inline constexpr char kPlanMagic[8] = {'L', 'L', 'M', 'P', 'L', 'A', 'N', '\0'};
 // 2.0: typed op attributes (Op.attrs: one message per op kind) instead of 1.x's flat fields.
 inline constexpr uint16_t kPlanMajorVersion = 2;
-inline constexpr uint16_t kPlanMinorVersion = 0;
+// 2.1: MoE ops (ROUTER, EXPERT_MATMUL, MOE_COMBINE, CLAMPED_SWIGLU), EXPERT_IDS values, 3-D
+// expert weights, MXFP4 (FP4_E2M1 + E8M0), attention sinks. A 2.0 reader refuses a 2.1 plan that
+// uses them by CheckProgram's "unknown op kind" / "unknown kind" errors.
+inline constexpr uint16_t kPlanMinorVersion = 1;
 inline constexpr uint64_t kBlobAlignment = 256;
 inline constexpr uint64_t kFilePadding = 64 * 1024;
 inline constexpr size_t kHeaderSize = 64;

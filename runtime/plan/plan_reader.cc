@@ -28,13 +28,16 @@ size_t DTypeSize(DType dtype) {
       return 2;
     case I8:
     case U8:
+    case E8M0:
       return 1;
     default:
-      return 0;  // I4 has no whole-byte size: see DTypeBits
+      return 0;  // I4 and FP4_E2M1 have no whole-byte size: see DTypeBits
   }
 }
 
-int DTypeBits(DType dtype) { return dtype == I4 ? 4 : static_cast<int>(DTypeSize(dtype)) * 8; }
+int DTypeBits(DType dtype) {
+  return dtype == I4 || dtype == FP4_E2M1 ? 4 : static_cast<int>(DTypeSize(dtype)) * 8;
+}
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
@@ -52,6 +55,10 @@ const char* DTypeName(DType dtype) {
       return "u8";
     case I4:
       return "i4";
+    case FP4_E2M1:
+      return "fp4_e2m1";
+    case E8M0:
+      return "e8m0";
     case DTYPE_UNSPECIFIED:
       return "unspecified";
     default:
@@ -88,8 +95,8 @@ absl::Status CheckTensor(const std::string& path, int index, const Tensor& tenso
   if (element_bits == 4) {
     if (tensor.shape_size() == 0 || tensor.shape(tensor.shape_size() - 1) % 2 != 0) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s: shape [%s] of i4 needs an even last dimension", where,
-                          absl::StrJoin(tensor.shape(), ", ")));
+          absl::StrFormat("%s: shape [%s] of %s needs an even last dimension", where,
+                          absl::StrJoin(tensor.shape(), ", "), DTypeName(tensor.dtype())));
     }
     expected_bytes /= 2;
   } else if (expected_bytes > UINT64_MAX / static_cast<uint64_t>(element_bits / 8)) {

@@ -50,9 +50,9 @@ class Plan {
   size_t mapped_size_ = 0;
 };
 
-// Bytes per element of a dtype; 0 for DTYPE_UNSPECIFIED and for I4 (half a byte).
+// Bytes per element of a dtype; 0 for DTYPE_UNSPECIFIED and for I4 / FP4_E2M1 (half a byte).
 size_t DTypeSize(DType dtype);
-// Bits per element: 4 for I4, 8 * DTypeSize otherwise.
+// Bits per element: 4 for I4 and FP4_E2M1, 8 * DTypeSize otherwise.
 int DTypeBits(DType dtype);
 const char* DTypeName(DType dtype);
 

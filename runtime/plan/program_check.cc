@@ -6,9 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "runtime/plan/mxfp4.h"
 #include "runtime/plan/plan_reader.h"
 
 namespace llmrt::plan {
@@ -18,9 +20,29 @@ namespace {
 constexpr int32_t kMaxLayers = 1 << 16;
 // 2^30 keys: a window beyond any context, small enough for 32-bit index arithmetic.
 constexpr int64_t kMaxSlidingWindow = int64_t{1} << 30;
+// The most experts a ROUTER chooses among: the CUDA routing kernel keeps a per-expert histogram
+// in shared memory (DeepSeek-V3's 256 fits).
+constexpr int32_t kMaxExperts = 1024;
+// The E8M0 byte that means NaN.
+constexpr uint8_t kE8M0Nan = 255;
 
 bool IsFloat(DType dtype) { return dtype == F32 || dtype == F16 || dtype == BF16; }
-bool IsQuantized(DType dtype) { return dtype == I8 || dtype == I4; }
+bool IsQuantized(DType dtype) { return dtype == I8 || dtype == I4 || dtype == FP4_E2M1; }
+bool IsPacked4(DType dtype) { return dtype == I4 || dtype == FP4_E2M1; }
+
+// A matrix's dims as an op reads it: [rows, cols], or with experts > 0 the expert stack
+// [experts, rows, cols] (EXPERT_MATMUL), whose companions are 3-D alike.
+struct MatrixDims {
+  int64_t experts = 0;
+  int64_t rows = 0;  // < 0: any count (2-D only)
+  int64_t cols = 0;
+  // The shape of a per-row companion with `last` entries per row ([rows, last] or [experts,
+  // rows, last]).
+  std::vector<int64_t> PerRow(int64_t rows_found, int64_t last) const {
+    if (experts > 0) return {experts, rows, last};
+    return {rows_found, last};
+  }
+};
 
 // The oneof case each kind must carry (NOT_SET: none).
 Op::AttrsCase AttrsOf(OpKind kind) {
@@ -32,6 +54,12 @@ Op::AttrsCase AttrsOf(OpKind kind) {
       return Op::kRope;
     case ATTENTION:
       return Op::kAttention;
+    case ROUTER:
+      return Op::kRouter;
+    case EXPERT_MATMUL:
+      return Op::kExpert;
+    case CLAMPED_SWIGLU:
+      return Op::kSwiglu;
     default:
       return Op::ATTRS_NOT_SET;
   }
@@ -49,6 +77,12 @@ const char* AttrsName(Op::AttrsCase attrs) {
       return "embed";
     case Op::kLogits:
       return "logits";
+    case Op::kRouter:
+      return "router";
+    case Op::kExpert:
+      return "expert";
+    case Op::kSwiglu:
+      return "swiglu";
     default:
       return "none";
   }
@@ -91,12 +125,15 @@ class Checker {
             absl::StrFormat("program value %d (%s): width must be positive, got %d", id,
                             value.name(), value.width()));
       }
-      if (value.kind() == Value::ACTIVATION) {
-        if (value.dtype() != F32 && value.dtype() != DTYPE_UNSPECIFIED) {
-          return absl::UnimplementedError(absl::StrFormat(
-              "program value %d (%s): activations are F32, the plan asks for dtype %d", id,
-              value.name(), static_cast<int>(value.dtype())));
+      if (value.kind() == Value::ACTIVATION || value.kind() == Value::EXPERT_IDS) {
+        const bool ids = value.kind() == Value::EXPERT_IDS;
+        if (value.dtype() != (ids ? I32 : F32) && value.dtype() != DTYPE_UNSPECIFIED) {
+          return absl::UnimplementedError(
+              absl::StrFormat("program value %d (%s): %s are %s, the plan asks for dtype %d", id,
+                              value.name(), ids ? "expert ids" : "activations", ids ? "I32" : "F32",
+                              static_cast<int>(value.dtype())));
         }
+        // Both kinds take 4 bytes per element.
         const int64_t offset = value.arena_offset_per_token();
         if (offset < 0 || offset % sizeof(float) != 0 ||
             value.width() > (per_token - offset) / static_cast<int64_t>(sizeof(float))) {
@@ -118,7 +155,7 @@ class Checker {
                               id, value.name(), value.width(), facts_.vocab_size));
         }
         facts_.vocab_size = value.width();
-      } else if (value.kind() < Value::ACTIVATION || value.kind() > Value::LOGITS) {
+      } else if (value.kind() < Value::ACTIVATION || value.kind() > Value::EXPERT_IDS) {
         return absl::InvalidArgumentError(absl::StrFormat("program value %d (%s): unknown kind %d",
                                                           id, value.name(), value.kind()));
       }
@@ -162,6 +199,24 @@ class Checker {
       case SILU:
         if (auto status = CheckCounts(1, 1, 1, 1, 0, 0); !status.ok()) return status;
         return SameWidthActivations(1, 1).status();
+      case ROUTER:
+        return CheckRouter();
+      case EXPERT_MATMUL:
+        return CheckExpertMatmul();
+      case MOE_COMBINE:
+        return CheckCombine();
+      case CLAMPED_SWIGLU: {
+        if (auto status = CheckCounts(2, 2, 1, 1, 0, 0); !status.ok()) return status;
+        if (auto width = SameWidthActivations(2, 1); !width.ok()) return width.status();
+        const SwigluAttrs& swiglu = op_->swiglu();
+        for (const auto& [name, value] :
+             {std::pair<const char*, double>{"alpha", swiglu.alpha()}, {"limit", swiglu.limit()}}) {
+          if (!(value > 0.0) || std::isinf(value)) {
+            return Error(absl::StrFormat("swiglu.%s must be finite and > 0, got %g", name, value));
+          }
+        }
+        return absl::OkStatus();
+      }
       case MUL:
       case ADD:
       case SILU_MUL:
@@ -178,7 +233,7 @@ class Checker {
     if (auto status = CheckInputKind(0, Value::TOKEN_IDS); !status.ok()) return status;
     auto out = Activation(op_->outputs(0), "output 0");
     if (!out.ok()) return out.status();
-    auto rows = CheckMatrix(op_->weights(0), -1, (*out)->width());
+    auto rows = CheckMatrix(op_->weights(0), {0, -1, (*out)->width()});
     if (!rows.ok()) return rows.status();
     if (op_->has_embed() && !(op_->embed().scale() > 0.0 && std::isfinite(op_->embed().scale()))) {
       return Error(
@@ -235,9 +290,171 @@ class Checker {
       }
       total_width += (*value)->width();
     }
-    auto rows = CheckMatrix(op_->weights(0), total_width, cols);
+    auto rows = CheckMatrix(op_->weights(0), {0, total_width, cols});
     if (!rows.ok()) return rows.status();
     if (op_->weights_size() == 2) return CheckVector(op_->weights(1), total_width);
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckRouter() {
+    if (auto status = CheckCounts(1, 1, 2, 2, 0, 0); !status.ok()) return status;
+    const RouterAttrs& router = op_->router();
+    const int32_t experts = router.num_experts(), top_k = router.top_k();
+    if (!(1 <= top_k && top_k <= experts && experts <= kMaxExperts)) {
+      return Error(absl::StrFormat(
+          "router.top_k %d and router.num_experts %d must satisfy 1 <= top_k <= num_experts <= %d",
+          top_k, experts, kMaxExperts));
+    }
+    if (router.scoring() != RouterAttrs::SOFTMAX_TOPK &&
+        router.scoring() != RouterAttrs::TOPK_SOFTMAX) {
+      return Error(absl::StrFormat("router.scoring must be SOFTMAX_TOPK or TOPK_SOFTMAX, got %d",
+                                   static_cast<int>(router.scoring())));
+    }
+    if (router.normalize() && router.scoring() != RouterAttrs::SOFTMAX_TOPK) {
+      return Error(
+          "router.normalize is SOFTMAX_TOPK's (TOPK_SOFTMAX weights already sum to 1), found "
+          "with TOPK_SOFTMAX");
+    }
+    auto logits = Activation(op_->inputs(0), "input 0 (logits)");
+    if (!logits.ok()) return logits.status();
+    if ((*logits)->width() != experts) {
+      return Error(absl::StrFormat("input 0 (logits) has width %d, expected router.num_experts %d",
+                                   (*logits)->width(), experts));
+    }
+    auto ids = ValueAt(op_->outputs(0), "output 0 (ids)");
+    if (!ids.ok()) return ids.status();
+    if ((*ids)->kind() != Value::EXPERT_IDS || (*ids)->width() != top_k) {
+      return Error(absl::StrFormat(
+          "output 0 (ids, value %d) has kind %d and width %d, expected EXPERT_IDS (%d) of width "
+          "router.top_k %d",
+          op_->outputs(0), (*ids)->kind(), (*ids)->width(), Value::EXPERT_IDS, top_k));
+    }
+    auto weights = Activation(op_->outputs(1), "output 1 (weights)");
+    if (!weights.ok()) return weights.status();
+    if ((*weights)->width() != top_k) {
+      return Error(absl::StrFormat("output 1 (weights) has width %d, expected router.top_k %d",
+                                   (*weights)->width(), top_k));
+    }
+    if (auto status = NoOverlapWithInputs(); !status.ok()) return status;
+    if (Overlap(op_->outputs(0), op_->outputs(1))) {
+      return Error("outputs 0 (ids) and 1 (weights) share arena bytes");
+    }
+    router_experts_[op_->outputs(0)] = experts;
+    ++facts_.num_routers;
+    facts_.max_experts = std::max(facts_.max_experts, experts);
+    facts_.max_top_k = std::max(facts_.max_top_k, top_k);
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckExpertMatmul() {
+    if (auto status = CheckCounts(2, 2, 1, 1 << 20, 1, 2); !status.ok()) return status;
+    const ExpertAttrs& expert = op_->expert();
+    auto x = Activation(op_->inputs(0), "input 0 (x)");
+    if (!x.ok()) return x.status();
+    auto ids = ValueAt(op_->inputs(1), "input 1 (ids)");
+    if (!ids.ok()) return ids.status();
+    if ((*ids)->kind() != Value::EXPERT_IDS) {
+      return Error(absl::StrFormat("input 1 (ids, value %d) has kind %d, expected EXPERT_IDS (%d)",
+                                   op_->inputs(1), (*ids)->kind(), Value::EXPERT_IDS));
+    }
+    // Kernels index expert matrices by the ids without a bounds check: the ids must come from a
+    // ROUTER that chose among exactly this many experts.
+    const auto router = router_experts_.find(op_->inputs(1));
+    if (router == router_experts_.end()) {
+      return Error(absl::StrFormat(
+          "input 1 (ids, value %d) is not output 0 of an earlier ROUTER op", op_->inputs(1)));
+    }
+    if (expert.num_experts() != router->second) {
+      return Error(absl::StrFormat(
+          "expert.num_experts %d differs from the num_experts %d of the ROUTER writing input 1",
+          expert.num_experts(), router->second));
+    }
+    const int64_t top_k = expert.top_k();
+    if (top_k != (*ids)->width()) {
+      return Error(absl::StrFormat("expert.top_k %d differs from the ids' width %d", top_k,
+                                   (*ids)->width()));
+    }
+    auto tensor = TensorAt(op_->weights(0));
+    if (!tensor.ok()) return tensor.status();
+    const plan::Tensor& w = **tensor;
+    if (w.shape_size() != 3) {
+      return Error(absl::StrFormat("tensor %s has shape [%s], expected [%d, N, K]", w.name(),
+                                   absl::StrJoin(w.shape(), ", "), expert.num_experts()));
+    }
+    const int64_t cols = w.shape(2);
+    if (cols <= 0 || ((*x)->width() != cols && (*x)->width() != top_k * cols)) {
+      return Error(absl::StrFormat(
+          "input 0 (x) has width %d, expected K %d (one row per token) or top_k * K %d (one "
+          "slice per slot)",
+          (*x)->width(), cols, top_k * cols));
+    }
+    int64_t total_width = 0;
+    for (int i = 0; i < op_->outputs_size(); ++i) {
+      auto value = Activation(op_->outputs(i), absl::StrFormat("output %d", i));
+      if (!value.ok()) return value.status();
+      if ((*value)->width() % top_k != 0) {
+        return Error(absl::StrFormat("output %d has width %d, not a multiple of top_k %d", i,
+                                     (*value)->width(), top_k));
+      }
+      total_width += (*value)->width() / top_k;
+    }
+    if (auto status = NoOverlapWithInputs(); !status.ok()) return status;
+    if (auto rows = CheckMatrix(op_->weights(0), {expert.num_experts(), total_width, cols});
+        !rows.ok()) {
+      return rows.status();
+    }
+    if (op_->weights_size() == 2) {
+      auto bias = TensorAt(op_->weights(1));
+      if (!bias.ok()) return bias.status();
+      const plan::Tensor& b = **bias;
+      if (b.shape_size() != 2 || b.shape(0) != expert.num_experts() || b.shape(1) != total_width ||
+          b.dtype() != F32) {
+        return Error(absl::StrFormat("tensor %s is %s [%s], expected F32 [%d, %d]", b.name(),
+                                     DType_Name(b.dtype()), absl::StrJoin(b.shape(), ", "),
+                                     expert.num_experts(), total_width));
+      }
+      return CheckBlob(op_->weights(1), b,
+                       expert.num_experts() * total_width * static_cast<int64_t>(sizeof(float)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckCombine() {
+    if (auto status = CheckCounts(2, 4, 1, 1, 0, 0); !status.ok()) return status;
+    if (op_->inputs_size() == 3) {
+      return Error("expected 2 inputs (y, weights) or 4 (y, weights, shared, shared_gate), got 3");
+    }
+    auto out = Activation(op_->outputs(0), "output 0");
+    if (!out.ok()) return out.status();
+    auto weights = Activation(op_->inputs(1), "input 1 (weights)");
+    if (!weights.ok()) return weights.status();
+    const int64_t hidden = (*out)->width(), top_k = (*weights)->width();
+    const char* roles[4] = {"input 0 (y)", "input 1 (weights)", "input 2 (shared)",
+                            "input 3 (shared_gate)"};
+    const int64_t widths[4] = {top_k * hidden, top_k, hidden, 1};
+    for (int i = 0; i < op_->inputs_size(); ++i) {
+      auto value = Activation(op_->inputs(i), roles[i]);
+      if (!value.ok()) return value.status();
+      if ((*value)->width() != widths[i]) {
+        return Error(absl::StrFormat(
+            "%s has width %d, expected %d (top_k %d from the weights, H %d from the output)",
+            roles[i], (*value)->width(), widths[i], top_k, hidden));
+      }
+    }
+    return NoOverlapWithInputs();
+  }
+
+  // No output of the op shares arena bytes with any of its inputs (kernels that read a token's
+  // inputs while writing its outputs, possibly on other threads, rely on it).
+  absl::Status NoOverlapWithInputs() const {
+    for (int o = 0; o < op_->outputs_size(); ++o) {
+      for (int i = 0; i < op_->inputs_size(); ++i) {
+        if (Overlap(op_->inputs(i), op_->outputs(o))) {
+          return Error(absl::StrFormat("output %d (value %d) shares arena bytes with input %d", o,
+                                       op_->outputs(o), i));
+        }
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -346,7 +563,7 @@ class Checker {
   }
 
   absl::Status CheckAttention() {
-    if (auto status = CheckCounts(3, 3, 1, 1, 0, 0); !status.ok()) return status;
+    if (auto status = CheckCounts(3, 3, 1, 1, 0, 1); !status.ok()) return status;
     const plan::Value* values[4];
     const char* roles[4] = {"q", "k", "v", "output"};
     const int32_t ids[4] = {op_->inputs(0), op_->inputs(1), op_->inputs(2), op_->outputs(0)};
@@ -370,6 +587,10 @@ class Checker {
           "widths q %d, k %d, v %d, output %d do not match heads %d, kv heads %d, head_dim %d",
           values[0]->width(), values[1]->width(), values[2]->width(), values[3]->width(), heads,
           kv_heads, head_dim));
+    }
+    if (op_->weights_size() == 1) {
+      // The sinks: one logit per query head.
+      if (auto status = CheckVector(op_->weights(0), heads); !status.ok()) return status;
     }
     if (attention.layer() < 0 || attention.layer() >= kMaxLayers) {
       return Error(absl::StrFormat("layer %d outside [0, %d)", attention.layer(), kMaxLayers));
@@ -523,62 +744,89 @@ class Checker {
     return CheckBlob(index, t, size * static_cast<int64_t>(sizeof(float)));
   }
 
-  // A [rows, cols] matrix (rows < 0: any count) of float or quantized codes; returns its rows.
-  absl::StatusOr<int64_t> CheckMatrix(int32_t index, int64_t rows, int64_t cols) const {
+  // A [rows, cols] matrix (rows < 0: any count), or an expert stack [experts, rows, cols], of
+  // float or quantized codes; returns its rows (per expert).
+  absl::StatusOr<int64_t> CheckMatrix(int32_t index, const MatrixDims& dims) const {
     auto tensor = TensorAt(index);
     if (!tensor.ok()) return tensor.status();
     const plan::Tensor& t = **tensor;
-    if (t.shape_size() != 2 || t.shape(0) <= 0 || (rows >= 0 && t.shape(0) != rows) ||
-        t.shape(1) != cols) {
-      return Error(absl::StrFormat("tensor %s has shape [%s], expected [%s, %d]", t.name(),
-                                   absl::StrJoin(t.shape(), ", "),
-                                   rows >= 0 ? absl::StrCat(rows) : std::string("rows"), cols));
+    const int64_t cols = dims.cols;
+    if (dims.experts > 0) {
+      if (t.shape_size() != 3 || t.shape(0) != dims.experts || t.shape(1) != dims.rows ||
+          t.shape(2) != cols || dims.rows <= 0) {
+        return Error(absl::StrFormat("tensor %s has shape [%s], expected [%d, %d, %d]", t.name(),
+                                     absl::StrJoin(t.shape(), ", "), dims.experts, dims.rows,
+                                     cols));
+      }
+    } else if (t.shape_size() != 2 || t.shape(0) <= 0 ||
+               (dims.rows >= 0 && t.shape(0) != dims.rows) || t.shape(1) != cols) {
+      return Error(absl::StrFormat(
+          "tensor %s has shape [%s], expected [%s, %d]", t.name(), absl::StrJoin(t.shape(), ", "),
+          dims.rows >= 0 ? absl::StrCat(dims.rows) : std::string("rows"), cols));
     }
+    const int64_t rows = t.shape(t.shape_size() - 2);
+    const int64_t total_rows = dims.experts > 0 ? dims.experts * rows : rows;
     if (IsQuantized(t.dtype())) {
-      if (auto status = CheckQuantized(index, t); !status.ok()) return status;
-      return t.shape(0);
+      if (auto status = CheckQuantized(index, t, dims, total_rows); !status.ok()) return status;
+      return rows;
     }
     if (!IsFloat(t.dtype())) {
-      return Error(absl::StrFormat("tensor %s has dtype %s; a matrix is F32, F16, BF16, I8 or I4",
-                                   t.name(), DType_Name(t.dtype())));
+      return Error(
+          absl::StrFormat("tensor %s has dtype %s; a matrix is F32, F16, BF16, I8, I4 or FP4_E2M1",
+                          t.name(), DType_Name(t.dtype())));
     }
     if (t.layout() == plan::Tensor::ROW_PANELS) {
-      if (t.panel_rows() <= 0 || t.shape(0) % t.panel_rows() != 0) {
-        return Error(absl::StrFormat("tensor %s: panel_rows %d does not divide its %d rows",
-                                     t.name(), t.panel_rows(), t.shape(0)));
+      // An expert's rows are whole panels, so a panel never straddles two experts.
+      if (t.panel_rows() <= 0 || rows % t.panel_rows() != 0) {
+        return Error(absl::StrFormat("tensor %s: panel_rows %d does not divide its %d rows%s",
+                                     t.name(), t.panel_rows(), rows,
+                                     dims.experts > 0 ? " per expert" : ""));
       }
     } else if (t.layout() != plan::Tensor::ROW_MAJOR) {
       return Error(absl::StrFormat("tensor %s: a %s matrix is ROW_MAJOR or ROW_PANELS, found %s",
                                    t.name(), DType_Name(t.dtype()),
                                    plan::Tensor::Layout_Name(t.layout())));
     }
-    const int64_t bytes = t.shape(0) * cols * static_cast<int64_t>(DTypeSize(t.dtype()));
+    const int64_t bytes = total_rows * cols * static_cast<int64_t>(DTypeSize(t.dtype()));
     if (auto status = CheckBlob(index, t, bytes, "its shape, dtype and layout need");
         !status.ok()) {
       return status;
     }
-    return t.shape(0);
+    return rows;
   }
 
   // A quantized matrix (plan.proto, Quantization) whose shape CheckMatrix checked: its fields,
   // its companion tensors and, with blobs, their contents.
-  absl::Status CheckQuantized(int32_t index, const plan::Tensor& t) const {
-    const int64_t rows = t.shape(0), cols = t.shape(1);
+  absl::Status CheckQuantized(int32_t index, const plan::Tensor& t, const MatrixDims& dims,
+                              int64_t rows) const {
+    const int64_t cols = dims.cols;
     const Quantization& q = t.quantization();
-    const int expected_bits = t.dtype() == I4 ? 4 : 8;
+    const bool fp4 = t.dtype() == FP4_E2M1;
+    if (fp4 && (op_->kind() == EMBED || op_->kind() == LOGITS)) {
+      return Error(absl::StrFormat(
+          "tensor %s is FP4_E2M1; MXFP4 is for MATMUL and EXPERT_MATMUL weights, not %s", t.name(),
+          OpKind_Name(op_->kind())));
+    }
+    const int expected_bits = IsPacked4(t.dtype()) ? 4 : 8;
     if (q.bits() != expected_bits) {
       return Error(absl::StrFormat("tensor %s: quantization.bits is %d, its dtype %s needs %d",
                                    t.name(), q.bits(), DType_Name(t.dtype()), expected_bits));
     }
     const bool asymmetric = q.scheme() == Quantization::ASYMMETRIC;
-    if (q.scheme() != Quantization::SYMMETRIC && !(asymmetric && expected_bits == 4)) {
+    if (q.scheme() != Quantization::SYMMETRIC && !(asymmetric && t.dtype() == I4)) {
       return Error(absl::StrFormat(
           "tensor %s: quantization.scheme %s is not SYMMETRIC (or ASYMMETRIC for I4)", t.name(),
           Quantization::Scheme_Name(q.scheme())));
     }
     // plan.proto: groups of a multiple of 32 columns dividing the row, or one per row (I4: a
-    // multiple of 32 columns).
+    // multiple of 32 columns); MXFP4 blocks are exactly 32 columns.
     const int32_t group = q.group_size();
+    if (fp4 && (group != kMxfp4Block || cols % kMxfp4Block != 0)) {
+      return Error(absl::StrFormat(
+          "tensor %s: FP4_E2M1 needs quantization.group_size 32 and a multiple of 32 columns, "
+          "got group_size %d with %d columns",
+          t.name(), group, cols));
+    }
     const bool whole_row = group == cols && (expected_bits == 8 || cols % 32 == 0);
     if (group <= 0 || !(whole_row || (group % 32 == 0 && cols % group == 0))) {
       return Error(absl::StrFormat(
@@ -587,22 +835,32 @@ class Checker {
           t.name(), group, cols));
     }
     const plan::Tensor::Layout layout =
-        t.dtype() == I4 ? plan::Tensor::LANE_CHUNKS : plan::Tensor::ROW_MAJOR;
+        IsPacked4(t.dtype()) ? plan::Tensor::LANE_CHUNKS : plan::Tensor::ROW_MAJOR;
     if (t.layout() != layout) {
       return Error(absl::StrFormat("tensor %s is %s in layout %s, expected %s", t.name(),
                                    DType_Name(t.dtype()), plan::Tensor::Layout_Name(t.layout()),
                                    plan::Tensor::Layout_Name(layout)));
     }
-    if (auto status = CheckBlob(index, t, t.dtype() == I4 ? rows * cols / 2 : rows * cols);
+    if (auto status = CheckBlob(index, t, IsPacked4(t.dtype()) ? rows * cols / 2 : rows * cols);
         !status.ok()) {
       return status;
     }
     const int64_t groups = cols / group;
-    auto scales = Companion(t, "scales", q.has_scales(), q.scales(), F16, rows, groups);
+    const std::vector<int64_t> per_row = dims.PerRow(rows, groups);
+    auto scales = Companion(t, "scales", q.has_scales(), q.scales(), fp4 ? E8M0 : F16, per_row);
     if (!scales.ok()) return scales.status();
+    if (fp4) {
+      for (int64_t i = 0; *scales != nullptr && i < rows * groups; ++i) {
+        if ((*scales)[i] == kE8M0Nan) {
+          return Error(absl::StrFormat(
+              "tensor %s: quantization.scales (tensor %d) holds the E8M0 NaN byte 255 at [%d, "
+              "%d] (row, group)",
+              t.name(), q.scales(), i / groups, i % groups));
+        }
+      }
+    }
     if (asymmetric) {
-      auto zeros =
-          Companion(t, "zero_points", q.has_zero_points(), q.zero_points(), U8, rows, groups);
+      auto zeros = Companion(t, "zero_points", q.has_zero_points(), q.zero_points(), U8, per_row);
       if (!zeros.ok()) return zeros.status();
       // Codes and zero points are 4-bit values; a larger zero point would wrap in int8
       // arithmetic.
@@ -618,14 +876,14 @@ class Checker {
       return Error(absl::StrFormat("tensor %s: SYMMETRIC quantization with zero_points", t.name()));
     }
     if (q.has_input_permutation()) {
-      if (op_->kind() == EMBED) {
-        return Error(
-            absl::StrFormat("tensor %s: an embedding table has no input columns to permute "
-                            "(quantization.input_permutation is set)",
-                            t.name()));
+      if (op_->kind() == EMBED || op_->kind() == EXPERT_MATMUL || fp4) {
+        return Error(absl::StrFormat(
+            "tensor %s: quantization.input_permutation is set; %s", t.name(),
+            op_->kind() == EMBED ? "an embedding table has no input columns to permute"
+                                 : "expert and FP4_E2M1 matrices keep their column order"));
       }
       auto permutation =
-          Companion(t, "input_permutation", true, q.input_permutation(), I32, cols, -1);
+          Companion(t, "input_permutation", true, q.input_permutation(), I32, {cols});
       if (!permutation.ok()) return permutation.status();
       if (*permutation != nullptr) {
         std::vector<bool> seen(cols, false);
@@ -646,14 +904,12 @@ class Checker {
   }
 
   // The bytes (nullptr without blobs) of a quantized matrix's companion tensor `field`
-  // (quantization.<field> = index), checked to be `dtype` [rows, cols] (cols < 0: [rows])
-  // ROW_MAJOR.
+  // (quantization.<field> = index), checked to be `dtype` of shape `dims`, ROW_MAJOR.
   absl::StatusOr<const uint8_t*> Companion(const plan::Tensor& matrix, const char* field,
-                                           bool present, int32_t index, DType dtype, int64_t rows,
-                                           int64_t cols) const {
-    const std::string expected = cols < 0
-                                     ? absl::StrFormat("[%d] %s", rows, DTypeName(dtype))
-                                     : absl::StrFormat("[%d, %d] %s", rows, cols, DTypeName(dtype));
+                                           bool present, int32_t index, DType dtype,
+                                           const std::vector<int64_t>& dims) const {
+    const std::string expected =
+        absl::StrFormat("[%s] %s", absl::StrJoin(dims, ", "), DTypeName(dtype));
     if (!present) {
       return Error(absl::StrFormat("tensor %s: quantization.%s is missing, expected a tensor %s",
                                    matrix.name(), field, expected));
@@ -664,16 +920,15 @@ class Checker {
           matrix.name(), field, index, meta_.tensors_size()));
     }
     const plan::Tensor& t = meta_.tensors(index);
-    const bool shape_ok = cols < 0
-                              ? t.shape_size() == 1 && t.shape(0) == rows
-                              : t.shape_size() == 2 && t.shape(0) == rows && t.shape(1) == cols;
+    const bool shape_ok = std::equal(t.shape().begin(), t.shape().end(), dims.begin(), dims.end());
     if (!shape_ok || t.dtype() != dtype || t.layout() != plan::Tensor::ROW_MAJOR) {
       return Error(absl::StrFormat(
           "tensor %s: quantization.%s is tensor %d (%s) with shape [%s] %s, expected %s",
           matrix.name(), field, index, t.name(), absl::StrJoin(t.shape(), ", "),
           DTypeName(t.dtype()), expected));
     }
-    const int64_t elements = rows * (cols < 0 ? 1 : cols);
+    int64_t elements = 1;
+    for (const int64_t dim : dims) elements *= dim;
     if (auto status = CheckBlob(index, t, elements * static_cast<int64_t>(DTypeSize(dtype)));
         !status.ok()) {
       return status;
@@ -687,6 +942,8 @@ class Checker {
   const Op* op_ = nullptr;
   int op_index_ = 0;
   ProgramFacts facts_;
+  // ROUTER op outputs 0 (the ids) seen so far -> their num_experts.
+  absl::flat_hash_map<int32_t, int32_t> router_experts_;
 };
 
 }  // namespace

@@ -2,14 +2,18 @@
 // CUDA backend and the CUDA emitter — calls CheckProgram before anything else and then relies
 // on what it guarantees instead of checking again:
 //
-//   values:  positive widths; ACTIVATION values are F32 and fit arena_bytes_per_token;
+//   values:  positive widths; ACTIVATION values are F32 and EXPERT_IDS values I32, both fitting
+//            arena_bytes_per_token;
 //            TOKEN_IDS / POSITIONS have width 1; exactly one LOGITS width (the vocabulary).
 //   ops:     per OpKind (plan.proto) the input, output and weight counts, the kinds and widths
 //            of the values they name, the typed attributes (Op.attrs set for the kinds that
 //            have them, with valid values), every weight's shape, dtype and layout against the
 //            op, quantized matrices' companions (scales, zero points, permutation) and, when
-//            the blobs are given, their contents (zero points 0..15, a true permutation);
-//            a MATMUL's outputs never share arena bytes with its input.
+//            the blobs are given, their contents (zero points 0..15, a true permutation, no
+//            E8M0 NaN scale); a MATMUL's outputs never share arena bytes with its input, nor
+//            do ROUTER / EXPERT_MATMUL / MOE_COMBINE outputs with any of their inputs; an
+//            EXPERT_MATMUL's ids are output 0 of an earlier ROUTER with its num_experts (so
+//            kernels index experts without a bounds check).
 //   program: exactly one LOGITS op; ATTENTION ops agree on one KV shape, which matches
 //            the plan's KvCacheSpec.
 //
@@ -41,6 +45,11 @@ struct ProgramFacts {
   int32_t kv_heads = 0;
   int32_t kv_head_dim = 0;
   int32_t max_rope_head_dim = 0;
+  // ROUTER ops, and the most experts and top_k among them (for expert load tables and grouping
+  // scratch); 0 without routers.
+  int32_t num_routers = 0;
+  int32_t max_experts = 0;
+  int32_t max_top_k = 0;
 };
 
 // An ATTENTION op's softmax scale: AttentionAttrs.scale, or 1 / sqrt(head_dim) where it is 0

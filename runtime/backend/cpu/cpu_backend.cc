@@ -217,6 +217,10 @@ class OpBinder {
   absl::StatusOr<MatrixView> BindMatrix(int32_t index) {
     const plan::Tensor& t = meta_.tensors(index);
     MatrixView view{Blob(index), t.dtype(), t.shape(0), t.shape(1), 0};
+    if (t.dtype() == plan::FP4_E2M1) {
+      return Unsupported(
+          absl::StrFormat("tensor %s is FP4_E2M1: the cpu kernels do not read MXFP4", t.name()));
+    }
     if (IsQuantizedMatrix(t.dtype())) return BindQuantized(t, view);
     if (t.layout() == plan::Tensor::ROW_PANELS) {
       if (op_->kind() != plan::MATMUL && op_->kind() != plan::LOGITS) {
@@ -404,7 +408,10 @@ void RunRope(const CpuStep& step, const CompiledOp& op) {
        op.head_dim, op.rotary_dim, op.inv_freq.data(), op.cos_sin_scale, step.rope_scratch);
 }
 
-absl::Status BindAttention(OpBinder&, const plan::Op& op, CompiledOp& compiled) {
+absl::Status BindAttention(OpBinder& binder, const plan::Op& op, CompiledOp& compiled) {
+  if (op.weights_size() != 0) {
+    return binder.Unsupported("attention sinks: the cpu attention kernels have none");
+  }
   const plan::AttentionAttrs& attention = op.attention();
   compiled.num_heads = attention.num_heads();
   compiled.num_kv_heads = attention.num_kv_heads();
