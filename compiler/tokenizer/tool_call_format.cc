@@ -15,6 +15,9 @@ std::string ToolCallFormatFromTemplate(std::string_view source) {
     return "deepseek_v3";
   }
   if (has("[TOOL_CALLS]")) return "mistral";
+  // gpt-oss: messages on channels, addressed " to=RECIPIENT" (the template writes " to=" and
+  // "functions." + name apart).
+  if (has("<|channel|>") && has(" to=")) return "harmony";
   if (has("<tool_call>")) return "hermes";
   // Phi-4-mini's template only lists the tools between <|tool|> and <|/tool|>; the model answers
   // with <|tool_call|>[...]<|/tool_call|>.

@@ -13,7 +13,7 @@ namespace llmc {
 
 // The format a template's own markup uses for assistant tool calls (or, for templates that
 // only describe tools, the family's known output syntax): "hermes", "llama3_json", "mistral",
-// "phi4_mini", "deepseek_v3"; "" when none is recognized.
+// "phi4_mini", "deepseek_v3", "harmony"; "" when none is recognized.
 std::string ToolCallFormatFromTemplate(std::string_view source);
 
 // Sets spec.tool_call_format from the default chat template, else from the "tool_use" named one.

@@ -31,6 +31,8 @@ TEST(ToolCallFormat, RecognizesRealTemplates) {
       {"mistral/more/chat_template.mistral-common-v11.jinja", "mistral"},
       {"deepseek/chat_template.jinja", "deepseek_v3"},
       {"deepseek/more/chat_template.DeepSeek-V3.1.jinja", "deepseek_v3"},
+      {"gpt-oss/chat_template.jinja", "harmony"},
+      {"gpt-oss/chat_template.onnxruntime-extensions-variant.jinja", "harmony"},
       {"llama3/chat_template.jinja", ""},
       {"tinyllama/chat_template.jinja", ""},
       {"gemma/chat_template.jinja", ""},

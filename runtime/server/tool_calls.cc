@@ -1,6 +1,8 @@
 #include "runtime/server/tool_calls.h"
 
+#include <algorithm>
 #include <random>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_join.h"
@@ -31,6 +33,8 @@ constexpr FormatInfo kFormats[] = {
     {ToolCallFormat::kMistral, "mistral", kMistralCalls, ""},
     {ToolCallFormat::kPhi4Mini, "phi4_mini", "<|tool_call|>", "<|/tool_call|>"},
     {ToolCallFormat::kDeepSeekV3, "deepseek_v3", kDeepSeekCallsBegin, kDeepSeekCallsEnd},
+    // Harmony's calls are messages with a header (OutputParser::PushHarmony), not marked spans.
+    {ToolCallFormat::kHarmony, "harmony", "", ""},
 };
 
 const FormatInfo& Info(ToolCallFormat format) {
@@ -230,6 +234,88 @@ std::optional<std::vector<ToolCall>> ParseDeepSeek(std::string_view body) {
   return calls;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Harmony.
+
+constexpr std::string_view kHarmonyEnds[] = {kHarmonyEnd, kHarmonyCall, kHarmonyReturn};
+constexpr std::string_view kFunctionsPrefix = "functions.";
+
+bool StartsWith(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+// The earliest end marker in `text` at or after `from`: its position and the marker, or npos.
+std::pair<size_t, std::string_view> FindHarmonyEnd(std::string_view text, size_t from) {
+  std::pair<size_t, std::string_view> first{std::string_view::npos, {}};
+  for (std::string_view marker : kHarmonyEnds) {
+    const size_t at = text.find(marker, from);
+    if (at < first.first) first = {at, marker};
+  }
+  return first;
+}
+
+// A header word: up to a space, a marker ("<|") or the end; removed from `text`.
+std::string_view TakeWord(std::string_view& text) {
+  size_t end = 0;
+  while (end < text.size() && text[end] != ' ' && text.substr(end, 2) != "<|") ++end;
+  const std::string_view word = text.substr(0, end);
+  text.remove_prefix(end);
+  return word;
+}
+
+struct HarmonyHeader {
+  std::string channel;
+  std::string recipient;  // "" when none
+};
+
+// A message header (the text before <|message|>, its <|start|>ROLE included when written);
+// nullopt when it is not one the assistant writes: another role, no channel, two channels or
+// recipients, another marker.
+std::optional<HarmonyHeader> ParseHarmonyHeader(std::string_view header) {
+  if (StartsWith(header, kHarmonyStart)) {
+    header.remove_prefix(kHarmonyStart.size());
+    if (TakeWord(header) != "assistant") return std::nullopt;
+  }
+  HarmonyHeader parsed;
+  bool has_channel = false;
+  while (!header.empty()) {
+    if (header.front() == ' ') {
+      header.remove_prefix(1);
+    } else if (StartsWith(header, kHarmonyChannel)) {
+      header.remove_prefix(kHarmonyChannel.size());
+      const std::string_view channel = TakeWord(header);
+      if (has_channel || channel.empty()) return std::nullopt;
+      parsed.channel = std::string(channel);
+      has_channel = true;
+    } else if (StartsWith(header, kHarmonyConstrain)) {
+      header.remove_prefix(kHarmonyConstrain.size());
+      TakeWord(header);  // the content type ("json")
+    } else if (StartsWith(header, "to=")) {
+      header.remove_prefix(3);
+      const std::string_view recipient = TakeWord(header);
+      if (!parsed.recipient.empty() || recipient.empty()) return std::nullopt;
+      parsed.recipient = std::string(recipient);
+    } else if (StartsWith(header, "<|") || !has_channel) {
+      return std::nullopt;
+    } else {
+      TakeWord(header);  // a bare content type after the channel ("commentary json")
+    }
+  }
+  if (!has_channel) return std::nullopt;
+  return parsed;
+}
+
+// Whether `text` (no <|message|> or end marker in it yet) is, or may still become, the start of
+// a message header.
+bool MayBeHarmonyHeader(std::string_view text) {
+  for (std::string_view opener :
+       {kHarmonyStart, kHarmonyChannel, std::string_view("to="), std::string_view(" to=")}) {
+    const size_t common = std::min(text.size(), opener.size());
+    if (text.substr(0, common) == opener.substr(0, common)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name) {
@@ -271,6 +357,7 @@ std::optional<std::vector<ToolCall>> ParseCallBody(ToolCallFormat format, std::s
       return ParseMistral(body);
     case ToolCallFormat::kDeepSeekV3:
       return ParseDeepSeek(body);
+    case ToolCallFormat::kHarmony:
     case ToolCallFormat::kNone:
       break;
   }
@@ -281,6 +368,111 @@ OutputParser::OutputParser(ToolCallFormat tools, bool reasoning, bool starts_in_
     : format_(tools),
       state_(!reasoning ? State::kText : (starts_in_reasoning ? State::kReasoning : State::kStart)),
       reasoning_(reasoning) {}
+
+OutputParser OutputParser::HarmonyWithoutCalls() {
+  OutputParser parser(ToolCallFormat::kHarmony, false, false);
+  parser.harmony_calls_ = false;
+  return parser;
+}
+
+void OutputParser::HarmonyBody(std::string_view body, bool final, std::string_view end_marker,
+                               ParsedDelta& out) {
+  switch (route_) {
+    case Route::kReasoning:
+      out.reasoning += body;
+      return;
+    case Route::kContent:
+      EmitText(std::string(body), out);
+      return;
+    case Route::kCall:
+    case Route::kRaw:
+      break;
+  }
+  if (!final) return;  // held until the message ends
+  if (route_ == Route::kCall) {
+    const Json arguments = ParseJson(Trim(body));
+    if (arguments.is_object()) {
+      out.calls.push_back({NewToolCallId(format_), call_name_,
+                           arguments.dump(-1, ' ', false, Json::error_handler_t::replace)});
+      ++calls_;
+      return;
+    }
+  }
+  // Not a call (or a recipient this server does not call): the message as written.
+  EmitText(header_ + std::string(body) + std::string(end_marker), out);
+}
+
+ParsedDelta OutputParser::PushHarmony(std::string_view text) {
+  ParsedDelta out;
+  pending_ += text;
+  while (true) {
+    if (!in_body_) {
+      if (pending_.empty()) return out;
+      const size_t message = pending_.find(kHarmonyMessage);
+      const auto [end, end_marker] = FindHarmonyEnd(pending_, 0);
+      if (!MayBeHarmonyHeader(pending_)) {
+        // Text outside any message: content up to an end marker.
+        header_.clear();
+        route_ = Route::kContent;
+        in_body_ = true;
+        continue;
+      }
+      if (end < message) {
+        // A header cut short by an end marker: as written.
+        EmitText(pending_.substr(0, end + end_marker.size()), out);
+        pending_.erase(0, end + end_marker.size());
+        continue;
+      }
+      if (message == std::string::npos) return out;  // the header goes on
+      header_ = pending_.substr(0, message + kHarmonyMessage.size());
+      const std::optional<HarmonyHeader> header =
+          ParseHarmonyHeader(std::string_view(pending_).substr(0, message));
+      pending_.erase(0, header_.size());
+      in_body_ = true;
+      end_search_from_ = 0;
+      if (!header.has_value()) {
+        route_ = Route::kRaw;
+      } else if (!header->recipient.empty()) {
+        const bool function = StartsWith(header->recipient, kFunctionsPrefix) &&
+                              header->recipient.size() > kFunctionsPrefix.size();
+        route_ = function && harmony_calls_ ? Route::kCall : Route::kRaw;
+        if (route_ == Route::kCall) call_name_ = header->recipient.substr(kFunctionsPrefix.size());
+      } else {
+        route_ = header->channel == "analysis" ? Route::kReasoning : Route::kContent;
+      }
+      continue;
+    }
+    // In a body: the first end marker ends it; for a call, the first after which the arguments
+    // parse (an end marker's text inside a JSON string does not).
+    auto [end, end_marker] = FindHarmonyEnd(pending_, end_search_from_);
+    if (route_ == Route::kCall) {
+      while (end != std::string::npos &&
+             !ParseJson(Trim(std::string_view(pending_).substr(0, end))).is_object()) {
+        std::tie(end, end_marker) = FindHarmonyEnd(pending_, end + 1);
+      }
+    }
+    if (end != std::string::npos) {
+      HarmonyBody(std::string_view(pending_).substr(0, end), true, end_marker, out);
+      pending_.erase(0, end + end_marker.size());
+      in_body_ = false;
+      continue;
+    }
+    if (route_ == Route::kCall || route_ == Route::kRaw) {
+      // Held; an end marker could start in the last bytes seen.
+      end_search_from_ =
+          pending_.size() < kHarmonyReturn.size() ? 0 : pending_.size() - kHarmonyReturn.size() + 1;
+      return out;
+    }
+    size_t keep = 0;
+    for (std::string_view marker : kHarmonyEnds) {
+      keep = std::max(keep, PartialMarkerSuffix(pending_, marker));
+    }
+    HarmonyBody(std::string_view(pending_).substr(0, pending_.size() - keep), false, "", out);
+    pending_.erase(0, pending_.size() - keep);
+    end_search_from_ = 0;
+    return out;
+  }
+}
 
 void OutputParser::EmitText(std::string text, ParsedDelta& out) {
   for (char c : text) {
@@ -345,6 +537,7 @@ void OutputParser::CloseCall(std::string_view end_marker, ParsedDelta& out) {
 }
 
 ParsedDelta OutputParser::Push(std::string_view text) {
+  if (format_ == ToolCallFormat::kHarmony) return PushHarmony(text);
   ParsedDelta out;
   pending_ += text;
   const FormatInfo& info = Info(format_);
@@ -443,6 +636,17 @@ ParsedDelta OutputParser::Push(std::string_view text) {
 
 ParsedDelta OutputParser::Finish() {
   ParsedDelta out = Push("");
+  if (format_ == ToolCallFormat::kHarmony) {
+    // <|call|> and <|return|> are EOS tokens: the output ends inside its last message.
+    if (in_body_) {
+      HarmonyBody(pending_, true, "", out);
+    } else {
+      EmitText(std::move(pending_), out);  // a header the output never finished
+    }
+    pending_.clear();
+    in_body_ = false;
+    return out;
+  }
   switch (state_) {
     case State::kStart:
     case State::kText:

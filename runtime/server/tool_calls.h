@@ -14,6 +14,19 @@
 //                <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (V3, R1); the V3.1 layout
 //                <｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜> is read too
 //   ("parameters" and "arguments" are both accepted as the arguments key.)
+//   harmony      gpt-oss: the output (after the prompt's "<|start|>assistant") is a sequence
+//                of messages [<|start|>ROLE]HEADER<|message|>BODY ended by <|end|>, <|call|>
+//                or <|return|> (or the end of the output: <|call|> and <|return|> are EOS
+//                tokens, which the engine does not put in the text). HEADER holds
+//                <|channel|>CHANNEL, optionally " to=RECIPIENT" (before or after the channel,
+//                as the template renders history: "<|start|>assistant to=functions.f<|channel|>
+//                commentary json<|message|>") and a content type ("<|constrain|>json" or a bare
+//                "json"). Channel analysis is reasoning; final, and commentary without a
+//                recipient (a preamble), are content; a message to functions.NAME is a call
+//                whose BODY is the JSON arguments. A message to another recipient (the built-in
+//                browser.* and python tools), a body that is not a JSON object, or text that is
+//                not a message is content, markers included. The markers are special tokens:
+//                the server decodes with them kept.
 //
 // A call is reported only once it is complete (the first end marker after which its JSON
 // parses, or the end of the output for formats without one); a call that never parses is
@@ -59,9 +72,25 @@ inline constexpr std::string_view kDeepSeekSep =
 #undef LLMRT_DS_BAR
 #undef LLMRT_DS_SP
 inline constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
+// Harmony (gpt-oss); all are special tokens of o200k_harmony.
+inline constexpr std::string_view kHarmonyStart = "<|start|>";
+inline constexpr std::string_view kHarmonyChannel = "<|channel|>";
+inline constexpr std::string_view kHarmonyConstrain = "<|constrain|>";
+inline constexpr std::string_view kHarmonyMessage = "<|message|>";
+inline constexpr std::string_view kHarmonyEnd = "<|end|>";
+inline constexpr std::string_view kHarmonyCall = "<|call|>";
+inline constexpr std::string_view kHarmonyReturn = "<|return|>";
 }  // namespace markers
 
-enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kMistral, kPhi4Mini, kDeepSeekV3 };
+enum class ToolCallFormat {
+  kNone,
+  kHermes,
+  kLlama3Json,
+  kMistral,
+  kPhi4Mini,
+  kDeepSeekV3,
+  kHarmony
+};
 
 // "none", "hermes", ... as above; nullopt for an unknown name. "" (a plan without a recognized
 // format) is kNone.
@@ -90,8 +119,12 @@ struct ParsedDelta {
 class OutputParser {
  public:
   // `tools`: kNone parses no tool calls. `reasoning`: split <think> ... </think>;
-  // `starts_in_reasoning`: the prompt ended inside <think>.
+  // `starts_in_reasoning`: the prompt ended inside <think>. kHarmony splits the channels and
+  // parses calls (`reasoning` and `starts_in_reasoning` do not apply to it).
   OutputParser(ToolCallFormat tools, bool reasoning, bool starts_in_reasoning);
+  // Harmony's channels without tool calls (a request without tools, or tool_choice "none"):
+  // a message to functions.NAME is content, markers included.
+  static OutputParser HarmonyWithoutCalls();
 
   // New model text; returns what can be told now.
   ParsedDelta Push(std::string_view text);
@@ -106,6 +139,11 @@ class OutputParser {
   // Ends the open call (body_ holds its text after the start marker): calls or content.
   void CloseCall(std::string_view end_marker, ParsedDelta& out);
   void EmitText(std::string text, ParsedDelta& out);
+  ParsedDelta PushHarmony(std::string_view text);
+  // The open harmony message's body up to an end marker (`final`) or so far; `end_marker` is
+  // the marker that ended it ("" at the end of the output or while it is open).
+  void HarmonyBody(std::string_view body, bool final, std::string_view end_marker,
+                   ParsedDelta& out);
 
   ToolCallFormat format_;
   enum class State { kStart, kReasoning, kText, kCall } state_;
@@ -120,10 +158,18 @@ class OutputParser {
   bool after_think_ = false;        // content follows a </think>
   bool seen_text_ = false;          // any non-whitespace content so far (llama3_json's '{')
   int32_t calls_ = 0;
+  // Harmony (format_ kHarmony): pending_ holds the current message's header until its
+  // <|message|>, then the body text not yet told.
+  bool harmony_calls_ = true;  // messages to functions.NAME are calls
+  bool in_body_ = false;       // past the open message's <|message|>
+  enum class Route { kReasoning, kContent, kCall, kRaw } route_ = Route::kContent;
+  std::string header_;     // the open message's header as written, <|message|> included
+  std::string call_name_;  // route_ kCall: NAME of functions.NAME
 };
 
 // The calls in one complete call body (what follows the start marker up to the end marker),
-// or nullopt when it does not parse. Exposed for tests.
+// or nullopt when it does not parse (always for kHarmony, whose calls are named in the
+// message header). Exposed for tests.
 std::optional<std::vector<ToolCall>> ParseCallBody(ToolCallFormat format, std::string_view body);
 
 }  // namespace llmrt::server

@@ -27,6 +27,16 @@ void Append(Result& result, ParsedDelta delta) {
   for (ToolCall& call : delta.calls) result.calls.push_back(std::move(call));
 }
 
+void ExpectSame(const Result& streamed, const Result& whole, const std::string& text) {
+  EXPECT_EQ(streamed.reasoning, whole.reasoning) << text;
+  EXPECT_EQ(streamed.content, whole.content) << text;
+  EXPECT_EQ(streamed.calls.size(), whole.calls.size()) << text;
+  for (size_t index = 0; index < std::min(streamed.calls.size(), whole.calls.size()); ++index) {
+    EXPECT_EQ(streamed.calls[index].name, whole.calls[index].name);
+    EXPECT_EQ(streamed.calls[index].arguments, whole.calls[index].arguments);
+  }
+}
+
 // The whole text at once, and byte by byte as a stream: both must give the same result.
 Result Parse(ToolCallFormat format, const std::string& text, bool reasoning = false,
              bool starts_in_reasoning = false) {
@@ -42,14 +52,36 @@ Result Parse(ToolCallFormat format, const std::string& text, bool reasoning = fa
     for (char c : text) Append(streamed, parser.Push(std::string(1, c)));
     Append(streamed, parser.Finish());
   }
-  EXPECT_EQ(streamed.reasoning, whole.reasoning) << text;
-  EXPECT_EQ(streamed.content, whole.content) << text;
-  EXPECT_EQ(streamed.calls.size(), whole.calls.size()) << text;
-  for (size_t index = 0; index < std::min(streamed.calls.size(), whole.calls.size()); ++index) {
-    EXPECT_EQ(streamed.calls[index].name, whole.calls[index].name);
-    EXPECT_EQ(streamed.calls[index].arguments, whole.calls[index].arguments);
-  }
+  ExpectSame(streamed, whole, text);
   return whole;
+}
+
+// Harmony: the whole text, byte by byte, and split in two at every byte, all alike.
+Result ParseHarmony(const std::string& text, bool calls = true) {
+  auto make = [calls] {
+    return calls ? OutputParser(ToolCallFormat::kHarmony, false, false)
+                 : OutputParser::HarmonyWithoutCalls();
+  };
+  Result result;
+  {
+    OutputParser parser = make();
+    Append(result, parser.Push(text));
+    Append(result, parser.Finish());
+  }
+  for (size_t split = 0; split <= text.size(); ++split) {
+    Result parts;
+    OutputParser parser = make();
+    Append(parts, parser.Push(text.substr(0, split)));
+    Append(parts, parser.Push(text.substr(split)));
+    Append(parts, parser.Finish());
+    ExpectSame(parts, result, text + " split at " + std::to_string(split));
+  }
+  Result bytes;
+  OutputParser parser = make();
+  for (char c : text) Append(bytes, parser.Push(std::string(1, c)));
+  Append(bytes, parser.Finish());
+  ExpectSame(bytes, result, text + " byte by byte");
+  return result;
 }
 
 std::string ReadShared(const std::string& relative) {
@@ -62,7 +94,8 @@ std::string ReadShared(const std::string& relative) {
 TEST(ToolCallFormat, NamesRoundTrip) {
   for (ToolCallFormat format :
        {ToolCallFormat::kNone, ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json,
-        ToolCallFormat::kMistral, ToolCallFormat::kPhi4Mini, ToolCallFormat::kDeepSeekV3}) {
+        ToolCallFormat::kMistral, ToolCallFormat::kPhi4Mini, ToolCallFormat::kDeepSeekV3,
+        ToolCallFormat::kHarmony}) {
     EXPECT_EQ(ToolCallFormatFromName(ToolCallFormatName(format)), format);
   }
   EXPECT_EQ(ToolCallFormatFromName(""), ToolCallFormat::kNone);
@@ -309,6 +342,141 @@ TEST(OutputParser, RoundTripsRealTemplates) {
       EXPECT_EQ(Json::parse(result.calls[index].arguments), expected_arguments[index]) << output;
     }
   }
+}
+
+// Harmony (gpt-oss): the channels and the calls, as the model writes them after the prompt's
+// "<|start|>assistant". <|call|> and <|return|> end the generation (EOS), so most outputs end
+// inside their last message.
+TEST(OutputParser, HarmonyAnalysisThenFinal) {
+  Result result = ParseHarmony(
+      "<|channel|>analysis<|message|>User greets. Reply.<|end|><|start|>assistant<|channel|>final"
+      "<|message|>Hello! How can I help?");
+  EXPECT_EQ(result.reasoning, "User greets. Reply.");
+  EXPECT_EQ(result.content, "Hello! How can I help?");
+  EXPECT_TRUE(result.calls.empty());
+  // <|return|> in the text (EOS ignored) ends the message; nothing follows.
+  result = ParseHarmony("<|channel|>final<|message|>Done.<|return|>");
+  EXPECT_EQ(result.content, "Done.");
+  EXPECT_EQ(result.reasoning, "");
+  // Cut off in the analysis: all reasoning so far.
+  result = ParseHarmony("<|channel|>analysis<|message|>Thinking about <|en");
+  EXPECT_EQ(result.reasoning, "Thinking about <|en");
+  EXPECT_EQ(result.content, "");
+}
+
+TEST(OutputParser, HarmonyCallWithRecipientAfterOrBeforeTheChannel) {
+  // As the model writes it.
+  Result result = ParseHarmony(
+      "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"note\": "
+      "\"a <|call|> b\"}<|call|>");
+  EXPECT_EQ(result.reasoning, "Need weather.");
+  EXPECT_EQ(result.content, "");
+  ASSERT_EQ(result.calls.size(), 1u);
+  EXPECT_EQ(result.calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(result.calls[0].arguments),
+            Json::parse(R"({"city": "Paris", "note": "a <|call|> b"})"));
+  EXPECT_THAT(result.calls[0].id, ::testing::MatchesRegex("call_[a-zA-Z0-9]{24}"));
+  // As the template renders history (recipient first, bare content type), ended by EOS.
+  result = ParseHarmony(
+      " to=functions.get_time<|channel|>commentary json<|message|>{\"zone\": \"CET\"}");
+  ASSERT_EQ(result.calls.size(), 1u);
+  EXPECT_EQ(result.calls[0].name, "get_time");
+  EXPECT_EQ(result.calls[0].arguments, R"({"zone":"CET"})");
+  EXPECT_EQ(result.content, "");
+}
+
+TEST(OutputParser, HarmonyTwoCallsAndAPreamble) {
+  const Result result = ParseHarmony(
+      "<|channel|>commentary<|message|>Let me check both.<|end|><|start|>assistant<|channel|>"
+      "commentary to=functions.a <|constrain|>json<|message|>{\"k\": 1}<|call|><|start|>"
+      "assistant to=functions.b<|channel|>commentary json<|message|>{}<|call|>");
+  EXPECT_EQ(result.content, "Let me check both.");
+  ASSERT_EQ(result.calls.size(), 2u);
+  EXPECT_EQ(result.calls[0].name, "a");
+  EXPECT_EQ(result.calls[0].arguments, R"({"k":1})");
+  EXPECT_EQ(result.calls[1].name, "b");
+  EXPECT_EQ(result.calls[1].arguments, "{}");
+  EXPECT_NE(result.calls[0].id, result.calls[1].id);
+}
+
+TEST(OutputParser, HarmonyWhatIsNotACallIsContentAsWritten) {
+  // A body that is not a JSON object.
+  std::string text =
+      "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": <|call|>";
+  Result result = ParseHarmony(text);
+  EXPECT_TRUE(result.calls.empty());
+  EXPECT_EQ(result.content, text);
+  result = ParseHarmony("<|channel|>commentary to=functions.f<|message|>[1, 2]");
+  EXPECT_TRUE(result.calls.empty());
+  EXPECT_EQ(result.content, "<|channel|>commentary to=functions.f<|message|>[1, 2]");
+  // A built-in tool (browser, python) is not a function of the request.
+  text =
+      "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>commentary "
+      "to=browser.search<|message|>{\"query\": \"q\"}<|call|>";
+  result = ParseHarmony(text);
+  EXPECT_TRUE(result.calls.empty());
+  EXPECT_EQ(result.reasoning, "x");
+  EXPECT_EQ(result.content,
+            "<|start|>assistant<|channel|>commentary to=browser.search<|message|>{\"query\": "
+            "\"q\"}<|call|>");
+  // Without tools in the request, a message to a function is content too.
+  text = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}";
+  result = ParseHarmony(text, /*calls=*/false);
+  EXPECT_TRUE(result.calls.empty());
+  EXPECT_EQ(result.content, text);
+  // Text that is no message, and a header the output never finishes.
+  result = ParseHarmony("Plain answer.<|end|>");
+  EXPECT_EQ(result.content, "Plain answer.");
+  result = ParseHarmony("<|channel|>final<|message|>ok<|end|><|start|>assistant<|chan");
+  EXPECT_EQ(result.content, "ok<|start|>assistant<|chan");
+  // A header broken by an end marker, and another role's header.
+  result = ParseHarmony("<|channel|>analysis<|end|><|channel|>final<|message|>ok");
+  EXPECT_EQ(result.content, "<|channel|>analysis<|end|>ok");
+  result = ParseHarmony("<|start|>user<|message|>hi<|end|>");
+  EXPECT_EQ(result.content, "<|start|>user<|message|>hi<|end|>");
+}
+
+// What the real gpt-oss template renders for an assistant turn with a call (recipient before
+// the channel, "json" after it, <|call|>) parses back to the call.
+TEST(OutputParser, HarmonyRoundTripsTheGptOssTemplate) {
+  const std::string source = ReadShared("gpt-oss/chat_template.jinja");
+  ASSERT_FALSE(source.empty());
+  absl::StatusOr<jinja::Template> parsed = jinja::Template::Parse(source);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const Json expected = Json::parse(R"({"city": "Paris", "note": "a \"quoted\" word"})");
+  jinja::Value::Entries entries;
+  for (auto it = expected.begin(); it != expected.end(); ++it) {
+    entries.emplace_back(jinja::Value::String(it.key()),
+                         jinja::Value::String(it->get<std::string>()));
+  }
+  jinja::Value call = jinja::Value::Dict(
+      {{jinja::Value::String("id"), jinja::Value::String("call_1")},
+       {jinja::Value::String("type"), jinja::Value::String("function")},
+       {jinja::Value::String("function"),
+        jinja::Value::Dict(
+            {{jinja::Value::String("name"), jinja::Value::String("get_weather")},
+             {jinja::Value::String("arguments"), jinja::Value::Dict(std::move(entries))}})}});
+  std::vector<jinja::ChatMessage> messages(2);
+  messages[0].role = "user";
+  messages[0].content = jinja::Value::String("Weather?");
+  messages[1].role = "assistant";
+  messages[1].content = jinja::Value::String("");
+  messages[1].fields.emplace_back("thinking", jinja::Value::String("Need the weather."));
+  messages[1].fields.emplace_back("tool_calls", jinja::Value::List({call}));
+  absl::StatusOr<std::string> rendered = jinja::RenderChat(*parsed, messages, {});
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  // The output after the generation prompt "<|start|>assistant" that this history stands for.
+  const std::string prompt_end = "<|start|>user<|message|>Weather?<|end|><|start|>assistant";
+  const size_t start = rendered->find(prompt_end);
+  ASSERT_NE(start, std::string::npos) << *rendered;
+  const std::string output = rendered->substr(start + prompt_end.size());
+  const Result result = ParseHarmony(output);
+  EXPECT_EQ(result.reasoning, "Need the weather.") << output;
+  EXPECT_EQ(result.content, "") << output;
+  ASSERT_EQ(result.calls.size(), 1u) << output;
+  EXPECT_EQ(result.calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(result.calls[0].arguments), expected);
 }
 
 }  // namespace
