@@ -137,6 +137,11 @@ std::string GenerationConfigJson(const SynthModelConfig& config) {
 
 size_t ElementBytes(llmrt::plan::DType dtype) { return dtype == llmrt::plan::F32 ? 4 : 2; }
 
+// Bytes of `tensor` on disk: U8 tensors one per element, the float ones in the checkpoint dtype.
+uint64_t TensorBytes(const SynthTensor& tensor, llmrt::plan::DType dtype) {
+  return tensor.num_elements() * (tensor.is_u8() ? 1 : ElementBytes(dtype));
+}
+
 // One safetensors file: its tensors (indices into the tensor list) and header.
 struct Shard {
   std::vector<size_t> tensors;
@@ -145,14 +150,13 @@ struct Shard {
 
 absl::Status WriteShard(const std::string& path, const Shard& shard,
                         const std::vector<SynthTensor>& tensors, const SynthOptions& options) {
-  const size_t element_bytes = ElementBytes(options.dtype);
   Json header;
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
   for (size_t index : shard.tensors) {
     const SynthTensor& tensor = tensors[index];
-    const uint64_t bytes = tensor.num_elements() * element_bytes;
-    header[tensor.name] = {{"dtype", SafetensorsDType(options.dtype)},
+    const uint64_t bytes = TensorBytes(tensor, options.dtype);
+    header[tensor.name] = {{"dtype", tensor.is_u8() ? "U8" : SafetensorsDType(options.dtype)},
                            {"shape", tensor.shape},
                            {"data_offsets", Json::array({offset, offset + bytes})}};
     offset += bytes;
@@ -175,10 +179,19 @@ absl::Status WriteShard(const std::string& path, const Shard& shard,
   }
   std::vector<float> values;
   std::vector<uint16_t> halves;
+  std::vector<uint8_t> bytes;
   for (size_t index : shard.tensors) {
     const SynthTensor& tensor = tensors[index];
     const uint64_t total = tensor.num_elements();
     for (uint64_t first = 0; first < total; first += kChunkElements) {
+      if (tensor.is_u8()) {
+        bytes.resize(std::min(kChunkElements, total - first));
+        SynthBytes(tensor, options.seed, first, bytes);
+        if (std::fwrite(bytes.data(), 1, bytes.size(), file.get()) != bytes.size()) {
+          return ErrnoError("cannot write", path);
+        }
+        continue;
+      }
       values.resize(std::min(kChunkElements, total - first));
       SynthValues(tensor, options.seed, first, values);
       size_t written;
@@ -227,11 +240,10 @@ absl::Status WriteAll(const SynthOptions& options, const std::string& dir) {
   absl::StatusOr<std::vector<SynthTensor>> declared = SynthTensors(config);
   if (!declared.ok()) return declared.status();
   const std::vector<SynthTensor>& tensors = *declared;
-  const size_t element_bytes = ElementBytes(options.dtype);
   std::vector<Shard> shards(1);
   uint64_t total_bytes = 0;
   for (size_t index = 0; index < tensors.size(); ++index) {
-    const uint64_t bytes = tensors[index].num_elements() * element_bytes;
+    const uint64_t bytes = TensorBytes(tensors[index], options.dtype);
     if (!shards.back().tensors.empty() &&
         shards.back().data_bytes + bytes > options.max_shard_bytes) {
       shards.emplace_back();
@@ -293,6 +305,17 @@ uint64_t SynthTensor::num_elements() const {
   uint64_t count = 1;
   for (int64_t dim : shape) count *= static_cast<uint64_t>(dim);
   return count;
+}
+
+uint64_t SynthTensor::num_parameters() const {
+  switch (init) {
+    case Init::kE2M1Codes:
+      return 2 * num_elements();
+    case Init::kE8M0Scales:
+      return 0;
+    default:
+      return num_elements();
+  }
 }
 
 namespace {
@@ -359,11 +382,109 @@ constexpr char kPhi3MiniConfig[] = R"({
   "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0, "sliding_window": 2047,
   "tie_word_embeddings": false, "vocab_size": 32064})";
 
+// Mixture-of-experts presets: real MoE proportions (experts, top-k, expert width relative to
+// hidden) at 1.5-2 B parameters, so an f16 checkpoint (~3 GB) and its plans fit this machine's
+// disk. Each is a config.json in its family's published layout, so every MoE field survives into
+// the checkpoint, and llama.cpp's converter finds num_local_experts / num_experts and a
+// top-level rope_theta. bos 1 / eos 2 are the synthetic tokenizer's <s> and </s>.
+//
+// Qwen3-MoE (Qwen3-30B-A3B's layout): hidden 1024, 24 layers, 16 heads of 128, 4 KV heads, 64
+// experts top-8 of 256 (renormalised), every layer MoE, untied. 1.65 B parameters, 0.43 B active
+// per token besides the embedding table.
+constexpr char kQwen3MoeConfig[] = R"({
+  "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "attention_bias": false,
+  "bos_token_id": 1, "eos_token_id": 2, "decoder_sparse_step": 1, "head_dim": 128,
+  "hidden_act": "silu", "hidden_size": 1024, "intermediate_size": 3072,
+  "max_position_embeddings": 40960, "mlp_only_layers": [], "moe_intermediate_size": 256,
+  "norm_topk_prob": true, "num_attention_heads": 16, "num_experts": 64, "num_experts_per_tok": 8,
+  "num_hidden_layers": 24, "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_scaling": null,
+  "rope_theta": 1000000.0, "sliding_window": null, "tie_word_embeddings": false,
+  "use_sliding_window": false, "vocab_size": 151936})";
+
+// Qwen2-MoE (Qwen1.5-MoE-A2.7B's layout): hidden 1024, 16 layers, 16 heads of 64 (multi-head), 60
+// experts top-4 of 352 (not renormalised) plus the gated shared expert of 1408, untied. 1.49 B
+// parameters, 0.36 B active.
+constexpr char kQwen2MoeConfig[] = R"({
+  "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "bos_token_id": 1,
+  "eos_token_id": 2, "decoder_sparse_step": 1, "hidden_act": "silu", "hidden_size": 1024,
+  "intermediate_size": 5632, "max_position_embeddings": 8192, "max_window_layers": 21,
+  "moe_intermediate_size": 352, "norm_topk_prob": false, "num_attention_heads": 16,
+  "num_experts": 60, "num_experts_per_tok": 4, "num_hidden_layers": 16,
+  "num_key_value_heads": 16, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+  "shared_expert_intermediate_size": 1408, "sliding_window": 32768,
+  "tie_word_embeddings": false, "use_sliding_window": false, "vocab_size": 151936})";
+
+// Mixtral (Mixtral-8x7B's layout): hidden 1024, 16 layers, 16 heads of 64, 4 KV heads, 8 experts
+// top-2 of 3584, vocab 32000, no sliding window. 1.52 B parameters, 0.43 B active.
+constexpr char kMixtralConfig[] = R"({
+  "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "bos_token_id": 1,
+  "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 1024, "intermediate_size": 3584,
+  "max_position_embeddings": 32768, "num_attention_heads": 16, "num_experts_per_tok": 2,
+  "num_hidden_layers": 16, "num_key_value_heads": 4, "num_local_experts": 8,
+  "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+  "sliding_window": null, "tie_word_embeddings": false, "vocab_size": 32000})";
+
+// gpt-oss (gpt-oss-20b's layout): hidden 1024, 16 layers alternating sliding (128) and full
+// attention, 16 heads of 64, 4 KV heads, sinks, q/k/v/o biases, 32 experts top-4 of 1024 with
+// biases and the clamped SwiGLU, YaRN x32, vocab 201088; experts MXFP4 (quantization_config as
+// gpt-oss ships it). 2.07 B parameters (the experts 1.61 B, 0.86 GB in MXFP4), 0.45 B active.
+constexpr char kGptOssConfig[] = R"({
+  "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "attention_bias": true,
+  "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "experts_per_token": 4,
+  "head_dim": 64, "hidden_act": "silu", "hidden_size": 1024, "initial_context_length": 4096,
+  "intermediate_size": 1024,
+  "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                  "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                  "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                  "sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+  "max_position_embeddings": 131072, "num_attention_heads": 16, "num_experts_per_tok": 4,
+  "num_hidden_layers": 16, "num_key_value_heads": 4, "num_local_experts": 32,
+  "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn",
+      "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                   "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                   "truncate": false},
+  "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128,
+  "swiglu_limit": 7.0, "tie_word_embeddings": false, "vocab_size": 201088})";
+
+// Whether config.json's quantization_config says MXFP4 (gpt-oss's expert format).
+bool IsMxfp4Config(const std::string& config_json) {
+  if (config_json.empty()) return false;
+  const Json json = Json::parse(config_json);  // parsed once already: valid
+  const auto quantization = json.find("quantization_config");
+  return quantization != json.end() && quantization->is_object() &&
+         quantization->value("quant_method", "") == "mxfp4";
+}
+
+// An MXFP4 checkpoint stores each stacked expert matrix (transformers' [E, in, out], used as
+// x @ W) out-major as <name>_blocks U8 [E, out, in / 32, 16] (two E2M1 codes a byte) and
+// <name>_scales U8 [E, out, in / 32] (one E8M0 byte per 32 inputs); biases stay float.
+void AppendMxfp4Pair(const std::string& name, const std::vector<int64_t>& shape,
+                     std::vector<SynthTensor>& tensors) {
+  constexpr int64_t kBlock = 32;
+  const int64_t experts = shape[0], inputs = shape[1], outputs = shape[2];
+  tensors.push_back({name + "_blocks",
+                     {experts, outputs, inputs / kBlock, kBlock / 2},
+                     SynthTensor::Init::kE2M1Codes});
+  tensors.push_back(
+      {name + "_scales", {experts, outputs, inputs / kBlock}, SynthTensor::Init::kE8M0Scales});
+}
+
 }  // namespace
 
 std::vector<std::string> SynthPresetNames() {
-  return {"tinyllama-1.1b", "llama-110m", "qwen3-0.6b", "smollm3-3b",
-          "gemma2-2b",      "gemma3-1b",  "phi3-mini"};
+  return {"tinyllama-1.1b",
+          "llama-110m",
+          "qwen3-0.6b",
+          "smollm3-3b",
+          "gemma2-2b",
+          "gemma3-1b",
+          "phi3-mini",
+          "qwen3-moe-1.6b-a0.4b",
+          "qwen2-moe-1.5b-a0.4b",
+          "mixtral-1.5b-a0.4b",
+          "gpt-oss-2b-a0.5b"};
 }
 
 absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name) {
@@ -424,6 +545,14 @@ absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name) {
     return SynthConfigFromText(name == "gemma2-2b" ? kGemma2Config : kGemma3Config, name);
   } else if (name == "phi3-mini") {
     return SynthConfigFromText(kPhi3MiniConfig, name);
+  } else if (name == "qwen3-moe-1.6b-a0.4b") {
+    return SynthConfigFromText(kQwen3MoeConfig, name);
+  } else if (name == "qwen2-moe-1.5b-a0.4b") {
+    return SynthConfigFromText(kQwen2MoeConfig, name);
+  } else if (name == "mixtral-1.5b-a0.4b") {
+    return SynthConfigFromText(kMixtralConfig, name);
+  } else if (name == "gpt-oss-2b-a0.5b") {
+    return SynthConfigFromText(kGptOssConfig, name);
   } else {
     return absl::InvalidArgumentError(
         absl::StrFormat("unknown preset \"%s\"; expected one of %s, or a config.json path", name,
@@ -467,8 +596,15 @@ absl::StatusOr<std::vector<SynthTensor>> SynthTensors(const SynthModelConfig& co
   }
   absl::StatusOr<std::vector<FamilyTensor>> declared = FamilyTensors(model);
   if (!declared.ok()) return declared.status();
+  const bool mxfp4 = IsMxfp4Config(config.source_config_json);
   std::vector<SynthTensor> tensors;
   for (FamilyTensor& tensor : *declared) {
+    if (mxfp4 && tensor.shape.size() == 3 &&
+        (absl::EndsWith(tensor.name, "experts.gate_up_proj") ||
+         absl::EndsWith(tensor.name, "experts.down_proj"))) {
+      AppendMxfp4Pair(tensor.name, tensor.shape, tensors);
+      continue;
+    }
     // Norm scales start at one, as transformers initializes them.
     const SynthTensor::Init init = absl::EndsWith(tensor.name, "norm.weight")
                                        ? SynthTensor::Init::kOnes
@@ -495,6 +631,19 @@ void SynthValues(const SynthTensor& tensor, uint64_t seed, uint64_t first_elemen
         static_cast<int32_t>(bits & 0xFFFF) + static_cast<int32_t>((bits >> 16) & 0xFFFF) +
         static_cast<int32_t>((bits >> 32) & 0xFFFF) + static_cast<int32_t>(bits >> 48) - 2 * 65535;
     out[i] = static_cast<float>(sum) * scale;
+  }
+}
+
+void SynthBytes(const SynthTensor& tensor, uint64_t seed, uint64_t first_element,
+                std::vector<uint8_t>& out) {
+  if (tensor.init == SynthTensor::Init::kE8M0Scales) {
+    std::fill(out.begin(), out.end(), kSynthMxfp4ScaleByte);
+    return;
+  }
+  // Every byte value equally likely: both nibbles uniform over the 16 E2M1 codes.
+  const uint64_t key = TensorKey(seed, tensor.name);
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = static_cast<uint8_t>(Mix(key + (first_element + i) * kGolden) >> 56);
   }
 }
 

@@ -63,8 +63,15 @@ struct SynthModelConfig {
 // vocab 128256, tied), or "gemma2-2b" / "gemma3-1b" (google/gemma-2-2b and gemma-3-1b-pt's
 // config.json, written as config.json: synth.cc lists the values), or "phi3-mini"
 // (microsoft/Phi-3-mini-4k-instruct's config.json: fused qkv_proj / gate_up_proj, 32 layers of
-// 3072, 32 heads of 96, sliding window 2047, vocab 32064). Unknown names are an error
-// listing the presets.
+// 3072, 32 heads of 96, sliding window 2047, vocab 32064). Mixture-of-experts shapes of real
+// proportions that fit this machine (config.json texts in synth.cc): "qwen3-moe-1.6b-a0.4b"
+// (Qwen3-MoE: hidden 1024, 24 layers, 16 heads of 128, 4 KV heads, 64 experts top-8 of 256,
+// vocab 151936), "qwen2-moe-1.5b-a0.4b" (Qwen2-MoE: hidden 1024, 16 layers, 16 heads, 60 experts
+// top-4 of 352 plus a shared expert of 1408), "mixtral-1.5b-a0.4b" (Mixtral: hidden 1024, 16
+// layers, 16 heads, 4 KV heads, 8 experts top-2 of 3584, vocab 32000) and "gpt-oss-2b-a0.5b"
+// (gpt-oss: hidden 1024, 16 layers, 16 heads of 64, 4 KV heads, 32 experts top-4 of 1024, vocab
+// 201088, experts written MXFP4 as gpt-oss ships them). Unknown names are an error listing the
+// presets.
 absl::StatusOr<SynthModelConfig> SynthPreset(const std::string& name);
 std::vector<std::string> SynthPresetNames();
 
@@ -85,9 +92,19 @@ struct SynthOptions {
 struct SynthTensor {
   std::string name;
   std::vector<int64_t> shape;
-  enum class Init { kNormal, kOnes } init = SynthTensor::Init::kNormal;
+  // kNormal / kOnes: float tensors in SynthOptions::dtype. kE2M1Codes / kE8M0Scales: U8 tensors
+  // of an MXFP4 checkpoint (gpt-oss's experts): `_blocks` of uniformly random bytes (two E2M1
+  // codes each) and `_scales` all kSynthMxfp4ScaleByte.
+  enum class Init { kNormal, kOnes, kE2M1Codes, kE8M0Scales } init = SynthTensor::Init::kNormal;
   uint64_t num_elements() const;
+  bool is_u8() const { return init == Init::kE2M1Codes || init == Init::kE8M0Scales; }
+  // Model parameters it holds: two per E2M1 byte, none for scales, else one per element.
+  uint64_t num_parameters() const;
 };
+
+// The MXFP4 scale byte of synthetic experts: 2^(120 - 127) = 2^-7. Random E2M1 codes have an RMS
+// of sqrt(8.5625) = 2.93, so the weights' standard deviation is 0.023, near kSynthWeightStddev.
+inline constexpr uint8_t kSynthMxfp4ScaleByte = 120;
 
 // The tensors the config's family reads (compiler/arch), as transformers' state_dict holds them;
 // an error for an architecture no family implements.
@@ -100,9 +117,12 @@ absl::Status WriteSyntheticCheckpoint(const SynthOptions& options);
 inline constexpr float kSynthWeightStddev = 0.02f;
 
 // Fills `out` with the values of `tensor` at element offset `first_element`: the same values
-// whatever the chunking, so tests can recompute any slice of a written tensor.
+// whatever the chunking, so tests can recompute any slice of a written tensor. SynthValues for
+// the float kinds, SynthBytes for the U8 ones.
 void SynthValues(const SynthTensor& tensor, uint64_t seed, uint64_t first_element,
                  std::vector<float>& out);
+void SynthBytes(const SynthTensor& tensor, uint64_t seed, uint64_t first_element,
+                std::vector<uint8_t>& out);
 
 }  // namespace llmc
 
