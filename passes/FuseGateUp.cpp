@@ -13,49 +13,61 @@ using namespace mlir;
 namespace llmc {
 namespace {
 
-// Rewrites mul(silu(matmul_g(x)), matmul_u(x)) with silu on either side. Returns whether it
-// fired. The silu must have no other user: it disappears into silu_mul.
+// The gate and up projections of gate and up as one op with two results (gate's, up's), or
+// null when they cannot be fused: two dense matmuls, or two expert matmuls of one routing.
+Operation *fuseGateAndUp(Value gateValue, Value upValue) {
+  if (llm::MatmulOp gate = detail::getSingleWeightMatmul(gateValue)) {
+    llm::MatmulOp up = detail::getSingleWeightMatmul(upValue);
+    llm::MatmulOp pair[] = {gate, up};
+    if (!up || !detail::areFusible(pair))
+      return nullptr;
+    return detail::fuseMatmuls(pair);
+  }
+  llm::ExpertMatmulOp gate = detail::getSingleProjectionExpertMatmul(gateValue);
+  llm::ExpertMatmulOp up = detail::getSingleProjectionExpertMatmul(upValue);
+  if (!gate || !up || !detail::areExpertFusible(gate, up))
+    return nullptr;
+  return detail::fuseExpertMatmuls(gate, up);
+}
+
+// Rewrites mul(silu(matmul_g(x)), matmul_u(x)) with silu on either side (dense or expert
+// matmuls). Returns whether it fired. The silu must have no other user: it disappears into
+// silu_mul.
 bool tryFuse(llm::MulOp mul, Value siluSide, Value upSide) {
   auto silu = siluSide.getDefiningOp<llm::SiluOp>();
   if (!silu || !silu->hasOneUse())
     return false;
-  llm::MatmulOp gate = detail::getSingleWeightMatmul(silu.getX());
-  llm::MatmulOp up = detail::getSingleWeightMatmul(upSide);
-  if (!gate || !up)
+  Operation *fused = fuseGateAndUp(silu.getX(), upSide);
+  if (!fused)
     return false;
-  llm::MatmulOp pair[] = {gate, up};
-  if (!detail::areFusible(pair))
-    return false;
-  llm::MatmulOp fused = detail::fuseMatmuls(pair);
   OpBuilder builder(mul);
   auto siluMul =
       builder.create<llm::SiluMulOp>(builder.getFusedLoc({silu.getLoc(), mul.getLoc()}),
-                                     mul.getType(), fused.getResult(0), fused.getResult(1));
+                                     mul.getType(), fused->getResult(0), fused->getResult(1));
   mul.replaceAllUsesWith(siluMul.getResult());
   mul.erase();
   silu.erase();
   return true;
 }
 
-// gelu_tanh_mul(matmul_g(x), matmul_u(x)): the gated activation is already one op (it is not
-// commutative, so gate stays the first operand); only the two matmuls become one.
-void tryFuseGated(llm::GeluTanhMulOp gated) {
-  llm::MatmulOp gate = detail::getSingleWeightMatmul(gated.getLhs());
-  llm::MatmulOp up = detail::getSingleWeightMatmul(gated.getRhs());
-  if (!gate || !up || !gate->hasOneUse() || !up->hasOneUse())
+// gelu_tanh_mul(matmul_g(x), matmul_u(x)) and clamped_swiglu(expert_matmul_g,
+// expert_matmul_u): the gated activation is already one op (not commutative, so gate stays the
+// first operand); only the two matmuls become one, whose results replace gate's and up's.
+void tryFuseGated(Operation *gated) {
+  Value gate = gated->getOperand(0), up = gated->getOperand(1);
+  if (!gate.getDefiningOp() || !up.getDefiningOp() || !gate.hasOneUse() || !up.hasOneUse())
     return;
-  llm::MatmulOp pair[] = {gate, up};
-  if (!detail::areFusible(pair))
-    return;
-  // The fused matmul's results replace gate's and up's in the gated op, in order.
-  detail::fuseMatmuls(pair);
+  fuseGateAndUp(gate, up);
 }
 
 struct FuseGateUpPass : impl::FuseGateUpPassBase<FuseGateUpPass> {
   void runOnOperation() override {
-    SmallVector<llm::GeluTanhMulOp> gatedOps;
-    getOperation().walk([&](llm::GeluTanhMulOp op) { gatedOps.push_back(op); });
-    for (llm::GeluTanhMulOp gated : gatedOps)
+    SmallVector<Operation *> gatedOps;
+    getOperation().walk([&](Operation *op) {
+      if (isa<llm::GeluTanhMulOp, llm::ClampedSwigluOp>(op))
+        gatedOps.push_back(op);
+    });
+    for (Operation *gated : gatedOps)
       tryFuseGated(gated);
     SmallVector<llm::MulOp> muls;
     getOperation().walk([&](llm::MulOp op) { muls.push_back(op); });

@@ -77,6 +77,56 @@ inline llm::MatmulOp fuseMatmuls(llvm::ArrayRef<llm::MatmulOp> matmuls) {
   return fused;
 }
 
+// The expert_matmul with exactly one projection that defines `value`, or null.
+inline llm::ExpertMatmulOp getSingleProjectionExpertMatmul(mlir::Value value) {
+  auto matmul = value.getDefiningOp<llm::ExpertMatmulOp>();
+  if (!matmul || matmul.getWeights().size() != 1)
+    return {};
+  return matmul;
+}
+
+// Two single-projection expert matmuls can become one (one 3-D blob, per expert gate rows then
+// up rows) when they read the same x with the same ids, route alike (num_experts, top_k), all
+// or none have biases, and their first expert's weights (and biases) have one dtype: the
+// verifier and the builders give every expert of a projection the same dtype.
+inline bool areExpertFusible(llm::ExpertMatmulOp a, llm::ExpertMatmulOp b) {
+  if (a == b || a.getX() != b.getX() || a.getIds() != b.getIds() ||
+      a.getNumExperts() != b.getNumExperts() || a.getTopK() != b.getTopK() ||
+      a->getBlock() != b->getBlock())
+    return false;
+  llvm::SmallVector<mlir::FlatSymbolRefAttr> biasA = a.getAllBiasRefs(), biasB = b.getAllBiasRefs();
+  if (biasA.empty() != biasB.empty())
+    return false;
+  if (!biasA.empty() &&
+      getParamElementType(a, biasA.front()) != getParamElementType(b, biasB.front()))
+    return false;
+  mlir::Type weightType = getParamElementType(a, a.getAllWeightRefs().front());
+  return weightType && weightType == getParamElementType(b, b.getAllWeightRefs().front());
+}
+
+// Replaces gate and up (checked with areExpertFusible) by one expert_matmul with their
+// projections and results in that order, created before the earlier of the two.
+inline llm::ExpertMatmulOp fuseExpertMatmuls(llm::ExpertMatmulOp gate, llm::ExpertMatmulOp up) {
+  llm::ExpertMatmulOp pair[] = {gate, up};
+  mlir::OpBuilder builder(up->isBeforeInBlock(gate) ? up : gate);
+  llvm::SmallVector<mlir::Attribute> weights, biases;
+  for (llm::ExpertMatmulOp matmul : pair) {
+    weights.push_back(matmul.getWeights()[0]);
+    if (matmul.getBiasesAttr() && !matmul.getBiasesAttr().empty())
+      biases.push_back(matmul.getBiasesAttr()[0]);
+  }
+  auto fused = builder.create<llm::ExpertMatmulOp>(
+      builder.getFusedLoc({gate.getLoc(), up.getLoc()}),
+      mlir::TypeRange{gate.getResult(0).getType(), up.getResult(0).getType()}, gate.getX(),
+      gate.getIds(), gate.getNumExpertsAttr(), gate.getTopKAttr(), builder.getArrayAttr(weights),
+      biases.empty() ? mlir::ArrayAttr() : builder.getArrayAttr(biases));
+  for (auto [index, matmul] : llvm::enumerate(pair)) {
+    matmul.getResult(0).replaceAllUsesWith(fused.getResult(index));
+    matmul.erase();
+  }
+  return fused;
+}
+
 } // namespace llmc::detail
 
 #endif // LLMC_PASSES_FUSIONUTILS_H_

@@ -25,6 +25,12 @@ def FuseAddRmsNormPass : Pass<"llm-fuse-add-rms-norm", "::mlir::ModuleOp"> {
 
 def FuseGateUpPass : Pass<"llm-fuse-gate-up", "::mlir::ModuleOp"> {
   let summary = "mul(silu(matmul_g(x)), matmul_u(x)) -> silu_mul(matmul[g, u](x))";
+  let description = [{
+    Also fuses the gate and up matmuls under gelu_tanh_mul, and the expert matmuls of a mixture
+    of experts under silu * mul and clamped_swiglu when they read the same x with the same ids
+    (same num_experts and top_k), all or none have biases and their dtypes agree: one
+    expert_matmul whose 3-D weight holds, per expert, gate's rows then up's.
+  }];
   let dependentDialects = ["::llmc::llm::LlmDialect"];
 }
 
@@ -46,13 +52,18 @@ def FuseQkvPass : Pass<"llm-fuse-qkv", "::mlir::ModuleOp"> {
 def QuantizeWeightsPass : Pass<"llm-quantize-weights", "::mlir::ModuleOp"> {
   let summary = "Decide which matmul weights are stored as int8/int4 codes";
   let description = [{
-    Sets `llm.quant = {bits, group_size, scheme, method}` on every llm.matmul (and, with
-    lm-head-bits, the llm.logits) whose weights the policy quantizes; codegen turns the
-    attribute into I8/I4 codes with F16 scales (plan.proto, message Quantization). Policy:
-    embeddings, norms, biases and the lm_head stay float; so does a matmul any of whose weights
-    contains a keep-float pattern, or whose input width the format cannot group (int4 and int8
-    per-group need a multiple of 32 and of group-size). A fused matmul is quantized as a whole:
-    its weights become one blob with one encoding.
+    Sets `llm.quant = {bits, group_size, scheme, method}` on every llm.matmul and
+    llm.expert_matmul (and, with lm-head-bits, the llm.logits) whose weights the policy
+    quantizes; codegen turns the attribute into I8/I4 codes with F16 scales, or FP4_E2M1 codes
+    with E8M0 scales for scheme mxfp4 (plan.proto, message Quantization). Policy: embeddings,
+    norms, biases and the lm_head stay float; so does a matmul any of whose weights contains a
+    keep-float pattern, or (with `only`) none of whose weights contains an `only` pattern, or
+    whose input width the format cannot group (int4 and int8 per-group need a multiple of 32
+    and of group-size); so do the matmul feeding an llm.router and the one feeding an
+    llm.moe_combine's shared gate (routing decisions; a remark says so). A fused matmul is
+    quantized as a whole: its weights become one blob with one encoding. Expert matmuls follow
+    the same policy with method rtn whatever `method` says (calibration records llm.matmul
+    inputs only).
     The lm_head has its own format (lm-head-bits): 8 is symmetric int8 with one scale per
     output channel, 4 is int4 with group-size (32 when the body is int8 per channel) and
     scheme; its method is always rtn (calibration records no lm_head inputs), and keep-float
@@ -64,11 +75,15 @@ def QuantizeWeightsPass : Pass<"llm-quantize-weights", "::mlir::ModuleOp"> {
     Option<"groupSize", "group-size", "int64_t", /*default=*/"0",
            "input columns per scale: 32, 64 or 128; 0: one scale per output channel (int8 only)">,
     Option<"scheme", "scheme", "std::string", /*default=*/"\"symmetric\"",
-           "symmetric, or asymmetric (int4 only: a zero point per group)">,
+           "symmetric, asymmetric (int4 only: a zero point per group), or mxfp4 (bits 4, "
+           "group-size 32: E2M1 codes, E8M0 scales)">,
     Option<"method", "method", "std::string", /*default=*/"\"rtn\"",
            "rtn, awq (activation-aware scales folded upstream) or gptq (imported codes)">,
     ListOption<"keepFloat", "keep-float", "std::string",
                "weights whose name contains one of these substrings stay float">,
+    ListOption<"only", "only", "std::string",
+               "if given, only matmuls with a weight whose name contains one of these "
+               "substrings are quantized (the MXFP4 import: .mlp.experts.)">,
     Option<"lmHeadBits", "lm-head-bits", "int64_t", /*default=*/"0",
            "0: the lm_head stays float; 8: int8 per output channel; 4: int4 (group-size, scheme)">,
   ];

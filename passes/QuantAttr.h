@@ -1,9 +1,10 @@
 //===- QuantAttr.h - the llm.quant attribute ---------------------*- C++ -*-===//
 //
 // `llm.quant = {bits = 4 : i64, group_size = 32 : i64, scheme = "asymmetric", method = "rtn"}`
-// on an llm.matmul or llm.logits: written by --llm-quantize-weights, read by --llm-tile-cpu
-// (quantized weights stay row-major), by the AWQ weight rewrite and by codegen (which packs the
-// codes per plan.proto's Quantization message). Header-only so codegen need not link the passes.
+// on an llm.matmul, llm.expert_matmul or llm.logits: written by --llm-quantize-weights, read by
+// --llm-tile-cpu (quantized weights stay row-major), by the AWQ weight rewrite and by codegen
+// (which packs the codes per plan.proto's Quantization message). Header-only so codegen need not
+// link the passes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,15 +27,18 @@ struct QuantSpec {
   int64_t bits = 0;      // 8 or 4
   int64_t groupSize = 0; // input columns per scale (== cols: per output channel)
   bool asymmetric = false;
-  std::string method; // "rtn", "awq", "gptq"
+  // MXFP4 (scheme "mxfp4"): E2M1 codes with an E8M0 scale per 32 columns; bits 4, group 32.
+  bool mxfp4 = false;
+  std::string method; // "rtn", "awq", "gptq", "mxfp4" (imported MXFP4 codes)
+
+  const char *scheme() const { return mxfp4 ? "mxfp4" : asymmetric ? "asymmetric" : "symmetric"; }
 
   mlir::DictionaryAttr toAttr(mlir::Builder &builder) const {
     return builder.getDictionaryAttr({
         builder.getNamedAttr("bits", builder.getI64IntegerAttr(bits)),
         builder.getNamedAttr("group_size", builder.getI64IntegerAttr(groupSize)),
         builder.getNamedAttr("method", builder.getStringAttr(method)),
-        builder.getNamedAttr("scheme",
-                             builder.getStringAttr(asymmetric ? "asymmetric" : "symmetric")),
+        builder.getNamedAttr("scheme", builder.getStringAttr(scheme())),
     });
   }
 };
@@ -51,17 +55,21 @@ inline std::optional<QuantSpec> getQuantSpec(mlir::Operation *op, std::string *e
   auto method = dict.getAs<mlir::StringAttr>("method");
   if (!bits || !groupSize || !scheme || !method || (bits.getInt() != 4 && bits.getInt() != 8) ||
       groupSize.getInt() <= 0 ||
-      (scheme.getValue() != "symmetric" && scheme.getValue() != "asymmetric") ||
-      (scheme.getValue() == "asymmetric" && bits.getInt() != 4)) {
+      (scheme.getValue() != "symmetric" && scheme.getValue() != "asymmetric" &&
+       scheme.getValue() != "mxfp4") ||
+      (scheme.getValue() == "asymmetric" && bits.getInt() != 4) ||
+      (scheme.getValue() == "mxfp4" && (bits.getInt() != 4 || groupSize.getInt() != 32))) {
     if (error)
       *error = "llm.quant must be {bits = 4|8, group_size > 0, scheme = \"symmetric\"|"
-               "\"asymmetric\" (4 bits only), method = \"...\"}";
+               "\"asymmetric\" (4 bits only)|\"mxfp4\" (4 bits, group_size 32), method = "
+               "\"...\"}";
     return std::nullopt;
   }
   QuantSpec spec;
   spec.bits = bits.getInt();
   spec.groupSize = groupSize.getInt();
   spec.asymmetric = scheme.getValue() == "asymmetric";
+  spec.mxfp4 = scheme.getValue() == "mxfp4";
   spec.method = method.getValue().str();
   return spec;
 }

@@ -8,6 +8,8 @@
 //   - embeddings: a gather reads one row per token, so int codes save no bandwidth per step
 //     and the table is read by the embed kernel, which only handles float rows;
 //   - norms and biases: a few KiB in all, and their error is not averaged over a dot product;
+//   - the router of a mixture of experts and Qwen2-MoE's shared-expert gate: their outputs
+//     choose experts (routingDecision);
 //   - lm_head: the widest matrix of small models and the one whose error goes straight into
 //     the logits (llama.cpp keeps it at Q6_K in Q4 files for the same reason); opt in with
 //     lm-head-bits, which gives it its own format (an int8 lm_head in an int4 plan is the
@@ -54,10 +56,14 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsPassBase<QuantizeWeightsPass> 
              << groupSize.getValue();
     if (bits == 4 && groupSize == 0)
       return module.emitError() << "llm-quantize-weights: int4 needs a group-size (32, 64 or 128)";
-    if (scheme != "symmetric" && scheme != "asymmetric")
+    if (scheme != "symmetric" && scheme != "asymmetric" && scheme != "mxfp4")
       return module.emitError()
-             << "llm-quantize-weights: scheme must be symmetric or asymmetric, found \"" << scheme
-             << "\"";
+             << "llm-quantize-weights: scheme must be symmetric, asymmetric or mxfp4, found \""
+             << scheme << "\"";
+    if (scheme == "mxfp4" && (bits != 4 || groupSize != 32))
+      return module.emitError() << "llm-quantize-weights: scheme mxfp4 needs bits=4 and "
+                                   "group-size=32 (one E8M0 scale per 32 columns), found bits="
+                                << bits.getValue() << " group-size=" << groupSize.getValue();
     if (scheme == "asymmetric" && bits != 4)
       return module.emitError()
              << "llm-quantize-weights: the asymmetric scheme (zero points) is int4 only";
@@ -99,13 +105,23 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsPassBase<QuantizeWeightsPass> 
     return spec;
   }
 
+  // Whether some weight's name contains one of `patterns` (empty patterns match nothing).
+  static bool anyNameContains(ArrayRef<FlatSymbolRefAttr> weights, ArrayRef<std::string> patterns) {
+    return llvm::any_of(weights, [&](FlatSymbolRefAttr weight) {
+      return llvm::any_of(patterns, [&](const std::string &pattern) {
+        return !pattern.empty() && weight.getValue().contains(pattern);
+      });
+    });
+  }
+
   // The spec for a weight set of `cols` input columns, or nullopt when it stays float.
   std::optional<QuantSpec> specFor(Operation *op, ArrayRef<FlatSymbolRefAttr> weights) {
+    if (anyNameContains(weights, keepFloat))
+      return std::nullopt;
+    if (!only.empty() && !anyNameContains(weights, only))
+      return std::nullopt;
     int64_t cols = -1;
     for (FlatSymbolRefAttr weight : weights) {
-      for (const std::string &pattern : keepFloat)
-        if (!pattern.empty() && weight.getValue().contains(pattern))
-          return std::nullopt;
       llm::ParamOp param = llm::lookupParam(op, weight);
       if (!param || param.getTensorType().getRank() != 2)
         return std::nullopt;
@@ -115,6 +131,7 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsPassBase<QuantizeWeightsPass> 
     spec.bits = bits;
     spec.groupSize = groupSize == 0 ? cols : groupSize;
     spec.asymmetric = scheme == "asymmetric";
+    spec.mxfp4 = scheme == "mxfp4";
     spec.method = method;
     bool perChannel = groupSize == 0;
     if (cols <= 0 || (!perChannel && (cols % kColumnBlock != 0 || cols % groupSize != 0))) {
@@ -123,6 +140,21 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsPassBase<QuantizeWeightsPass> 
       return std::nullopt;
     }
     return spec;
+  }
+
+  // Why the matmul's outputs decide routing and so stay float, or null: the router's logits
+  // (feeding llm.router) and Qwen2-MoE's shared-expert gate (llm.moe_combine's operand 3).
+  // Rounding either can flip which experts a token uses or how much of the shared expert it
+  // gets; both are [E or 1, hidden], a sliver of the model (llama.cpp keeps ffn_gate_inp
+  // unquantized too).
+  static const char *routingDecision(llm::MatmulOp matmul) {
+    for (OpOperand &use : matmul->getUses()) {
+      if (isa<llm::RouterOp>(use.getOwner()))
+        return "its output is the router's logits (a routing decision)";
+      if (isa<llm::MoeCombineOp>(use.getOwner()) && use.getOperandNumber() == 3)
+        return "its output is the shared expert's gate (a routing decision)";
+    }
+    return nullptr;
   }
 
   // Points a logits op that reads embedding table T at the param "T[0:rows]" (created after
@@ -155,8 +187,18 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsPassBase<QuantizeWeightsPass> 
 
     WalkResult result = module.walk([&](Operation *op) {
       if (auto matmul = dyn_cast<llm::MatmulOp>(op)) {
+        if (const char *why = routingDecision(matmul)) {
+          op->emitRemark() << "stays float: " << why;
+          return WalkResult::advance();
+        }
         if (std::optional<QuantSpec> spec = specFor(op, matmul.getWeightRefs()))
           op->setAttr(kQuantAttr, spec->toAttr(builder));
+      } else if (auto expert = dyn_cast<llm::ExpertMatmulOp>(op)) {
+        // Always round-to-nearest: calibration (AWQ, GPTQ) records llm.matmul inputs only.
+        if (std::optional<QuantSpec> spec = specFor(op, expert.getAllWeightRefs())) {
+          spec->method = "rtn";
+          op->setAttr(kQuantAttr, spec->toAttr(builder));
+        }
       } else if (auto logits = dyn_cast<llm::LogitsOp>(op); logits && lmHeadBits != 0) {
         if (embeddingTables.contains(logits.getWeight()) && failed(untieLmHead(logits)))
           return WalkResult::interrupt();

@@ -1,8 +1,8 @@
 //===- TileCpu.cpp - choose the CPU kernel layout of every matmul ----------===//
 //
-// Records on every llm.matmul and llm.logits the weight layout the CPU kernels read, as
-// `llm.cpu_tile = {layout = "row_panels", panel_rows = 16 : i64}`; codegen packs the weights
-// into exactly that layout and records it in the plan's tensor table, so the runtime never
+// Records on every llm.matmul, llm.expert_matmul and llm.logits the weight layout the CPU kernels
+// read, as `llm.cpu_tile = {layout = "row_panels", panel_rows = 16 : i64}`; codegen packs the
+// weights into exactly that layout and records it in the plan's tensor table, so the runtime never
 // repacks.
 //
 // One layout serves every dispatch target: a panel of 16 rows stored column by column is one
@@ -16,7 +16,8 @@
 // never padded, so a packed tensor has the same size as a row-major one. Such ops get
 // `llm.cpu_tile = {layout = "row_major"}`, which the runtime runs with row-wise dot products.
 // So do quantized weights (llm.quant, --llm-quantize-weights): plan.proto stores I8/I4 codes
-// ROW_MAJOR only, with their own 32-column blocking.
+// ROW_MAJOR only, with their own 32-column blocking. An expert matmul's 3-D weight is panelled
+// per expert: when each expert's rows (gate's plus up's when fused) are a multiple of 16.
 //
 //===----------------------------------------------------------------------===//
 
@@ -74,6 +75,13 @@ struct TileCpuPass : impl::TileCpuPassBase<TileCpuPass> {
         tile(op, matmul.getWeightRefs());
       } else if (auto logits = dyn_cast<llm::LogitsOp>(op)) {
         tile(op, {logits.getWeightAttr()});
+      } else if (auto expert = dyn_cast<llm::ExpertMatmulOp>(op)) {
+        // Every expert's matrices have the same shape (verifier): expert 0's rows, summed over
+        // the fused projections, decide for all, so panels never straddle two experts.
+        SmallVector<FlatSymbolRefAttr> firstExpert;
+        for (unsigned i = 0; i < expert.getNumResults(); ++i)
+          firstExpert.push_back(expert.getExpertWeightRefs(i).front());
+        tile(op, firstExpert);
       }
     });
   }

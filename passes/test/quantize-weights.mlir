@@ -6,12 +6,18 @@
 // RUN: not llmc-opt --llm-quantize-weights="bits=4 group-size=32 lm-head-bits=2" --split-input-file %s 2>&1 | FileCheck %s --check-prefix=HEADBITS
 // RUN: not llmc-opt --llm-quantize-weights="bits=4" --split-input-file %s 2>&1 | FileCheck %s --check-prefix=NOGROUP
 // RUN: not llmc-opt --llm-quantize-weights="bits=8 scheme=asymmetric" --split-input-file %s 2>&1 | FileCheck %s --check-prefix=ASYM8
+// RUN: llmc-opt --llm-quantize-weights="bits=4 group-size=32 scheme=mxfp4 only=.experts." --split-input-file %s 2>/dev/null | FileCheck %s --check-prefix=MXFP4
+// RUN: not llmc-opt --llm-quantize-weights="bits=4 group-size=64 scheme=mxfp4" --split-input-file %s 2>&1 | FileCheck %s --check-prefix=MXG64
+// RUN: not llmc-opt --llm-quantize-weights="bits=8 scheme=mxfp4" --split-input-file %s 2>&1 | FileCheck %s --check-prefix=MXBITS
 
 // int4 g32: the fused q/k/v and the 64-column o_proj are quantized and stay row-major for
 // --llm-tile-cpu; the 48-column down_proj cannot be grouped by 32 and stays float (panelled);
 // the lm_head stays float by default.
 // (The remark is printed before the module.)
 // CHECK: remark: stays float: 48 input columns are not a multiple of 32
+// The @moe case's (at the end of this file): the router and the shared expert's gate.
+// CHECK: remark: stays float: its output is the router's logits (a routing decision)
+// CHECK: remark: stays float: its output is the shared expert's gate (a routing decision)
 // CHECK-LABEL: func.func @untied
 // CHECK: llm.matmul %{{.*}} {llm.cpu_tile = {layout = "row_major"}, llm.quant = {bits = 4 : i64, group_size = 32 : i64, method = "rtn", scheme = "asymmetric"}, weights = [@l.q_proj, @l.k_proj, @l.v_proj]}
 // CHECK: llm.matmul %{{.*}} {llm.cpu_tile = {layout = "row_major"}, llm.quant = {bits = 4 : i64, group_size = 32 : i64, method = "rtn", scheme = "asymmetric"}, weights = [@l.o_proj]}
@@ -78,4 +84,53 @@ func.func @tied(%t: tensor<?xi32>, %pos: tensor<?xi32>) -> tensor<?x96xf32> {
   %x = llm.embed %t {table = @table} : tensor<?xi32> -> tensor<?x64xf32>
   %l = llm.logits %x {weight = @table} : tensor<?x64xf32> -> tensor<?x96xf32>
   return %l : tensor<?x96xf32>
+}
+
+// -----
+
+// A mixture of experts: the expert matmuls follow the policy; the router's matmul and the shared
+// expert's gate stay float (routing decisions).
+// CHECK-LABEL: func.func @moe
+// CHECK: llm.matmul %arg0 {llm.cpu_tile = {layout = "row_major"}, weights = [@l.mlp.gate]}
+// CHECK: llm.expert_matmul {{.*}} {llm.cpu_tile = {layout = "row_major"}, llm.quant = {bits = 4 : i64, group_size = 32 : i64, method = "rtn", scheme = "asymmetric"}, num_experts = 2 : i64, top_k = 2 : i64, weights = {{\[\[}}@l.mlp.experts.0.gate_proj, @l.mlp.experts.1.gate_proj], [@l.mlp.experts.0.up_proj, @l.mlp.experts.1.up_proj]]}
+// CHECK: llm.expert_matmul {{.*}} llm.quant = {bits = 4 : i64, group_size = 32 : i64, method = "rtn", scheme = "asymmetric"}, {{.*}}@l.mlp.experts.0.down_proj
+// CHECK: llm.matmul %arg0 {llm.cpu_tile = {layout = "row_major"}, llm.quant = {{.*}}, weights = [@l.mlp.shared_expert.up_proj]}
+// CHECK: llm.matmul %arg0 {llm.cpu_tile = {layout = "row_major"}, weights = [@l.mlp.shared_expert_gate]}
+// Expert matmuls are rtn whatever the method (calibration records llm.matmul inputs only), and
+// keep-float applies to their names.
+// HEAD8-LABEL: func.func @moe
+// HEAD8: llm.matmul %arg0 {weights = [@l.mlp.gate]}
+// HEAD8: llm.expert_matmul {{.*}} {llm.quant = {bits = 4 : i64, group_size = 32 : i64, method = "rtn", scheme = "asymmetric"}, num_experts
+// HEAD8: llm.expert_matmul {{.*}} {num_experts = 2 : i64, top_k = 2 : i64, weights = {{\[\[}}@l.mlp.experts.0.down_proj
+// HEAD8: llm.matmul %arg0 {llm.quant = {bits = 4 : i64, group_size = 32 : i64, method = "awq", scheme = "asymmetric"}, weights = [@l.mlp.shared_expert.up_proj]}
+// MXFP4 with `only`: the experts only (the MXFP4 import's selection).
+// MXFP4-LABEL: func.func @moe
+// MXFP4: llm.matmul %arg0 {weights = [@l.mlp.gate]}
+// MXFP4: llm.expert_matmul {{.*}} {llm.quant = {bits = 4 : i64, group_size = 32 : i64, method = "rtn", scheme = "mxfp4"}, num_experts
+// MXFP4: llm.expert_matmul {{.*}} {llm.quant = {bits = 4 : i64, group_size = 32 : i64, method = "rtn", scheme = "mxfp4"}, num_experts
+// MXFP4: llm.matmul %arg0 {weights = [@l.mlp.shared_expert.up_proj]}
+// MXFP4: llm.matmul %arg0 {weights = [@l.mlp.shared_expert_gate]}
+// MXG64: scheme mxfp4 needs bits=4 and group-size=32 (one E8M0 scale per 32 columns), found bits=4 group-size=64
+// MXBITS: scheme mxfp4 needs bits=4 and group-size=32 (one E8M0 scale per 32 columns), found bits=8 group-size=0
+llm.param @l.mlp.gate : tensor<2x64xf32>
+llm.param @l.mlp.experts.0.gate_proj : tensor<32x64xf32>
+llm.param @l.mlp.experts.1.gate_proj : tensor<32x64xf32>
+llm.param @l.mlp.experts.0.up_proj : tensor<32x64xf32>
+llm.param @l.mlp.experts.1.up_proj : tensor<32x64xf32>
+llm.param @l.mlp.experts.0.down_proj : tensor<64x32xf32>
+llm.param @l.mlp.experts.1.down_proj : tensor<64x32xf32>
+llm.param @l.mlp.shared_expert.up_proj : tensor<64x64xf32>
+llm.param @l.mlp.shared_expert_gate : tensor<1x64xf32>
+func.func @moe(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-remark @+1 {{stays float: its output is the router's logits (a routing decision)}}
+  %logits = llm.matmul %x {weights = [@l.mlp.gate]} : tensor<?x64xf32> -> tensor<?x2xf32>
+  %ids, %w = llm.router %logits {num_experts = 2, top_k = 2, scoring = "softmax_topk"} : tensor<?x2xf32> -> (tensor<?x2xi32>, tensor<?x2xf32>)
+  %gu:2 = llm.expert_matmul %x, %ids {num_experts = 2, top_k = 2, weights = [[@l.mlp.experts.0.gate_proj, @l.mlp.experts.1.gate_proj], [@l.mlp.experts.0.up_proj, @l.mlp.experts.1.up_proj]]} : tensor<?x64xf32>, tensor<?x2xi32> -> tensor<?x64xf32>, tensor<?x64xf32>
+  %a = llm.silu_mul %gu#0, %gu#1 : tensor<?x64xf32>
+  %d = llm.expert_matmul %a, %ids {num_experts = 2, top_k = 2, weights = [[@l.mlp.experts.0.down_proj, @l.mlp.experts.1.down_proj]]} : tensor<?x64xf32>, tensor<?x2xi32> -> tensor<?x128xf32>
+  %sh = llm.matmul %x {weights = [@l.mlp.shared_expert.up_proj]} : tensor<?x64xf32> -> tensor<?x64xf32>
+  // expected-remark @+1 {{stays float: its output is the shared expert's gate (a routing decision)}}
+  %sg = llm.matmul %x {weights = [@l.mlp.shared_expert_gate]} : tensor<?x64xf32> -> tensor<?x1xf32>
+  %y = llm.moe_combine %d, %w, %sh, %sg : tensor<?x128xf32>, tensor<?x2xf32>, tensor<?x64xf32>, tensor<?x1xf32> -> tensor<?x64xf32>
+  return %y : tensor<?x64xf32>
 }

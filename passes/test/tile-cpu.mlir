@@ -53,3 +53,24 @@ func.func @ragged(%x: tensor<?x64xf32>, %pos: tensor<?xi32>) -> tensor<?x100xf32
   %l = llm.logits %x {weight = @head} : tensor<?x64xf32> -> tensor<?x100xf32>
   return %l : tensor<?x100xf32>
 }
+
+// -----
+
+// Expert weights are panelled per expert: gate + up give 32 rows per expert (a multiple of 16),
+// so the 3-D blob is panelled and no panel straddles two experts; down's 24 rows per expert are
+// not, so it stays row-major.
+// CHECK-LABEL: func.func @experts
+// CHECK: llm.expert_matmul %arg0, %arg1 {llm.cpu_tile = {layout = "row_panels", panel_rows = 16 : i64}
+// CHECK: llm.expert_matmul %{{.*}}, %arg1 {llm.cpu_tile = {layout = "row_major"}
+llm.param @e0.gate : tensor<16x24xf16>
+llm.param @e1.gate : tensor<16x24xf16>
+llm.param @e0.up : tensor<16x24xf16>
+llm.param @e1.up : tensor<16x24xf16>
+llm.param @e0.down : tensor<24x16xf16>
+llm.param @e1.down : tensor<24x16xf16>
+func.func @experts(%x: tensor<?x24xf32>, %ids: tensor<?x1xi32>) -> tensor<?x24xf32> {
+  %gu:2 = llm.expert_matmul %x, %ids {num_experts = 2, top_k = 1, weights = [[@e0.gate, @e1.gate], [@e0.up, @e1.up]]} : tensor<?x24xf32>, tensor<?x1xi32> -> tensor<?x16xf32>, tensor<?x16xf32>
+  %a = llm.silu_mul %gu#0, %gu#1 : tensor<?x16xf32>
+  %d = llm.expert_matmul %a, %ids {num_experts = 2, top_k = 1, weights = [[@e0.down, @e1.down]]} : tensor<?x16xf32>, tensor<?x1xi32> -> tensor<?x24xf32>
+  return %d : tensor<?x24xf32>
+}
