@@ -8,8 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compiler/quant/gptq.h"
+#include "compiler/quant/mxfp4.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/int4_layout.h"
+#include "runtime/plan/mxfp4.h"
 #include "runtime/threading/thread_pool.h"
 
 namespace llmc::quant {
@@ -175,6 +177,7 @@ GroupChoice ChooseGroup(const float* values, int64_t count, const QuantFormat& f
 }  // namespace
 
 std::string QuantFormat::ToString() const {
+  if (mxfp4()) return absl::StrCat("mxfp4 g", group_size);
   std::string text = absl::StrCat("int", bits);
   if (bits == 4 || group_size % kColumnBlock == 0) absl::StrAppend(&text, " g", group_size);
   absl::StrAppend(&text, asymmetric ? " asymmetric" : " symmetric");
@@ -182,11 +185,24 @@ std::string QuantFormat::ToString() const {
 }
 
 int QuantizedMatrix::Code(int64_t row, int64_t column) const {
-  if (format.bits == 8) return static_cast<int8_t>(codes[row * cols + column]);
+  if (format.bits == 8 && !format.mxfp4()) return static_cast<int8_t>(codes[row * cols + column]);
   return llmrt::plan::Int4CodeAt(codes.data() + row * (cols / 2), cols, column);
 }
 
 absl::Status CheckFormat(const QuantFormat& format, int64_t cols, const std::string& what) {
+  if (format.mxfp4()) {
+    // One E8M0 exponent per 32 columns is the format itself (OCP MX v1.0), not a choice.
+    if (format.bits != 4 || format.group_size != llmrt::plan::kMxfp4Block || format.asymmetric) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: mxfp4 is 4 bits, group size 32, symmetric; found bits %d, group size %d%s", what,
+          format.bits, format.group_size, format.asymmetric ? ", asymmetric" : ""));
+    }
+    if (cols <= 0 || cols % llmrt::plan::kMxfp4Block != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: mxfp4 needs input columns that are a multiple of 32, found %d", what, cols));
+    }
+    return absl::OkStatus();
+  }
   if (format.bits != 8 && format.bits != 4) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": bits must be 8 or 4, found ", format.bits));
@@ -211,6 +227,15 @@ absl::Status CheckFormat(const QuantFormat& format, int64_t cols, const std::str
 absl::StatusOr<QuantizedMatrix> QuantizeMatrix(absl::Span<const float> weights, int64_t rows,
                                                int64_t cols, const QuantFormat& format,
                                                const ErrorFeedback* feedback) {
+  if (format.mxfp4()) {
+    if (feedback != nullptr) {
+      return absl::InvalidArgumentError(
+          "quantize: mxfp4 has no error-feedback (GPTQ) variant; its blocks are rounded to "
+          "nearest");
+    }
+    if (absl::Status status = CheckFormat(format, cols, "quantize"); !status.ok()) return status;
+    return QuantizeMxfp4(weights, rows, cols);
+  }
   if (absl::Status status = CheckFormat(format, cols, "quantize"); !status.ok()) return status;
   if (static_cast<int64_t>(weights.size()) != rows * cols) {
     return absl::InvalidArgumentError(
@@ -311,11 +336,18 @@ std::vector<float> DequantizeMatrix(const QuantizedMatrix& matrix) {
   for (int64_t row = 0; row < matrix.rows; ++row) {
     for (int64_t column = 0; column < matrix.cols; ++column) {
       const int64_t group = row * groups + column / matrix.format.group_size;
-      const int zero = matrix.format.bits == 8    ? 0
-                       : matrix.format.asymmetric ? matrix.zero_points[group]
-                                                  : 8;
-      const float value = static_cast<float>(matrix.Code(row, column) - zero) *
-                          llmrt::plan::F16ToF32(matrix.scales[group]);
+      float value;
+      if (matrix.format.mxfp4()) {
+        // A power-of-two scale times an E2M1 value: exact in f32 (denormals included).
+        value = llmrt::plan::kE2M1Values[matrix.Code(row, column)] *
+                llmrt::plan::E8M0ToF32(matrix.exponents[group]);
+      } else {
+        const int zero = matrix.format.bits == 8    ? 0
+                         : matrix.format.asymmetric ? matrix.zero_points[group]
+                                                    : 8;
+        value = static_cast<float>(matrix.Code(row, column) - zero) *
+                llmrt::plan::F16ToF32(matrix.scales[group]);
+      }
       const int64_t original =
           matrix.input_permutation.empty() ? column : matrix.input_permutation[column];
       weights[row * matrix.cols + original] = value;
