@@ -36,8 +36,9 @@ install_openai_sdk() {
   local sdk
   # pyzmq (import name zmq) and msgspec decode the KV-cache events as vLLM's own subscribers
   # do; selenium drives Chromium for the chat-page test; pyyaml (yaml) reads deploy/kubernetes/
-  # for the manifests test (tests/gateway/).
-  for sdk in openai anthropic jsonschema xgrammar pyzmq msgspec selenium pyyaml; do
+  # for the manifests test (tests/gateway/); tiktoken is the reference encoder of gpt-oss's
+  # o200k_harmony (tests/server/gpt_oss_tokenizer_test.py).
+  for sdk in openai anthropic jsonschema xgrammar pyzmq msgspec selenium pyyaml tiktoken; do
     local module="$sdk"
     case "$sdk" in
       pyzmq) module=zmq ;;

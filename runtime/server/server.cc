@@ -723,19 +723,22 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
   ToolCallFormat tool_format = ToolCallFormat::kNone;
   bool starts_in_reasoning = false;
   bool reasoning = false;  // the template splits <think> reasoning from the content
+  // Harmony (gpt-oss) replies are messages on channels whatever the request: the parser always
+  // splits them, and reads calls only when tools are given.
+  const bool harmony = chat && tool_format_ == ToolCallFormat::kHarmony;
   std::shared_ptr<const sampling::TokenConstraint> forced_calls;  // tool_choice "required"
   if (chat) {
     absl::StatusOr<RenderedChat> rendered = RenderChat(*parsed);
     if (!rendered.ok()) return fail(rendered.status());
     const std::string& text = rendered->text;
-    reasoning = rendered->reasoning;
+    reasoning = rendered->reasoning || harmony;
     // The template writes the special tokens (BOS) itself, as in transformers and vLLM.
     prompts.push_back(tokenizer_.Encode(text, /*add_special_tokens=*/false));
     if (!parsed->tools.is_null() && parsed->tool_choice != "none") tool_format = tool_format_;
     // A generation prompt that opens <think> (DeepSeek-R1, Qwen3-Thinking) puts the output
     // inside the reasoning from its first token.
     starts_in_reasoning =
-        reasoning && absl::EndsWith(absl::StripTrailingAsciiWhitespace(text), "<think>");
+        rendered->reasoning && absl::EndsWith(absl::StripTrailingAsciiWhitespace(text), "<think>");
     if (parsed->tool_choice == "required") {
       if (!parsed->response_format.is_null()) {
         return fail(absl::InvalidArgumentError(
@@ -806,9 +809,10 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
     }
     if (forced_calls != nullptr) generation.constraint = forced_calls;
     // Tool-call markers are special tokens in several families (<|python_tag|>,
-    // [TOOL_CALLS]); the parser must see them, so they are kept while it looks for calls.
+    // [TOOL_CALLS]), and harmony's channel markers always are; the parser must see them, so
+    // they are kept while it looks for calls or channels.
     generation.skip_special_tokens =
-        parsed->skip_special_tokens && tool_format == ToolCallFormat::kNone;
+        parsed->skip_special_tokens && tool_format == ToolCallFormat::kNone && !harmony;
     if (absl::Status status = engine_.Validate(generation); !status.ok()) {
       if (status.code() == absl::StatusCode::kOutOfRange) {
         status = absl::InvalidArgumentError(status.message());
@@ -960,7 +964,11 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
   outputs->choices.resize(sequences);
   for (int32_t index = 0; index < sequences; ++index) {
     outputs->choices[index].index = index;
-    outputs->parsers.emplace_back(tool_format, context.reasoning, starts_in_reasoning);
+    if (harmony && tool_format == ToolCallFormat::kNone) {
+      outputs->parsers.push_back(OutputParser::HarmonyWithoutCalls());
+    } else {
+      outputs->parsers.emplace_back(tool_format, context.reasoning, starts_in_reasoning);
+    }
   }
   outputs->prompt_usage.resize(prompts.size());
 

@@ -26,6 +26,7 @@ struct Layout {
   std::string open, separator, close;
   std::string call_open, call_close;  // around each call
   bool deepseek = false;              // name and fenced arguments instead of a JSON object
+  bool harmony = false;               // a message header naming the function, then arguments
   const char* arguments_key = "arguments";
 };
 
@@ -60,6 +61,16 @@ absl::StatusOr<Layout> LayoutOf(ToolCallFormat format, const plan::TokenizerSpec
                          Marker(tokenizer, markers::kDeepSeekSep);
       layout.call_close = Marker(tokenizer, markers::kDeepSeekCallEnd);
       layout.deepseek = true;
+      return layout;
+    case ToolCallFormat::kHarmony:
+      // Each call is a commentary message ended by <|call|> (an EOS token: the engine stops
+      // there, so in practice one call; with EOS ignored the next message follows).
+      layout.separator = absl::StrJoin(
+          {Marker(tokenizer, markers::kHarmonyCall), Marker(tokenizer, markers::kHarmonyStart),
+           grammar::GbnfLiteral("assistant")},
+          " ");
+      layout.close = Marker(tokenizer, markers::kHarmonyCall);
+      layout.harmony = true;
       return layout;
     case ToolCallFormat::kNone:
       break;
@@ -115,7 +126,14 @@ absl::StatusOr<std::string> ToolCallGbnf(ToolCallFormat format, const Json& tool
       arguments = prefix + "root";
     }
     std::string call;
-    if (layout->deepseek) {
+    if (layout->harmony) {
+      call = absl::StrJoin(
+          {Marker(tokenizer, markers::kHarmonyChannel),
+           grammar::GbnfLiteral("commentary to=functions." + name + " "),
+           Marker(tokenizer, markers::kHarmonyConstrain), grammar::GbnfLiteral("json"),
+           Marker(tokenizer, markers::kHarmonyMessage), arguments},
+          " ");
+    } else if (layout->deepseek) {
       call = absl::StrJoin({grammar::GbnfLiteral(name), grammar::GbnfLiteral("\n```json\n"),
                             arguments, grammar::GbnfLiteral("\n```")},
                            " ");
@@ -133,7 +151,7 @@ absl::StatusOr<std::string> ToolCallGbnf(ToolCallFormat format, const Json& tool
         forced.function));
   }
   std::string root = "root ::= ";
-  if (forced.close_reasoning) {
+  if (forced.close_reasoning && !layout->harmony) {  // harmony has no <think>
     root += Marker(tokenizer, "</think>") + " " + grammar::GbnfLiteral("\n\n") + " ";
   }
   root += absl::StrJoin({layout->open, std::string("call")}, " ");

@@ -13,6 +13,9 @@
 //   phi4_mini    <|tool_call|>[{"name": N, "arguments": A}, ...]<|/tool_call|>
 //   deepseek_v3  <calls begin><call begin>function<sep>N\n```json\nA\n```<call end>, joined by
 //                "\n", then <calls end>
+//   harmony      <|channel|>commentary to=functions.N <|constrain|>json<|message|>A<|call|>,
+//                calls joined by "<|start|>assistant" (the prompt ends with the first one's);
+//                no analysis message before it (the reasoning rule below)
 // A marker that is a special token of the tokenizer (e.g. Mistral's [TOOL_CALLS]) is the whole
 // token (<[ID]>, grammar.h); any other is its text, which any tokens spelling it may write.
 //
@@ -37,7 +40,7 @@ namespace llmrt::server {
 struct ForcedToolCalls {
   std::string function;          // "": any of the tools; else only this one
   bool parallel = true;          // one call or more; false: exactly one
-  bool close_reasoning = false;  // the prompt ends inside <think>
+  bool close_reasoning = false;  // the prompt ends inside <think> (not harmony's)
 };
 
 // The GBNF (start rule root) of the forced calls. `tools`: the checked chat request's tools

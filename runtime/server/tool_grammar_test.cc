@@ -43,7 +43,10 @@ Vocabulary MakeVocabulary() {
   std::vector<bool> special(256, false);
   for (std::string_view marker :
        {markers::kMistralCalls, markers::kDeepSeekCallsBegin, markers::kDeepSeekCallsEnd,
-        markers::kDeepSeekCallBegin, markers::kDeepSeekCallEnd, markers::kDeepSeekSep}) {
+        markers::kDeepSeekCallBegin, markers::kDeepSeekCallEnd, markers::kDeepSeekSep,
+        markers::kHarmonyStart, markers::kHarmonyChannel, markers::kHarmonyConstrain,
+        markers::kHarmonyMessage, markers::kHarmonyEnd, markers::kHarmonyCall,
+        markers::kHarmonyReturn}) {
     plan::TokenizerSpec::AddedToken* token = vocabulary.spec.add_added_tokens();
     token->set_id(static_cast<int32_t>(bytes.size()));
     token->set_content(std::string(marker));
@@ -124,7 +127,7 @@ TEST(ToolGrammar, EveryFormatsForcedCallsParseAndFollowTheSchema) {
   std::mt19937 random(7);
   for (ToolCallFormat format :
        {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral,
-        ToolCallFormat::kPhi4Mini, ToolCallFormat::kDeepSeekV3}) {
+        ToolCallFormat::kPhi4Mini, ToolCallFormat::kDeepSeekV3, ToolCallFormat::kHarmony}) {
     for (const ForcedToolCalls& forced :
          {ForcedToolCalls{"", true, false}, ForcedToolCalls{"get_weather", false, false},
           ForcedToolCalls{"", false, true}}) {

@@ -48,7 +48,14 @@ FAMILIES = {
     # model is a Phi3ForCausalLM, but the tool-call tests need only the tokenizer and template.
     "phi4": ("phi4-mini", ["vocab.json", "merges.txt", "tokenizer_config.json"],
              "LlamaForCausalLM", 200064, 199999, 200020),
+    # gpt-oss's tokenizer (o200k_harmony: o200k_base ranks + the harmony special tokens, as a
+    # tokenizer.json written by transformers' tiktoken converter) and harmony chat template on a
+    # Llama model (the scripted weights need no gpt-oss layers). EOS is <|call|>, which ends the
+    # scripted reply; generation_config lists gpt-oss's three (GPT_OSS_EOS).
+    "gpt_oss": ("gpt-oss", ["tokenizer_config.json", "chat_template.jinja"], "LlamaForCausalLM",
+                201088, 199998, 200012),
 }
+GPT_OSS_EOS = [200002, 199999, 200012]  # <|return|>, <|endoftext|>, <|call|>
 LLAMA31_TOKENS = {"128008": "<|eom_id|>", "128010": "<|python_tag|>"}
 
 
@@ -59,6 +66,54 @@ QWEN_REPLY = [
     '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
     '\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET"}}\n</tool_call>',
 ]
+
+
+# The harmony reply: an analysis message, a preamble and a call of get_weather, ended by EOS
+# <|call|>. Integers are the real special tokens (<|channel|> 200005, <|message|> 200008,
+# <|end|> 200007, <|start|> 200006, and "analysis"); a scripted model writes each token once, so the later
+# markers are inside added pieces, which are special tokens (as the markers are) when they hold
+# one.
+HARMONY_REPLY = [
+    200005, 35644, 200008,  # <|channel|> "analysis" (one o200k token) <|message|>
+    "I should check the weather.", 200007, 200006,
+    "assistant<|channel|>commentary<|message|>", "Let me check.",
+    "<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    "<|message|>",
+    '{"city": "Paris"}',
+]
+
+
+def o200k_harmony():
+    """tiktoken's o200k_harmony encoding, built from the shared ranks file (tiktoken would fetch
+    it; the file is the one its expected_hash names)."""
+    import tiktoken
+    import tiktoken.load
+    import tiktoken_ext.openai_public as openai_public
+    ranks_file = os.path.join(SHARED, "gpt-oss", "o200k_base.tiktoken")
+    saved = openai_public.load_tiktoken_bpe
+    openai_public.load_tiktoken_bpe = (
+        lambda url, expected_hash=None: tiktoken.load.load_tiktoken_bpe(ranks_file, expected_hash))
+    try:
+        spec = openai_public.o200k_harmony()
+    finally:
+        openai_public.load_tiktoken_bpe = saved
+    return tiktoken.Encoding(**spec), spec["pat_str"]
+
+
+def gpt_oss_tokenizer_json():
+    """gpt-oss's tokenizer.json as transformers' tiktoken converter writes it
+    (integrations/tiktoken.py): the ranks, o200k's pattern, and tokenizer_config.json's added
+    tokens (199998..200018, which o200k_harmony gives the same ids) as special tokens."""
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+    encoding, pattern = o200k_harmony()
+    with open(os.path.join(SHARED, "gpt-oss", "tokenizer_config.json")) as f:
+        added = json.load(f)["added_tokens_decoder"]
+    specials = [added[key]["content"] for key in sorted(added, key=int)]
+    for key, token in added.items():
+        assert encoding._special_tokens[token["content"]] == int(key), token
+    converter = TikTokenConverter(vocab_file=os.path.join(SHARED, "gpt-oss", "o200k_base.tiktoken"),
+                                  pattern=pattern, extra_special_tokens=specials)
+    return json.loads(converter.converted().to_str())
 
 
 def make(llmc, family, output, replies, chat_template=None):
@@ -89,7 +144,8 @@ def make(llmc, family, output, replies, chat_template=None):
     for name in files:
         shutil.copy(os.path.join(SHARED, folder, name), os.path.join(output, name))
     with open(os.path.join(output, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": bos, "eos_token_id": eos}, f)
+        json.dump({"bos_token_id": bos,
+                   "eos_token_id": GPT_OSS_EOS if family == "gpt_oss" else eos}, f)
     if chat_template:
         shutil.copy(chat_template, os.path.join(output, "chat_template.jinja"))
 
@@ -102,15 +158,28 @@ def make(llmc, family, output, replies, chat_template=None):
             added[token_id]["content"] = content
     next_id = max(int(k) for k in added) + 1
     pieces = []
+    new_tokens = []
     for text in replies:
+        if isinstance(text, int):  # a token of the real vocabulary
+            pieces.append(text)
+            continue
         if next_id >= vocab:
             sys.exit("make_agent_model: no room for more added tokens")
+        # Harmony's markers are special tokens; a piece holding one is special too.
+        special = family == "gpt_oss" and "<|" in text
         added[str(next_id)] = {"content": text, "lstrip": False, "normalized": False,
-                               "rstrip": False, "single_word": False, "special": False}
+                               "rstrip": False, "single_word": False, "special": special}
+        new_tokens.append({"id": next_id, **added[str(next_id)]})
         pieces.append(next_id)
         next_id += 1
     with open(config_path, "w") as f:
         json.dump(tokenizer_config, f, ensure_ascii=False)
+    if family == "gpt_oss":
+        # The model ships tokenizer.json (the importer reads added tokens from there).
+        tokenizer = gpt_oss_tokenizer_json()
+        tokenizer["added_tokens"].extend(new_tokens)
+        with open(os.path.join(output, "tokenizer.json"), "w") as f:
+            json.dump(tokenizer, f, ensure_ascii=False)
     with open(os.path.join(output, "replies.json"), "w") as f:
         json.dump(pieces, f)
     script_weights(output, config, pieces, eos)
@@ -124,10 +193,11 @@ def main():
     parser.add_argument("-o", "--output", required=True)
     parser.add_argument("--reply", action="append", default=None,
                         help="the text of the next reply piece (one added token each); "
-                             "default: QWEN_REPLY")
+                             "default: QWEN_REPLY (HARMONY_REPLY for gpt_oss)")
     parser.add_argument("--chat-template", help="a chat_template.jinja to put beside it")
     args = parser.parse_args()
-    make(args.llmc, args.family, args.output, args.reply or QWEN_REPLY, args.chat_template)
+    default = HARMONY_REPLY if args.family == "gpt_oss" else QWEN_REPLY
+    make(args.llmc, args.family, args.output, args.reply or default, args.chat_template)
 
 
 def script_weights(model_dir, config, pieces, eos):
