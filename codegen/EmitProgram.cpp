@@ -1,6 +1,7 @@
 //===- EmitProgram.cpp - llm module -> plan Program + weight blobs ---------===//
 
 #include "codegen/EmitProgram.h"
+#include "codegen/ExpertSlice.h"
 #include "codegen/RowSlice.h"
 
 #include <cstring>
@@ -86,6 +87,16 @@ void storeElement(uint8_t *data, plan::DType dtype, int64_t index, float value) 
   std::memcpy(data + index * 2, &bits, 2);
 }
 
+// A [rows, ...] shape as the 3-D [experts, rows / experts, ...] of an expert weight (plan.proto
+// Expert weight tensors); unchanged when experts is 0.
+std::vector<int64_t> expertShape(std::vector<int64_t> shape, int64_t experts) {
+  if (experts <= 0 || shape.empty())
+    return shape;
+  shape[0] /= experts;
+  shape.insert(shape.begin(), experts);
+  return shape;
+}
+
 class Emitter {
 public:
   Emitter(const WeightSource &weights, plan::DType weightDtype, plan::PlanWriter &writer,
@@ -96,10 +107,14 @@ public:
   absl::StatusOr<plan::Program> emit(func::FuncOp function);
 
 private:
+  // `experts` > 0: the params are an expert weight's parts, expert-major (plan.proto: 3-D
+  // [experts, rows / experts, cols]); `name` empty: the params' own (fused) name.
   absl::StatusOr<int> addTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
-                                plan::DType dtype, int64_t panelRows = 0);
+                                plan::DType dtype, int64_t panelRows = 0,
+                                const std::string &name = "", int64_t experts = 0);
   absl::StatusOr<int> addQuantizedTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
-                                         const QuantSpec &spec);
+                                         const QuantSpec &spec, const std::string &name = "",
+                                         int64_t experts = 0);
   absl::StatusOr<WeightView> checkedWeight(Operation *user, FlatSymbolRefAttr param);
   absl::StatusOr<int> addGamma(Operation *user, FlatSymbolRefAttr param, double offset);
   absl::StatusOr<int> writeTensor(const std::string &name, plan::DType dtype,
@@ -210,11 +225,14 @@ absl::StatusOr<int> Emitter::writeTensor(const std::string &name, plan::DType dt
 // U8 zero points (asymmetric) and the I32 input permutation (act-order), and returns the
 // codes' tensor index.
 absl::StatusOr<int> Emitter::addQuantizedTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
-                                                const QuantSpec &spec) {
+                                                const QuantSpec &spec,
+                                                const std::string &tensorName, int64_t experts) {
   std::vector<std::string> names;
   for (FlatSymbolRefAttr param : params)
     names.push_back(param.getValue().str());
-  std::string name = names.size() == 1 ? names[0] : fusedTensorName(names);
+  std::string name = !tensorName.empty() ? tensorName
+                     : names.size() == 1 ? names[0]
+                                         : fusedTensorName(names);
   const plan::DType codeDtype = spec.bits == 8 ? plan::I8 : plan::I4;
   if (auto it = tensorIndex.find(name); it != tensorIndex.end()) {
     const plan::Tensor &existing = (*tensors)[it->second];
@@ -286,8 +304,11 @@ absl::StatusOr<int> Emitter::addQuantizedTensor(Operation *user, ArrayRef<FlatSy
   const int64_t groups = first.cols / format.group_size;
   // QuantizedMatrix packs I4 rows as plan.proto's LANE_CHUNKS (runtime/plan/int4_layout.h), and
   // fused parts concatenate whole rows, which keeps every row's packing.
+  if (experts > 0 && !first.input_permutation.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", names[0], ": an expert weight cannot have an act-order permutation (g_idx)"));
   absl::StatusOr<int> codesIndex =
-      writeTensor(name, codeDtype, {rows, first.cols}, codes, codeBytes,
+      writeTensor(name, codeDtype, expertShape({rows, first.cols}, experts), codes, codeBytes,
                   codeDtype == plan::I4 ? plan::Tensor::LANE_CHUNKS : plan::Tensor::ROW_MAJOR);
   if (!codesIndex.ok())
     return codesIndex.status();
@@ -297,14 +318,15 @@ absl::StatusOr<int> Emitter::addQuantizedTensor(Operation *user, ArrayRef<FlatSy
   quantization.set_bits(format.bits);
   quantization.set_group_size(static_cast<int32_t>(format.group_size));
   quantization.set_method(method);
-  absl::StatusOr<int> scalesIndex =
-      writeTensor(name + ".scales", plan::F16, {rows, groups}, scales, scaleBytes);
+  absl::StatusOr<int> scalesIndex = writeTensor(
+      name + ".scales", plan::F16, expertShape({rows, groups}, experts), scales, scaleBytes);
   if (!scalesIndex.ok())
     return scalesIndex.status();
   quantization.set_scales(*scalesIndex);
   if (format.asymmetric) {
     absl::StatusOr<int> zeroIndex =
-        writeTensor(name + ".zero_points", plan::U8, {rows, groups}, zeroPoints, zeroBytes);
+        writeTensor(name + ".zero_points", plan::U8, expertShape({rows, groups}, experts),
+                    zeroPoints, zeroBytes);
     if (!zeroIndex.ok())
       return zeroIndex.status();
     quantization.set_zero_points(*zeroIndex);
@@ -379,11 +401,14 @@ absl::StatusOr<int> Emitter::addGamma(Operation *user, FlatSymbolRefAttr param, 
 }
 
 absl::StatusOr<int> Emitter::addTensor(Operation *user, ArrayRef<FlatSymbolRefAttr> params,
-                                       plan::DType dtype, int64_t panelRows) {
+                                       plan::DType dtype, int64_t panelRows,
+                                       const std::string &tensorName, int64_t experts) {
   std::vector<std::string> names;
   for (FlatSymbolRefAttr param : params)
     names.push_back(param.getValue().str());
-  std::string name = names.size() == 1 ? names[0] : fusedTensorName(names);
+  std::string name = !tensorName.empty() ? tensorName
+                     : names.size() == 1 ? names[0]
+                                         : fusedTensorName(names);
   if (auto it = tensorIndex.find(name); it != tensorIndex.end()) {
     if ((*tensors)[it->second].dtype() != dtype)
       return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is used as ",
@@ -418,10 +443,14 @@ absl::StatusOr<int> Emitter::addTensor(Operation *user, ArrayRef<FlatSymbolRefAt
     views.push_back(*std::move(view));
   }
 
-  if (panelRows > 0 && (shape.size() != 2 || shape[0] % panelRows != 0))
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor ", name, " has shape ", shapeString(shape),
-        "; llm.cpu_tile packs only matrices whose rows are a multiple of panel_rows ", panelRows));
+  // Panels never straddle two experts: each expert's rows are a multiple of panel_rows.
+  const int64_t panelUnit = experts > 0 ? experts * panelRows : panelRows;
+  if (panelRows > 0 && (shape.size() != 2 || shape[0] % panelUnit != 0))
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", name, " has shape ", shapeString(shape),
+                     "; llm.cpu_tile packs only matrices whose rows (per expert) are a multiple "
+                     "of panel_rows ",
+                     panelRows));
   if (absl::Status status = writer.BeginBlob(); !status.ok())
     return status;
   if (panelRows > 0) {
@@ -440,7 +469,7 @@ absl::StatusOr<int> Emitter::addTensor(Operation *user, ArrayRef<FlatSymbolRefAt
   plan::Tensor &tensor = tensors->emplace_back();
   tensor.set_name(name);
   tensor.set_dtype(dtype);
-  for (int64_t dim : shape)
+  for (int64_t dim : expertShape(shape, experts))
     tensor.add_shape(dim);
   tensor.set_layout(panelRows > 0 ? plan::Tensor::ROW_PANELS : plan::Tensor::ROW_MAJOR);
   if (panelRows > 0)
@@ -470,6 +499,58 @@ int Emitter::kernel(StringRef opName, plan::DType dtype) {
   return it->second;
 }
 
+// The stem expert `expert`'s part name shares with the other experts': a view's stacked
+// tensor, else the name without its ".<expert>." component (the last one: layer indices come
+// first).
+std::string expertStem(const std::string &name, int64_t expert) {
+  if (std::optional<ExpertSlice> slice = parseExpertSlice(name))
+    return slice->tensor;
+  const std::string component = absl::StrCat(".", expert, ".");
+  const size_t at = name.rfind(component);
+  if (at == std::string::npos)
+    return name;
+  return name.substr(0, at) + name.substr(at + component.size() - 1);
+}
+
+// An expert_matmul's weights (or biases) as one plan tensor's parts, expert-major (per expert,
+// its part of every projection in order), and the tensor's name: per projection the stem all
+// experts share, fused like fusedTensorName (mlp.experts.{e}.{gate,up}_proj.weight ->
+// mlp.experts.gate_up_proj.weight; gpt-oss's gate and up views of one stacked gate_up_proj ->
+// that tensor's name).
+struct ExpertParts {
+  std::vector<FlatSymbolRefAttr> params;
+  std::vector<std::string> names;
+  std::string name;
+};
+
+ExpertParts expertParts(llm::ExpertMatmulOp op, bool biases) {
+  ExpertParts parts;
+  std::vector<SmallVector<FlatSymbolRefAttr>> projections;
+  for (unsigned i = 0; i < op.getNumResults(); ++i)
+    projections.push_back(biases ? op.getExpertBiasRefs(i) : op.getExpertWeightRefs(i));
+  if (projections.empty() || projections[0].empty())
+    return parts;
+  std::vector<std::string> stems;
+  for (const SmallVector<FlatSymbolRefAttr> &refs : projections) {
+    std::string stem = expertStem(refs.front().getValue().str(), 0);
+    for (auto [expert, ref] : llvm::enumerate(refs))
+      if (expertStem(ref.getValue().str(), static_cast<int64_t>(expert)) != stem) {
+        // Names without a common stem (hand-written IR): the first and last expert's.
+        stem = absl::StrCat(refs.front().getValue().str(), "..", refs.back().getValue().str());
+        break;
+      }
+    if (stems.empty() || stems.back() != stem)
+      stems.push_back(stem);
+  }
+  parts.name = stems.size() == 1 ? stems[0] : fusedTensorName(stems);
+  for (size_t expert = 0; expert < projections[0].size(); ++expert)
+    for (const SmallVector<FlatSymbolRefAttr> &refs : projections) {
+      parts.params.push_back(refs[expert]);
+      parts.names.push_back(refs[expert].getValue().str());
+    }
+  return parts;
+}
+
 // The panel height --llm-tile-cpu chose for `op`'s weights; 0: row-major (no attribute, or
 // layout "row_major").
 absl::StatusOr<int64_t> cpuPanelRows(Operation &op) {
@@ -491,9 +572,9 @@ absl::StatusOr<int64_t> cpuPanelRows(Operation &op) {
 }
 
 absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
-  auto addWeight = [&](ArrayRef<FlatSymbolRefAttr> params, plan::DType dtype,
-                       int64_t panelRows = 0) -> absl::Status {
-    absl::StatusOr<int> index = addTensor(&op, params, dtype, panelRows);
+  auto addWeight = [&](ArrayRef<FlatSymbolRefAttr> params, plan::DType dtype, int64_t panelRows = 0,
+                       const std::string &name = "", int64_t experts = 0) -> absl::Status {
+    absl::StatusOr<int> index = addTensor(&op, params, dtype, panelRows, name, experts);
     if (!index.ok())
       return index.status();
     planOp.add_weights(*index);
@@ -503,7 +584,8 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
   plan::DType kernelDtype = plan::F32;
   // A matmul or lm_head matrix: quantized codes when the op carries llm.quant, else float
   // weights in the layout --llm-tile-cpu chose. Sets kernelDtype to what the kernel reads.
-  auto addMatrix = [&](ArrayRef<FlatSymbolRefAttr> params) -> absl::Status {
+  auto addMatrix = [&](ArrayRef<FlatSymbolRefAttr> params, const std::string &name = "",
+                       int64_t experts = 0) -> absl::Status {
     std::string quantError;
     if (std::optional<QuantSpec> spec = getQuantSpec(&op, &quantError)) {
       if (absl::StatusOr<int64_t> panelRows = cpuPanelRows(op); !panelRows.ok() || *panelRows)
@@ -511,7 +593,7 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
             absl::StrCat("codegen: ", op.getName().getStringRef().str(),
                          ": quantized weights are stored row-major only, but llm.cpu_tile asks "
                          "for row panels"));
-      absl::StatusOr<int> index = addQuantizedTensor(&op, params, *spec);
+      absl::StatusOr<int> index = addQuantizedTensor(&op, params, *spec, name, experts);
       if (!index.ok())
         return index.status();
       planOp.add_weights(*index);
@@ -525,7 +607,7 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
     if (!panelRows.ok())
       return panelRows.status();
     kernelDtype = weightDtype;
-    return addWeight(params, weightDtype, *panelRows);
+    return addWeight(params, weightDtype, *panelRows, name, experts);
   };
   StringRef kernelName;
   absl::Status status = absl::OkStatus();
@@ -598,6 +680,40 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
     attrs->set_sliding_window(attention.getSlidingWindow());
     attrs->set_scale(attention.getScale().convertToDouble());
     attrs->set_logit_softcap(attention.getLogitSoftcap().convertToDouble());
+    // The sinks are logits: f32 whatever the checkpoint's dtype (plan.proto ATTENTION).
+    if (FlatSymbolRefAttr sinks = attention.getSinksAttr())
+      status = addWeight({sinks}, plan::F32);
+  } else if (auto router = dyn_cast<llm::RouterOp>(op)) {
+    planOp.set_kind(plan::ROUTER);
+    kernelName = "router";
+    plan::RouterAttrs *attrs = planOp.mutable_router();
+    attrs->set_num_experts(static_cast<int32_t>(router.getNumExperts()));
+    attrs->set_top_k(static_cast<int32_t>(router.getTopK()));
+    attrs->set_scoring(router.getScoring() == "topk_softmax" ? plan::RouterAttrs::TOPK_SOFTMAX
+                                                             : plan::RouterAttrs::SOFTMAX_TOPK);
+    attrs->set_normalize(router.getNormalize());
+  } else if (auto expert = dyn_cast<llm::ExpertMatmulOp>(op)) {
+    planOp.set_kind(plan::EXPERT_MATMUL);
+    kernelName = "expert_matmul";
+    const int64_t numExperts = expert.getNumExperts();
+    planOp.mutable_expert()->set_num_experts(static_cast<int32_t>(numExperts));
+    planOp.mutable_expert()->set_top_k(static_cast<int32_t>(expert.getTopK()));
+    ExpertParts weightParts = expertParts(expert, /*biases=*/false);
+    status = addMatrix(weightParts.params, weightParts.name, numExperts);
+    ExpertParts biasParts = expertParts(expert, /*biases=*/true);
+    if (status.ok() && !biasParts.params.empty())
+      status = addWeight(biasParts.params, plan::F32, 0, biasParts.name, numExperts);
+    // Materialized views (a transposed stacked checkpoint) live one op at a time.
+    weights.releaseWeights(weightParts.names);
+    weights.releaseWeights(biasParts.names);
+  } else if (isa<llm::MoeCombineOp>(op)) {
+    planOp.set_kind(plan::MOE_COMBINE);
+    kernelName = "moe_combine";
+  } else if (auto swiglu = dyn_cast<llm::ClampedSwigluOp>(op)) {
+    planOp.set_kind(plan::CLAMPED_SWIGLU);
+    kernelName = "clamped_swiglu";
+    planOp.mutable_swiglu()->set_alpha(swiglu.getAlpha().convertToDouble());
+    planOp.mutable_swiglu()->set_limit(swiglu.getLimit().convertToDouble());
   } else if (isa<llm::SiluOp>(op)) {
     planOp.set_kind(plan::SILU);
     kernelName = "silu";
@@ -676,7 +792,11 @@ absl::StatusOr<plan::Program> Emitter::emit(func::FuncOp function) {
       plan(matmul.getWeightRefs());
       plan(matmul.getBiasRefs());
     }
-    for (StringRef attrName : {"table", "weight"})
+    if (auto expert = dyn_cast<llm::ExpertMatmulOp>(op))
+      for (bool biases : {false, true})
+        if (ExpertParts parts = expertParts(expert, biases); !parts.params.empty())
+          plannedNames.insert(parts.name);
+    for (StringRef attrName : {"table", "weight", "sinks"})
       if (auto ref = op.getAttrOfType<FlatSymbolRefAttr>(attrName))
         plan({ref});
   }
@@ -702,6 +822,9 @@ absl::StatusOr<plan::Program> Emitter::emit(func::FuncOp function) {
       int64_t width = llm::getActivationWidth(result.getType());
       if (result == logits)
         addValue(result, plan::Value::LOGITS, plan::F32, width, 0, "logits");
+      else if (isa<llm::RouterOp>(op) && resultIndex == 0)
+        addValue(result, plan::Value::EXPERT_IDS, plan::I32, width, offsets[resultIndex],
+                 std::move(name));
       else
         addValue(result, plan::Value::ACTIVATION, plan::F32, width, offsets[resultIndex],
                  std::move(name));

@@ -64,6 +64,10 @@ public:
   }
   // Tensor.quantization.method of pre-quantized weight `name` ("gptq", "awq").
   virtual std::string quantizationMethod(const std::string &name) const { return ""; }
+  // Codegen is done with `names` (the parts of one expert tensor, written): a source that
+  // materialized them (transposed expert views, codegen/ExpertSlice.h) may free them, so views
+  // live one op at a time. Views returned for them before are invalid afterwards.
+  virtual void releaseWeights(llvm::ArrayRef<std::string> names) const {}
 };
 
 // 64 Ki elements: 256 KiB of f32 scratch, which fits in L2 while converting.

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "codegen/ExpertSlice.h"
 #include "codegen/RowSlice.h"
 #include "compiler/arch/family.h"
 
@@ -123,6 +124,24 @@ std::string ModelGraph::RowSlice(const std::string& weight, int64_t first_row, i
   return name;
 }
 
+std::string ModelGraph::ExpertSlice(const std::string& weight, int64_t expert, bool transpose,
+                                    int64_t row_first, int64_t row_step) {
+  llmc::ExpertSlice slice{weight, expert, transpose, row_first, row_step};
+  const std::string name = expertSliceName(slice);
+  const std::vector<int64_t> shape = row_step >= 1 && expert >= 0 && row_first >= 0
+                                         ? expertSliceShape(slice, DeclaredShape(weight))
+                                         : std::vector<int64_t>{};
+  if (shape.empty()) {
+    Fail(absl::InternalError(absl::StrCat("llmc: view ", name, " of ", weight, " ",
+                                          ShapeString(DeclaredShape(weight)),
+                                          " (a family builder bug)")));
+    return name;
+  }
+  if (!slice_shapes_.count(name)) slices_[weight].push_back(name);
+  slice_shapes_[name] = shape;
+  return name;
+}
+
 const std::vector<std::string>& ModelGraph::SlicesOf(const std::string& weight) const {
   static const std::vector<std::string> kNone;
   auto it = slices_.find(weight);
@@ -210,6 +229,24 @@ Activation ValidatingGraph::GeluTanhMul(Activation a, Activation, const std::str
   return Next(a.width);
 }
 void ValidatingGraph::Logits(Activation, const std::string&, double) {}
+Routing ValidatingGraph::Router(Activation, const RouterAttrs& attrs, const std::string&) {
+  return {{next_id_++, attrs.top_k}, Next(attrs.top_k)};
+}
+Activation ValidatingGraph::ExpertMatmul(Activation, ExpertIds ids,
+                                         const std::vector<std::string>& weights,
+                                         const std::vector<std::string>&, const std::string&) {
+  const std::vector<int64_t>& shape =
+      weights.empty() ? DeclaredShape("") : DeclaredShape(weights.front());
+  return Next(shape.empty() ? 0 : ids.top_k * shape[0]);
+}
+Activation ValidatingGraph::MoeCombine(Activation y, Activation weights, Activation, Activation,
+                                       const std::string&) {
+  return Next(weights.width > 0 ? y.width / weights.width : 0);
+}
+Activation ValidatingGraph::ClampedSwiglu(Activation gate, Activation, double, double,
+                                          const std::string&) {
+  return Next(gate.width);
+}
 
 absl::StatusOr<std::vector<FamilyTensor>> FamilyTensors(const ModelConfig& config) {
   ValidatingGraph graph(config, nullptr);

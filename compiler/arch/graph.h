@@ -49,6 +49,27 @@ struct AttentionAttrs {
   int64_t sliding_window = 0;  // 0: full causal attention
   double scale = 0;            // softmax scale
   double logit_softcap = 0;    // > 0: scores = cap * tanh(scores / cap) before the softmax
+  std::string sinks;           // a [num_heads] weight name (gpt-oss's sinks); empty: none
+};
+
+// Each token's top_k chosen experts ([tokens, top_k] i32), written by Router.
+struct ExpertIds {
+  int32_t id = -1;
+  int64_t top_k = 0;
+};
+
+// A router's outputs: the ids and their weights ([tokens, top_k] f32).
+struct Routing {
+  ExpertIds ids;
+  Activation weights;
+};
+
+// llm.router's attributes (plan.proto RouterAttrs).
+struct RouterAttrs {
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  llmrt::plan::RouterAttrs::Scoring scoring = llmrt::plan::RouterAttrs::SCORING_UNSPECIFIED;
+  bool normalize = false;  // SOFTMAX_TOPK only
 };
 
 class ModelGraph {
@@ -74,6 +95,12 @@ class ModelGraph {
   // that store projections fused (Phi-3's qkv_proj): the ops see the separate projections and
   // the passes fuse them as for every family. A weight read only through slices gets no param.
   std::string RowSlice(const std::string& weight, int64_t first_row, int64_t rows);
+  // Expert `expert`'s view of the stacked (3-D [E, A, B] or 2-D [E, A]) weight `weight`,
+  // declared before (codegen/ExpertSlice.h): the leading dim dropped, then the two others
+  // swapped when `transpose`, then rows row_first, row_first + row_step, ... kept. Like a row
+  // slice, a weight name for the op methods; the view's shape is declared from the weight's.
+  std::string ExpertSlice(const std::string& weight, int64_t expert, bool transpose,
+                          int64_t row_first = 0, int64_t row_step = 1);
   // The slices taken of `weight`, in order (empty: none).
   const std::vector<std::string>& SlicesOf(const std::string& weight) const;
 
@@ -102,6 +129,23 @@ class ModelGraph {
   virtual Activation Add(Activation a, Activation b, const std::string& name) = 0;
   // gelu_tanh(a) * b (gelu_pytorch_tanh / gelu_new gating).
   virtual Activation GeluTanhMul(Activation a, Activation b, const std::string& name) = 0;
+  // Mixture of experts (llm.router, llm.expert_matmul, llm.moe_combine; ir/LlmOps.td).
+  // The top_k experts of each token from the router logits ([tokens, num_experts]).
+  virtual Routing Router(Activation logits, const RouterAttrs& attrs, const std::string& name) = 0;
+  // Per routed row x_slot * W_e^T (+ b_e): one weight name per expert ([N, K] each, declared
+  // weights or views), biases empty or one [N] per expert. x is [tokens, K] or [tokens,
+  // top_k * K]; the result is [tokens, top_k * N].
+  virtual Activation ExpertMatmul(Activation x, ExpertIds ids,
+                                  const std::vector<std::string>& weights,
+                                  const std::vector<std::string>& biases,
+                                  const std::string& name) = 0;
+  // The weighted sum of y's top_k slots, plus sigmoid(shared_gate) * shared when shared and
+  // shared_gate are given (id -1: none).
+  virtual Activation MoeCombine(Activation y, Activation weights, Activation shared,
+                                Activation shared_gate, const std::string& name) = 0;
+  // gpt-oss's (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g), g = min(gate, limit).
+  virtual Activation ClampedSwiglu(Activation gate, Activation up, double alpha, double limit,
+                                   const std::string& name) = 0;
   // The program's output: x times the lm_head (or the tied embedding table), soft-capped as
   // cap * tanh(logits / cap) when softcap > 0.
   virtual void Logits(Activation x, const std::string& weight, double softcap) = 0;
@@ -155,6 +199,13 @@ class ValidatingGraph final : public ModelGraph {
   Activation Add(Activation a, Activation b, const std::string& name) override;
   Activation GeluTanhMul(Activation a, Activation b, const std::string& name) override;
   void Logits(Activation x, const std::string& weight, double softcap) override;
+  Routing Router(Activation logits, const RouterAttrs& attrs, const std::string& name) override;
+  Activation ExpertMatmul(Activation x, ExpertIds ids, const std::vector<std::string>& weights,
+                          const std::vector<std::string>& biases, const std::string& name) override;
+  Activation MoeCombine(Activation y, Activation weights, Activation shared, Activation shared_gate,
+                        const std::string& name) override;
+  Activation ClampedSwiglu(Activation gate, Activation up, double alpha, double limit,
+                           const std::string& name) override;
 
  private:
   Activation Next(int64_t width) { return {next_id_++, width}; }

@@ -148,8 +148,61 @@ class MlirGraph final : public ModelGraph {
             builder_.getI64IntegerAttr(dims().num_kv_heads),
             builder_.getI64IntegerAttr(dims().head_dim),
             builder_.getI64IntegerAttr(attrs.sliding_window), builder_.getF64FloatAttr(attrs.scale),
-            builder_.getF64FloatAttr(attrs.logit_softcap)),
+            builder_.getF64FloatAttr(attrs.logit_softcap),
+            attrs.sinks.empty() ? mlir::FlatSymbolRefAttr() : Symbol(attrs.sinks)),
         q.width);
+  }
+
+  Routing Router(Activation logits, const RouterAttrs& attrs, const std::string& name) override {
+    auto op = builder_.create<llm::RouterOp>(
+        Loc(name),
+        mlir::TypeRange{mlir::RankedTensorType::get({mlir::ShapedType::kDynamic, attrs.top_k},
+                                                    builder_.getI32Type()),
+                        ActivationType(attrs.top_k)},
+        Value(logits), builder_.getI64IntegerAttr(attrs.num_experts),
+        builder_.getI64IntegerAttr(attrs.top_k),
+        builder_.getStringAttr(attrs.scoring == llmrt::plan::RouterAttrs::TOPK_SOFTMAX
+                                   ? "topk_softmax"
+                                   : "softmax_topk"),
+        builder_.getBoolAttr(attrs.normalize));
+    values_.push_back(op.getIds());
+    const ExpertIds ids{static_cast<int32_t>(values_.size() - 1), attrs.top_k};
+    return {ids, Record(op.getWeights(), attrs.top_k)};
+  }
+
+  Activation ExpertMatmul(Activation x, ExpertIds ids, const std::vector<std::string>& weights,
+                          const std::vector<std::string>& biases,
+                          const std::string& name) override {
+    const std::vector<int64_t>& shape = DeclaredShape(weights.front());
+    const int64_t width = ids.top_k * (shape.empty() ? 1 : shape[0]);
+    auto symbols = [&](const std::vector<std::string>& names) {
+      llvm::SmallVector<mlir::Attribute> refs;
+      for (const std::string& weight : names) refs.push_back(Symbol(weight));
+      return builder_.getArrayAttr({builder_.getArrayAttr(refs)});
+    };
+    auto op = builder_.create<llm::ExpertMatmulOp>(
+        Loc(name), mlir::TypeRange{ActivationType(width)}, Value(x), values_.at(ids.id),
+        builder_.getI64IntegerAttr(static_cast<int64_t>(weights.size())),
+        builder_.getI64IntegerAttr(ids.top_k), symbols(weights),
+        biases.empty() ? mlir::ArrayAttr() : symbols(biases));
+    return Record(op.getResult(0), width);
+  }
+
+  Activation MoeCombine(Activation y, Activation weights, Activation shared, Activation shared_gate,
+                        const std::string& name) override {
+    const int64_t width = y.width / weights.width;
+    llvm::SmallVector<mlir::Value> inputs = {Value(y), Value(weights)};
+    if (shared.id >= 0) inputs.append({Value(shared), Value(shared_gate)});
+    return Record(builder_.create<llm::MoeCombineOp>(Loc(name), ActivationType(width), inputs),
+                  width);
+  }
+
+  Activation ClampedSwiglu(Activation gate, Activation up, double alpha, double limit,
+                           const std::string& name) override {
+    return Record(builder_.create<llm::ClampedSwigluOp>(
+                      Loc(name), Value(gate).getType(), Value(gate), Value(up),
+                      builder_.getF64FloatAttr(alpha), builder_.getF64FloatAttr(limit)),
+                  gate.width);
   }
 
   Activation Silu(Activation x, const std::string& name) override {
