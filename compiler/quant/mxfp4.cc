@@ -46,9 +46,10 @@ double QuantizeMxfp4Block(const float* values, int64_t count, uint8_t exponent, 
     // ldexp by the exponent is exact (a power of two) unless the ratio underflows, and a ratio
     // that small rounds to 0 either way.
     codes[i] = static_cast<uint8_t>(E2M1Code(std::ldexp(values[i], 127 - exponent)));
-    const double difference =
-        static_cast<double>(values[i]) -
-        static_cast<double>(llmrt::plan::kE2M1Values[codes[i]]) * static_cast<double>(scale);
+    // The value as a reader decodes it, in f32: near the top of the range the e + 1 candidate can
+    // decode to infinity (4 * 2^126), an infinite error.
+    const float decoded = llmrt::plan::kE2M1Values[codes[i]] * scale;
+    const double difference = static_cast<double>(values[i]) - static_cast<double>(decoded);
     error += difference * difference;
   }
   return error;
