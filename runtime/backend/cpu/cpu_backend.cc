@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/kernels.h"
+#include "runtime/backend/cpu/moe.h"
 #include "runtime/backend/cpu/quant_kv_attention.h"
 #include "runtime/backend/cpu/quant_matmul.h"
 #include "runtime/backend/cpu/quant_matmul_exact.h"
@@ -48,8 +49,9 @@ AlignedFloats AllocateFloats(int64_t count) {
 struct CompiledOp {
   plan::OpKind kind = plan::OP_UNSPECIFIED;
   int32_t index = 0;  // in program.ops, for messages
-  // Activation inputs/outputs; the integer inputs (token ids, positions) come from the batch.
-  const float* input[3] = {nullptr, nullptr, nullptr};
+  // Activation (and EXPERT_IDS) inputs/outputs; the integer inputs (token ids, positions) come
+  // from the batch.
+  const float* input[4] = {nullptr, nullptr, nullptr, nullptr};
   float* output[2] = {nullptr, nullptr};
   int64_t width = 0;  // row width of input[0] (the K of a matmul)
   MatrixView weight;
@@ -69,6 +71,19 @@ struct CompiledOp {
   std::vector<float> inv_freq;
   int32_t rotary_dim = 0;      // ROPE: the rotated dims of each head
   float cos_sin_scale = 1.0f;  // ROPE: LongRoPE's attention factor
+  // ROUTER: its index among the program's routers (its row of the expert load); ROUTER and
+  // EXPERT_MATMUL: num_experts and top_k.
+  int32_t router_index = 0;
+  int32_t num_experts = 0;
+  int32_t top_k = 0;
+  plan::RouterAttrs::Scoring scoring = plan::RouterAttrs::SCORING_UNSPECIFIED;
+  bool normalize = false;
+  // EXPERT_MATMUL: x holds one K-column slice per slot ([T, top_k K]); N rows per expert.
+  bool sliced = false;
+  int64_t rows_per_expert = 0;
+  // CLAMPED_SWIGLU.
+  float alpha = 0.0f;
+  float limit = 0.0f;
   const struct CpuKernel* kernel = nullptr;
 };
 
@@ -90,6 +105,12 @@ struct CpuStep {
   // Per batch row: its sequence's block table and the token's index in the sequence.
   const int32_t* const* token_block_table = nullptr;
   const int64_t* token_index = nullptr;
+  // EXPERT_MATMUL's grouping tables and output rows (sized for the widest op at max tokens).
+  int32_t* expert_ints = nullptr;
+  float* expert_floats = nullptr;
+  // With BackendOptions::record_expert_load: [num_routers, expert_stride] counts, zeroed per step.
+  int32_t* expert_counts = nullptr;
+  int32_t expert_stride = 0;
 };
 
 class OpBinder;
@@ -120,6 +141,7 @@ class CpuBackend final : public Backend {
   int64_t kv_cache_bytes() const override {
     return kv_ == nullptr ? 0 : static_cast<int64_t>(kv_->size_bytes());
   }
+  absl::Status LastStepExpertLoad(ExpertLoad& load) const override;
 
   absl::Status Compile(const plan::PlanMeta& meta, const BlobLookup& blobs,
                        const BackendOptions& options);
@@ -154,6 +176,14 @@ class CpuBackend final : public Backend {
   // Per batch row, for attention: the sequence's block table and the token's index in it.
   std::vector<const int32_t*> token_block_table_;
   std::vector<int64_t> token_index_;
+  std::vector<int32_t> expert_ints_;  // EXPERT_MATMUL grouping tables
+  AlignedFloats expert_floats_;       // EXPERT_MATMUL output rows before their scatter
+  // BackendOptions::record_expert_load, and the counts of the last step (ExpertLoad's layout).
+  bool record_expert_load_ = false;
+  bool stepped_ = false;
+  int32_t num_routers_ = 0;
+  int32_t max_experts_ = 0;
+  std::vector<int32_t> expert_counts_;
 };
 
 // Resolves an op's values and weights for the CPU kernels (see CpuKernel). Without blobs and
@@ -174,7 +204,7 @@ class OpBinder {
     if (compiled.kernel == nullptr) {
       return Unsupported("the cpu backend has no kernel for this op kind");
     }
-    for (int i = 0; i < op.inputs_size() && i < 3; ++i) compiled.input[i] = Pointer(op.inputs(i));
+    for (int i = 0; i < op.inputs_size() && i < 4; ++i) compiled.input[i] = Pointer(op.inputs(i));
     for (int i = 0; i < op.outputs_size() && i < 2; ++i) {
       compiled.output[i] = Pointer(op.outputs(i));
     }
@@ -185,6 +215,16 @@ class OpBinder {
   }
 
   int64_t max_cols() const { return max_cols_; }
+  int64_t expert_ints() const { return expert_ints_; }
+  int64_t expert_floats() const { return expert_floats_; }
+  int32_t max_tokens() const { return max_tokens_; }
+  // Sizes EXPERT_MATMUL's scratch and returns the index of the next ROUTER.
+  void NoteExpertMatmul(int32_t top_k, int32_t experts, int64_t rows_per_expert) {
+    expert_ints_ = std::max(expert_ints_, ExpertMatMulScratchInts(max_tokens_, top_k, experts));
+    expert_floats_ =
+        std::max(expert_floats_, ExpertMatMulScratchFloats(max_tokens_, top_k, rows_per_expert));
+  }
+  int32_t NextRouter() { return routers_++; }
   int64_t quantized_activation_bytes() const { return quantized_activation_bytes_; }
 
   absl::Status Unsupported(const std::string& message) const {
@@ -197,7 +237,9 @@ class OpBinder {
 
   float* Pointer(int32_t id) const {
     const plan::Value& value = meta_.program().values(id);
-    if (value.kind() != plan::Value::ACTIVATION || arena_ == nullptr) return nullptr;
+    const bool in_arena =
+        value.kind() == plan::Value::ACTIVATION || value.kind() == plan::Value::EXPERT_IDS;
+    if (!in_arena || arena_ == nullptr) return nullptr;
     return arena_ + static_cast<int64_t>(max_tokens_) * value.arena_offset_per_token() /
                         static_cast<int64_t>(sizeof(float));
   }
@@ -216,14 +258,18 @@ class OpBinder {
   // they do not implement.
   absl::StatusOr<MatrixView> BindMatrix(int32_t index) {
     const plan::Tensor& t = meta_.tensors(index);
-    MatrixView view{Blob(index), t.dtype(), t.shape(0), t.shape(1), 0};
+    // An expert stack [E, N, K] is the [E N, K] matrix (plan.proto).
+    const int64_t cols = t.shape(t.shape_size() - 1);
+    MatrixView view{Blob(index), t.dtype(), t.shape(0) * (t.shape_size() == 3 ? t.shape(1) : 1),
+                    cols, 0};
     if (t.dtype() == plan::FP4_E2M1) {
       return Unsupported(
           absl::StrFormat("tensor %s is FP4_E2M1: the cpu kernels do not read MXFP4", t.name()));
     }
     if (IsQuantizedMatrix(t.dtype())) return BindQuantized(t, view);
     if (t.layout() == plan::Tensor::ROW_PANELS) {
-      if (op_->kind() != plan::MATMUL && op_->kind() != plan::LOGITS) {
+      if (op_->kind() != plan::MATMUL && op_->kind() != plan::LOGITS &&
+          op_->kind() != plan::EXPERT_MATMUL) {
         return Unsupported(
             absl::StrFormat("tensor %s is ROW_PANELS; this op reads ROW_MAJOR rows", t.name()));
       }
@@ -275,6 +321,9 @@ class OpBinder {
   int op_index_ = 0;
   int64_t max_cols_ = 0;
   int64_t quantized_activation_bytes_ = 0;
+  int64_t expert_ints_ = 0;
+  int64_t expert_floats_ = 0;
+  int32_t routers_ = 0;
 };
 
 // The kernels, one bind and one run per op kind.
@@ -409,9 +458,7 @@ void RunRope(const CpuStep& step, const CompiledOp& op) {
 }
 
 absl::Status BindAttention(OpBinder& binder, const plan::Op& op, CompiledOp& compiled) {
-  if (op.weights_size() != 0) {
-    return binder.Unsupported("attention sinks: the cpu attention kernels have none");
-  }
+  if (op.weights_size() == 1) compiled.vector_weight = binder.Floats(op.weights(0));  // sinks
   const plan::AttentionAttrs& attention = op.attention();
   compiled.num_heads = attention.num_heads();
   compiled.num_kv_heads = attention.num_kv_heads();
@@ -452,6 +499,7 @@ void RunAttention(const CpuStep& step, const CompiledOp& op) {
   args.sliding_window = op.sliding_window;
   args.scale = op.scale;
   args.softcap = op.softcap;
+  args.sinks = op.vector_weight;
   args.num_tokens = step.num_tokens;
   args.token_block_table = step.token_block_table;
   args.token_index = step.token_index;
@@ -474,6 +522,99 @@ void RunElementwise(const CpuStep& step, const CompiledOp& op) {
                 op.output[0]);
 }
 
+absl::Status BindRouter(OpBinder& binder, const plan::Op& op, CompiledOp& compiled) {
+  const plan::RouterAttrs& router = op.router();
+  compiled.router_index = binder.NextRouter();
+  compiled.num_experts = router.num_experts();
+  compiled.top_k = router.top_k();
+  compiled.scoring = router.scoring();
+  compiled.normalize = router.normalize();
+  return absl::OkStatus();
+}
+
+void RunRouter(const CpuStep& step, const CompiledOp& op) {
+  int32_t* counts = step.expert_counts != nullptr
+                        ? step.expert_counts + op.router_index * step.expert_stride
+                        : nullptr;
+  RouteTokens(*step.pool, op.input[0], step.num_tokens, op.num_experts, op.top_k, op.scoring,
+              op.normalize, reinterpret_cast<int32_t*>(op.output[0]), op.output[1], counts);
+}
+
+absl::Status BindExpertMatmul(OpBinder& binder, const plan::Op& op, CompiledOp& compiled) {
+  compiled.num_experts = op.expert().num_experts();
+  compiled.top_k = op.expert().top_k();
+  const plan::Tensor& w = binder.TensorAt(op.weights(0));
+  compiled.rows_per_expert = w.shape(1);
+  compiled.width = w.shape(2);
+  compiled.sliced = compiled.top_k > 1 && binder.Width(op.inputs(0)) != compiled.width;
+  int64_t begin = 0;
+  for (int32_t id : op.outputs()) {
+    const int64_t width = binder.Width(id) / compiled.top_k;
+    compiled.matmul_outputs.push_back({binder.Pointer(id), begin, width});
+    begin += width;
+  }
+  auto matrix = binder.BindMatrix(op.weights(0));
+  if (!matrix.ok()) return matrix.status();
+  compiled.weight = *matrix;
+  if (op.weights_size() == 2) compiled.vector_weight = binder.Floats(op.weights(1));
+  binder.NoteMatmul(*matrix, compiled.width);
+  binder.NoteExpertMatmul(compiled.top_k, compiled.num_experts, compiled.rows_per_expert);
+  return absl::OkStatus();
+}
+
+void RunExpertMatmul(const CpuStep& step, const CompiledOp& op) {
+  ExpertMatMulArgs args;
+  args.x = op.input[0];
+  args.sliced = op.sliced;
+  args.ids = reinterpret_cast<const int32_t*>(op.input[1]);
+  args.num_tokens = step.num_tokens;
+  args.top_k = op.top_k;
+  args.num_experts = op.num_experts;
+  args.weights = op.weight;
+  args.rows_per_expert = op.rows_per_expert;
+  args.bias = op.vector_weight;
+  args.outputs = op.matmul_outputs.data();
+  args.num_outputs = static_cast<int32_t>(op.matmul_outputs.size());
+  args.int_scratch = step.expert_ints;
+  args.float_scratch = step.expert_floats;
+  args.matmul_scratch = step.quantized_activations;
+  ExpertRowsMatMul multiply;
+  if (!IsQuantizedMatrix(op.weight.dtype)) {
+    multiply = [](ThreadPool& pool, const float* x, int64_t rows, const int32_t* input_rows,
+                  const MatrixView& w, const float* bias, const MatMulOutput* outputs,
+                  int32_t num_outputs,
+                  void*) { MatMul(pool, x, rows, input_rows, w, bias, outputs, num_outputs); };
+  } else if (step.quantized_mode == QuantizedActivations::kF32) {
+    multiply = QuantizedMatMulExact;
+  } else {
+    multiply = QuantizedMatMul;
+  }
+  ExpertMatMul(*step.pool, args, multiply);
+}
+
+absl::Status BindCombine(OpBinder& binder, const plan::Op& op, CompiledOp& compiled) {
+  compiled.width = binder.Width(op.outputs(0));
+  compiled.top_k = static_cast<int32_t>(binder.Width(op.inputs(1)));
+  return absl::OkStatus();
+}
+
+void RunCombine(const CpuStep& step, const CompiledOp& op) {
+  MoeCombine(*step.pool, op.input[0], op.input[1], op.input[2], op.input[3], step.num_tokens,
+             op.top_k, op.width, op.output[0]);
+}
+
+absl::Status BindSwiglu(OpBinder& binder, const plan::Op& op, CompiledOp& compiled) {
+  compiled.width = binder.Width(op.inputs(0));
+  compiled.alpha = static_cast<float>(op.swiglu().alpha());
+  compiled.limit = static_cast<float>(op.swiglu().limit());
+  return absl::OkStatus();
+}
+
+void RunSwiglu(const CpuStep& step, const CompiledOp& op) {
+  ClampedSwiglu(*step.pool, op.input[0], op.input[1], step.num_tokens * op.width, op.alpha,
+                op.limit, op.output[0]);
+}
+
 constexpr CpuKernel kCpuKernels[] = {
     {plan::EMBED, BindEmbed, RunEmbed},
     {plan::RMS_NORM, BindNorm, RunRmsNorm},
@@ -487,6 +628,10 @@ constexpr CpuKernel kCpuKernels[] = {
     {plan::ADD, BindElementwise, RunElementwise},
     {plan::SILU_MUL, BindElementwise, RunElementwise},
     {plan::GELU_TANH_MUL, BindElementwise, RunElementwise},
+    {plan::ROUTER, BindRouter, RunRouter},
+    {plan::EXPERT_MATMUL, BindExpertMatmul, RunExpertMatmul},
+    {plan::MOE_COMBINE, BindCombine, RunCombine},
+    {plan::CLAMPED_SWIGLU, BindSwiglu, RunSwiglu},
 };
 
 const CpuKernel* FindCpuKernel(plan::OpKind kind) {
@@ -562,6 +707,29 @@ absl::Status CpuBackend::Compile(const plan::PlanMeta& meta, const BlobLookup& b
   token_sequence_.resize(max_tokens_);
   token_block_table_.resize(max_tokens_);
   token_index_.resize(max_tokens_);
+  expert_ints_.resize(compiler.expert_ints());
+  if (compiler.expert_floats() > 0) {
+    expert_floats_ = AllocateFloats(compiler.expert_floats());
+    if (expert_floats_ == nullptr) {
+      return absl::ResourceExhaustedError("cannot allocate the expert matmul scratch");
+    }
+  }
+  record_expert_load_ = options.record_expert_load;
+  num_routers_ = facts->num_routers;
+  max_experts_ = facts->max_experts;
+  if (record_expert_load_) expert_counts_.assign(int64_t{num_routers_} * max_experts_, 0);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::LastStepExpertLoad(ExpertLoad& load) const {
+  if (!record_expert_load_) {
+    return absl::FailedPreconditionError(
+        "cpu backend: expert load is recorded only with BackendOptions::record_expert_load");
+  }
+  if (!stepped_) return absl::FailedPreconditionError("cpu backend: no step has run yet");
+  load.num_routers = num_routers_;
+  load.num_experts = max_experts_;
+  load.counts = expert_counts_;
   return absl::OkStatus();
 }
 
@@ -649,7 +817,15 @@ absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
   step.attention_scratch_stride = attention_scratch_stride_;
   step.token_block_table = token_block_table_.data();
   step.token_index = token_index_.data();
+  step.expert_ints = expert_ints_.data();
+  step.expert_floats = expert_floats_.get();
+  if (record_expert_load_) {
+    std::fill(expert_counts_.begin(), expert_counts_.end(), 0);
+    step.expert_counts = expert_counts_.data();
+    step.expert_stride = max_experts_;
+  }
   for (const CompiledOp& op : ops_) op.kernel->run(step, op);
+  stepped_ = true;
   return absl::OkStatus();
 }
 

@@ -95,9 +95,10 @@ HWY_INLINE void SoftCapScores(float* HWY_RESTRICT scores, int64_t count, float c
 // an element's SiLU depend on where the flattened [tokens, width] array ends, i.e. on the other
 // tokens of the step (the batch-invariance contract of kernels.h).
 // OP_UNSPECIFIED is the soft-cap of a (cap in `cap`), which is no op kind of its own: LOGITS
-// applies it to its output.
+// applies it to its output. CLAMPED_SWIGLU reads its alpha and limit.
 void ElementwiseRange(plan::OpKind op, const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
-                      int64_t begin, int64_t end, float* out, float cap = 0.0f) {
+                      int64_t begin, int64_t end, float* out, float cap = 0.0f, float alpha = 0.0f,
+                      float limit = 0.0f) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const VF one = hn::Set(df, 1.0f);
@@ -121,6 +122,15 @@ void ElementwiseRange(plan::OpKind op, const float* HWY_RESTRICT a, const float*
       case plan::OP_UNSPECIFIED:
         result = SoftCapVector(df, va, cap);
         break;
+      case plan::CLAMPED_SWIGLU: {
+        // (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g), g = min(gate, limit).
+        const VF vlimit = hn::Set(df, limit);
+        const VF g = hn::Min(va, vlimit);
+        const VF up = hn::Min(hn::Max(hn::LoadU(df, b_lanes), hn::Neg(vlimit)), vlimit);
+        const VF sigmoid_g = hn::Div(g, hn::Add(one, hn::Exp(df, hn::Mul(hn::Set(df, -alpha), g))));
+        result = hn::Mul(hn::Add(up, one), sigmoid_g);
+        break;
+      }
       default:
         result = hn::Mul(silu(va), hn::LoadU(df, b_lanes));
         break;
@@ -244,6 +254,16 @@ void ElementwiseImpl(ThreadPool& pool, plan::OpKind op, const float* a, const fl
       size,
       [&](int64_t begin, int64_t end, int32_t) { ElementwiseRange(op, a, b, begin, end, out); },
       kElementGrain);
+}
+
+void ClampedSwigluImpl(ThreadPool& pool, const float* gate, const float* up, int64_t size,
+                       float alpha, float limit, float* out) {
+  pool.ParallelFor(
+      size,
+      [&](int64_t begin, int64_t end, int32_t) {
+        ElementwiseRange(plan::CLAMPED_SWIGLU, gate, up, begin, end, out, 0.0f, alpha, limit);
+      },
+      size < kParallelElements ? size : kElementGrain);
 }
 
 void SoftCapImpl(ThreadPool& pool, float* x, int64_t size, float cap) {
@@ -398,6 +418,16 @@ HWY_INLINE KvBlockRows BlockAsF32(const AttentionArgs& args, const KvRows<T>& ro
   }
 }
 
+// The sinks of query heads first_head .. first_head + heads - 1 in lanes (0 in the lanes past
+// them, which hold no head).
+HWY_INLINE VF SinkLanes(const AttentionArgs& args, int64_t first_head, int64_t heads) {
+  const DF df;
+  constexpr size_t kMaxLanes = hn::MaxLanes(DF());
+  HWY_ALIGN float sinks[kMaxLanes] = {};
+  std::copy(args.sinks + first_head, args.sinks + first_head + heads, sinks);
+  return hn::Load(df, sinks);
+}
+
 // One (token, kv head) item over a group of at least one vector of query heads: the query
 // heads of the group ride in the SIMD lanes (8 on AVX2, TinyLlama's group of 8 exactly), so
 // every score, softmax step and value FMA is a full vector with no horizontal reduction.
@@ -434,6 +464,13 @@ void AttendGroupVectorized(const AttentionArgs& args, const KvRows<T>& rows, con
     VF running_max = hn::Zero(df);
     VF total = hn::Zero(df);
     bool first_block = true;
+    if (args.sinks != nullptr) {
+      // The sink is a score seen before every key: the running max starts at it, the total at
+      // exp(sink - sink) = 1, and it adds nothing to the output.
+      running_max = SinkLanes(args, kv_head * group + first_head, heads);
+      total = hn::Set(df, 1.0f);
+      first_block = false;
+    }
     for (int64_t key = first_key; key <= query_index;) {
       const auto [keys, values, stride, count] =
           BlockAsF32(args, rows, kv_head, block_table, key, query_index, block_keys, block_values);
@@ -596,8 +633,12 @@ void AttendTileVectorized(const AttentionArgs& args, const KvRows<T>& rows,
       }
       std::fill(acc_t[t], acc_t[t] + head_dim * lanes, 0.0f);
       std::fill(total[t], total[t] + lanes, 0.0f);
+      if (args.sinks != nullptr) {  // as in AttendGroupVectorized
+        hn::StoreU(SinkLanes(args, kv_head * group + first_head, heads), df, running_max[t]);
+        std::fill(total[t], total[t] + lanes, 1.0f);
+      }
     }
-    bool first_block = true;
+    bool first_block = args.sinks == nullptr;
     for (int64_t key = 0; key <= last_index;) {
       const auto [keys, values, stride, count] =
           BlockAsF32(args, rows, kv_head, block_table, key, last_index, block_keys, block_values);
@@ -744,8 +785,11 @@ void AttendRow(const AttentionArgs& args, const KvRows<T>& rows, int64_t row, in
   }
   std::fill(acc, acc + group * head_dim, 0.0f);
   for (int32_t g = 0; g < group; ++g) {
-    running_max[g] = -std::numeric_limits<float>::infinity();
-    total[g] = 0.0f;
+    // A sink starts the softmax as a score with no value (see AttendGroupVectorized).
+    const bool sink = args.sinks != nullptr;
+    running_max[g] =
+        sink ? args.sinks[kv_head * group + g] : -std::numeric_limits<float>::infinity();
+    total[g] = sink ? 1.0f : 0.0f;
   }
   // Row j of the current block, as f32: in place for f32, else widened below.
   auto value_row = [&](int64_t slot, int64_t j) -> const float* {
@@ -929,6 +973,7 @@ HWY_EXPORT(FusedAddRmsNormImpl);
 HWY_EXPORT(ElementwiseImpl);
 HWY_EXPORT(RopeImpl);
 HWY_EXPORT(SoftCapImpl);
+HWY_EXPORT(ClampedSwigluImpl);
 HWY_EXPORT(AttentionImpl);
 HWY_EXPORT(KvCacheAttentionImpl);
 
@@ -949,6 +994,11 @@ void ElementwiseOp(ThreadPool& pool, plan::OpKind op, const float* a, const floa
 
 void SoftCap(ThreadPool& pool, float* x, int64_t size, float cap) {
   HWY_DYNAMIC_DISPATCH(SoftCapImpl)(pool, x, size, cap);
+}
+
+void ClampedSwiglu(ThreadPool& pool, const float* gate, const float* up, int64_t size, float alpha,
+                   float limit, float* out) {
+  HWY_DYNAMIC_DISPATCH(ClampedSwigluImpl)(pool, gate, up, size, alpha, limit, out);
 }
 
 void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows, int32_t num_heads,

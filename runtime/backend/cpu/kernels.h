@@ -72,6 +72,11 @@ void FusedAddRmsNorm(ThreadPool& pool, const float* a, const float* b, const flo
 void ElementwiseOp(ThreadPool& pool, plan::OpKind op, const float* a, const float* b, int64_t size,
                    float* out);
 
+// out = (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g), g = min(gate, limit), over
+// `size` floats (plan.proto CLAMPED_SWIGLU, gpt-oss); element-wise like ElementwiseOp.
+void ClampedSwiglu(ThreadPool& pool, const float* gate, const float* up, int64_t size, float alpha,
+                   float limit, float* out);
+
 // x = cap * tanh(x / cap) over `size` floats, in place (LOGITS' soft-cap); element-wise, so
 // batch-invariant like ElementwiseOp.
 void SoftCap(ThreadPool& pool, float* x, int64_t size, float cap);
@@ -106,6 +111,9 @@ struct AttentionArgs {
   int64_t sliding_window = 0;  // 0: none
   float scale = 0.0f;
   float softcap = 0.0f;  // > 0: scaled scores become softcap * tanh(score / softcap)
+  // [num_heads] or nullptr: gpt-oss's sinks, one extra logit per head in the softmax
+  // denominator with no value (plan.proto ATTENTION).
+  const float* sinks = nullptr;
   int64_t num_tokens = 0;
   // Per token: the sequence's block table, and the index of the token in its sequence (it
   // attends to keys [max(0, index - window + 1), index]).

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "runtime/backend/testing/tiny_llama.h"
 #include "runtime/plan/int4_layout.h"
+#include "runtime/plan/mxfp4.h"
 #include "runtime/plan/plan_reader.h"
 
 namespace llmrt::testing {
@@ -112,6 +113,97 @@ int32_t OpProgram::QuantizedMatrix(plan::DType dtype, int64_t rows, int64_t cols
     meta_.mutable_tensors(matrix)->mutable_quantization()->set_input_permutation(index);
   }
   return matrix;
+}
+
+int32_t OpProgram::Mxfp4Matrix(int64_t rows, int64_t cols,
+                               const std::vector<uint8_t>& scale_bytes) {
+  const int64_t groups = cols / plan::kMxfp4Block;
+  std::uniform_int_distribution<int> code(0, 15), exponent(118, 124);
+  std::vector<uint8_t> codes(rows * cols / 2), row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) row[c] = static_cast<uint8_t>(code(random_));
+    plan::PackInt4Row(row.data(), cols, codes.data() + r * cols / 2);
+  }
+  const int32_t matrix = AddTensor(plan::FP4_E2M1, {rows, cols}, codes);
+  std::vector<uint8_t> scales(rows * groups);
+  for (size_t i = 0; i < scales.size(); ++i) {
+    scales[i] = scale_bytes.empty() ? static_cast<uint8_t>(exponent(random_))
+                                    : scale_bytes[i % scale_bytes.size()];
+  }
+  const int32_t scale_index = AddTensor(plan::E8M0, {rows, groups}, scales);
+  plan::Tensor* tensor = meta_.mutable_tensors(matrix);
+  tensor->set_layout(plan::Tensor::LANE_CHUNKS);
+  plan::Quantization* q = tensor->mutable_quantization();
+  q->set_bits(4);
+  q->set_group_size(static_cast<int32_t>(plan::kMxfp4Block));
+  q->set_scheme(plan::Quantization::SYMMETRIC);
+  q->set_scales(scale_index);
+  return matrix;
+}
+
+int32_t OpProgram::ExpertMatrix(plan::DType dtype, int64_t experts, int64_t rows, int64_t cols,
+                                int32_t group, bool asymmetric, int32_t panel_rows) {
+  int32_t index;
+  if (dtype == plan::FP4_E2M1) {
+    index = Mxfp4Matrix(experts * rows, cols);
+  } else if (dtype == plan::I8 || dtype == plan::I4) {
+    index = QuantizedMatrix(dtype, experts * rows, cols, group, asymmetric, false);
+  } else if (panel_rows > 0) {
+    index = PanelMatrix(dtype, experts * rows, cols, panel_rows);
+  } else {
+    index = FloatTensor(dtype, {experts * rows, cols}, 0.5f);
+  }
+  SplitExperts(index, experts);
+  return index;
+}
+
+void OpProgram::SplitExperts(int32_t index, int64_t experts) {
+  auto split = [experts](plan::Tensor* tensor) {
+    const int64_t rows = tensor->shape(0), cols = tensor->shape(1);
+    tensor->clear_shape();
+    for (int64_t dim : {experts, rows / experts, cols}) tensor->add_shape(dim);
+  };
+  plan::Tensor* tensor = meta_.mutable_tensors(index);
+  split(tensor);
+  const plan::Quantization& q = tensor->quantization();
+  if (q.has_scales()) split(meta_.mutable_tensors(q.scales()));
+  if (q.has_zero_points()) split(meta_.mutable_tensors(q.zero_points()));
+}
+
+int32_t OpProgram::ExpertIds(int64_t width) {
+  const int32_t id = Activation(width);
+  meta_.mutable_program()->mutable_values(id)->set_kind(plan::Value::EXPERT_IDS);
+  meta_.mutable_program()->mutable_values(id)->set_dtype(plan::I32);
+  return id;
+}
+
+std::pair<int32_t, int32_t> OpProgram::Router(int32_t logits, int32_t experts, int32_t top_k,
+                                              plan::RouterAttrs::Scoring scoring, bool normalize) {
+  const int32_t ids = ExpertIds(top_k), weights = Activation(top_k);
+  plan::RouterAttrs* router = AddOp(plan::ROUTER, {logits}, {ids, weights}, {})->mutable_router();
+  router->set_num_experts(experts);
+  router->set_top_k(top_k);
+  router->set_scoring(scoring);
+  router->set_normalize(normalize);
+  return {ids, weights};
+}
+
+int32_t OpProgram::RouterLogits(int32_t num_tokens, int32_t experts, double skew, int32_t hot) {
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<std::vector<float>> rows(num_tokens, std::vector<float>(experts));
+  std::vector<int32_t> rank(experts);
+  for (auto& row : rows) {
+    for (int32_t e = 0; e < experts; ++e) rank[e] = e;
+    std::shuffle(rank.begin(), rank.end(), random_);
+    if (uniform(random_) < skew) {
+      std::swap(rank[hot], *std::max_element(rank.begin(), rank.end()));
+    }
+    const float step = 8.0f / static_cast<float>(experts);
+    for (int32_t e = 0; e < experts; ++e) {
+      row[e] = (static_cast<float>(rank[e]) - 0.5f * static_cast<float>(experts)) * step;
+    }
+  }
+  return InputRows(rows);
 }
 
 plan::Op* OpProgram::AddOp(plan::OpKind kind, const std::vector<int32_t>& inputs,

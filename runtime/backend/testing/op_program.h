@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "runtime/backend/backend.h"
@@ -47,6 +48,23 @@ class OpProgram {
   // laid out as plan.proto's Quantization comment says.
   int32_t QuantizedMatrix(plan::DType dtype, int64_t rows, int64_t cols, int32_t group,
                           bool asymmetric, bool permuted);
+  // An MXFP4 [rows, cols] matrix: random FP4_E2M1 codes (LANE_CHUNKS) and E8M0 scales, the
+  // scale of block i being scale_bytes[i % size] (empty: random bytes 118..124, |w| <~ 0.1).
+  int32_t Mxfp4Matrix(int64_t rows, int64_t cols, const std::vector<uint8_t>& scale_bytes = {});
+  // An expert stack [experts, rows, cols] (EXPERT_MATMUL's weight) of `dtype`: float (ROW_MAJOR,
+  // or ROW_PANELS of panel_rows > 0), I8 / I4 with `group` (and zero points), or FP4_E2M1; the
+  // companions 3-D alike.
+  int32_t ExpertMatrix(plan::DType dtype, int64_t experts, int64_t rows, int64_t cols,
+                       int32_t group = 0, bool asymmetric = false, int32_t panel_rows = 0);
+  // An EXPERT_IDS value of `width` (in the arena like an activation).
+  int32_t ExpertIds(int64_t width);
+  // A ROUTER op over `logits` ([T, experts]); returns {ids, weights}.
+  std::pair<int32_t, int32_t> Router(int32_t logits, int32_t experts, int32_t top_k,
+                                     plan::RouterAttrs::Scoring scoring, bool normalize);
+  // An activation of router logits, one row per token (sets num_tokens): every row a
+  // permutation of values 8 / experts apart (so f32 and double agree on every choice), the
+  // largest given to expert `hot` in a fraction `skew` of the rows (0: uniform routing).
+  int32_t RouterLogits(int32_t num_tokens, int32_t experts, double skew = 0.0, int32_t hot = 0);
 
   plan::Op* AddOp(plan::OpKind kind, const std::vector<int32_t>& inputs,
                   const std::vector<int32_t>& outputs, const std::vector<int32_t>& weights);
@@ -62,6 +80,8 @@ class OpProgram {
 
  private:
   int32_t AddValue(plan::Value::Kind kind, int64_t width);
+  // Reshapes tensor `index` and its quantization companions to [experts, rows / experts, ...].
+  void SplitExperts(int32_t index, int64_t experts);
   int32_t AddTensor(plan::DType dtype, const std::vector<int64_t>& shape,
                     std::vector<uint8_t> bytes);
 

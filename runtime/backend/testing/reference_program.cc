@@ -7,6 +7,7 @@
 #include "runtime/backend/testing/tiny_llama.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/int4_layout.h"
+#include "runtime/plan/mxfp4.h"
 #include "runtime/plan/plan_reader.h"
 #include "runtime/plan/program_check.h"
 
@@ -15,19 +16,42 @@ namespace {
 
 using Matrix = std::vector<std::vector<double>>;  // [tokens][width]
 
+// A matrix's columns (its last dim) and rows (the product of the others: an expert stack [E,
+// N, K] is the [E N, K] matrix, plan.proto).
+int64_t Cols(const plan::Tensor& tensor) { return tensor.shape(tensor.shape_size() - 1); }
+int64_t Rows(const plan::Tensor& tensor) {
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < tensor.shape_size(); ++i) rows *= tensor.shape(i);
+  return rows;
+}
+
 // Element (r, c) of a stored float matrix: plan.proto's ROW_PANELS formula or row-major.
 int64_t StoredIndex(const plan::Tensor& tensor, int64_t r, int64_t c) {
-  if (tensor.layout() != plan::Tensor::ROW_PANELS) return r * tensor.shape(1) + c;
-  const int64_t panel = tensor.panel_rows(), cols = tensor.shape(1);
+  const int64_t cols = Cols(tensor);
+  if (tensor.layout() != plan::Tensor::ROW_PANELS) return r * cols + c;
+  const int64_t panel = tensor.panel_rows();
   return (r / panel) * panel * cols + c * panel + r % panel;
 }
 
 std::vector<float> Dequantized(const BlobLookup& blobs, const plan::Tensor& tensor,
                                const uint8_t* codes) {
   const plan::Quantization& q = tensor.quantization();
-  const int64_t rows = tensor.shape(0), cols = tensor.shape(1), group = q.group_size();
+  const int64_t rows = Rows(tensor), cols = Cols(tensor), group = q.group_size();
+  const uint8_t* scale_bytes = blobs(q.scales());
+  if (tensor.dtype() == plan::FP4_E2M1) {
+    // plan.proto: w = e2m1(code) * 2^(scale - 127), codes at I4's nibble positions.
+    std::vector<float> values(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int code = plan::Int4CodeAt(codes + r * cols / 2, cols, c);
+        const double scale = std::ldexp(1.0, scale_bytes[r * (cols / group) + c / group] - 127);
+        values[r * cols + c] = static_cast<float>(plan::kE2M1Values[code] * scale);
+      }
+    }
+    return values;
+  }
   std::vector<uint16_t> scales(rows * (cols / group));
-  std::memcpy(scales.data(), blobs(q.scales()), scales.size() * sizeof(uint16_t));
+  std::memcpy(scales.data(), scale_bytes, scales.size() * sizeof(uint16_t));
   const uint8_t* zeros = q.has_zero_points() ? blobs(q.zero_points()) : nullptr;
   std::vector<int32_t> permutation;
   if (q.has_input_permutation()) {
@@ -57,7 +81,8 @@ std::vector<float> ReferenceTensor(const plan::PlanMeta& meta, const BlobLookup&
                                    int32_t index) {
   const plan::Tensor& tensor = meta.tensors(index);
   const uint8_t* bytes = blobs(index);
-  if (tensor.dtype() == plan::I8 || tensor.dtype() == plan::I4) {
+  if (tensor.dtype() == plan::I8 || tensor.dtype() == plan::I4 ||
+      tensor.dtype() == plan::FP4_E2M1) {
     return Dequantized(blobs, tensor, bytes);
   }
   int64_t elements = 1;
@@ -65,11 +90,11 @@ std::vector<float> ReferenceTensor(const plan::PlanMeta& meta, const BlobLookup&
   const std::vector<float> stored =
       DecodeFrom(tensor.dtype(),
                  std::vector<uint8_t>(bytes, bytes + elements * plan::DTypeSize(tensor.dtype())));
-  if (tensor.shape_size() != 2) return stored;
+  if (tensor.shape_size() < 2) return stored;
   std::vector<float> values(elements);
-  for (int64_t r = 0; r < tensor.shape(0); ++r) {
-    for (int64_t c = 0; c < tensor.shape(1); ++c) {
-      values[r * tensor.shape(1) + c] = stored[StoredIndex(tensor, r, c)];
+  for (int64_t r = 0; r < Rows(tensor); ++r) {
+    for (int64_t c = 0; c < Cols(tensor); ++c) {
+      values[r * Cols(tensor) + c] = stored[StoredIndex(tensor, r, c)];
     }
   }
   return values;
@@ -215,6 +240,9 @@ std::vector<double> ReferenceProgram(const plan::PlanMeta& meta, const BlobLooku
         const int32_t head_dim = attention.head_dim();
         const int32_t group = attention.num_heads() / attention.num_kv_heads();
         const double scale = plan::SoftmaxScale(attention);
+        // gpt-oss's sinks: one more logit per head in the softmax, with no value.
+        const std::vector<float> sinks =
+            op.weights_size() > 0 ? weight(op.weights(0)) : std::vector<float>();
         Matrix out = rows(int64_t{attention.num_heads()} * head_dim);
         for (int64_t i = 0; i < num_tokens; ++i) {
           for (int32_t head = 0; head < attention.num_heads(); ++head) {
@@ -231,8 +259,9 @@ std::vector<double> ReferenceProgram(const plan::PlanMeta& meta, const BlobLooku
               scores.push_back(cap > 0 ? cap * std::tanh(dot * scale / cap) : dot * scale);
               keys.push_back(j);
             }
-            const double max_score = *std::max_element(scores.begin(), scores.end());
-            double total = 0;
+            double max_score = *std::max_element(scores.begin(), scores.end());
+            if (!sinks.empty()) max_score = std::max<double>(max_score, sinks[head]);
+            double total = sinks.empty() ? 0.0 : std::exp(sinks[head] - max_score);
             for (double& score : scores) total += (score = std::exp(score - max_score));
             for (size_t s = 0; s < keys.size(); ++s) {
               for (int32_t d = 0; d < head_dim; ++d) {
@@ -258,6 +287,102 @@ std::vector<double> ReferenceProgram(const plan::PlanMeta& meta, const BlobLooku
               out[t][i] = silu(out[t][i]) * values[op.inputs(1)][t][i];
             if (op.kind() == plan::GELU_TANH_MUL)
               out[t][i] = gelu_tanh(out[t][i]) * values[op.inputs(1)][t][i];
+          }
+        }
+        values[op.outputs(0)] = out;
+        break;
+      }
+      case plan::ROUTER: {
+        // plan.proto's ROUTER: the top_k largest logits (ties to the lower index) in
+        // descending order, then SOFTMAX_TOPK's or TOPK_SOFTMAX's weights.
+        const plan::RouterAttrs& router = op.router();
+        const Matrix& logit_rows = values[op.inputs(0)];
+        Matrix ids = rows(router.top_k()), weights = rows(router.top_k());
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          const std::vector<double>& l = logit_rows[t];
+          std::vector<int32_t> order(l.size());
+          for (size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int32_t>(e);
+          std::stable_sort(order.begin(), order.end(),
+                           [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+          const double top = l[order[0]];
+          double all = 0, chosen = 0;
+          for (double v : l) all += std::exp(v - top);
+          for (int32_t j = 0; j < router.top_k(); ++j) chosen += std::exp(l[order[j]] - top);
+          for (int32_t j = 0; j < router.top_k(); ++j) {
+            ids[t][j] = order[j];
+            const double p = std::exp(l[order[j]] - top);
+            if (router.scoring() == plan::RouterAttrs::TOPK_SOFTMAX) {
+              weights[t][j] = p / chosen;
+            } else {
+              weights[t][j] = router.normalize() ? p / chosen : p / all;
+            }
+          }
+        }
+        values[op.outputs(0)] = ids;
+        values[op.outputs(1)] = weights;
+        break;
+      }
+      case plan::EXPERT_MATMUL: {
+        // Slot j of token t: x_slot(t, j) W_e^T (+ bias_e), e = ids[t, j]; x_slot is row t, or
+        // its j-th K columns when x is [T, top_k K].
+        const plan::Tensor& tensor = meta.tensors(op.weights(0));
+        const int64_t n = tensor.shape(1), k = tensor.shape(2);
+        const int32_t top_k = op.expert().top_k();
+        const std::vector<float> w = weight(op.weights(0));
+        const std::vector<float> bias =
+            op.weights_size() > 1 ? weight(op.weights(1)) : std::vector<float>();
+        const Matrix& x = values[op.inputs(0)];
+        const Matrix& ids = values[op.inputs(1)];
+        const bool sliced = static_cast<int64_t>(x[0].size()) == top_k * k && top_k > 1;
+        std::vector<Matrix> outs;
+        for (int32_t id : op.outputs()) outs.push_back(rows(program.values(id).width()));
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (int32_t j = 0; j < top_k; ++j) {
+            const int64_t e = static_cast<int64_t>(ids[t][j]);
+            const double* row = x[t].data() + (sliced ? j * k : 0);
+            int64_t begin = 0;
+            for (size_t o = 0; o < outs.size(); ++o) {
+              const int64_t width = program.values(op.outputs(o)).width() / top_k;
+              for (int64_t c = 0; c < width; ++c) {
+                const int64_t r = begin + c;
+                double sum = bias.empty() ? 0.0 : bias[e * n + r];
+                for (int64_t i = 0; i < k; ++i) sum += row[i] * w[(e * n + r) * k + i];
+                outs[o][t][j * width + c] = sum;
+              }
+              begin += width;
+            }
+          }
+        }
+        for (size_t o = 0; o < outs.size(); ++o) values[op.outputs(o)] = outs[o];
+        break;
+      }
+      case plan::MOE_COMBINE: {
+        // out[t] = sum_j weights[t, j] y[t, jH..(j+1)H) (+ sigmoid(shared_gate[t]) shared[t]).
+        const Matrix& y = values[op.inputs(0)];
+        const Matrix& weights = values[op.inputs(1)];
+        const int64_t hidden = program.values(op.outputs(0)).width();
+        Matrix out = rows(hidden);
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (size_t j = 0; j < weights[t].size(); ++j) {
+            for (int64_t i = 0; i < hidden; ++i) out[t][i] += weights[t][j] * y[t][j * hidden + i];
+          }
+          if (op.inputs_size() == 4) {
+            const double gate = 1.0 / (1.0 + std::exp(-values[op.inputs(3)][t][0]));
+            for (int64_t i = 0; i < hidden; ++i) out[t][i] += gate * values[op.inputs(2)][t][i];
+          }
+        }
+        values[op.outputs(0)] = out;
+        break;
+      }
+      case plan::CLAMPED_SWIGLU: {
+        // (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g), g = min(gate, limit).
+        const double alpha = op.swiglu().alpha(), limit = op.swiglu().limit();
+        Matrix out = values[op.inputs(0)];
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (size_t i = 0; i < out[t].size(); ++i) {
+            const double g = std::min(out[t][i], limit);
+            const double up = std::clamp(values[op.inputs(1)][t][i], -limit, limit);
+            out[t][i] = (up + 1.0) * g / (1.0 + std::exp(-alpha * g));
           }
         }
         values[op.outputs(0)] = out;
