@@ -27,8 +27,8 @@ using Json = nlohmann::json;
 // Every dtype name the safetensors format defines, so an unsupported one is reported as
 // "not supported" rather than "unknown".
 constexpr const char* kOtherSafetensorsDTypes[] = {
-    "BOOL", "U8",      "I8",      "I16",     "U16",     "U32",     "I64", "U64",
-    "F64",  "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64"};
+    "BOOL",    "I8",      "I16",     "U16",     "U32",     "I64", "U64", "F64",
+    "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64"};
 
 struct DTypeInfo {
   DType dtype;
@@ -46,14 +46,16 @@ absl::StatusOr<DTypeInfo> ParseDType(const std::string& where, const Json& value
   if (name == "BF16") return DTypeInfo{llmrt::plan::BF16, 2};
   // GPTQ/AWQ checkpoints: packed 4-bit codes (qweight, qzeros) and g_idx.
   if (name == "I32") return DTypeInfo{llmrt::plan::I32, 4};
+  // MXFP4 checkpoints (gpt-oss): packed E2M1 codes (*_blocks) and E8M0 exponents (*_scales).
+  if (name == "U8") return DTypeInfo{llmrt::plan::U8, 1};
   for (const char* other : kOtherSafetensorsDTypes) {
     if (name == other) {
       return absl::UnimplementedError(absl::StrFormat(
-          "%s: dtype %s is not supported (supported: F32, F16, BF16, I32)", where, name));
+          "%s: dtype %s is not supported (supported: F32, F16, BF16, I32, U8)", where, name));
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrFormat("%s: unknown dtype \"%s\" (supported: F32, F16, BF16, I32)", where, name));
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: unknown dtype \"%s\" (supported: F32, F16, BF16, I32, U8)", where, name));
 }
 
 // A JSON value as a non-negative integer, or an error naming `field`.

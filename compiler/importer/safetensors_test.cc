@@ -67,14 +67,16 @@ TEST(SafetensorsTest, ReadsEveryAcceptedDTypeAndMetadata) {
   const std::vector<uint16_t> f16 = {llmrt::plan::F32ToF16(0.5f), llmrt::plan::F32ToF16(3.0f),
                                      llmrt::plan::F32ToF16(-1.0f)};
   const std::vector<uint16_t> bf16 = {llmrt::plan::F32ToBf16(7.0f)};
-  WriteFile(dir.File("x.safetensors"), BuildSafetensors({{"a", "F32", {2}, BytesOf(f32)},
-                                                         {"b", "F16", {3, 1}, BytesOf(f16)},
-                                                         {"c", "BF16", {1}, BytesOf(bf16)},
-                                                         {"empty", "F32", {0, 4}, ""}},
-                                                        {{"format", "pt"}}));
+  WriteFile(dir.File("x.safetensors"),
+            BuildSafetensors({{"a", "F32", {2}, BytesOf(f32)},
+                              {"b", "F16", {3, 1}, BytesOf(f16)},
+                              {"c", "BF16", {1}, BytesOf(bf16)},
+                              {"d", "U8", {1, 3}, std::string("\x7f\x00\xfe", 3)},
+                              {"empty", "F32", {0, 4}, ""}},
+                             {{"format", "pt"}}));
   auto file = SafetensorsFile::Open(dir.File("x.safetensors"));
   ASSERT_TRUE(file.ok()) << file.status();
-  ASSERT_EQ((*file)->tensors().size(), 4u);
+  ASSERT_EQ((*file)->tensors().size(), 5u);
   const SafetensorsTensor* b = (*file)->Find("b");
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->dtype, llmrt::plan::F16);
@@ -87,6 +89,11 @@ TEST(SafetensorsTest, ReadsEveryAcceptedDTypeAndMetadata) {
   uint16_t seven;
   std::memcpy(&seven, c->data, 2);
   EXPECT_EQ(llmrt::plan::Bf16ToF32(seven), 7.0f);
+  const SafetensorsTensor* d = (*file)->Find("d");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->dtype, llmrt::plan::U8);
+  EXPECT_EQ(d->size_bytes, 3u);
+  EXPECT_EQ(d->data[2], 0xfe);
   EXPECT_EQ((*file)->Find("empty")->size_bytes, 0u);
   EXPECT_EQ((*file)->metadata().at("format"), "pt");
 }
@@ -175,7 +182,7 @@ TEST_F(SafetensorsErrorTest, UnsupportedDTypeNamesTensorAndDType) {
                                R"(", "shape": [1], "data_offsets": [0, 1]}})";
     EXPECT_THAT(OpenError(RawSafetensors(header, std::string(8, '\0'))),
                 HasSubstr(std::string("tensor model.layers.0.q.weight: dtype ") + dtype +
-                          " is not supported (supported: F32, F16, BF16, I32)"));
+                          " is not supported (supported: F32, F16, BF16, I32, U8)"));
   }
   EXPECT_THAT(OpenError(RawSafetensors(
                   R"({"w": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}})", "x")),
