@@ -5,6 +5,7 @@
 #define LLMC_COMPILER_ARCH_BLOCKS_H_
 
 #include <cstdint>
+#include <string>
 
 #include "compiler/arch/graph.h"
 
@@ -26,6 +27,7 @@ struct AttentionOptions {
   // q, k and v are the rows of one self_attn.qkv_proj (Phi-3), read as row slices.
   bool fused_qkv = false;
   double norm_offset = 0;  // q/k norm gamma = norm_offset + weight (Gemma 3: 1)
+  bool sinks = false;      // self_attn.sinks [num_heads]: a learned logit per head (gpt-oss)
 };
 // The attention's softmax scale (query_pre_attn_scalar^-0.5 or head_dim^-0.5), logit soft-cap
 // and, on sliding layers, the rope (sliding_layer_rope) come from the config.
@@ -34,6 +36,21 @@ struct FfnOptions {
   bool bias = false;  // gate/up/down carry a bias (Llama mlp_bias)
   // gate and up are the two halves of the rows of one mlp.gate_up_proj (Phi-3), in that order.
   bool fused_gate_up = false;
+};
+
+// A mixture-of-experts FFN's checkpoint names, under model.layers.N.; its sizes and routing
+// come from config.moe.
+struct MoeOptions {
+  std::string router = "mlp.gate";      // Mixtral "block_sparse_moe.gate", gpt-oss "mlp.router"
+  std::string experts = "mlp.experts";  // Mixtral "block_sparse_moe.experts"
+  // Per-expert projections <experts>.<e>.<gate|up|down>.weight (Mixtral: w1, w3, w2).
+  std::string gate = "gate_proj", up = "up_proj", down = "down_proj";
+  // gpt-oss: the experts are 3-D <experts>.gate_up_proj [E, H, 2I] (used transposed, gate and
+  // up interleaved by column) and down_proj [E, I, H] (+ _bias), read through ExpertSlice views.
+  bool stacked = false;
+  // Qwen2-MoE: mlp.shared_expert.{gate,up,down}_proj (shared_expert_intermediate_size) on every
+  // token, times sigmoid(mlp.shared_expert_gate [1, H] x), added to the routed sum.
+  bool shared_expert = false;
 };
 
 // Gemma's decoder: every norm's gamma is 1 + weight, embeddings are scaled by sqrt(hidden_size).
@@ -53,11 +70,19 @@ Activation SelfAttention(ModelGraph& graph, Activation x, int64_t layer,
 // gelu_pytorch_tanh (gelu's tanh approximation, which gelu_new computes too).
 Activation GatedFfn(ModelGraph& graph, Activation x, int64_t layer, const FfnOptions& options);
 
+// A mixture of experts on x (already normalized): the router matmul (+ bias when
+// config.moe.router_bias), ROUTER, each expert's gate and up, the activation (silu * up, or the
+// clamped SwiGLU when config.moe.swiglu_limit > 0), down, and the weighted combine (+ the shared
+// expert and its sigmoid gate).
+Activation MoeFfn(ModelGraph& graph, Activation x, int64_t layer, const MoeOptions& options);
+
 // transformers' LlamaDecoderLayer:
 //   h  = x + self_attn(input_layernorm(x))
 //   x' = h + mlp(post_attention_layernorm(h))
+// With `moe`, mlp is MoeFfn on the layers where LayerIsMoe (family_config.h).
 Activation PreNormDecoderLayer(ModelGraph& graph, Activation x, int64_t layer,
-                               const AttentionOptions& attention, const FfnOptions& ffn);
+                               const AttentionOptions& attention, const FfnOptions& ffn,
+                               const MoeOptions* moe = nullptr);
 
 // transformers' Olmo2DecoderLayer: no norm before the sublayers, one on each output inside the
 // residual:
@@ -77,8 +102,9 @@ Activation SandwichNormDecoderLayer(ModelGraph& graph, Activation x, int64_t lay
 void FinalNormAndLogits(ModelGraph& graph, Activation x, double norm_offset = 0);
 
 // The whole Llama-shaped model: embedding, num_hidden_layers pre-norm layers, final norm,
-// logits.
-void PreNormDecoder(ModelGraph& graph, const AttentionOptions& attention, const FfnOptions& ffn);
+// logits; with `moe`, a mixture of experts on the layers where LayerIsMoe.
+void PreNormDecoder(ModelGraph& graph, const AttentionOptions& attention, const FfnOptions& ffn,
+                    const MoeOptions* moe = nullptr);
 
 // PreNormDecoder with Llama's bias options from the config: attention_bias on q/k/v/o, mlp_bias
 // on gate/up/down.

@@ -13,12 +13,17 @@ extern const Family kOlmo2Family;
 extern const Family kPhi3Family;
 extern const Family kGemma2Family;
 extern const Family kGemma3Family;
+extern const Family kQwen3MoeFamily;
+extern const Family kQwen2MoeFamily;
+extern const Family kMixtralFamily;
 
 namespace {
 
-constexpr const Family* kFamilies[] = {&kLlamaFamily, &kMistralFamily, &kQwen2Family,
-                                       &kQwen3Family, &kSmolLM3Family, &kOlmo2Family,
-                                       &kPhi3Family,  &kGemma2Family,  &kGemma3Family};
+// The "supported: ..." lists keep Gemma 2 and 3 last (hf_config_test checks the list's ends).
+constexpr const Family* kFamilies[] = {&kLlamaFamily,   &kMistralFamily,  &kQwen2Family,
+                                       &kQwen3Family,   &kSmolLM3Family,  &kOlmo2Family,
+                                       &kPhi3Family,    &kQwen3MoeFamily, &kQwen2MoeFamily,
+                                       &kMixtralFamily, &kGemma2Family,   &kGemma3Family};
 
 }  // namespace
 
