@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/plan/dtype.h"
+#include "runtime/plan/mxfp4.h"
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_reader.h"
 #include "runtime/plan/plan_writer.h"
@@ -513,6 +515,33 @@ TEST(DTypeTest, SizesAndNames) {
   EXPECT_STREQ(DTypeName(BF16), "bf16");
   EXPECT_STREQ(DTypeName(I4), "i4");
   EXPECT_STREQ(DTypeName(static_cast<DType>(99)), "unknown");
+  // MXFP4: codes half a byte like I4, scales one byte.
+  EXPECT_EQ(DTypeSize(FP4_E2M1), 0u);
+  EXPECT_EQ(DTypeBits(FP4_E2M1), 4);
+  EXPECT_EQ(DTypeSize(E8M0), 1u);
+  EXPECT_EQ(DTypeBits(E8M0), 8);
+  EXPECT_STREQ(DTypeName(FP4_E2M1), "fp4_e2m1");
+  EXPECT_STREQ(DTypeName(E8M0), "e8m0");
+}
+
+// Every E8M0 byte but NaN is exactly 2^(b - 127), the denormals 2^-127 (b = 0) included.
+TEST(Mxfp4Test, E8M0IsExactForEveryByte) {
+  for (int b = 0; b < 255; ++b) {
+    EXPECT_EQ(E8M0ToF32(static_cast<uint8_t>(b)), std::ldexp(1.0f, b - 127)) << "byte " << b;
+  }
+  EXPECT_TRUE(std::isnan(E8M0ToF32(255)));
+}
+
+// OCP MX v1.0's E2M1 table: sign bit 3, exponent bits 2-1 (bias 1), mantissa bit 0.
+TEST(Mxfp4Test, E2M1ValuesAndDoubledCodes) {
+  for (int code = 0; code < 16; ++code) {
+    const int exponent = (code >> 1) & 3, mantissa = code & 1;
+    const double magnitude =
+        exponent == 0 ? 0.5 * mantissa : std::ldexp(1.0 + 0.5 * mantissa, exponent - 1);
+    const double value = code & 8 ? -magnitude : magnitude;
+    EXPECT_EQ(kE2M1Values[code], static_cast<float>(value)) << "code " << code;
+    EXPECT_EQ(E2M1Doubled(code), static_cast<int>(2 * value)) << "code " << code;
+  }
 }
 
 }  // namespace
