@@ -7,7 +7,8 @@ failures and 0 invalid calls, and afterwards /metrics must show nothing running 
 no KV-cache block in use.
 
 The plan is a random-walk Qwen3 (make_agent_model.py; real tokenizer and chat template): what
-the model would write is never allowed, so every call is what the grammar let it sample.
+the model would write is never allowed, so every call is what the grammar let it sample. The
+same runs again with gpt-oss's tokenizer and harmony template (HarmonyAgents).
 
     python3 agents_test.py --llmc build/bin/llmc --llmrt build/bin/llmrt
 """
@@ -33,12 +34,14 @@ ARGS = None
 AGENTS = 32
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": {
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+                                      "parameters": {
         "type": "object",
         "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 8},
                        "unit": {"enum": ["celsius", "fahrenheit"]}},
         "required": ["city", "unit"], "additionalProperties": False}}},
-    {"type": "function", "function": {"name": "search", "parameters": {
+    {"type": "function", "function": {"name": "search", "description": "Search",
+                                      "parameters": {
         "type": "object",
         "properties": {"query": {"type": "string", "maxLength": 12},
                        "limit": {"type": "integer", "minimum": 1, "maximum": 10}},
@@ -56,11 +59,14 @@ def metric(text, name):
 
 
 class Agents(unittest.TestCase):
+    FAMILY = "qwen3"
+    CALL_TURN_CONTENT = None  # the assistant turn with the calls, as the SDK's clients send it
+
     @classmethod
     def setUpClass(cls):
         cls.work = tempfile.mkdtemp(prefix="llmrt-agents-")
         model = os.path.join(cls.work, "model")
-        make_agent_model.make(ARGS.llmc, "qwen3", model, ["Sorry, no tools today."])
+        make_agent_model.make(ARGS.llmc, cls.FAMILY, model, ["Sorry, no tools today."])
         plan = os.path.join(cls.work, "agents.plan")
         subprocess.run([ARGS.llmc, "compile", model, "-o", plan, "--quiet"], check=True,
                        stdout=subprocess.DEVNULL)
@@ -112,7 +118,8 @@ class Agents(unittest.TestCase):
                 turn = 1
                 calls = self.stream_turn(client, messages, seed=index)
                 bad = self.invalid_calls(calls)
-                messages.append({"role": "assistant", "content": None, "tool_calls": [
+                messages.append({"role": "assistant", "content": self.CALL_TURN_CONTENT,
+                                 "tool_calls": [
                     {"id": c["id"], "type": "function",
                      "function": {"name": c["name"], "arguments": c["arguments"]}}
                     for c in calls]})
@@ -150,6 +157,13 @@ class Agents(unittest.TestCase):
                 break
             time.sleep(0.1)
         self.assertEqual(idle, (0, 0, 0))
+
+
+class HarmonyAgents(Agents):
+    """gpt-oss's harmony format: calls are commentary messages ended by <|call|>, an EOS id.
+    Its template refuses an assistant turn with content null (docs/server.md, Harmony)."""
+    FAMILY = "gpt_oss"
+    CALL_TURN_CONTENT = ""
 
 
 if __name__ == "__main__":

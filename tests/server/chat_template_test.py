@@ -4,8 +4,9 @@
 template the request's `chat_template` names, and tool-call `arguments` sent as a JSON string
 turned into an object first (as vLLM does; templates write `arguments | tojson`). Checked
 against transformers' own renderer (jinja2 in apply_chat_template's environment) on the real
-templates in ../shared/tokenizers: Hermes-3, Qwen3, Llama 3.1. The server's prompt is read back
-with /tokenize and /detokenize.
+templates in ../shared/tokenizers: Hermes-3, Qwen3, Llama 3.1, and gpt-oss's harmony template
+(system and developer messages, reasoning in the history as `thinking`, a call and its result,
+`reasoning_effort`). The server's prompt is read back with /tokenize and /detokenize.
 
     python3 chat_template_test.py --llmc build/bin/llmc --llmrt build/bin/llmrt
 """
@@ -45,6 +46,26 @@ CONVERSATION = [
         {"id": "call_1", "type": "function",
          "function": {"name": "get_weather", "arguments": '{"city":"Paris","days":2}'}}]},
     {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+]
+
+
+# gpt-oss's template describes every tool (`tool.description` is required) and reads an
+# assistant call turn's analysis from `thinking` (the server passes reasoning_content so, as
+# transformers does); it tests `"..." in message.content`, so content null is an error there
+# (jinja2's TypeError) and a call turn carries "".
+HARMONY_CONVERSATION = [
+    {"role": "developer", "content": "Answer briefly."},
+    {"role": "user", "content": "Weather in Paris for 2 days?"},
+    {"role": "assistant", "content": "", "reasoning_content": "Need the forecast tool.",
+     "tool_calls": [{"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather",
+                                  "arguments": '{"city":"Paris","days":2}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+]
+# The turn answered: the template drops the analysis of every earlier turn.
+HARMONY_ANSWERED = HARMONY_CONVERSATION + [
+    {"role": "assistant", "content": "Sunny in Paris.", "reasoning_content": "Dropped."},
+    {"role": "user", "content": "And tomorrow?"},
 ]
 
 
@@ -98,6 +119,7 @@ def setUpModule():
     make_plan("qwen3", "qwen3", None)
     make_plan("llama31", "llama3", None, os.path.join(
         SHARED, "llama3", "more", "chat_template.Llama-3.1-8B-Instruct.jinja"))
+    make_plan("gpt_oss", "gpt_oss", None, os.path.join(SHARED, "gpt-oss", "chat_template.jinja"))
 
 
 def tearDownModule():
@@ -124,10 +146,10 @@ def server_prompt(name, **fields):
     return text["prompt"]
 
 
-def reference(name, template, messages, tools):
+def reference(name, template, messages, tools, **variables):
     return render_jinja_template(conversations=[messages], tools=tools,
                                  chat_template=TEMPLATES[name][template],
-                                 add_generation_prompt=True, **SPECIAL[name])[0][0]
+                                 add_generation_prompt=True, **SPECIAL[name], **variables)[0][0]
 
 
 class Rendering(unittest.TestCase):
@@ -175,6 +197,49 @@ class Rendering(unittest.TestCase):
                 self.assertIn('"city": "Paris"', expected)
                 self.assertEqual(server_prompt(name, messages=CONVERSATION, tools=TOOLS),
                                  expected)
+
+
+class Harmony(unittest.TestCase):
+    def test_harmony_conversations_render_as_transformers(self):
+        tools = json.loads(json.dumps(TOOLS))
+        expected = reference("gpt_oss", "default", with_object_arguments(HARMONY_CONVERSATION),
+                             tools)
+        # What the comparison covers: the analysis of the call turn, the call, its result.
+        for part in ("<|start|>developer<|message|># Instructions\n\nAnswer briefly.",
+                     "<|channel|>analysis<|message|>Need the forecast tool.<|end|>",
+                     "<|start|>assistant to=functions.get_weather<|channel|>commentary json"
+                     "<|message|>{\"city\": \"Paris\", \"days\": 2}<|call|>",
+                     "<|start|>functions.get_weather to=assistant<|channel|>commentary"
+                     "<|message|>\"sunny\"<|end|>", "Reasoning: medium"):
+            self.assertIn(part, expected)
+        self.assertEqual(server_prompt("gpt_oss", messages=HARMONY_CONVERSATION, tools=tools),
+                         expected)
+        expected = reference("gpt_oss", "default", with_object_arguments(HARMONY_ANSWERED), tools)
+        self.assertIn("<|channel|>final<|message|>Sunny in Paris.<|end|>", expected)
+        self.assertNotIn("Need the forecast tool.", expected)
+        self.assertNotIn("Dropped.", expected)
+        self.assertEqual(server_prompt("gpt_oss", messages=HARMONY_ANSWERED, tools=tools),
+                         expected)
+        # A system message, no tools, and reasoning_effort (the template variable).
+        plain = [{"role": "system", "content": "Be terse."},
+                 {"role": "user", "content": "Hi"},
+                 {"role": "assistant", "content": "Hello.", "thinking": "Greet back."},
+                 {"role": "user", "content": "Bye"}]
+        for effort in ("low", "high"):
+            expected = reference("gpt_oss", "default", plain, None, reasoning_effort=effort)
+            self.assertIn("Reasoning: %s" % effort, expected)
+            self.assertEqual(server_prompt("gpt_oss", messages=plain, reasoning_effort=effort),
+                             expected)
+
+    def test_null_content_fails_as_in_transformers(self):
+        messages = json.loads(json.dumps(HARMONY_CONVERSATION))
+        messages[2]["content"] = None
+        with self.assertRaises(TypeError):
+            reference("gpt_oss", "default", with_object_arguments(messages), TOOLS)
+        status, body = post("gpt_oss", "/v1/chat/completions",
+                            {"messages": messages, "tools": TOOLS})
+        self.assertEqual(status, 400)
+        self.assertIn("not iterable", body["error"]["message"])
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ order and then EOS, whatever the prompt, greedy or sampled:
     each with a logit of about 57 against 0 for every other token.
 
 `max_tokens` cuts the script short (1: the first piece only). Everything else (vocabulary,
-merges, chat template, special tokens) is the real model's, from ../shared/tokenizers.
+merges, chat template, special tokens) is the real model's, from ../shared/tokenizers. A
+piece may also be a token id of the real vocabulary (gpt_oss: harmony's special tokens, see
+HARMONY_REPLY); the gpt_oss family writes tokenizer.json from the shared tiktoken ranks with
+transformers' converter, as the gpt-oss checkpoints ship it.
 
     make_agent_model.py --llmc build/bin/llmc --family qwen3 -o DIR [--reply TEXT ...]
 

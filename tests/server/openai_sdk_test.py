@@ -24,6 +24,7 @@ import unittest
 import urllib.error
 import urllib.request
 
+import make_agent_model
 import sdk_harness
 
 try:
@@ -414,6 +415,144 @@ class AgentTest(unittest.TestCase):
                 with self.assertRaises(openai.BadRequestError) as raised:
                     self.client.responses.create(model="agent", input="hi", **extra)
                 self.assertIn(name, str(raised.exception))
+
+
+class HarmonyAgentTest(unittest.TestCase):
+    """gpt-oss's harmony format end to end: the scripted plan with gpt-oss's tokenizer and
+    template (make_agent_model.HARMONY_REPLY, written with the real special tokens) always
+    answers with an analysis message, a commentary preamble "Let me check." and a call of
+    get_weather, ended by <|call|> (an EOS id of gpt-oss's generation_config)."""
+
+    CALL = [("get_weather", {"city": "Paris"})]
+    REASONING = "I should check the weather."
+
+    @classmethod
+    def setUpClass(cls):
+        model = os.path.join(WORK, "harmony-model")
+        make_agent_model.make(ARGS.llmc, "gpt_oss", model, make_agent_model.HARMONY_REPLY)
+        plan = os.path.join(WORK, "harmony.plan")
+        subprocess.run([ARGS.llmc, "compile", model, "-o", plan, "--quiet"], check=True,
+                       stdout=subprocess.DEVNULL)
+        cls.server = Server(plan=plan, model_name="harmony")
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+
+    def calls(self, calls):
+        return [(c.function.name, json.loads(c.function.arguments)) for c in calls]
+
+    def test_channels_and_call(self):
+        chat = self.client.chat.completions.create(model="harmony", messages=ASK,
+                                                   tools=WEATHER_TOOLS)
+        choice = chat.choices[0]
+        self.assertEqual(choice.finish_reason, "tool_calls")
+        self.assertEqual(choice.message.reasoning_content, self.REASONING)
+        self.assertEqual(choice.message.content, "Let me check.")
+        self.assertEqual(self.calls(choice.message.tool_calls), self.CALL)
+        with self.client.chat.completions.stream(model="harmony", messages=ASK,
+                                                 tools=WEATHER_TOOLS) as stream:
+            list(stream)
+            final = stream.get_final_completion().choices[0]
+        self.assertEqual(final.finish_reason, "tool_calls")
+        self.assertEqual(final.message.content, "Let me check.")
+        self.assertEqual(self.calls(final.message.tool_calls), self.CALL)
+        # The call goes back (content "", see chat_template_test.py) with its result.
+        call = choice.message.tool_calls[0]
+        second = self.client.chat.completions.create(
+            model="harmony", tools=WEATHER_TOOLS, max_tokens=4,
+            messages=ASK + [{"role": "assistant", "content": "",
+                             "reasoning_content": choice.message.reasoning_content,
+                             "tool_calls": [call.model_dump()]},
+                            {"role": "tool", "tool_call_id": call.id, "content": "sunny"}])
+        self.assertEqual(second.choices[0].finish_reason, "length")
+        self.assertEqual(second.choices[0].message.reasoning_content, self.REASONING)
+
+    def test_without_tools_the_call_is_content(self):
+        chat = self.client.chat.completions.create(model="harmony", messages=ASK)
+        message = chat.choices[0].message
+        self.assertEqual(chat.choices[0].finish_reason, "stop")
+        self.assertIsNone(message.tool_calls)
+        self.assertEqual(message.reasoning_content, self.REASONING)
+        self.assertEqual(message.content,
+                         "Let me check.<|start|>assistant<|channel|>commentary "
+                         "to=functions.get_weather <|constrain|>json<|message|>"
+                         '{"city": "Paris"}')
+        # Cut in the analysis: reasoning only.
+        chat = self.client.chat.completions.create(model="harmony", messages=ASK, max_tokens=4,
+                                                   tools=WEATHER_TOOLS)
+        self.assertEqual(chat.choices[0].finish_reason, "length")
+        self.assertEqual(chat.choices[0].message.reasoning_content, self.REASONING)
+        self.assertEqual(chat.choices[0].message.content, "")
+
+    def test_forced_call(self):
+        # The grammar never allows what the scripted model wants after <|channel|>, so it
+        # writes the lowest allowed token each time (',' before '}'): bounded strings and no
+        # other properties end the call.
+        tools = json.loads(json.dumps(WEATHER_TOOLS))
+        for tool in tools:
+            parameters = tool["function"]["parameters"]
+            parameters["additionalProperties"] = False
+            for value in parameters["properties"].values():
+                value["maxLength"] = 8
+        for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+            chat = self.client.chat.completions.create(
+                model="harmony", messages=ASK, tools=tools, tool_choice=choice,
+                max_tokens=100, logprobs=True)
+            result = chat.choices[0]
+            self.assertEqual(result.finish_reason, "tool_calls")
+            self.assertIsNone(result.message.reasoning_content)
+            [call] = result.message.tool_calls
+            arguments = json.loads(call.function.arguments)
+            if isinstance(choice, dict):
+                self.assertEqual(call.function.name, "get_weather")
+            self.assertIn(call.function.name, ("get_weather", "get_time"))
+            self.assertLessEqual(set(arguments), {"city", "zone"})
+            tokens = [t.token for t in result.logprobs.content]
+            # The markers are the special tokens, not text spelling them.
+            self.assertEqual(tokens[0], "<|channel|>")
+            self.assertIn("<|constrain|>", tokens)
+            self.assertIn("<|message|>", tokens)
+
+    def test_responses(self):
+        tools = [{"type": "function", "name": t["function"]["name"],
+                  "description": t["function"]["description"],
+                  "parameters": t["function"]["parameters"], "strict": False}
+                 for t in WEATHER_TOOLS]
+        response = self.client.responses.create(model="harmony", input=ASK[0]["content"],
+                                                tools=tools, reasoning={"effort": "low"})
+        with self.client.responses.stream(model="harmony", input=ASK[0]["content"],
+                                          tools=tools) as stream:
+            list(stream)
+            streamed = stream.get_final_response()
+        for result in (response, streamed):
+            self.assertEqual(result.status, "completed")
+            self.assertEqual([item.type for item in result.output],
+                             ["reasoning", "message", "function_call"])
+            self.assertEqual(result.output[0].content[0].text, self.REASONING)
+            self.assertEqual(result.output_text, "Let me check.")
+            self.assertEqual([(c.name, json.loads(c.arguments)) for c in result.output[2:]],
+                             self.CALL)
+
+    def test_messages(self):
+        body = {"model": "harmony", "max_tokens": 50, "messages": ASK,
+                "tools": [{"name": t["function"]["name"],
+                           "description": t["function"]["description"],
+                           "input_schema": t["function"]["parameters"]}
+                          for t in WEATHER_TOOLS]}
+        request = urllib.request.Request(self.server.url + "/v1/messages",
+                                         json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            message = json.load(answer)
+        self.assertEqual(message["stop_reason"], "tool_use")
+        self.assertEqual([block["type"] for block in message["content"]],
+                         ["thinking", "text", "tool_use"])
+        self.assertEqual(message["content"][0]["thinking"], self.REASONING)
+        self.assertEqual(message["content"][1]["text"], "Let me check.")
+        self.assertEqual((message["content"][2]["name"], message["content"][2]["input"]),
+                         self.CALL[0])
 
 
 def main():
