@@ -172,6 +172,34 @@ TEST(ToolGrammar, SpecialMarkersAreWholeTokens) {
   EXPECT_TRUE(matcher.CanEnd());
 }
 
+TEST(ToolGrammar, HarmonyMarkersAreWholeTokens) {
+  const Vocabulary vocabulary = MakeVocabulary();
+  absl::StatusOr<std::string> gbnf =
+      ToolCallGbnf(ToolCallFormat::kHarmony, Tools(), {"now", false, false}, vocabulary.spec);
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status();
+  auto id = [&](std::string_view marker) {
+    for (const auto& token : vocabulary.spec.added_tokens()) {
+      if (token.content() == marker) return token.id();
+    }
+    return -1;
+  };
+  auto compiled = grammar::CompileGrammar(*gbnf, vocabulary.tokens);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  grammar::GrammarMatcher matcher(*compiled);
+  // No analysis first, and "<|channel|>" spelled in bytes is not the marker.
+  EXPECT_FALSE(matcher.Accept('<').ok());
+  ASSERT_TRUE(matcher.Accept(id(markers::kHarmonyChannel)).ok());
+  EXPECT_TRUE(matcher.AcceptBytes("commentary to=functions.now "));
+  EXPECT_FALSE(matcher.AcceptBytes("<|constrain|>"));
+  ASSERT_TRUE(matcher.Accept(id(markers::kHarmonyConstrain)).ok());
+  EXPECT_TRUE(matcher.AcceptBytes("json"));
+  ASSERT_TRUE(matcher.Accept(id(markers::kHarmonyMessage)).ok());
+  EXPECT_TRUE(matcher.AcceptBytes("{}"));
+  EXPECT_FALSE(matcher.CanEnd());  // <|call|> ends the message
+  ASSERT_TRUE(matcher.Accept(id(markers::kHarmonyCall)).ok());
+  EXPECT_TRUE(matcher.CanEnd());
+}
+
 TEST(ToolGrammar, RefusalsNameTheField) {
   const Vocabulary vocabulary = MakeVocabulary();
   auto message = [&](ToolCallFormat format, const Json& tools, const std::string& function) {
