@@ -48,6 +48,8 @@ const char *dtypeSuffix(plan::DType dtype) {
     return "i8";
   case plan::I4:
     return "i4";
+  case plan::FP4_E2M1:
+    return "mxfp4";
   default:
     return "?";
   }
@@ -95,6 +97,11 @@ std::vector<int64_t> expertShape(std::vector<int64_t> shape, int64_t experts) {
   shape[0] /= experts;
   shape.insert(shape.begin(), experts);
   return shape;
+}
+
+// The dtype of the codes llm.quant asks for.
+plan::DType quantCodeDtype(const QuantSpec &spec) {
+  return spec.mxfp4 ? plan::FP4_E2M1 : spec.bits == 8 ? plan::I8 : plan::I4;
 }
 
 class Emitter {
@@ -233,7 +240,7 @@ absl::StatusOr<int> Emitter::addQuantizedTensor(Operation *user, ArrayRef<FlatSy
   std::string name = !tensorName.empty() ? tensorName
                      : names.size() == 1 ? names[0]
                                          : fusedTensorName(names);
-  const plan::DType codeDtype = spec.bits == 8 ? plan::I8 : plan::I4;
+  const plan::DType codeDtype = quantCodeDtype(spec);
   if (auto it = tensorIndex.find(name); it != tensorIndex.end()) {
     const plan::Tensor &existing = (*tensors)[it->second];
     if (existing.dtype() != codeDtype || existing.quantization().group_size() != spec.groupSize)
@@ -242,7 +249,9 @@ absl::StatusOr<int> Emitter::addQuantizedTensor(Operation *user, ArrayRef<FlatSy
     return it->second;
   }
 
-  quant::QuantFormat format{static_cast<int>(spec.bits), spec.groupSize, spec.asymmetric};
+  const quant::QuantFormat format =
+      spec.mxfp4 ? quant::QuantFormat::Mxfp4()
+                 : quant::QuantFormat{static_cast<int>(spec.bits), spec.groupSize, spec.asymmetric};
   std::vector<quant::QuantizedMatrix> owned;
   owned.reserve(params.size());
   std::vector<const quant::QuantizedMatrix *> parts;
@@ -254,7 +263,7 @@ absl::StatusOr<int> Emitter::addQuantizedTensor(Operation *user, ArrayRef<FlatSy
     if (*pre) {
       const quant::QuantFormat &have = (*pre)->format;
       if (have.bits != format.bits || have.group_size != format.group_size ||
-          have.asymmetric != format.asymmetric)
+          have.asymmetric != format.asymmetric || have.kind != format.kind)
         return absl::InvalidArgumentError(absl::StrCat("tensor ", partName, " is pre-quantized as ",
                                                        have.ToString(), " but llm.quant asks for ",
                                                        format.ToString()));
@@ -296,20 +305,27 @@ absl::StatusOr<int> Emitter::addQuantizedTensor(Operation *user, ArrayRef<FlatSy
     rows += part->rows;
     codes.push_back(part->codes.data());
     codeBytes.push_back(part->codes.size());
-    scales.push_back(reinterpret_cast<const uint8_t *>(part->scales.data()));
-    scaleBytes.push_back(part->scales.size() * 2);
+    // MXFP4's scales are its E8M0 exponent bytes.
+    if (format.mxfp4()) {
+      scales.push_back(part->exponents.data());
+      scaleBytes.push_back(part->exponents.size());
+    } else {
+      scales.push_back(reinterpret_cast<const uint8_t *>(part->scales.data()));
+      scaleBytes.push_back(part->scales.size() * 2);
+    }
     zeroPoints.push_back(part->zero_points.data());
     zeroBytes.push_back(part->zero_points.size());
   }
   const int64_t groups = first.cols / format.group_size;
-  // QuantizedMatrix packs I4 rows as plan.proto's LANE_CHUNKS (runtime/plan/int4_layout.h), and
-  // fused parts concatenate whole rows, which keeps every row's packing.
+  // QuantizedMatrix packs I4 and FP4_E2M1 rows as plan.proto's LANE_CHUNKS
+  // (runtime/plan/int4_layout.h), and fused parts concatenate whole rows, which keeps every
+  // row's packing.
   if (experts > 0 && !first.input_permutation.empty())
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor ", names[0], ": an expert weight cannot have an act-order permutation (g_idx)"));
   absl::StatusOr<int> codesIndex =
       writeTensor(name, codeDtype, expertShape({rows, first.cols}, experts), codes, codeBytes,
-                  codeDtype == plan::I4 ? plan::Tensor::LANE_CHUNKS : plan::Tensor::ROW_MAJOR);
+                  codeDtype == plan::I8 ? plan::Tensor::ROW_MAJOR : plan::Tensor::LANE_CHUNKS);
   if (!codesIndex.ok())
     return codesIndex.status();
   plan::Quantization quantization;
@@ -318,8 +334,9 @@ absl::StatusOr<int> Emitter::addQuantizedTensor(Operation *user, ArrayRef<FlatSy
   quantization.set_bits(format.bits);
   quantization.set_group_size(static_cast<int32_t>(format.group_size));
   quantization.set_method(method);
-  absl::StatusOr<int> scalesIndex = writeTensor(
-      name + ".scales", plan::F16, expertShape({rows, groups}, experts), scales, scaleBytes);
+  absl::StatusOr<int> scalesIndex =
+      writeTensor(name + ".scales", format.mxfp4() ? plan::E8M0 : plan::F16,
+                  expertShape({rows, groups}, experts), scales, scaleBytes);
   if (!scalesIndex.ok())
     return scalesIndex.status();
   quantization.set_scales(*scalesIndex);
@@ -597,7 +614,7 @@ absl::Status Emitter::emitOp(Operation &op, plan::Op &planOp) {
       if (!index.ok())
         return index.status();
       planOp.add_weights(*index);
-      kernelDtype = spec->bits == 8 ? plan::I8 : plan::I4;
+      kernelDtype = quantCodeDtype(*spec);
       return absl::OkStatus();
     }
     if (!quantError.empty())
