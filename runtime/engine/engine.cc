@@ -80,6 +80,9 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
   }
   // Uninitialized, as in Model: RunStep writes every row the step reads.
   step_logits_.reset(new float[static_cast<size_t>(step_tokens) * model.vocab_size()]);
+  if (options.expert_token_counts) {
+    expert_tokens_.assign(model.moe_routers().size() * model.moe_num_experts(), 0);
+  }
   PublishStats();
 }
 
@@ -257,6 +260,10 @@ absl::StatusOr<bool> Engine::StepLocked() {
   if (status.ok()) status = RunModel();
   const double model_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
   model_seconds_ += model_seconds;
+  if (status.ok() && !model_.moe_routers().empty()) {
+    decode_bytes += static_cast<double>(model_.last_step_active_expert_bytes());
+    CountExpertLoad();
+  }
   if (status.ok() && decode_step) {
     ++decode_steps_;
     decode_sequences_ += static_cast<int64_t>(schedule_.scheduled.size());
@@ -379,8 +386,7 @@ absl::Status Engine::RunModel() {
                          reaches_end ? LogitRows::kLast : LogitRows::kNone);
     if (reaches_end) logit_row_of_scheduled_[i] = logit_rows++;
   }
-  if (absl::Status status = model_.backend().RunStep(builder_.batch(), step_logits_.get());
-      !status.ok()) {
+  if (absl::Status status = model_.RunStep(builder_.batch(), step_logits_.get()); !status.ok()) {
     return status;
   }
   for (const ScheduledSequence& scheduled : schedule_.scheduled) {
@@ -627,6 +633,15 @@ void Engine::FreeFinished() {
   live_requests_ -= done_requests;
 }
 
+void Engine::CountExpertLoad() {
+  const std::vector<int32_t>& active = model_.last_step_active_experts();
+  for (int32_t experts : active) moe_active_experts_ += experts;
+  moe_layer_steps_ += static_cast<int64_t>(active.size());
+  const std::vector<int32_t>& tokens = model_.last_step_expert_tokens();
+  if (tokens.size() != expert_tokens_.size()) return;  // not asked for, or not recorded
+  for (size_t i = 0; i < tokens.size(); ++i) expert_tokens_[i] += tokens[i];
+}
+
 void Engine::PublishStats() {
   EngineStats stats;
   // Requests by their choices, running first: a request with a running choice is running.
@@ -667,6 +682,11 @@ void Engine::PublishStats() {
   stats.step_seconds_total = step_seconds_;
   stats.model_seconds_total = model_seconds_;
   stats.sample_seconds_total = sample_seconds_;
+  stats.moe_layers = static_cast<int32_t>(model_.moe_routers().size());
+  stats.num_experts = model_.moe_num_experts();
+  stats.expert_tokens_total = expert_tokens_;
+  stats.moe_active_experts_total = moe_active_experts_;
+  stats.moe_layer_steps_total = moe_layer_steps_;
   std::lock_guard<std::mutex> lock(mutex_);
   stats_ = stats;
 }

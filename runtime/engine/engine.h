@@ -145,6 +145,10 @@ struct EngineOptions {
   // thread at the end of the step (one call per step that changed the cache). It must not block
   // for long and must not call into the engine. Unset: nothing is recorded.
   std::function<void(std::vector<kv::KvCacheEvent>)> on_kv_events;
+  // MoE plans: count the tokens routed to each expert of each MoE layer
+  // (EngineStats::expert_tokens_total; `llmrt serve --expert-metrics`). Off: that stays empty,
+  // and each stats snapshot copies no layers x experts table.
+  bool expert_token_counts = false;
 };
 
 // A snapshot for /metrics. Counters are totals since the engine was created.
@@ -172,8 +176,10 @@ struct EngineStats {
   int64_t requests_finished_total = 0;
   // Decode steps: steps in which every scheduled sequence ran exactly one token. Their
   // backend time, and the bytes they had to read: DecodeWeightBytes() once per step (a batch
-  // reads each weight once) plus each sequence's KV cache up to its new position. bytes /
-  // seconds is the achieved decode bandwidth; sequences / steps the mean decode batch.
+  // reads each weight once), the experts the step's tokens chose (each chosen expert once:
+  // Model::last_step_active_expert_bytes), plus each sequence's KV cache up to its new
+  // position. bytes / seconds is the achieved decode bandwidth; sequences / steps the mean
+  // decode batch.
   int64_t decode_steps_total = 0;
   int64_t decode_sequences_total = 0;
   double decode_seconds_total = 0.0;
@@ -185,6 +191,18 @@ struct EngineStats {
   double step_seconds_total = 0.0;
   double model_seconds_total = 0.0;
   double sample_seconds_total = 0.0;
+  // Mixture of experts, over every step that ran the model (0 / empty for a dense plan).
+  // moe_layers: the plan's ROUTER ops; num_experts: the widest one's experts.
+  // expert_tokens_total[layer * num_experts + expert]: tokens routed there, with
+  // EngineOptions::expert_token_counts (else empty; zeros when the backend does not record
+  // expert load). moe_active_experts_total: sum over steps and MoE
+  // layers of the experts chosen by at least one token of the step (the batch's union);
+  // divided by moe_layer_steps_total (steps x MoE layers) it is the mean union per layer.
+  int32_t moe_layers = 0;
+  int32_t num_experts = 0;
+  std::vector<int64_t> expert_tokens_total;
+  int64_t moe_active_experts_total = 0;
+  int64_t moe_layer_steps_total = 0;
 };
 
 class Engine {
@@ -240,6 +258,7 @@ class Engine {
   FinishReason ConstrainedMask(Sequence& sequence, absl::Status& status);
   std::unique_ptr<Sequence> Fork(Sequence& parent, int32_t index);
   void PublishStats();
+  void CountExpertLoad();             // after a MoE plan's step: the model's last-step routing
   absl::StatusOr<bool> StepLocked();  // Step() under step_mutex_
 
   Model& model_;
@@ -269,6 +288,8 @@ class Engine {
   int64_t decode_steps_ = 0, decode_sequences_ = 0;
   double decode_seconds_ = 0.0, decode_bytes_ = 0.0;
   double step_seconds_ = 0.0, model_seconds_ = 0.0, sample_seconds_ = 0.0;
+  std::vector<int64_t> expert_tokens_;  // EngineOptions::expert_token_counts, else empty
+  int64_t moe_active_experts_ = 0, moe_layer_steps_ = 0;
 
   uint64_t stats_epoch_ = 0;
   std::function<void(std::vector<kv::KvCacheEvent>)> on_kv_events_;

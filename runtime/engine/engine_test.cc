@@ -5,14 +5,17 @@
 #include "runtime/engine/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/backend/testing/op_program.h"
 #include "runtime/backend/testing/tiny_llama.h"
 #include "runtime/engine/model.h"
 
@@ -326,6 +329,182 @@ TEST_F(EngineStepTest, KvEventsRebuildTheCachedBlocks) {
   }
   EXPECT_FALSE(cached.empty());
   EXPECT_EQ(mirror, cached);
+}
+
+// A MoE "model" whose routing is known by hand: token t's router logits are row t of an EMBED
+// table that ranks experts kExpertsOf[t] first and second (top 2 of 4), one EXPERT_MATMUL of 4
+// experts [8 x 4] over those logits, MOE_COMBINE, and an identity LOGITS: a vocabulary of 8.
+constexpr int32_t kMoeVocab = 8, kMoeExperts = 4, kMoeWidth = 8, kMoeTopK = 2;
+constexpr std::array<std::array<int32_t, 2>, kMoeVocab> kExpertsOf = {
+    {{0, 1}, {1, 2}, {2, 3}, {3, 0}, {0, 2}, {1, 3}, {2, 0}, {3, 1}}};
+
+class MoeEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<std::vector<float>> rows(kMoeVocab, std::vector<float>(kMoeExperts, -1.0f));
+    for (int32_t token = 0; token < kMoeVocab; ++token) {
+      rows[token][kExpertsOf[token][0]] = 2.0f;
+      rows[token][kExpertsOf[token][1]] = 1.0f;
+    }
+    const int32_t logits = program_.InputRows(rows);
+    const auto [ids, weights] =
+        program_.Router(logits, kMoeExperts, kMoeTopK, plan::RouterAttrs::SOFTMAX_TOPK, true);
+    const int32_t w = program_.ExpertMatrix(plan::F32, kMoeExperts, kMoeWidth, kMoeExperts);
+    const int32_t y = program_.Activation(kMoeTopK * kMoeWidth);
+    plan::ExpertAttrs* attrs =
+        program_.AddOp(plan::EXPERT_MATMUL, {logits, ids}, {y}, {w})->mutable_expert();
+    attrs->set_num_experts(kMoeExperts);
+    attrs->set_top_k(kMoeTopK);
+    const int32_t combined = program_.Activation(kMoeWidth);
+    program_.AddOp(plan::MOE_COMBINE, {y, weights}, {combined}, {});
+    program_.ReadOut(combined);
+    ModelOptions options;
+    options.max_tokens_per_step = 16;
+    options.kv_block_size = 4;
+    options.kv_cache_tokens = 256;
+    absl::StatusOr<std::unique_ptr<Model>> model =
+        Model::Create(program_.meta(), program_.Lookup(), options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+  }
+
+  // The experts the tokens of one step choose, counted per expert.
+  static std::vector<int32_t> TokensPerExpert(const std::vector<int32_t>& tokens) {
+    std::vector<int32_t> counts(kMoeExperts, 0);
+    for (int32_t token : tokens) {
+      for (int32_t expert : kExpertsOf[token]) ++counts[expert];
+    }
+    return counts;
+  }
+  static int32_t Union(const std::vector<int32_t>& tokens) {
+    std::set<int32_t> experts;
+    for (int32_t token : tokens) experts.insert(kExpertsOf[token].begin(), kExpertsOf[token].end());
+    return static_cast<int32_t>(experts.size());
+  }
+
+  ::llmrt::testing::OpProgram program_;
+  std::unique_ptr<Model> model_;
+};
+
+// One f32 expert is 8 x 4 floats; the rest of the plan (the EMBED table and the identity
+// LOGITS matrix) is what a step reads besides the experts.
+TEST_F(MoeEngineTest, ExpertBytesAndTheWeightsBesideThem) {
+  const std::vector<MoeRouter> routers = ExpertBytes(model_->meta());
+  ASSERT_EQ(routers.size(), 1u);
+  EXPECT_EQ(routers[0].num_experts, kMoeExperts);
+  EXPECT_EQ(routers[0].top_k, kMoeTopK);
+  EXPECT_EQ(routers[0].bytes_per_expert, kMoeWidth * kMoeExperts * 4);
+  EXPECT_EQ(DecodeWeightBytes(model_->meta()),
+            (kMoeVocab * kMoeExperts + kMoeWidth * kMoeWidth) * 4);
+}
+
+// A step's union and bytes: tokens 0 and 4 (experts {0, 1} and {0, 2}) in one step read 3
+// experts; two sessions' single tokens 1 and 3 ({1, 2}, {3, 0}) in one step read all 4.
+TEST_F(MoeEngineTest, ModelReportsEachStepsExpertUnionAndBytes) {
+  const int64_t per_expert = ExpertBytes(model_->meta())[0].bytes_per_expert;
+  std::unique_ptr<Session> first = model_->NewSession();
+  ASSERT_TRUE(first->Append({0, 4}, false).ok());
+  EXPECT_EQ(model_->last_step_active_experts(), std::vector<int32_t>{3});
+  EXPECT_EQ(model_->last_step_expert_tokens(), (std::vector<int32_t>{2, 1, 1, 0}));
+  EXPECT_EQ(model_->last_step_active_expert_bytes(), 3 * per_expert);
+
+  std::unique_ptr<Session> second = model_->NewSession();
+  ASSERT_TRUE(second->Append({5}, false).ok());
+  std::vector<AppendRequest> requests(2);
+  requests[0].session = first.get();
+  requests[0].tokens = {1};
+  requests[1].session = second.get();
+  requests[1].tokens = {3};
+  ASSERT_TRUE(model_->AppendBatch(absl::MakeSpan(requests)).ok());
+  EXPECT_EQ(model_->last_step_active_experts(), std::vector<int32_t>{4});
+  EXPECT_EQ(model_->last_step_expert_tokens(), (std::vector<int32_t>{1, 1, 1, 1}));
+  EXPECT_EQ(model_->last_step_active_expert_bytes(), 4 * per_expert);
+}
+
+// Two greedy requests decoding together: every decode step reads the weights beside the experts
+// once and the union of the two tokens' experts; the counters add up every step's routing,
+// recomputed here from the tokens each step ran.
+TEST_F(MoeEngineTest, EngineCountsTheBatchUnionAndActiveBytes) {
+  EngineOptions engine_options;
+  engine_options.eos_token_ids = {kMoeVocab + 1};  // never sampled
+  engine_options.expert_token_counts = true;
+  Engine engine(*model_, nullptr, engine_options);
+  std::map<RequestId, std::vector<int32_t>> generated;
+  constexpr int64_t kMaxTokens = 5;
+  const std::vector<std::vector<int32_t>> prompts = {{6}, {1}};
+  for (const std::vector<int32_t>& prompt : prompts) {
+    GenerationRequest request;
+    request.prompt_ids = prompt;
+    request.sampling.temperature = 0.0;
+    request.max_tokens = kMaxTokens;
+    request.on_output = [&generated](const RequestOutput& output) {
+      for (const TokenOutput& token : output.tokens)
+        generated[output.request_id].push_back(token.token);
+    };
+    ASSERT_TRUE(engine.Submit(std::move(request)).ok());
+  }
+  ASSERT_TRUE(engine.RunUntilIdle().ok());
+  ASSERT_EQ(generated.size(), 2u);
+  const std::vector<int32_t>& a = generated.begin()->second;
+  const std::vector<int32_t>& b = generated.rbegin()->second;
+  ASSERT_EQ(a.size(), static_cast<size_t>(kMaxTokens));
+  ASSERT_EQ(b.size(), static_cast<size_t>(kMaxTokens));
+
+  // Step 0 runs both one-token prompts; step k >= 1 the (k-1)-th generated token of each. The
+  // last generated tokens are sampled, never run. One token per sequence in every step: all five
+  // are decode steps.
+  std::vector<std::vector<int32_t>> steps = {{prompts[0][0], prompts[1][0]}};
+  for (int64_t k = 0; k + 1 < kMaxTokens; ++k) steps.push_back({a[k], b[k]});
+  int64_t unions = 0;
+  double decode_bytes = 0;
+  std::vector<int64_t> tokens_per_expert(kMoeExperts, 0);
+  const int64_t per_expert = ExpertBytes(model_->meta())[0].bytes_per_expert;
+  for (size_t step = 0; step < steps.size(); ++step) {
+    unions += Union(steps[step]);
+    decode_bytes += static_cast<double>(DecodeWeightBytes(model_->meta())) +
+                    static_cast<double>(Union(steps[step]) * per_expert);
+    const std::vector<int32_t> counts = TokensPerExpert(steps[step]);
+    for (int32_t e = 0; e < kMoeExperts; ++e) tokens_per_expert[e] += counts[e];
+  }
+  const EngineStats stats = engine.GetStats();
+  EXPECT_EQ(stats.moe_layers, 1);
+  EXPECT_EQ(stats.num_experts, kMoeExperts);
+  EXPECT_EQ(stats.steps_total, kMaxTokens);
+  EXPECT_EQ(stats.moe_layer_steps_total, kMaxTokens);
+  EXPECT_EQ(stats.moe_active_experts_total, unions);
+  EXPECT_EQ(stats.expert_tokens_total, tokens_per_expert);
+  EXPECT_EQ(stats.decode_steps_total, kMaxTokens);
+  EXPECT_DOUBLE_EQ(stats.decode_bytes_total, decode_bytes);  // no attention: no KV bytes
+  // Some step's two tokens share an expert, so a sum of top_k per token (4 a step) would fail.
+  EXPECT_LT(unions, kMoeTopK * 2 * kMaxTokens);
+}
+
+// Without EngineOptions::expert_token_counts the per-expert table stays empty; the union
+// counters are kept either way.
+TEST_F(MoeEngineTest, PerExpertCountsOnlyWhenAsked) {
+  Engine engine(*model_, nullptr, EngineOptions());
+  GenerationRequest request;
+  request.prompt_ids = {2, 7};
+  request.sampling.temperature = 0.0;
+  request.max_tokens = 2;
+  request.on_output = [](const RequestOutput&) {};
+  ASSERT_TRUE(engine.Submit(std::move(request)).ok());
+  ASSERT_TRUE(engine.RunUntilIdle().ok());
+  const EngineStats stats = engine.GetStats();
+  EXPECT_TRUE(stats.expert_tokens_total.empty());
+  EXPECT_EQ(stats.moe_layer_steps_total, 2);
+  EXPECT_EQ(stats.moe_active_experts_total, Union({2, 7}) + kMoeTopK);  // prefill, 1 decode
+}
+
+TEST_F(EngineStepTest, DensePlansHaveNoMoeStats) {
+  Reset();
+  Submit(Prompt(1), 3);
+  ASSERT_TRUE(engine_->RunUntilIdle().ok());
+  const EngineStats stats = engine_->GetStats();
+  EXPECT_EQ(stats.moe_layers, 0);
+  EXPECT_EQ(stats.moe_layer_steps_total, 0);
+  EXPECT_TRUE(stats.expert_tokens_total.empty());
+  EXPECT_TRUE(model_->moe_routers().empty());
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 #include "runtime/engine/model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -81,6 +83,12 @@ absl::Status Model::Init(const BlobLookup& blobs, const ModelOptions& options) {
   backend_options.kv_cache_dtype = options.kv_cache_dtype;
   backend_options.matmul_observer = options.matmul_observer;
   backend_options.quantized_activations = options.quantized_activations;
+  moe_routers_ = ExpertBytes(*meta_);
+  for (const MoeRouter& router : moe_routers_) {
+    moe_num_experts_ = std::max(moe_num_experts_, router.num_experts);
+  }
+  // The engine's expert metrics and the MBU on active bytes need every step's routing.
+  backend_options.record_expert_load = !moe_routers_.empty();
   bool plan_has_cuda = false;
   for (const plan::KernelTable& table : meta_->program().kernel_tables()) {
     plan_has_cuda |= absl::StartsWith(table.target(), "cuda");
@@ -244,8 +252,7 @@ absl::Status Model::AppendBatch(absl::Span<AppendRequest> requests) {
       placements_.push_back({index, cursors_[index], count});
     }
     if (builder_->batch().num_tokens() == 0) break;
-    if (absl::Status status = backend_->RunStep(builder_->batch(), step_logits_.get());
-        !status.ok()) {
+    if (absl::Status status = RunStep(builder_->batch(), step_logits_.get()); !status.ok()) {
       return status;
     }
     // Logit rows were appended in request order, so they are consumed in the same order.
@@ -270,6 +277,49 @@ absl::Status Model::AppendBatch(absl::Span<AppendRequest> requests) {
     for (const Placement& placement : placements_) consume(placement);
   }
   return absl::OkStatus();
+}
+
+absl::Status Model::RunStep(const StepBatch& batch, float* logits) {
+  if (absl::Status status = backend_->RunStep(batch, logits); !status.ok()) return status;
+  if (!moe_routers_.empty()) ReadExpertLoad();
+  return absl::OkStatus();
+}
+
+void Model::ReadExpertLoad() {
+  const size_t num_routers = moe_routers_.size();
+  active_experts_.assign(num_routers, 0);
+  absl::Status status = backend_->LastStepExpertLoad(expert_load_);
+  if (status.ok() && (expert_load_.num_routers != static_cast<int32_t>(num_routers) ||
+                      expert_load_.num_experts != moe_num_experts_ ||
+                      expert_load_.counts.size() != num_routers * moe_num_experts_)) {
+    status = absl::InternalError(absl::StrFormat(
+        "%s reported the expert load of %d routers of %d experts (%d counts); the plan has %d "
+        "routers of at most %d experts",
+        backend_->name(), expert_load_.num_routers, expert_load_.num_experts,
+        expert_load_.counts.size(), num_routers, moe_num_experts_));
+  }
+  active_expert_bytes_ = 0;
+  if (!status.ok()) {
+    if (!warned_expert_load_) {
+      std::fprintf(stderr,
+                   "llmrt: %s; expert metrics count every expert of a MoE layer as active\n",
+                   std::string(status.message()).c_str());
+      warned_expert_load_ = true;
+    }
+    expert_tokens_.clear();
+    for (size_t r = 0; r < num_routers; ++r) {
+      active_experts_[r] = moe_routers_[r].num_experts;
+      active_expert_bytes_ += moe_routers_[r].bytes_per_expert * moe_routers_[r].num_experts;
+    }
+    return;
+  }
+  expert_tokens_.assign(expert_load_.counts.begin(), expert_load_.counts.end());
+  for (size_t r = 0; r < num_routers; ++r) {
+    const int32_t* counts = expert_tokens_.data() + r * moe_num_experts_;
+    active_experts_[r] = static_cast<int32_t>(std::count_if(
+        counts, counts + moe_routers_[r].num_experts, [](int32_t n) { return n > 0; }));
+    active_expert_bytes_ += moe_routers_[r].bytes_per_expert * active_experts_[r];
+  }
 }
 
 Session::~Session() { table_.Release(*model_.pool_); }
@@ -298,9 +348,56 @@ absl::StatusOr<QuantizedActivations> ParseQuantizedActivations(const std::string
       absl::StrFormat("--quant-activations: expected int8 or f32, found \"%s\"", text));
 }
 
+namespace {
+
+// The tensors an EXPERT_MATMUL reads: its weights and their quantization companions.
+std::vector<int32_t> ExpertTensors(const plan::PlanMeta& meta, const plan::Op& op) {
+  std::vector<int32_t> tensors;
+  for (int32_t index : op.weights()) {
+    if (index < 0 || index >= meta.tensors_size()) continue;  // CheckProgram refuses such plans
+    tensors.push_back(index);
+    const plan::Quantization& quantization = meta.tensors(index).quantization();
+    if (quantization.has_scales()) tensors.push_back(quantization.scales());
+    if (quantization.has_zero_points()) tensors.push_back(quantization.zero_points());
+  }
+  return tensors;
+}
+
+}  // namespace
+
+std::vector<MoeRouter> ExpertBytes(const plan::PlanMeta& meta) {
+  std::vector<MoeRouter> routers;
+  absl::flat_hash_map<int32_t, size_t> router_of_ids;  // ids value -> router index
+  for (const plan::Op& op : meta.program().ops()) {
+    if (op.kind() == plan::ROUTER && op.outputs_size() > 0) {
+      router_of_ids[op.outputs(0)] = routers.size();
+      routers.push_back({op.router().num_experts(), op.router().top_k(), 0});
+    }
+  }
+  for (const plan::Op& op : meta.program().ops()) {
+    if (op.kind() != plan::EXPERT_MATMUL || op.inputs_size() < 2) continue;
+    const auto router = router_of_ids.find(op.inputs(1));
+    if (router == router_of_ids.end()) continue;  // CheckProgram refuses such plans
+    MoeRouter& moe = routers[router->second];
+    int64_t bytes = 0;
+    for (int32_t index : ExpertTensors(meta, op)) {
+      bytes += static_cast<int64_t>(meta.tensors(index).size_bytes());
+    }
+    moe.bytes_per_expert += moe.num_experts > 0 ? bytes / moe.num_experts : 0;
+  }
+  return routers;
+}
+
 int64_t DecodeWeightBytes(const plan::PlanMeta& meta) {
+  absl::flat_hash_set<int32_t> expert_tensors;
+  for (const plan::Op& op : meta.program().ops()) {
+    if (op.kind() != plan::EXPERT_MATMUL) continue;
+    for (int32_t index : ExpertTensors(meta, op)) expert_tensors.insert(index);
+  }
   int64_t bytes = 0;
-  for (const plan::Tensor& tensor : meta.tensors()) {
+  for (int32_t index = 0; index < meta.tensors_size(); ++index) {
+    if (expert_tensors.contains(index)) continue;
+    const plan::Tensor& tensor = meta.tensors(index);
     int64_t size = static_cast<int64_t>(tensor.size_bytes());
     if (tensor.name() == "model.embed_tokens.weight" && !meta.config().tie_word_embeddings() &&
         tensor.shape_size() > 0 && tensor.shape(0) > 0) {

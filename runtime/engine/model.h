@@ -61,10 +61,23 @@ struct ModelOptions {
 
 class Session;
 
-// Weight bytes one decode step reads from memory: every tensor of the plan, except that an
-// embedding table not shared with the LM head is read one row per token. What MBU figures
-// (`llmrt bench`, the server's decode gauge) divide by the step time.
+// Weight bytes one decode step reads from memory besides the experts: every tensor of the plan
+// except the expert weights (EXPERT_MATMUL's weights, their quantization companions and
+// biases), and an embedding table not shared with the LM head is read one row per token. A
+// step's MoE layers add the experts its tokens chose (Model::last_step_active_expert_bytes).
+// What MBU figures (`llmrt bench`, the server's decode gauge) divide by the step time.
 int64_t DecodeWeightBytes(const plan::PlanMeta& meta);
+
+// One ROUTER op of a plan (a MoE layer), in program order.
+struct MoeRouter {
+  int32_t num_experts = 0;
+  int32_t top_k = 0;
+  // Bytes of one expert: the weights, quantization companions and biases of every
+  // EXPERT_MATMUL reading this router's ids, divided by num_experts (experts are equal slices).
+  int64_t bytes_per_expert = 0;
+};
+// The plan's ROUTER ops; empty for a dense plan.
+std::vector<MoeRouter> ExpertBytes(const plan::PlanMeta& meta);
 
 // "int8" or "f32" (the --quant-activations flag of llmrt run / bench); an error names the text.
 absl::StatusOr<QuantizedActivations> ParseQuantizedActivations(const std::string& text);
@@ -105,6 +118,21 @@ class Model {
   int64_t kv_block_bytes() const { return kv_block_bytes_; }
   Backend& backend() { return *backend_; }
 
+  // One backend step; for a MoE plan it then reads how the step routed its tokens (below).
+  // Every step of a Model or an Engine runs through here.
+  absl::Status RunStep(const StepBatch& batch, float* logits);
+  // The plan's MoE layers (ExpertBytes); empty for a dense plan.
+  const std::vector<MoeRouter>& moe_routers() const { return moe_routers_; }
+  // The last RunStep's routing, per MoE layer r: experts chosen by at least one token (the
+  // batch's expert union), and tokens per expert at [r * moe_num_experts() + e]. A backend that
+  // does not record expert load (Backend::LastStepExpertLoad unimplemented) gets every expert
+  // counted as active (an upper bound, said once on stderr) and no token counts (empty).
+  int32_t moe_num_experts() const { return moe_num_experts_; }
+  const std::vector<int32_t>& last_step_active_experts() const { return active_experts_; }
+  const std::vector<int32_t>& last_step_expert_tokens() const { return expert_tokens_; }
+  // Bytes of the experts the last step read: sum over MoE layers of union x bytes_per_expert.
+  int64_t last_step_active_expert_bytes() const { return active_expert_bytes_; }
+
   std::unique_ptr<Session> NewSession();
 
   // Appends every request's tokens to its session, running as many steps as needed; all
@@ -135,6 +163,15 @@ class Model {
   std::vector<Placement> placements_;
   int64_t max_context_ = 0;
   int64_t kv_block_bytes_ = 0;
+  // MoE accounting (RunStep).
+  void ReadExpertLoad();
+  std::vector<MoeRouter> moe_routers_;
+  int32_t moe_num_experts_ = 0;  // the widest router's
+  ExpertLoad expert_load_;
+  std::vector<int32_t> active_experts_;
+  std::vector<int32_t> expert_tokens_;
+  int64_t active_expert_bytes_ = 0;
+  bool warned_expert_load_ = false;
   friend class Session;
 };
 

@@ -183,7 +183,8 @@ std::string RenderMetrics(const ServerMetrics& metrics, const engine::EngineStat
   Metric(out, "llmrt:decode_seconds_total", "counter", "Backend time of the decode steps.", labels,
          stats.decode_seconds_total);
   Metric(out, "llmrt:decode_bytes_total", "counter",
-         "Bytes the decode steps had to read: weights once per step plus each sequence's KV.",
+         "Bytes the decode steps had to read: weights once per step (of a MoE layer's experts, "
+         "those the step's tokens chose) plus each sequence's KV.",
          labels, stats.decode_bytes_total);
   Metric(out, "llmrt:engine_step_seconds_total", "counter",
          "Engine thread time of the steps that ran the model: schedule, model, sampling, outputs.",
@@ -204,6 +205,31 @@ std::string RenderMetrics(const ServerMetrics& metrics, const engine::EngineStat
     Metric(out, "llmrt:decode_mbu", "gauge",
            "Decode memory-bandwidth utilisation: decode bandwidth / --mem-bandwidth.", labels,
            bandwidth / metrics.peak_bandwidth_bytes_per_second);
+  }
+  if (stats.moe_layers > 0) {
+    Metric(out, "llmrt:moe_active_experts_total", "counter",
+           "Experts chosen by at least one token of a step, summed over steps and MoE layers.",
+           labels, static_cast<double>(stats.moe_active_experts_total));
+    Metric(out, "llmrt:moe_layer_steps_total", "counter",
+           "Steps times MoE layers (moe_active_experts_total over this: mean experts per layer).",
+           labels, static_cast<double>(stats.moe_layer_steps_total));
+  }
+  // Per-expert series only when the engine counts them (EngineOptions::expert_token_counts):
+  // layers x experts of them.
+  if (stats.moe_layers > 0 && stats.num_experts > 0 &&
+      stats.expert_tokens_total.size() ==
+          static_cast<size_t>(stats.moe_layers) * static_cast<size_t>(stats.num_experts)) {
+    absl::StrAppendFormat(&out,
+                          "# HELP llmrt:moe_expert_tokens_total Tokens routed to each expert of "
+                          "each MoE layer (layer: the MoE layer's index among them).\n"
+                          "# TYPE llmrt:moe_expert_tokens_total counter\n");
+    for (int32_t layer = 0; layer < stats.moe_layers; ++layer) {
+      for (int32_t expert = 0; expert < stats.num_experts; ++expert) {
+        absl::StrAppendFormat(
+            &out, "llmrt:moe_expert_tokens_total{%s,layer=\"%d\",expert=\"%d\"} %d\n", labels,
+            layer, expert, stats.expert_tokens_total[layer * stats.num_experts + expert]);
+      }
+    }
   }
   return out;
 }

@@ -15,10 +15,17 @@
 //   llmrt:time_to_first_token_seconds, inter_token_latency_seconds, e2e_request_latency_seconds,
 //   request_queue_time_seconds                       histograms
 //   llmrt:decode_steps_total, decode_sequences_total, decode_seconds_total, decode_bytes_total
-//                                                    counters (EngineStats: pure decode steps)
+//                                                    counters (EngineStats: pure decode steps;
+//                                                    MoE plans count the chosen experts' bytes)
 //   llmrt:engine_step_seconds_total, engine_model_seconds_total, engine_sample_seconds_total
 //                                                    counters (EngineStats: engine thread time)
 //   llmrt:decode_bandwidth_bytes_per_second, llmrt:decode_mbu   gauges (see ServerMetrics)
+//   llmrt:moe_active_experts_total, moe_layer_steps_total   counters, MoE plans only (the mean
+//                                                    expert union per MoE layer and step is
+//                                                    their ratio)
+//   llmrt:moe_expert_tokens_total{layer,expert}     counters, when the engine counts them
+//                                                    (EngineOptions::expert_token_counts,
+//                                                    `llmrt serve --expert-metrics`)
 //
 // Thread-safety: every member may be updated and rendered from any thread.
 #ifndef LLMRT_SERVER_METRICS_H_

@@ -1,7 +1,10 @@
 #include "runtime/server/metrics.h"
 
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -91,6 +94,42 @@ TEST(RenderMetrics, NoMbuWithoutPeakBandwidth) {
   const std::string page = RenderMetrics(metrics, engine::EngineStats{}, "m");
   EXPECT_THAT(page, ::testing::Not(HasSubstr("llmrt:decode_mbu")));
   EXPECT_THAT(page, HasSubstr("llmrt:prefix_cache_hit_rate{model_name=\"m\"} 0\n"));
+}
+
+// A MoE plan's counters: the expert union and layer steps always, the per-expert token counters
+// when the engine counts them (--expert-metrics), one series per (MoE layer, expert).
+TEST(RenderMetrics, MoeCountersAndPerExpertTokens) {
+  ServerMetrics metrics;
+  engine::EngineStats stats;
+  stats.moe_layers = 2;
+  stats.num_experts = 3;
+  stats.moe_active_experts_total = 11;
+  stats.moe_layer_steps_total = 4;
+  std::string page = RenderMetrics(metrics, stats, "m");  // the engine not counting per expert
+  EXPECT_THAT(page, HasSubstr("# TYPE llmrt:moe_active_experts_total counter\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:moe_active_experts_total{model_name=\"m\"} 11\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:moe_layer_steps_total{model_name=\"m\"} 4\n"));
+  EXPECT_THAT(page, ::testing::Not(HasSubstr("moe_expert_tokens_total")));
+
+  stats.expert_tokens_total = {5, 0, 7, 1, 2, 9};
+  page = RenderMetrics(metrics, stats, "m");
+  EXPECT_THAT(page, HasSubstr("# TYPE llmrt:moe_expert_tokens_total counter\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:moe_expert_tokens_total{model_name=\"m\",layer=\"0\","
+                              "expert=\"2\"} 7\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:moe_expert_tokens_total{model_name=\"m\",layer=\"1\","
+                              "expert=\"0\"} 1\n"));
+  EXPECT_THAT(page, HasSubstr("llmrt:moe_expert_tokens_total{model_name=\"m\",layer=\"1\","
+                              "expert=\"2\"} 9\n"));
+  std::vector<std::string> series;  // one line per (layer, expert)
+  for (absl::string_view line : absl::StrSplit(page, '\n')) {
+    if (absl::StartsWith(line, "llmrt:moe_expert_tokens_total{")) series.emplace_back(line);
+  }
+  EXPECT_EQ(series.size(), 6u);
+}
+
+TEST(RenderMetrics, DensePlansHaveNoMoeCounters) {
+  const std::string page = RenderMetrics(ServerMetrics(), engine::EngineStats{}, "m");
+  EXPECT_THAT(page, ::testing::Not(HasSubstr("moe_")));
 }
 
 }  // namespace

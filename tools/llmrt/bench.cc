@@ -26,6 +26,11 @@
 //   mbu        bytes the n decode steps must read (every weight once per step, except that an
 //              untied embedding table contributes one row, plus the KV cache up to each step's
 //              position) / their time / the machine's read bandwidth at this thread count.
+//              MoE plans count, of each MoE layer's experts, those the step's tokens chose
+//              (each once: the batch's union), as the backend reported them
+//              (Model::last_step_active_expert_bytes, averaged over the timed steps).
+//   moe_active_experts  MoE plans: experts chosen per MoE layer and decode step, mean over the
+//              timed steps (top_k for one sequence; up to num_experts for a batch).
 //   peak_rss_bytes  getrusage's ru_maxrss of the process so far (models are loaded one after
 //              another, so this is the largest of them; weights are mmapped and count as they
 //              are touched).
@@ -352,8 +357,11 @@ struct BenchResult {
   double tg_tok_s = 0;
   double ms_per_token = 0;
   uint64_t peak_rss_bytes = 0;
-  double decode_bytes_per_token = 0;  // mean over the n steps, weights + KV
-  double decode_bytes_per_step = 0;   // the same for a step of --batch tokens
+  double decode_bytes_per_token = 0;        // mean over the n steps, weights + KV
+  double decode_bytes_per_step = 0;         // the same for a step of --batch tokens
+  int32_t moe_layers = 0;                   // the plan's ROUTER ops
+  double moe_active_experts = 0;            // per MoE layer and decode step, mean
+  double active_expert_bytes_per_step = 0;  // of decode_bytes_per_step: the chosen experts
   std::string backend;
   double bandwidth_bytes_per_s = 0;
   double mbu = 0;
@@ -375,10 +383,23 @@ int64_t DecodePositions(const BenchOptions& options) {
   return 1 + options.generated_tokens * (options.depth > 0 ? options.reps + 1 : 1) + options.depth;
 }
 
+// The expert load of a MoE plan's timed decode steps, summed over steps (and repetitions).
+struct ExpertTally {
+  double bytes = 0;    // the chosen experts' bytes
+  double experts = 0;  // experts chosen, over every MoE layer
+  int64_t steps = 0;
+  void Add(const engine::Model& model) {
+    bytes += static_cast<double>(model.last_step_active_expert_bytes());
+    for (int32_t active : model.last_step_active_experts()) experts += active;
+    ++steps;
+  }
+};
+
 // `steps` decode steps of one token (the argmax of its last logits) for every request's
-// session together; returns their seconds.
+// session together; returns their seconds. Each step's expert load goes to `tally`, if given.
 absl::StatusOr<double> DecodeBatch(engine::Model& model,
-                                   std::vector<engine::AppendRequest>& requests, int64_t steps) {
+                                   std::vector<engine::AppendRequest>& requests, int64_t steps,
+                                   ExpertTally* tally) {
   const Clock::time_point start = Clock::now();
   for (int64_t step = 0; step < steps; ++step) {
     for (engine::AppendRequest& request : requests) {
@@ -387,8 +408,20 @@ absl::StatusOr<double> DecodeBatch(engine::Model& model,
     if (absl::Status status = model.AppendBatch(absl::MakeSpan(requests)); !status.ok()) {
       return status;
     }
+    if (tally != nullptr) tally->Add(model);
   }
   return Seconds(start, Clock::now());
+}
+
+// Fills the expert figures of `result` from the timed steps' tally; returns the mean bytes of
+// chosen experts per step (0 for a dense plan).
+double ExpertFigures(const engine::Model& model, const ExpertTally& tally, BenchResult& result) {
+  result.moe_layers = static_cast<int32_t>(model.moe_routers().size());
+  if (result.moe_layers == 0 || tally.steps == 0) return 0.0;
+  result.moe_active_experts =
+      tally.experts / (static_cast<double>(tally.steps) * result.moe_layers);
+  result.active_expert_bytes_per_step = tally.bytes / static_cast<double>(tally.steps);
+  return result.active_expert_bytes_per_step;
 }
 
 absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int threads,
@@ -451,6 +484,7 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
 
   // Generation.
   std::vector<double> tg_seconds;
+  ExpertTally tally;  // timed steps only
   std::vector<int32_t> context(options.depth);
   for (int32_t& id : context) id = token(random);
   if (options.generated_tokens > 0 && options.batch > 1) {
@@ -469,7 +503,8 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
       if (absl::Status status = (*model)->AppendBatch(absl::MakeSpan(requests)); !status.ok()) {
         return status;
       }
-      absl::StatusOr<double> seconds = DecodeBatch(**model, requests, options.generated_tokens);
+      absl::StatusOr<double> seconds =
+          DecodeBatch(**model, requests, options.generated_tokens, rep >= 0 ? &tally : nullptr);
       if (!seconds.ok()) return seconds.status();
       if (rep >= 0) tg_seconds.push_back(*seconds);
     }
@@ -481,8 +516,10 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
                                          static_cast<double>((*model)->kv_block_size());
     const double positions_read =
         n * (n + 3) / 2 + n * static_cast<double>(options.depth);  // per session, as below
-    const double total_bytes = n * static_cast<double>(engine::DecodeWeightBytes(meta)) +
-                               options.batch * kv_bytes_per_position * positions_read;
+    const double weight_bytes = static_cast<double>(engine::DecodeWeightBytes(meta)) +
+                                ExpertFigures(**model, tally, result);
+    const double total_bytes =
+        n * weight_bytes + options.batch * kv_bytes_per_position * positions_read;
     result.decode_bytes_per_step = total_bytes / n;
     result.decode_bytes_per_token = total_bytes / (n * options.batch);
     result.bandwidth_bytes_per_s = bandwidth;
@@ -502,6 +539,7 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
       for (int64_t step = 0; step < options.generated_tokens; ++step) {
         logits = session->Append({ArgMax(*logits)}, false);
         if (!logits.ok()) return logits.status();
+        if (rep >= 0) tally.Add(**model);
       }
       if (rep >= 0) tg_seconds.push_back(Seconds(start, Clock::now()));
     }
@@ -517,8 +555,9 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
     const double n = static_cast<double>(options.generated_tokens);
     const double depth = static_cast<double>(options.depth);
     const double positions_read = n * (n + 3) / 2 + n * depth;  // sum over s of (d + s + 2)
-    const double total_bytes = n * static_cast<double>(engine::DecodeWeightBytes(meta)) +
-                               kv_bytes_per_position * positions_read;
+    const double weight_bytes = static_cast<double>(engine::DecodeWeightBytes(meta)) +
+                                ExpertFigures(**model, tally, result);
+    const double total_bytes = n * weight_bytes + kv_bytes_per_position * positions_read;
     result.decode_bytes_per_token = total_bytes / n;
     result.decode_bytes_per_step = result.decode_bytes_per_token;
     result.bandwidth_bytes_per_s = bandwidth;
@@ -662,6 +701,11 @@ int Bench(int argc, char** argv) {
                              {"batch", options.batch},
                              {"backend", result->backend},
                              {"decode_bytes_per_step", result->decode_bytes_per_step}};
+      if (result->moe_layers > 0) {
+        line["moe_layers"] = result->moe_layers;
+        line["moe_active_experts"] = result->moe_active_experts;
+        line["active_expert_bytes_per_step"] = result->active_expert_bytes_per_step;
+      }
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
     }
@@ -679,6 +723,14 @@ int Bench(int argc, char** argv) {
                   result.pp_tok_s, result.tg_tok_s, result.ms_per_token,
                   result.load_to_first_token_ms, result.peak_rss_bytes / 1e6,
                   result.bandwidth_bytes_per_s / 1e9, result.mbu * 100);
+    }
+    for (const BenchResult& result : results) {
+      if (result.moe_layers == 0 || options.generated_tokens == 0) continue;
+      std::printf(
+          "%d threads: %d MoE layers, %.2f experts active per layer and decode step; a step reads "
+          "%.1f MB, of which %.1f MB of chosen experts (MBU counts those)\n",
+          result.threads, result.moe_layers, result.moe_active_experts,
+          result.decode_bytes_per_step / 1e6, result.active_expert_bytes_per_step / 1e6);
     }
   }
   return 0;

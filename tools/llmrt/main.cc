@@ -406,6 +406,24 @@ int Inspect(int argc, char** argv) {
                           config.head_dim());
   }
   out += "\n";
+  if (config.moe().num_experts() > 0) {
+    const plan::MoeConfig& moe = config.moe();
+    absl::StrAppendFormat(
+        &out,
+        "  moe: %d experts, top %d, %s%s, expert intermediate %d, shared expert intermediate %d, "
+        "decoder_sparse_step %d, dense layers [%s], expert bias %s, router bias %s",
+        moe.num_experts(), moe.top_k(), plan::RouterAttrs::Scoring_Name(moe.scoring()),
+        moe.normalize_top_k() ? " renormalised" : "", moe.expert_intermediate_size(),
+        moe.shared_expert_intermediate_size(), moe.decoder_sparse_step(),
+        absl::StrJoin(moe.dense_layers(), ", "), moe.expert_bias() ? "yes" : "no",
+        moe.router_bias() ? "yes" : "no");
+    if (moe.swiglu_limit() > 0) {
+      absl::StrAppendFormat(&out, ", clamped SwiGLU alpha %g limit %g", moe.swiglu_alpha(),
+                            moe.swiglu_limit());
+    }
+    out += "\n";
+  }
+  absl::StrAppendFormat(&out, "  attention sinks %s\n", config.attention_sinks() ? "yes" : "no");
   const plan::GenerationDefaults& generation = meta.generation();
   absl::StrAppendFormat(
       &out,
@@ -480,6 +498,16 @@ int Inspect(int argc, char** argv) {
                             op.attention().layer(), op.attention().num_heads(),
                             op.attention().num_kv_heads(), op.attention().head_dim(),
                             op.attention().scale(), op.attention().sliding_window());
+    } else if (op.kind() == plan::ROUTER) {
+      absl::StrAppendFormat(&out, "  experts %d top_k %d %s%s", op.router().num_experts(),
+                            op.router().top_k(),
+                            plan::RouterAttrs::Scoring_Name(op.router().scoring()),
+                            op.router().normalize() ? " normalize" : "");
+    } else if (op.kind() == plan::EXPERT_MATMUL) {
+      absl::StrAppendFormat(&out, "  experts %d top_k %d", op.expert().num_experts(),
+                            op.expert().top_k());
+    } else if (op.kind() == plan::CLAMPED_SWIGLU) {
+      absl::StrAppendFormat(&out, "  alpha %g limit %g", op.swiglu().alpha(), op.swiglu().limit());
     }
     const std::string kernel = kernel_name(op.kernel());
     if (!kernel.empty()) absl::StrAppendFormat(&out, "  kernel %s", kernel);
@@ -525,6 +553,22 @@ int Inspect(int argc, char** argv) {
   }
   absl::StrAppendFormat(&out, "total: %d bytes of weights in a %d-byte file\n", weight_bytes,
                         plan.file_size());
+  // What a decode step reads (engine::DecodeWeightBytes, ExpertBytes): the MBU figures' bytes.
+  const std::vector<engine::MoeRouter> routers = engine::ExpertBytes(meta);
+  absl::StrAppendFormat(&out, "decode step reads: %d bytes of weights",
+                        engine::DecodeWeightBytes(meta));
+  if (!routers.empty()) {
+    int64_t one_token = 0, all = 0;
+    for (const engine::MoeRouter& router : routers) {
+      one_token += router.bytes_per_expert * router.top_k;
+      all += router.bytes_per_expert * router.num_experts;
+    }
+    absl::StrAppendFormat(&out,
+                          " besides %d MoE layers' experts: + %d bytes for one token's top-k "
+                          "experts (every expert: %d)",
+                          routers.size(), one_token, all);
+  }
+  out += "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
 }

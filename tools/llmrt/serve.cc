@@ -35,7 +35,8 @@ constexpr char kServeUsage[] =
     "                        [--threads N] [--drain-timeout S] [--kv-cache f32|f16|bf16|int8]\n"
     "                        [--model-name NAME] [--chat-template FILE] [--max-body-bytes N]\n"
     "                        [--mem-bandwidth GB/s] [--tool-call-format NAME] [--verify]\n"
-    "                        [--metrics-public] [--kv-events-endpoint ZMQ_ENDPOINT]\n"
+    "                        [--metrics-public] [--expert-metrics]\n"
+    "                        [--kv-events-endpoint ZMQ_ENDPOINT]\n"
     "                        [--kv-events-topic TOPIC] [--kv-events-encoding map|array]\n"
     "                        [--kv-events-replay-endpoint ZMQ_ENDPOINT]\n"
     "  --port 0 picks a free port; the address is printed as 'listening on http://HOST:PORT'.\n"
@@ -50,6 +51,9 @@ constexpr char kServeUsage[] =
     "  chat template).\n"
     "  Without --api-key, the key is read from LLMRT_API_KEY if set (keeps it out of `ps`).\n"
     "  --metrics-public: GET /metrics without the API key (for a Prometheus scraper).\n"
+    "  --expert-metrics: MoE plans: per-expert token counters on /metrics,\n"
+    "  llmrt:moe_expert_tokens_total{layer,expert} (layers x experts series; the expert union\n"
+    "  counters llmrt:moe_active_experts_total / moe_layer_steps_total are always there).\n"
     "  --kv-events-endpoint: publish KV-cache events (vLLM's schema, msgpack over a ZMQ PUB\n"
     "  socket bound there, e.g. tcp://*:5557; tcp://127.0.0.1:* picks a free port and prints\n"
     "  'kv events on ENDPOINT'); --kv-events-topic: the topic frame (default empty);\n"
@@ -93,6 +97,7 @@ int Serve(int argc, char** argv) {
   std::map<std::string, std::string> values;
   bool verify = false;
   bool metrics_public = false;
+  bool expert_metrics = false;
   std::string plan_path;
   for (int index = 2; index < argc; ++index) {
     const std::string argument = argv[index];
@@ -103,6 +108,8 @@ int Serve(int argc, char** argv) {
       verify = true;
     } else if (argument == "--metrics-public") {
       metrics_public = true;
+    } else if (argument == "--expert-metrics") {
+      expert_metrics = true;
     } else if (argument == "-h" || argument == "--help") {
       std::fputs(kServeUsage, stdout);
       return 0;
@@ -245,6 +252,7 @@ int Serve(int argc, char** argv) {
   engine_options.max_batched_tokens = static_cast<int32_t>(max_batched_tokens);
   engine_options.max_seqs = static_cast<int32_t>(max_seqs);
   engine_options.prefill_chunk_tokens = static_cast<int32_t>(prefill_chunk_tokens);
+  engine_options.expert_token_counts = expert_metrics;
   // EngineOptions::max_seqs 0 means 256 (engine.h).
   options.max_seqs = max_seqs > 0 ? static_cast<int32_t>(max_seqs) : 256;
   // Declared before the engine, so it outlives the engine's last callback.
