@@ -43,6 +43,10 @@ class OverlayWeightSource final : public WeightSource {
       const std::string& name) const override;
   // The method SetQuantized stored for `name`, else the base's.
   std::string quantizationMethod(const std::string& name) const override;
+  // Forwarded to the base (its materialized expert views).
+  void releaseWeights(llvm::ArrayRef<std::string> names) const override {
+    base_.releaseWeights(names);
+  }
 
   // The tensor as f32 values (rewritten or converted from the base).
   absl::StatusOr<std::vector<float>> Values(const std::string& name,

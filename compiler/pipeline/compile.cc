@@ -63,7 +63,7 @@ QuantizeWeightsPassOptions PassOptions(const QuantizeOptions& quantize) {
   QuantizeWeightsPassOptions pass;
   pass.bits = quantize.bits;
   pass.groupSize = quantize.bits == 4 && quantize.group_size == 0 ? 32 : quantize.group_size;
-  pass.scheme = quantize.asymmetric ? "asymmetric" : "symmetric";
+  pass.scheme = quantize.mxfp4 ? "mxfp4" : quantize.asymmetric ? "asymmetric" : "symmetric";
   pass.method = quantize.awq    ? (quantize.gptq ? "awq+gptq" : "awq")
                 : quantize.gptq ? "gptq"
                                 : "rtn";
@@ -83,12 +83,18 @@ QuantizeWeightsPassOptions PrequantizedPassOptions(const quant::PrequantizedChec
 }
 
 // PlanMeta.quantization: "int4 g32 asymmetric awq", "int8 per-channel symmetric rtn",
-// "int4 g32 symmetric rtn, lm_head int8" (the lm_head's own format, when it has one).
-std::string QuantizationRequest(const QuantizeWeightsPassOptions& pass) {
+// "int4 g32 symmetric rtn, lm_head int8" (the lm_head's own format, when it has one),
+// "mxfp4 g32 rtn"; `note` is appended in parentheses ("experts rtn").
+std::string QuantizationRequest(const QuantizeWeightsPassOptions& pass,
+                                const std::string& note = "") {
+  const std::string format =
+      pass.scheme == "mxfp4" ? absl::StrCat("mxfp4 g", pass.groupSize)
+                             : absl::StrCat("int", pass.bits, " ",
+                                            pass.groupSize == 0 ? std::string("per-channel")
+                                                                : absl::StrCat("g", pass.groupSize),
+                                            " ", pass.scheme);
   return absl::StrCat(
-      "int", pass.bits, " ",
-      pass.groupSize == 0 ? std::string("per-channel") : absl::StrCat("g", pass.groupSize), " ",
-      pass.scheme, " ", pass.method,
+      format, " ", pass.method, note.empty() ? std::string() : absl::StrCat(" (", note, ")"),
       pass.lmHeadBits == 0 ? std::string() : absl::StrCat(", lm_head int", pass.lmHeadBits));
 }
 
@@ -147,6 +153,37 @@ absl::StatusOr<std::map<std::string, quant::Activations>> Calibrate(const Compil
   return activations;
 }
 
+// The --quant combinations Compile refuses, by option name, once the config is known.
+absl::Status CheckQuantizeOptions(const CompileOptions& options, const plan::ModelConfig& config) {
+  if (!options.quantize) return absl::OkStatus();
+  const QuantizeOptions& quantize = *options.quantize;
+  if (quantize.mxfp4) {
+    if (quantize.bits != 4 || (quantize.group_size != 0 && quantize.group_size != 32)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--group-size: mxfp4 has one E8M0 scale per 32 columns; found ", quantize.group_size));
+    }
+    if (quantize.asymmetric) {
+      return absl::InvalidArgumentError("--scheme: mxfp4 is symmetric (no zero points)");
+    }
+    if (quantize.awq || quantize.gptq) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(quantize.awq ? "--awq" : "--gptq",
+                       ": not available with --quant mxfp4 (its blocks are rounded to nearest)"));
+    }
+  }
+  if (quantize.awq && config.moe().num_experts() > 0) {
+    // The AWQ scale of a layer's FFN input is folded into post_attention_layernorm, which also
+    // feeds the router and every expert; calibration records no expert inputs to search it on.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--awq: ", options.model_dir, "/config.json describes a mixture of experts (",
+        config.moe().num_experts(),
+        " experts): AWQ's per-channel scales folded into post_attention_layernorm would also "
+        "scale the router's and every expert's input, which calibration does not measure; use "
+        "--gptq or round-to-nearest"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
@@ -202,6 +239,7 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
   if (!imported.ok()) return imported;
 
   const plan::ModelConfig& config = checkpoint->config();
+  if (absl::Status valid = CheckQuantizeOptions(options, config); !valid.ok()) return valid;
   if (options.quantize && options.quantize->lm_head_bits == 4) {
     // 32 when --group-size is absent, for int4 and int8 per channel alike (the pass's rule).
     const int64_t group = options.quantize->group_size == 0 ? 32 : options.quantize->group_size;
@@ -294,8 +332,13 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
     // The float weight dtype by default: f32 plans keep an f32 cache (bit-for-bit the
     // transformers conformance), f16/bf16 plans halve the cache like their weights.
     kv->set_dtype(options.kv_cache_dtype.value_or(weight_dtype));
-    if (options.quantize)
-      meta.set_quantization(QuantizationRequest(PassOptions(*options.quantize)));
+    if (options.quantize) {
+      // GPTQ's error feedback runs on llm.matmul ops (calibration records their inputs only):
+      // expert weights are rounded to nearest (passes/QuantizeWeights.cpp).
+      const bool moe_gptq = options.quantize->gptq && config.moe().num_experts() > 0;
+      meta.set_quantization(
+          QuantizationRequest(PassOptions(*options.quantize), moe_gptq ? "experts rtn" : ""));
+    }
     if (prequantized) {
       meta.set_quantization(QuantizationRequest(PrequantizedPassOptions(*prequantized)));
     }

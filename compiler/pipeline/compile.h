@@ -22,6 +22,9 @@ struct QuantizeOptions {
   int bits = 8;             // 8 or 4
   int64_t group_size = 0;   // 32, 64, 128; 0: int8 per output channel, int4 32
   bool asymmetric = false;  // int4 only
+  // MXFP4 (OCP MX v1.0: E2M1 codes, an E8M0 exponent per 32 columns; compiler/quant/mxfp4.h):
+  // bits 4, group_size 32 (or 0), symmetric; no awq / gptq (round-to-nearest only).
+  bool mxfp4 = false;
   // Activation-aware per-input-channel scales searched on a calibration text and folded into
   // the preceding op (compiler/quant/awq.h).
   bool awq = false;

@@ -70,11 +70,23 @@ absl::Status ApplyMemoryBudget(int64_t max_memory_bytes, llmrt::plan::PlanMeta& 
     weight_bytes += static_cast<int64_t>(tensor.size_bytes());
   }
   const int64_t vocab = meta.config().vocab_size();
+  // Kernel scratch (CUDA attention partials, expert grouping tables): the backend allocates the
+  // largest any kernel of its table needs for a full step; the largest of every table bounds it.
+  int64_t scratch_floats = 0;
+  for (const llmrt::plan::KernelTable& table : meta.program().kernel_tables()) {
+    for (const llmrt::plan::KernelTable::Kernel& kernel : table.kernels()) {
+      scratch_floats =
+          std::max(scratch_floats, kernel.scratch_floats_per_token() * kBudgetTokensPerStep +
+                                       kernel.scratch_floats_fixed());
+    }
+  }
+  // The arena holds every activation of a step, the routed ones of a mixture of experts (top_k
+  // slots per token) and the expert ids included (runtime/plan: arena_bytes_per_token).
   const int64_t workspace_bytes =
       int64_t{kBudgetTokensPerStep} *
           (static_cast<int64_t>(meta.program().arena_bytes_per_token()) +
            2 * vocab * static_cast<int64_t>(sizeof(float))) +
-      kWorkspaceMarginBytes;
+      scratch_floats * static_cast<int64_t>(sizeof(float)) + kWorkspaceMarginBytes;
   const llmrt::plan::KvCacheSpec& kv = meta.kv_cache();
   const int64_t kv_bytes_per_token = llmrt::kv::KvBytesPerToken(
       kv.num_layers(), kv.num_kv_heads(), kv.head_dim(),
@@ -169,16 +181,23 @@ absl::StatusOr<CompileOptions> ResolveQuantAuto(const CompileOptions& options) {
     if (tensor.shape.size() == 2 && absl::StrContains(name, "_proj.")) {
       weights.quantizable_elements += elements;
       weights.quantizable_rows += tensor.shape[0];
+    } else if (tensor.shape.size() == 3 && absl::StrContains(name, ".mlp.experts.")) {
+      // Stacked experts (gpt-oss: [E, in, out], used transposed): E * out quantized rows.
+      weights.quantizable_elements += elements;
+      weights.quantizable_rows += tensor.shape[0] * tensor.shape[2];
     } else {
       weights.other_elements += elements;
     }
   }
   // The step's activations before memory planning: ~6 hidden-wide and 3 intermediate-wide f32
   // rows per token (q/k/v, attention, residual, norms; gate, up, product), plus logits.
-  const int64_t workspace = int64_t{kBudgetTokensPerStep} *
-                                (4 * (6 * config.hidden_size() + 3 * config.intermediate_size()) +
-                                 2 * config.vocab_size() * static_cast<int64_t>(sizeof(float))) +
-                            kWorkspaceMarginBytes;
+  // A mixture of experts adds its routed rows: gate, up and product for each of top_k slots.
+  const int64_t routed = 3 * config.moe().top_k() * config.moe().expert_intermediate_size();
+  const int64_t workspace =
+      int64_t{kBudgetTokensPerStep} *
+          (4 * (6 * config.hidden_size() + 3 * config.intermediate_size() + routed) +
+           2 * config.vocab_size() * static_cast<int64_t>(sizeof(float))) +
+      kWorkspaceMarginBytes;
   const llmrt::plan::DType kv_dtype = options.kv_cache_dtype.value_or(llmrt::plan::F16);
   const int64_t kv_bytes_per_token = llmrt::kv::KvBytesPerToken(
       static_cast<int32_t>(config.num_layers()), static_cast<int32_t>(config.num_kv_heads()),

@@ -57,6 +57,23 @@ TEST(ApplyMemoryBudgetTest, KvPoolFillsWhatWeightsAndWorkspaceLeave) {
   EXPECT_EQ(out.max_memory_bytes(), budget);
 }
 
+// Expert grouping tables and attention partials live in kernel scratch, next to the arena
+// (whose routed activations and expert ids arena_bytes_per_token already counts): the workspace
+// holds the largest kernel's scratch for a full step.
+TEST(ApplyMemoryBudgetTest, WorkspaceCountsTheLargestKernelScratch) {
+  llmrt::plan::PlanMeta meta = Meta();
+  llmrt::plan::KernelTable* table = meta.mutable_program()->add_kernel_tables();
+  table->set_target("cuda:sm_80");
+  table->add_kernels()->set_scratch_floats_per_token(100);
+  llmrt::plan::KernelTable::Kernel* group = table->add_kernels();
+  group->set_scratch_floats_per_token(16);
+  group->set_scratch_floats_fixed(1 << 20);  // larger than 100 floats x 256 tokens
+  ASSERT_TRUE(ApplyMemoryBudget(int64_t{200} << 20, meta).ok());
+  EXPECT_EQ(meta.memory_budget().workspace_bytes(),
+            kBudgetTokensPerStep * (4096 + 2 * 1000 * 4) +
+                4 * (16 * kBudgetTokensPerStep + (1 << 20)) + kWorkspaceMarginBytes);
+}
+
 TEST(ApplyMemoryBudgetTest, TooSmallABudgetSaysWhatTakesTheMemory) {
   llmrt::plan::PlanMeta meta = Meta();
   absl::Status status = ApplyMemoryBudget(int64_t{120} << 20, meta);
