@@ -42,6 +42,10 @@ constexpr int kElementwiseThreads = 256;
 // heads use the decode kernel for every step.
 constexpr int kPrefillMaxHeadDim = 128;
 constexpr int kTopKThreads = 256;
+// ROUTER: one warp per token, 4 per block. Expert grouping: one block of 256 threads. MoE
+// GEMV/GEMM blocks take tiles of at most kGemmTileM routed rows of one expert.
+constexpr int kRouterWarps = 4;
+constexpr int kGroupThreads = 256;
 
 // The exact value of `value` as a C float literal (hex float: no decimal rounding).
 std::string floatLiteral(double value) { return absl::StrFormat("%af", static_cast<float>(value)); }
@@ -65,6 +69,10 @@ const char *dtypeSuffix(plan::DType dtype) {
     return "bf16";
   case plan::I8:
     return "i8";
+  case plan::I4:
+    return "i4";
+  case plan::FP4_E2M1:
+    return "mxfp4";
   default:
     return "f32";
   }
@@ -294,22 +302,55 @@ private:
     case plan::GELU_TANH_MUL:
     case plan::SILU:
     case plan::MUL:
-    case plan::ADD: {
+    case plan::ADD:
+    case plan::CLAMPED_SWIGLU: {
       const int64_t elements = width(op.inputs(0));
       static_assert(LLMC_OP_SILU == plan::SILU && LLMC_OP_MUL == plan::MUL &&
                         LLMC_OP_ADD == plan::ADD && LLMC_OP_SILU_MUL == plan::SILU_MUL &&
-                        LLMC_OP_GELU_TANH_MUL == plan::GELU_TANH_MUL,
+                        LLMC_OP_GELU_TANH_MUL == plan::GELU_TANH_MUL &&
+                        LLMC_OP_CLAMPED_SWIGLU == plan::CLAMPED_SWIGLU,
                     "kernel_params.h's LlmcElementwiseOp must be plan.proto's OpKind numbers");
       std::string name = plan::OpKind_Name(op.kind());
       std::transform(name.begin(), name.end(), name.begin(), ::tolower);
       Kernel info = perToken(kElementwiseThreads);
       info.set_grid_row_multiplier(elements);
       info.set_grid_rows_per_block(kElementwiseThreads);
-      kernels.push_back(add(absl::StrCat(name, "_", elements), "",
-                            absl::StrFormat("llmc::elementwise<%d, %d>(p);", elements, op.kind()),
-                            info));
+      // SwigluAttrs (checked finite and > 0 by CheckProgram) as exact f32 literals.
+      const std::string attrs = op.kind() == plan::CLAMPED_SWIGLU
+                                    ? absl::StrCat(", ", floatLiteral(op.swiglu().alpha()), ", ",
+                                                   floatLiteral(op.swiglu().limit()))
+                                    : "";
+      kernels.push_back(add(
+          absl::StrCat(name, "_", elements), "",
+          absl::StrFormat("llmc::elementwise<%d, %d>(p%s);", elements, op.kind(), attrs), info));
       return absl::OkStatus();
     }
+    case plan::ROUTER: {
+      const plan::RouterAttrs &router = op.router();
+      Kernel info = perToken(kRouterWarps * 32);
+      info.set_grid_rows_per_block(kRouterWarps);
+      kernels.push_back(
+          add(absl::StrCat("router_", router.num_experts(), "_top", router.top_k()), "",
+              absl::StrFormat("llmc::router<%d, %d, %d, %s, %d>(p);", router.num_experts(),
+                              router.top_k(), static_cast<int>(router.scoring()),
+                              router.normalize() ? "true" : "false", kRouterWarps),
+              info));
+      return absl::OkStatus();
+    }
+    case plan::MOE_COMBINE: {
+      const int64_t hidden = width(op.outputs(0));
+      const int64_t topK = width(op.inputs(1));
+      const bool shared = op.inputs_size() == 4;
+      const int threads = std::min<int>(256, std::max<int>(32, roundUp(hidden, 32)));
+      kernels.push_back(
+          add(absl::StrCat("moe_combine_", hidden, "_top", topK, shared ? "_shared" : ""), "",
+              absl::StrFormat("llmc::moeCombine<%d, %d, %s, %d>(p);", hidden, topK,
+                              shared ? "true" : "false", threads),
+              perToken(threads)));
+      return absl::OkStatus();
+    }
+    case plan::EXPERT_MATMUL:
+      return emitExpertMatmul(op, index, kernels);
     default:
       return error(index, "no CUDA kernel for this op kind");
     }
@@ -320,32 +361,10 @@ private:
     if (op.outputs_size() > 3)
       return error(index, "more than 3 fused outputs (LlmcKernelParams holds 3)");
     const plan::DType dtype = meta.tensors(op.weights(0)).dtype();
-    const bool quantized = dtype == plan::I8 || dtype == plan::I4;
+    const bool quantized = dtype == plan::I8 || dtype == plan::I4 || dtype == plan::FP4_E2M1;
     const bool bias = op.weights_size() == 2;
     const int64_t k = width(op.inputs(0));
-    // The store helper maps column n to (output, column within it); widths are literals.
-    std::string store = "struct STORE {\n  static __device__ __forceinline__ void store("
-                        "const LlmcKernelParams &p, int row, int n, float value) {\n";
-    // LOGITS' soft-cap (plan.proto LogitsAttrs) applies to every logit as it is stored.
-    if (logits && op.has_logits())
-      absl::StrAppend(&store, "    value = llmc::softCap(value, ",
-                      floatLiteral(op.logits().softcap()), ");\n");
-    int64_t begin = 0;
-    for (int i = 0; i < op.outputs_size(); ++i) {
-      const int64_t columns = width(op.outputs(i));
-      const bool last = i + 1 == op.outputs_size();
-      absl::StrAppend(&store, "    ", last ? "" : absl::StrFormat("if (n < %d) ", begin + columns),
-                      absl::StrFormat("{ ((float *)p.output[%d])[(long long)row * %d + n - %d] "
-                                      "= value; return; }\n",
-                                      i, columns, begin));
-      begin += columns;
-    }
-    store += "  }\n};\n";
-    const int64_t n = begin;
-    const std::string storeName =
-        absl::StrFormat("llmc_store_%08x", XXH64(store.data(), store.size(), 0) & 0xffffffffu);
-    store.replace(store.find("STORE"), 5, storeName);
-    store = guarded(storeName, store);
+    const auto [store, storeName, n] = storeHelper(op, 1);
     if (quantized)
       return emitQuantizedMatmul(op, k, n, bias, store, storeName, kernels);
     const int panels = panelRows(op.weights(0));
@@ -385,6 +404,129 @@ private:
     return absl::OkStatus();
   }
 
+  // The store helper of a matmul: maps column n of the fused weight to (output, column within
+  // it) and writes row `row` there; widths are literals. EXPERT_MATMUL (rowsPerToken = top_k)
+  // stores routed rows, so each output is viewed as [T top_k, width / top_k]. Returns
+  // {definitions, name, N}.
+  std::tuple<std::string, std::string, int64_t> storeHelper(const plan::Op &op,
+                                                            int64_t rowsPerToken) {
+    std::string store = "struct STORE {\n  static __device__ __forceinline__ void store("
+                        "const LlmcKernelParams &p, int row, int n, float value) {\n";
+    // LOGITS' soft-cap (plan.proto LogitsAttrs) applies to every logit as it is stored.
+    if (op.kind() == plan::LOGITS && op.has_logits())
+      absl::StrAppend(&store, "    value = llmc::softCap(value, ",
+                      floatLiteral(op.logits().softcap()), ");\n");
+    int64_t begin = 0;
+    for (int i = 0; i < op.outputs_size(); ++i) {
+      const int64_t columns = width(op.outputs(i)) / rowsPerToken;
+      const bool last = i + 1 == op.outputs_size();
+      absl::StrAppend(&store, "    ", last ? "" : absl::StrFormat("if (n < %d) ", begin + columns),
+                      absl::StrFormat("{ ((float *)p.output[%d])[(long long)row * %d + n - %d] "
+                                      "= value; return; }\n",
+                                      i, columns, begin));
+      begin += columns;
+    }
+    store += "  }\n};\n";
+    const std::string storeName =
+        absl::StrFormat("llmc_store_%08x", XXH64(store.data(), store.size(), 0) & 0xffffffffu);
+    store.replace(store.find("STORE"), 5, storeName);
+    return {guarded(storeName, store), storeName, begin};
+  }
+
+  // The quantization template arguments (kBits, kFp4, kAsymmetric, kGroup) of an I8 / I4 /
+  // FP4_E2M1 matrix and its name tag: {arguments, tag}.
+  std::pair<std::string, std::string> quantScheme(const plan::Tensor &weight) {
+    const plan::Quantization &quant = weight.quantization();
+    const bool fp4 = weight.dtype() == plan::FP4_E2M1;
+    const int bits = weight.dtype() == plan::I8 ? 8 : 4;
+    const int64_t group = quant.group_size();
+    const bool asymmetric = quant.scheme() == plan::Quantization::ASYMMETRIC;
+    const std::string tag = absl::StrCat(fp4         ? "mxfp4"
+                                         : bits == 4 ? "i4"
+                                                     : "i8",
+                                         "g", group, asymmetric ? "a" : "");
+    return {absl::StrFormat("%d, %s, %s, %d", bits, fp4 ? "true" : "false",
+                            asymmetric ? "true" : "false", group),
+            tag};
+  }
+
+  // EXPERT_MATMUL: [group, gemv, gemm] (KernelLibrary.cuh's expert kernels; gemm for 16-bit and
+  // quantized weights, like MATMUL's). CheckProgram checked the shapes: w [E, N, K], ids from a
+  // ROUTER with E experts, x of width K or top_k K.
+  absl::Status emitExpertMatmul(const plan::Op &op, int index, std::vector<int32_t> &kernels) {
+    if (op.outputs_size() > 3)
+      return error(index, "more than 3 fused outputs (LlmcKernelParams holds 3)");
+    const plan::Tensor &weight = meta.tensors(op.weights(0));
+    const int experts = op.expert().num_experts(), topK = op.expert().top_k();
+    const int64_t k = weight.shape(2);
+    const bool slotInput = width(op.inputs(0)) != k;
+    const bool bias = op.weights_size() == 2;
+    std::string store, storeName;
+    int64_t n = 0;
+    std::tie(store, storeName, n) = storeHelper(op, topK);
+    const plan::DType dtype = weight.dtype();
+    const bool quantized = dtype == plan::I8 || dtype == plan::I4 || dtype == plan::FP4_E2M1;
+    if (!quantized && dtype != plan::F32 && dtype != plan::F16 && dtype != plan::BF16)
+      return error(index, absl::StrFormat("expert weight dtype %s has no CUDA kernel",
+                                          plan::DType_Name(dtype)));
+    Kernel group;
+    group.set_block_x(kGroupThreads);
+    group.set_grid_x(1);
+    group.set_grid_y(1);
+    group.set_grid_z(1);
+    group.set_grid_scaled_axis(-1);
+    // KernelLibrary.cuh's ExpertTables: 1 + (E + 1) + 3 (ceil(T k / 64) + E) + T k ints, and
+    // ceil(T k / 64) <= T ceil(k / 64).
+    group.set_scratch_floats_per_token(topK + 3 * ((topK + kGemmTileM - 1) / kGemmTileM));
+    group.set_scratch_floats_fixed(2 + 4 * int64_t{experts});
+    kernels.push_back(add(
+        absl::StrCat("expert_group_", experts, "_top", topK), "",
+        absl::StrFormat("llmc::expertGroup<%d, %d, %d>(p);", experts, topK, kGroupThreads), group));
+    // Both matmul kernels take tile y of the grouping: ceil(T k / 64) + E blocks.
+    auto tiled = [&](int threads, int64_t columnsPerBlock) {
+      Kernel info;
+      info.set_block_x(threads);
+      info.set_grid_x(static_cast<uint32_t>((n + columnsPerBlock - 1) / columnsPerBlock));
+      info.set_grid_y(1);
+      info.set_grid_z(1);
+      info.set_grid_scaled_axis(1);
+      info.set_grid_rows(Kernel::GRID_ROWS_TOKENS);
+      info.set_grid_row_multiplier(topK);
+      info.set_grid_rows_per_block(kGemmTileM);
+      info.set_grid_extra_blocks(experts);
+      return info;
+    };
+    const std::string routing =
+        absl::StrFormat("%d, %d, %s, %d, %d", experts, topK, slotInput ? "true" : "false", k, n);
+    const std::string shape = absl::StrCat(experts, "x", k, "x", n, slotInput ? "s" : "");
+    const char *biasFlag = bias ? "true" : "false";
+    if (quantized) {
+      const auto [args, tag] = quantScheme(weight);
+      kernels.push_back(
+          add(absl::StrCat("expert_gemv_", shape, "_", tag), store,
+              absl::StrFormat("llmc::expertGemvQuant<%s, %s, %s, %d, %d, %s>(p);", routing, args,
+                              biasFlag, kGemvWarps, kGemvRows, storeName),
+              tiled(kGemvWarps * 32, kGemvWarps)));
+      kernels.push_back(add(absl::StrCat("expert_gemm_mma_", shape, "_", tag), store,
+                            absl::StrFormat("llmc::expertGemmMmaQuant<%s, %s, %s, %s>(p);", routing,
+                                            args, biasFlag, storeName),
+                            tiled(128, kGemmTileN)));
+      return absl::OkStatus();
+    }
+    const int panels = panelRows(op.weights(0));
+    kernels.push_back(
+        add(absl::StrCat("expert_gemv_", shape, "_", dtypeSuffix(dtype)), store,
+            absl::StrFormat("llmc::expertGemv<%s, %s, %d, %s, %d, %d, %s>(p);", routing,
+                            typeName(dtype), panels, biasFlag, kGemvWarps, kGemvRows, storeName),
+            tiled(kGemvWarps * 32, kGemvWarps)));
+    if (dtype == plan::F16 || dtype == plan::BF16)
+      kernels.push_back(add(absl::StrCat("expert_gemm_mma_", shape, "_", dtypeSuffix(dtype)), store,
+                            absl::StrFormat("llmc::expertGemmMma<%s, %s, %d, %s, %s>(p);", routing,
+                                            typeName(dtype), panels, biasFlag, storeName),
+                            tiled(128, kGemmTileN)));
+    return absl::OkStatus();
+  }
+
   // The prefilter after the logits GEMV (KernelLibrary.cuh logitsTopK): one block per row.
   int32_t logitsTopK(int64_t vocab) {
     Kernel info = perToken(kTopKThreads);
@@ -401,15 +543,11 @@ private:
                                    std::vector<int32_t> &kernels) {
     const bool logits = op.kind() == plan::LOGITS;
     const plan::Tensor &weight = meta.tensors(op.weights(0));
-    const plan::Quantization &quant = weight.quantization();
-    const int bits = weight.dtype() == plan::I4 ? 4 : 8;
-    const int64_t group = quant.group_size();
-    const bool asymmetric = quant.scheme() == plan::Quantization::ASYMMETRIC;
-    const bool permuted = quant.has_input_permutation();
-    const std::string scheme = absl::StrCat(bits == 4 ? "i4" : "i8", "g", group,
-                                            asymmetric ? "a" : "", permuted ? "p" : "");
-    const std::string quantArgs = absl::StrFormat(
-        "%d, %s, %d, %s", bits, asymmetric ? "true" : "false", group, permuted ? "true" : "false");
+    const bool permuted = weight.quantization().has_input_permutation();
+    const auto [schemeArgs, schemeTag] = quantScheme(weight);
+    const std::string scheme = absl::StrCat(schemeTag, permuted ? "p" : "");
+    const std::string quantArgs =
+        absl::StrFormat("%s, %s", schemeArgs, permuted ? "true" : "false");
     Kernel gemv;
     gemv.set_block_x(kGemvWarps * 32);
     gemv.set_grid_x(static_cast<uint32_t>((n + kGemvWarps - 1) / kGemvWarps));
@@ -502,34 +640,42 @@ private:
                       kvHeads, headDim, splits, attention.sliding_window(), kAttentionWarps,
                       ropeFlag, *kv, floatLiteral(plan::SoftmaxScale(attention)), table),
         split));
+    // Sinks (gpt-oss: weights [sinks]) enter where the softmax is completed: the combine and
+    // the prefill kernel; the splits are unchanged.
+    const bool sinks = op.weights_size() == 1;
     Kernel combine = perToken(32);
     combine.set_grid_y(heads);
     combine.set_scratch_floats_per_token(split.scratch_floats_per_token());
-    kernels.push_back(
-        add(absl::StrCat("attention_combine_", heads, "x", headDim), "",
-            absl::StrFormat("llmc::attentionCombine<%d, %d, %d>(p);", heads, headDim, splits),
-            combine));
+    kernels.push_back(add(
+        absl::StrCat("attention_combine_", heads, "x", headDim, sinks ? "_sinks" : ""), "",
+        sinks ? absl::StrFormat("llmc::attentionCombine<%d, %d, %d, true>(p);", heads, headDim,
+                                splits)
+              : absl::StrFormat("llmc::attentionCombine<%d, %d, %d>(p);", heads, headDim, splits),
+        combine));
     if (headDim <= kPrefillMaxHeadDim) {
       Kernel prefill = perToken(128);
       prefill.set_grid_y(heads);
       prefill.set_grid_rows_per_block(llmrt::cuda::kPrefillTileTokens);
-      kernels.push_back(add(
-          absl::StrCat("attention_prefill_", heads, "x", kvHeads, "x", headDim, suffix),
-          definitions,
-          softcap ? absl::StrFormat(
-                        "llmc::attentionPrefillCapped<%d, %d, %d, %d, %s, %s, true>(p, %s, %s, "
+      kernels.push_back(
+          add(absl::StrCat("attention_prefill_", heads, "x", kvHeads, "x", headDim, suffix,
+                           sinks ? "_sinks" : ""),
+              definitions,
+              softcap || sinks
+                  ? absl::StrFormat(
+                        "llmc::attentionPrefillCapped<%d, %d, %d, %d, %s, %s, %s, %s>(p, %s, %s, "
                         "%s);",
                         heads, kvHeads, headDim, attention.sliding_window(), ropeFlag, *kv,
+                        softcap ? "true" : "false", sinks ? "true" : "false",
                         floatLiteral(plan::SoftmaxScale(attention)),
                         floatLiteral(attention.logit_softcap()), table)
                   : absl::StrFormat("llmc::attentionPrefill<%d, %d, %d, %d, %s, %s>(p, %s, %s);",
                                     heads, kvHeads, headDim, attention.sliding_window(), ropeFlag,
                                     *kv, floatLiteral(plan::SoftmaxScale(attention)), table),
-          prefill,
-          // Over an f32 cache P and V are split in three (KernelLibrary.cuh): ptxas' own
-          // register target then left 4-12 bytes of spills around the rope's sin/cos call on
-          // sm_80 at head_dim 16 and 32; one resident block lets it take the registers.
-          meta.kv_cache().dtype() == plan::F32 ? 1 : 0));
+              prefill,
+              // Over an f32 cache P and V are split in three (KernelLibrary.cuh): ptxas' own
+              // register target then left 4-12 bytes of spills around the rope's sin/cos call on
+              // sm_80 at head_dim 16 and 32; one resident block lets it take the registers.
+              meta.kv_cache().dtype() == plan::F32 ? 1 : 0));
     }
     return absl::OkStatus();
   }

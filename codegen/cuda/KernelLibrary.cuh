@@ -195,42 +195,64 @@ __device__ void rmsNorm(const LlmcKernelParams &p, float eps) {
     y[i] = gamma[i] * ((kFused ? sum[i] : a[i]) * inverseRms);
 }
 
+// --- Row maps: which activation rows a matmul block computes -----------------------------
+// Row i of a block (0 <= i < count) multiplies activation row input(i) (of kK floats) by the
+// weight rows weightBase + n and is stored as output row output(i). MATMUL: rows of the step
+// (LOGITS, kIndirect: output row r reads batch row row_index[r]); EXPERT_MATMUL: the routed
+// rows of one expert (ExpertRows below), so the same inner loops serve both.
+template <bool kIndirect> struct StepRows {
+  const int *index; // row_index (kIndirect only)
+  int first, count;
+  long long weightBase;
+  __device__ __forceinline__ long long input(int i) const {
+    return kIndirect ? index[first + i] : first + i;
+  }
+  __device__ __forceinline__ int output(int i) const { return first + i; }
+};
+
 // --- MATMUL / LOGITS, decode: GEMV ------------------------------------------------------------
 // grid (ceil(N / kWarps)), block kWarps * 32. One warp per output column n; lanes stride K so a
 // warp reads 32 consecutive weights (coalesced), and kRows activation rows share each weight
 // load. `Store` splits column n into the fused outputs (emitted per kernel). kIndirect: LOGITS,
 // output row r reads batch row row_index[r].
-template <int kK, int kN, typename T, int kPanelRows, bool kBias, bool kIndirect, int kWarps,
-          int kRows, typename Store>
-__device__ void gemv(const LlmcKernelParams &p) {
+template <int kK, int kN, typename T, int kPanelRows, bool kBias, int kWarps, int kRows,
+          typename Store, typename Rows>
+__device__ void gemvRows(const LlmcKernelParams &p, const Rows &rows) {
   const int lane = threadIdx.x % 32;
   const int n = blockIdx.x * kWarps + threadIdx.x / 32;
   if (n >= kN)
     return; // whole warps only: no barrier below
   const T *w = (const T *)p.weight;
   const float *x = (const float *)p.input[0];
-  const int *rowIndex = (const int *)p.row_index;
-  const int numRows = kIndirect ? p.num_rows : p.num_tokens;
-  const float bias = kBias ? ((const float *)p.bias)[n] : 0.0f;
-  for (int first = 0; first < numRows; first += kRows) {
+  const long long weightRow = rows.weightBase + n;
+  const float bias = kBias ? ((const float *)p.bias)[weightRow] : 0.0f;
+  for (int first = 0; first < rows.count; first += kRows) {
     float acc[kRows];
-    const float *rows[kRows];
+    const float *in[kRows];
     for (int r = 0; r < kRows; ++r) {
       acc[r] = 0.0f;
-      const int row = first + r < numRows ? first + r : first;
-      rows[r] = x + (long long)(kIndirect ? rowIndex[row] : row) * kK;
+      const int row = first + r < rows.count ? first + r : first;
+      in[r] = x + rows.input(row) * kK;
     }
     for (int k = lane; k < kK; k += 32) {
-      const float weight = toFloat(w[weightIndex<kK, kPanelRows>(n, k)]);
+      const float weight = toFloat(w[weightIndex<kK, kPanelRows>(weightRow, k)]);
       for (int r = 0; r < kRows; ++r)
-        acc[r] += rows[r][k] * weight;
+        acc[r] += in[r][k] * weight;
     }
     for (int r = 0; r < kRows; ++r) {
       const float total = warpSum(acc[r]);
-      if (lane == 0 && first + r < numRows)
-        Store::store(p, first + r, n, total + bias);
+      if (lane == 0 && first + r < rows.count)
+        Store::store(p, rows.output(first + r), n, total + bias);
     }
   }
+}
+
+template <int kK, int kN, typename T, int kPanelRows, bool kBias, bool kIndirect, int kWarps,
+          int kRows, typename Store>
+__device__ void gemv(const LlmcKernelParams &p) {
+  const StepRows<kIndirect> rows = {(const int *)p.row_index, 0,
+                                    kIndirect ? p.num_rows : p.num_tokens, 0};
+  gemvRows<kK, kN, T, kPanelRows, kBias, kWarps, kRows, Store>(p, rows);
 }
 
 // --- MATMUL, prefill: tensor-core GEMM (sm_80+) ----------------------------------------------
@@ -241,20 +263,20 @@ __device__ void gemv(const LlmcKernelParams &p) {
 // lo = T(x - hi), and both are multiplied by the (exact) 16-bit weights, so the product keeps
 // ~16 (bf16) or ~22 (f16) bits of the activation instead of 8 or 11: f32-class accuracy at twice
 // the MMA work, which prefill has to spare (it is bound by reading weights once per 64 tokens).
-template <int kK, int kN, typename T, int kPanelRows, bool kBias, typename Store>
-__device__ void gemmMma(const LlmcKernelParams &p) {
+template <int kK, int kN, typename T, int kPanelRows, bool kBias, typename Store, typename Rows>
+__device__ void gemmMmaRows(const LlmcKernelParams &p, const Rows &rows) {
   constexpr int kTileM = 64, kTileN = 32, kTileK = 16;
   // +8 elements per row: 48-byte rows spread fragment loads over more shared-memory banks.
   constexpr int kPitch = kTileK + 8;
   __shared__ T aHigh[kTileM * kPitch];
   __shared__ T aLow[kTileM * kPitch];
   __shared__ T b[kTileN * kPitch];
-  const int m0 = blockIdx.y * kTileM, n0 = blockIdx.x * kTileN;
+  const int n0 = blockIdx.x * kTileN;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = lane >> 2, thread = lane & 3;
   const float *x = (const float *)p.input[0];
   const T *w = (const T *)p.weight;
-  const int numTokens = p.num_tokens;
+  const int count = rows.count; // <= kTileM
   float acc[4][4];
   for (int t = 0; t < 4; ++t)
     for (int i = 0; i < 4; ++i)
@@ -262,8 +284,7 @@ __device__ void gemmMma(const LlmcKernelParams &p) {
   for (int k0 = 0; k0 < kK; k0 += kTileK) {
     for (int e = threadIdx.x; e < kTileM * kTileK; e += 128) {
       const int r = e / kTileK, c = e % kTileK;
-      const float value =
-          (m0 + r < numTokens && k0 + c < kK) ? x[(long long)(m0 + r) * kK + k0 + c] : 0.0f;
+      const float value = (r < count && k0 + c < kK) ? x[rows.input(r) * kK + k0 + c] : 0.0f;
       const T high = Convert<T>::from(value);
       aHigh[r * kPitch + c] = high;
       aLow[r * kPitch + c] = Convert<T>::from(value - toFloat(high));
@@ -271,7 +292,7 @@ __device__ void gemmMma(const LlmcKernelParams &p) {
     for (int e = threadIdx.x; e < kTileN * kTileK; e += 128) {
       const int r = e / kTileK, c = e % kTileK;
       b[r * kPitch + c] = (n0 + r < kN && k0 + c < kK)
-                              ? w[weightIndex<kK, kPanelRows>(n0 + r, k0 + c)]
+                              ? w[weightIndex<kK, kPanelRows>(rows.weightBase + n0 + r, k0 + c)]
                               : Convert<T>::from(0.0f);
     }
     __syncthreads();
@@ -292,12 +313,20 @@ __device__ void gemmMma(const LlmcKernelParams &p) {
   }
   for (int t = 0; t < 4; ++t) {
     for (int i = 0; i < 4; ++i) {
-      const int row = m0 + warp * 16 + group + (i >= 2 ? 8 : 0);
+      const int row = warp * 16 + group + (i >= 2 ? 8 : 0);
       const int n = n0 + t * 8 + thread * 2 + (i & 1);
-      if (row < numTokens && n < kN)
-        Store::store(p, row, n, acc[t][i] + (kBias ? ((const float *)p.bias)[n] : 0.0f));
+      if (row < count && n < kN)
+        Store::store(p, rows.output(row), n,
+                     acc[t][i] + (kBias ? ((const float *)p.bias)[rows.weightBase + n] : 0.0f));
     }
   }
+}
+
+template <int kK, int kN, typename T, int kPanelRows, bool kBias, typename Store>
+__device__ void gemmMma(const LlmcKernelParams &p) {
+  const int m0 = blockIdx.y * 64;
+  const StepRows<false> rows = {0, m0, p.num_tokens - m0 < 64 ? p.num_tokens - m0 : 64, 0};
+  gemmMmaRows<kK, kN, T, kPanelRows, kBias, Store>(p, rows);
 }
 
 // --- ROPE: grid (num_tokens), block kThreads ---------------------------------------------------
@@ -503,15 +532,19 @@ __device__ void attentionSplit(const LlmcKernelParams &p, float scale, const flo
 }
 
 // --- ATTENTION 3/3: merge the splits. grid (num_tokens, kHeads), block 32 --------------------
-// Writes output[0] only after every split read q, so the output may alias q.
-template <int kHeads, int kHeadDim, int kSplits>
+// Writes output[0] only after every split read q, so the output may alias q. kSinks (gpt-oss,
+// the ATTENTION op's sinks weight in p.weight, f32 [kHeads]): head h's softmax denominator
+// gains exp(sink_h - m); the sink enters here, once, as a partial with max sink_h, sum 1 and no
+// value (not in each split).
+template <int kHeads, int kHeadDim, int kSplits, bool kSinks = false>
 __device__ void attentionCombine(const LlmcKernelParams &p) {
   const long long item = (long long)blockIdx.x * kHeads + blockIdx.y;
   const float *partial = (const float *)p.scratch + item * kSplits * (kHeadDim + 2);
-  float globalMax = negativeInfinity();
+  const float sink = kSinks ? ((const float *)p.weight)[blockIdx.y] : negativeInfinity();
+  float globalMax = sink;
   for (int s = 0; s < kSplits; ++s)
     globalMax = fmaxf(globalMax, partial[s * (kHeadDim + 2)]);
-  float total = 0.0f;
+  float total = kSinks ? expf(sink - globalMax) : 0.0f;
   for (int s = 0; s < kSplits; ++s) {
     const float splitMax = partial[s * (kHeadDim + 2)];
     if (splitMax != negativeInfinity())
@@ -609,9 +642,9 @@ __device__ __forceinline__ void mmaSplit(float (&d)[4], const u32 (&aHigh)[4], c
   mmaM16N8K16(d, aHigh, bHigh, __nv_bfloat16());
 }
 
-// kSoftcap as attentionSplitCapped's.
+// kSoftcap as attentionSplitCapped's; kSinks as attentionCombine's.
 template <int kHeads, int kKvHeads, int kHeadDim, int kWindow, bool kRope, typename KvT,
-          bool kSoftcap>
+          bool kSoftcap, bool kSinks = false>
 __device__ void attentionPrefillCapped(const LlmcKernelParams &p, float scale, float softcap,
                                        const float *invFreq) {
   constexpr int kDim = (kHeadDim + 15) / 16 * 16; // head_dim padded to the MMA's k of 16
@@ -675,8 +708,12 @@ __device__ void attentionPrefillCapped(const LlmcKernelParams &p, float scale, f
     for (int t = 0; t < kDimTiles; ++t)
       for (int i = 0; i < 4; ++i)
         out[t][i] = 0.0f;
-    float runningMax[2] = {negativeInfinity(), negativeInfinity()};
-    float runningSum[2] = {0.0f, 0.0f}; // this lane's share of its rows' sums
+    // kSinks (attentionCombine's): each row starts from the sink's max and weight 1 (counted
+    // once: by the quad's lane 0, as the sums are reduced over the quad at the end).
+    const float sink = kSinks ? ((const float *)p.weight)[head] : negativeInfinity();
+    float runningMax[2] = {sink, sink};
+    const float sinkShare = kSinks && quad == 0 ? 1.0f : 0.0f;
+    float runningSum[2] = {sinkShare, sinkShare}; // this lane's share of its rows' sums
     for (int keyBase = keyBegin; keyBase < keyEnd; keyBase += kTileKeys) {
       __syncthreads(); // the previous key tile has been consumed
       for (int e = threadIdx.x; e < kTileKeys * kDim; e += 128) {
@@ -938,6 +975,54 @@ __device__ __forceinline__ int quantCode(const void *codes, long long row, int c
   return offset % 8 < 4 ? (packed & 15) : (packed >> 4);
 }
 
+// MXFP4 (kFp4, plan.proto FP4_E2M1): the 4-bit codes sit where I4's do (LANE_CHUNKS) but mean
+// an E2M1 value (bit 3 sign, bits 2-1 exponent, bit 0 mantissa), and each group of 32 columns
+// has an E8M0 scale byte b meaning 2^(b - 127) in p.scales. Both decode through tables (the
+// values of runtime/plan/mxfp4.h's kE2M1Values and E8M0ToF32), never by building float bits:
+// every entry is exact, 2^-127 (b = 0) an f32 denormal. Byte 255 (NaN) is refused by
+// plan::CheckProgram; its entry is 0.
+static __constant__ float kE2M1Table[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                            -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+static __constant__ float kE8M0Table[256] = {
+    0x1p-127f, 0x1p-126f, 0x1p-125f, 0x1p-124f, 0x1p-123f, 0x1p-122f, 0x1p-121f, 0x1p-120f,
+    0x1p-119f, 0x1p-118f, 0x1p-117f, 0x1p-116f, 0x1p-115f, 0x1p-114f, 0x1p-113f, 0x1p-112f,
+    0x1p-111f, 0x1p-110f, 0x1p-109f, 0x1p-108f, 0x1p-107f, 0x1p-106f, 0x1p-105f, 0x1p-104f,
+    0x1p-103f, 0x1p-102f, 0x1p-101f, 0x1p-100f, 0x1p-99f,  0x1p-98f,  0x1p-97f,  0x1p-96f,
+    0x1p-95f,  0x1p-94f,  0x1p-93f,  0x1p-92f,  0x1p-91f,  0x1p-90f,  0x1p-89f,  0x1p-88f,
+    0x1p-87f,  0x1p-86f,  0x1p-85f,  0x1p-84f,  0x1p-83f,  0x1p-82f,  0x1p-81f,  0x1p-80f,
+    0x1p-79f,  0x1p-78f,  0x1p-77f,  0x1p-76f,  0x1p-75f,  0x1p-74f,  0x1p-73f,  0x1p-72f,
+    0x1p-71f,  0x1p-70f,  0x1p-69f,  0x1p-68f,  0x1p-67f,  0x1p-66f,  0x1p-65f,  0x1p-64f,
+    0x1p-63f,  0x1p-62f,  0x1p-61f,  0x1p-60f,  0x1p-59f,  0x1p-58f,  0x1p-57f,  0x1p-56f,
+    0x1p-55f,  0x1p-54f,  0x1p-53f,  0x1p-52f,  0x1p-51f,  0x1p-50f,  0x1p-49f,  0x1p-48f,
+    0x1p-47f,  0x1p-46f,  0x1p-45f,  0x1p-44f,  0x1p-43f,  0x1p-42f,  0x1p-41f,  0x1p-40f,
+    0x1p-39f,  0x1p-38f,  0x1p-37f,  0x1p-36f,  0x1p-35f,  0x1p-34f,  0x1p-33f,  0x1p-32f,
+    0x1p-31f,  0x1p-30f,  0x1p-29f,  0x1p-28f,  0x1p-27f,  0x1p-26f,  0x1p-25f,  0x1p-24f,
+    0x1p-23f,  0x1p-22f,  0x1p-21f,  0x1p-20f,  0x1p-19f,  0x1p-18f,  0x1p-17f,  0x1p-16f,
+    0x1p-15f,  0x1p-14f,  0x1p-13f,  0x1p-12f,  0x1p-11f,  0x1p-10f,  0x1p-9f,   0x1p-8f,
+    0x1p-7f,   0x1p-6f,   0x1p-5f,   0x1p-4f,   0x1p-3f,   0x1p-2f,   0x1p-1f,   0x1p0f,
+    0x1p1f,    0x1p2f,    0x1p3f,    0x1p4f,    0x1p5f,    0x1p6f,    0x1p7f,    0x1p8f,
+    0x1p9f,    0x1p10f,   0x1p11f,   0x1p12f,   0x1p13f,   0x1p14f,   0x1p15f,   0x1p16f,
+    0x1p17f,   0x1p18f,   0x1p19f,   0x1p20f,   0x1p21f,   0x1p22f,   0x1p23f,   0x1p24f,
+    0x1p25f,   0x1p26f,   0x1p27f,   0x1p28f,   0x1p29f,   0x1p30f,   0x1p31f,   0x1p32f,
+    0x1p33f,   0x1p34f,   0x1p35f,   0x1p36f,   0x1p37f,   0x1p38f,   0x1p39f,   0x1p40f,
+    0x1p41f,   0x1p42f,   0x1p43f,   0x1p44f,   0x1p45f,   0x1p46f,   0x1p47f,   0x1p48f,
+    0x1p49f,   0x1p50f,   0x1p51f,   0x1p52f,   0x1p53f,   0x1p54f,   0x1p55f,   0x1p56f,
+    0x1p57f,   0x1p58f,   0x1p59f,   0x1p60f,   0x1p61f,   0x1p62f,   0x1p63f,   0x1p64f,
+    0x1p65f,   0x1p66f,   0x1p67f,   0x1p68f,   0x1p69f,   0x1p70f,   0x1p71f,   0x1p72f,
+    0x1p73f,   0x1p74f,   0x1p75f,   0x1p76f,   0x1p77f,   0x1p78f,   0x1p79f,   0x1p80f,
+    0x1p81f,   0x1p82f,   0x1p83f,   0x1p84f,   0x1p85f,   0x1p86f,   0x1p87f,   0x1p88f,
+    0x1p89f,   0x1p90f,   0x1p91f,   0x1p92f,   0x1p93f,   0x1p94f,   0x1p95f,   0x1p96f,
+    0x1p97f,   0x1p98f,   0x1p99f,   0x1p100f,  0x1p101f,  0x1p102f,  0x1p103f,  0x1p104f,
+    0x1p105f,  0x1p106f,  0x1p107f,  0x1p108f,  0x1p109f,  0x1p110f,  0x1p111f,  0x1p112f,
+    0x1p113f,  0x1p114f,  0x1p115f,  0x1p116f,  0x1p117f,  0x1p118f,  0x1p119f,  0x1p120f,
+    0x1p121f,  0x1p122f,  0x1p123f,  0x1p124f,  0x1p125f,  0x1p126f,  0x1p127f,  0.0f,
+};
+
+// The value a code stands for before its group scale: the integer code (I8, I4) or E2M1's.
+template <bool kFp4> __device__ __forceinline__ float quantValue(int code) {
+  return kFp4 ? kE2M1Table[code] : (float)code;
+}
+
 template <int kK, int kGroup, int kBits, bool kAsymmetric>
 __device__ __forceinline__ int quantZero(const LlmcKernelParams &p, long long row, int group) {
   if (kBits == 8)
@@ -947,8 +1032,10 @@ __device__ __forceinline__ int quantZero(const LlmcKernelParams &p, long long ro
   return ((const unsigned char *)p.zero_points)[row * (kK / kGroup) + group];
 }
 
-template <int kK, int kGroup>
+template <int kK, int kGroup, bool kFp4>
 __device__ __forceinline__ float quantScale(const LlmcKernelParams &p, long long row, int group) {
+  if (kFp4)
+    return kE8M0Table[((const unsigned char *)p.scales)[row * (kK / kGroup) + group]];
   return __half2float(((const __half *)p.scales)[row * (kK / kGroup) + group]);
 }
 
@@ -961,35 +1048,33 @@ __device__ __forceinline__ float quantScale(const LlmcKernelParams &p, long long
 // 4-byte word of each of the chunk's 4 slices, so per slice the 8 lanes of a full chunk read 32
 // contiguous bytes and the warp 4 x 32 (every 32-byte sector fully used, as the 16-byte loads
 // of a run-contiguous layout). I8 matrices whose K is not a multiple of 16 (per-channel scales,
-// e.g. stories260K's 172) read one code per lane instead.
-template <int kK, int kN, int kBits, bool kAsymmetric, int kGroup, bool kPermuted, bool kBias,
-          bool kIndirect, int kWarps, int kRows, typename Store>
-__device__ void gemvQuant(const LlmcKernelParams &p) {
+// e.g. stories260K's 172) read one code per lane instead. kFp4: I4's loads, E2M1 values, zero 0.
+template <int kK, int kN, int kBits, bool kFp4, bool kAsymmetric, int kGroup, bool kPermuted,
+          bool kBias, int kWarps, int kRows, typename Store, typename Rows>
+__device__ void gemvQuantRows(const LlmcKernelParams &p, const Rows &rows) {
   constexpr int kVector = kBits == 4 ? 32 : (kK % 16 == 0 ? 16 : 1); // columns per lane load
   const int lane = threadIdx.x % 32;
   const int n = blockIdx.x * kWarps + threadIdx.x / 32;
   if (n >= kN)
     return; // whole warps only: no barrier below
   const float *x = (const float *)p.input[0];
-  const int *rowIndex = (const int *)p.row_index;
   const int *permutation = (const int *)p.input_permutation;
-  const int numRows = kIndirect ? p.num_rows : p.num_tokens;
-  const float bias = kBias ? ((const float *)p.bias)[n] : 0.0f;
-  for (int first = 0; first < numRows; first += kRows) {
+  const long long weightRow = rows.weightBase + n;
+  const float bias = kBias ? ((const float *)p.bias)[weightRow] : 0.0f;
+  for (int first = 0; first < rows.count; first += kRows) {
     float acc[kRows];
-    const float *rows[kRows];
+    const float *in[kRows];
     for (int r = 0; r < kRows; ++r) {
       acc[r] = 0.0f;
-      const int row = first + r < numRows ? first + r : first;
-      rows[r] = x + (long long)(kIndirect ? rowIndex[row] : row) * kK;
+      const int row = first + r < rows.count ? first + r : first;
+      in[r] = x + rows.input(row) * kK;
     }
     for (int c0 = lane * kVector; c0 < kK; c0 += 32 * kVector) {
       float weight[kVector];
       if constexpr (kVector == 1) {
-        weight[0] = (float)quantCode<kK, kBits>((const void *)p.weight, n, c0);
+        weight[0] = (float)quantCode<kK, kBits>((const void *)p.weight, weightRow, c0);
       } else if constexpr (kBits == 8) {
-        const uint4 packed =
-            *(const uint4 *)((const signed char *)p.weight + (long long)n * kK + c0);
+        const uint4 packed = *(const uint4 *)((const signed char *)p.weight + weightRow * kK + c0);
         const u32 words[4] = {packed.x, packed.y, packed.z, packed.w};
         for (int b = 0; b < 16; ++b)
           weight[b] = (float)(int)(signed char)((words[b / 4] >> (8 * (b % 4))) & 255u);
@@ -999,58 +1084,69 @@ __device__ void gemvQuant(const LlmcKernelParams &p) {
         const int run = c0 / 32;
         const int slice = 4 * int4RunsInChunk<kK>(run);
         const unsigned char *base =
-            (const unsigned char *)p.weight + (long long)n * (kK / 2) + run / 8 * 128 + run % 8 * 4;
+            (const unsigned char *)p.weight + weightRow * (kK / 2) + run / 8 * 128 + run % 8 * 4;
         for (int v = 0; v < 4; ++v) {
           const u32 word = *(const u32 *)(base + v * slice);
           for (int i = 0; i < 4; ++i) {
             const u32 byte = (word >> (8 * i)) & 255u;
-            weight[8 * v + i] = (float)(byte & 15u);
-            weight[8 * v + 4 + i] = (float)(byte >> 4);
+            weight[8 * v + i] = quantValue<kFp4>((int)(byte & 15u));
+            weight[8 * v + 4 + i] = quantValue<kFp4>((int)(byte >> 4));
           }
         }
       }
       const int group = c0 / kGroup;
-      const float zero = (float)quantZero<kK, kGroup, kBits, kAsymmetric>(p, n, group);
-      const float scale = quantScale<kK, kGroup>(p, n, group);
+      const float zero =
+          kFp4 ? 0.0f : (float)quantZero<kK, kGroup, kBits, kAsymmetric>(p, weightRow, group);
+      const float scale = quantScale<kK, kGroup, kFp4>(p, weightRow, group);
       for (int r = 0; r < kRows; ++r) {
         float sum = 0.0f;
         for (int e = 0; e < kVector; ++e) {
           const int column = kPermuted ? permutation[c0 + e] : c0 + e;
-          sum += (weight[e] - zero) * rows[r][column];
+          sum += (weight[e] - zero) * in[r][column];
         }
         acc[r] += sum * scale;
       }
     }
     for (int r = 0; r < kRows; ++r) {
       const float total = warpSum(acc[r]);
-      if (lane == 0 && first + r < numRows)
-        Store::store(p, first + r, n, total + bias);
+      if (lane == 0 && first + r < rows.count)
+        Store::store(p, rows.output(first + r), n, total + bias);
     }
   }
+}
+
+template <int kK, int kN, int kBits, bool kFp4, bool kAsymmetric, int kGroup, bool kPermuted,
+          bool kBias, bool kIndirect, int kWarps, int kRows, typename Store>
+__device__ void gemvQuant(const LlmcKernelParams &p) {
+  const StepRows<kIndirect> rows = {(const int *)p.row_index, 0,
+                                    kIndirect ? p.num_rows : p.num_tokens, 0};
+  gemvQuantRows<kK, kN, kBits, kFp4, kAsymmetric, kGroup, kPermuted, kBias, kWarps, kRows, Store>(
+      p, rows);
 }
 
 // --- MATMUL over quantized weights, prefill: tensor-core GEMM ---------------------------------
 // gemmMma's tiling (64 x 32 block tile, 4 warps x four m16n8k16 per k-step of 16) with the
 // weight tile dequantized into shared memory as the integer (code - zero) in bf16, exact for
-// |code - zero| <= 255, and the activations split hi + lo in bf16 (f32's range, ~16 bits). The
-// MMA sums code x activation over one scale group into a group accumulator, which is scaled
-// by the group's f16 scale and added to the output accumulator when the group ends: the
-// dequantization multiply runs once per group and column, and no precision is lost to
-// rounding code * scale to 16 bits.
-template <int kK, int kN, int kBits, bool kAsymmetric, int kGroup, bool kPermuted, bool kBias,
-          typename Store>
-__device__ void gemmMmaQuant(const LlmcKernelParams &p) {
+// |code - zero| <= 255 (kFp4: the E2M1 value, exact in bf16), and the activations split hi + lo
+// in bf16 (f32's range, ~16 bits). The MMA sums code x activation over one scale group into a
+// group accumulator, which is scaled by the group's scale and added to the output accumulator
+// when the group ends: the dequantization multiply runs once per group and column, and no
+// precision is lost to rounding code * scale to 16 bits.
+template <int kK, int kN, int kBits, bool kFp4, bool kAsymmetric, int kGroup, bool kPermuted,
+          bool kBias, typename Store, typename Rows>
+__device__ void gemmMmaQuantRows(const LlmcKernelParams &p, const Rows &rows) {
   constexpr int kTileM = 64, kTileN = 32, kTileK = 16;
   constexpr int kPitch = kTileK + 8;
   __shared__ __nv_bfloat16 aHigh[kTileM * kPitch];
   __shared__ __nv_bfloat16 aLow[kTileM * kPitch];
   __shared__ __nv_bfloat16 b[kTileN * kPitch];
-  const int m0 = blockIdx.y * kTileM, n0 = blockIdx.x * kTileN;
+  const int n0 = blockIdx.x * kTileN;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = lane >> 2, thread = lane & 3;
   const float *x = (const float *)p.input[0];
   const int *permutation = (const int *)p.input_permutation;
-  const int numTokens = p.num_tokens;
+  const int count = rows.count; // <= kTileM
+  const long long weightBase = rows.weightBase;
   float acc[4][4], partial[4][4];
   for (int t = 0; t < 4; ++t)
     for (int i = 0; i < 4; ++i)
@@ -1059,16 +1155,20 @@ __device__ void gemmMmaQuant(const LlmcKernelParams &p) {
     for (int e = threadIdx.x; e < kTileM * kTileK; e += 128) {
       const int r = e / kTileK, c = e % kTileK;
       float value = 0.0f;
-      if (m0 + r < numTokens && k0 + c < kK)
-        value = x[(long long)(m0 + r) * kK + (kPermuted ? permutation[k0 + c] : k0 + c)];
+      if (r < count && k0 + c < kK)
+        value = x[rows.input(r) * kK + (kPermuted ? permutation[k0 + c] : k0 + c)];
       splitBf16(value, aHigh[r * kPitch + c], aLow[r * kPitch + c]);
     }
     for (int e = threadIdx.x; e < kTileN * kTileK; e += 128) {
       const int r = e / kTileK, c = e % kTileK;
       float value = 0.0f;
-      if (n0 + r < kN && k0 + c < kK)
-        value = (float)(quantCode<kK, kBits>((const void *)p.weight, n0 + r, k0 + c) -
-                        quantZero<kK, kGroup, kBits, kAsymmetric>(p, n0 + r, (k0 + c) / kGroup));
+      if (n0 + r < kN && k0 + c < kK) {
+        const long long row = weightBase + n0 + r;
+        const int code = quantCode<kK, kBits>((const void *)p.weight, row, k0 + c);
+        value = kFp4 ? quantValue<true>(code)
+                     : (float)(code - quantZero<kK, kGroup, kBits, kAsymmetric>(p, row,
+                                                                                (k0 + c) / kGroup));
+      }
       b[r * kPitch + c] = __float2bfloat16_rn(value);
     }
     __syncthreads();
@@ -1091,7 +1191,8 @@ __device__ void gemmMmaQuant(const LlmcKernelParams &p) {
       for (int t = 0; t < 4; ++t)
         for (int i = 0; i < 4; ++i) {
           const int n = n0 + t * 8 + thread * 2 + (i & 1);
-          const float scale = n < kN ? quantScale<kK, kGroup>(p, n, k0 / kGroup) : 0.0f;
+          const float scale =
+              n < kN ? quantScale<kK, kGroup, kFp4>(p, weightBase + n, k0 / kGroup) : 0.0f;
           acc[t][i] += partial[t][i] * scale;
           partial[t][i] = 0.0f;
         }
@@ -1099,12 +1200,21 @@ __device__ void gemmMmaQuant(const LlmcKernelParams &p) {
   }
   for (int t = 0; t < 4; ++t) {
     for (int i = 0; i < 4; ++i) {
-      const int row = m0 + warp * 16 + group + (i >= 2 ? 8 : 0);
+      const int row = warp * 16 + group + (i >= 2 ? 8 : 0);
       const int n = n0 + t * 8 + thread * 2 + (i & 1);
-      if (row < numTokens && n < kN)
-        Store::store(p, row, n, acc[t][i] + (kBias ? ((const float *)p.bias)[n] : 0.0f));
+      if (row < count && n < kN)
+        Store::store(p, rows.output(row), n,
+                     acc[t][i] + (kBias ? ((const float *)p.bias)[weightBase + n] : 0.0f));
     }
   }
+}
+
+template <int kK, int kN, int kBits, bool kFp4, bool kAsymmetric, int kGroup, bool kPermuted,
+          bool kBias, typename Store>
+__device__ void gemmMmaQuant(const LlmcKernelParams &p) {
+  const int m0 = blockIdx.y * 64;
+  const StepRows<false> rows = {0, m0, p.num_tokens - m0 < 64 ? p.num_tokens - m0 : 64, 0};
+  gemmMmaQuantRows<kK, kN, kBits, kFp4, kAsymmetric, kGroup, kPermuted, kBias, Store>(p, rows);
 }
 
 // --- Elementwise: grid (ceil(num_tokens * kWidth / 256)), block 256 --------------------------
@@ -1115,25 +1225,268 @@ __device__ __forceinline__ float geluTanh(float x) {
   return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
-// kOp: an LlmcElementwiseOp.
-template <int kWidth, int kOp> __device__ void elementwise(const LlmcKernelParams &p) {
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// kOp: an LlmcElementwiseOp. CLAMPED_SWIGLU (gpt-oss) takes SwigluAttrs' alpha and limit, as
+// exact literals from the emitter: (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g),
+// g = min(gate, limit).
+template <int kWidth, int kOp>
+__device__ void elementwise(const LlmcKernelParams &p, float alpha = 0.0f, float limit = 0.0f) {
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (long long)p.num_tokens * kWidth)
     return;
   const float a = ((const float *)p.input[0])[i];
   const float b = kOp == LLMC_OP_SILU ? 0.0f : ((const float *)p.input[1])[i];
   float result;
-  if (kOp == LLMC_OP_SILU_MUL)
+  if (kOp == LLMC_OP_SILU_MUL) {
     result = silu(a) * b;
-  else if (kOp == LLMC_OP_GELU_TANH_MUL)
+  } else if (kOp == LLMC_OP_GELU_TANH_MUL) {
     result = geluTanh(a) * b;
-  else if (kOp == LLMC_OP_SILU)
+  } else if (kOp == LLMC_OP_CLAMPED_SWIGLU) {
+    const float gate = fminf(a, limit);
+    const float up = fminf(fmaxf(b, -limit), limit);
+    result = (up + 1.0f) * (gate * sigmoid(alpha * gate));
+  } else if (kOp == LLMC_OP_SILU) {
     result = silu(a);
-  else if (kOp == LLMC_OP_MUL)
+  } else if (kOp == LLMC_OP_MUL) {
     result = a * b;
-  else
+  } else {
     result = a + b;
+  }
   ((float *)p.output[0])[i] = result;
+}
+
+// --- Mixture of experts -----------------------------------------------------------------------
+// Routed values keep (token, slot) order (plan.proto): routed row r = t * kTopK + j is slot j of
+// token t. Grouping rows by expert is the EXPERT_MATMUL kernels' own business, through tables in
+// p.scratch that expertGroup writes and the GEMV / GEMM of the same op read.
+
+// --- ROUTER: grid (ceil(num_tokens / kWarps)), block kWarps * 32 ------------------------------
+// One warp per token: lane l holds logits l, l + 32, ...; kTopK rounds of a warp arg-max (ties
+// to the lower expert index) choose ids in descending logit order, then the weights:
+// kScoring 1 (SOFTMAX_TOPK): softmax over all experts, the chosen probabilities (kNormalize:
+// divided by their sum); 2 (TOPK_SOFTMAX): softmax over the chosen logits. p.expert_counts
+// (when set) counts the tokens choosing each expert.
+template <int kExperts, int kTopK, int kScoring, bool kNormalize, int kWarps>
+__device__ void router(const LlmcKernelParams &p) {
+  constexpr int kPerLane = (kExperts + 31) / 32; // <= 32: num_experts <= 1024
+  const int lane = threadIdx.x % 32;
+  const int token = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (token >= p.num_tokens)
+    return; // whole warps only: no barrier below
+  const float *logits = (const float *)p.input[0] + (long long)token * kExperts;
+  float value[kPerLane];
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    value[i] = e < kExperts ? logits[e] : negativeInfinity();
+  }
+  u32 chosen = 0; // bit i: expert lane + 32 i taken
+  int ids[kTopK];
+  float top[kTopK];
+  for (int j = 0; j < kTopK; ++j) {
+    float best = negativeInfinity();
+    int bestId = 0x7fffffff;
+    for (int i = 0; i < kPerLane; ++i) {
+      const int e = lane + 32 * i;
+      if (e < kExperts && !(chosen >> i & 1u) && (value[i] > best || bestId == 0x7fffffff)) {
+        best = value[i];
+        bestId = e;
+      }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float otherBest = __shfl_xor_sync(0xffffffffu, best, offset);
+      const int otherId = __shfl_xor_sync(0xffffffffu, bestId, offset);
+      if (otherBest > best || (otherBest == best && otherId < bestId)) {
+        best = otherBest;
+        bestId = otherId;
+      }
+    }
+    ids[j] = bestId;
+    top[j] = best;
+    if (bestId % 32 == lane)
+      chosen |= 1u << (bestId / 32);
+  }
+  float weight[kTopK];
+  if (kScoring == 1) {
+    // top[0] is the largest logit: exp(l - max) over all experts.
+    float sum = 0.0f;
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + 32 * i < kExperts)
+        sum += expf(value[i] - top[0]);
+    sum = warpSum(sum);
+    float chosenSum = 0.0f;
+    for (int j = 0; j < kTopK; ++j) {
+      weight[j] = expf(top[j] - top[0]) / sum;
+      chosenSum += weight[j];
+    }
+    if (kNormalize)
+      for (int j = 0; j < kTopK; ++j)
+        weight[j] /= chosenSum;
+  } else {
+    float sum = 0.0f;
+    for (int j = 0; j < kTopK; ++j) {
+      weight[j] = expf(top[j] - top[0]);
+      sum += weight[j];
+    }
+    for (int j = 0; j < kTopK; ++j)
+      weight[j] /= sum;
+  }
+  // Lane j writes slot j (kTopK <= kExperts; slots past 32 by the lanes in turn).
+  for (int j = lane; j < kTopK; j += 32) {
+    int id = ids[0];
+    float w = weight[0];
+    for (int s = 1; s < kTopK; ++s)
+      if (s == j)
+        id = ids[s], w = weight[s];
+    ((int *)p.output[0])[(long long)token * kTopK + j] = id;
+    ((float *)p.output[1])[(long long)token * kTopK + j] = w;
+    if (p.expert_counts)
+      atomicAdd((int *)p.expert_counts + id, 1);
+  }
+}
+
+// --- MOE_COMBINE: grid (num_tokens), block kThreads -------------------------------------------
+// out[t] = sum over slots j in order of weights[t, j] * y[t, slot j] (+ sigmoid(shared_gate[t])
+// * shared[t] last, kShared). Element i reads y's elements i of each slot only, so out may
+// alias y's first slot.
+template <int kHidden, int kTopK, bool kShared, int kThreads>
+__device__ void moeCombine(const LlmcKernelParams &p) {
+  const long long token = blockIdx.x;
+  const float *y = (const float *)p.input[0] + token * kTopK * kHidden;
+  const float *weights = (const float *)p.input[1] + token * kTopK;
+  const float *shared = kShared ? (const float *)p.input[2] + token * kHidden : 0;
+  const float gate = kShared ? sigmoid(((const float *)p.input3)[token]) : 0.0f;
+  float *out = (float *)p.output[0] + token * kHidden;
+  for (int i = threadIdx.x; i < kHidden; i += kThreads) {
+    float sum = 0.0f;
+    for (int j = 0; j < kTopK; ++j)
+      sum += weights[j] * y[j * kHidden + i];
+    if (kShared)
+      sum += gate * shared[i];
+    out[i] = sum;
+  }
+}
+
+// --- EXPERT_MATMUL 1/2: group the routed rows by expert. grid (1), block kThreads -------------
+// Tables in p.scratch (i32): [0] the tile count, [1, E + 2) the offsets of each expert's rows
+// (exclusive scan of the per-expert counts), then up to ceil(T k / 64) + E tiles of 3 ints
+// (expert, first, count: at most 64 rows of one expert, so the GEMM takes one per block and the
+// extra E blocks cover each expert's partial tile), then the routed rows r = t k + j sorted by
+// expert (the order within an expert is the atomics', irrelevant: every output element is
+// computed alone).
+template <int kExperts, int kTopK> struct ExpertTables {
+  int *base;
+  int rowCount;
+  __device__ __forceinline__ ExpertTables(const LlmcKernelParams &p)
+      : base((int *)p.scratch), rowCount(p.num_tokens * kTopK) {}
+  __device__ __forceinline__ int *offsets() const { return base + 1; }
+  __device__ __forceinline__ int *tiles() const { return base + 2 + kExperts; }
+  __device__ __forceinline__ int *rows() const {
+    return tiles() + 3 * ((rowCount + 63) / 64 + kExperts);
+  }
+};
+
+template <int kExperts, int kTopK, int kThreads>
+__device__ void expertGroup(const LlmcKernelParams &p) {
+  __shared__ int cursor[kExperts];
+  const ExpertTables<kExperts, kTopK> tables(p);
+  const int *ids = (const int *)p.input[1];
+  for (int e = threadIdx.x; e < kExperts; e += kThreads)
+    cursor[e] = 0;
+  __syncthreads();
+  for (int r = threadIdx.x; r < tables.rowCount; r += kThreads)
+    atomicAdd(&cursor[ids[r]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int *offsets = tables.offsets(), *tiles = tables.tiles();
+    int total = 0, numTiles = 0;
+    for (int e = 0; e < kExperts; ++e) {
+      const int count = cursor[e];
+      offsets[e] = total;
+      cursor[e] = total;
+      for (int first = 0; first < count; first += 64) {
+        tiles[3 * numTiles] = e;
+        tiles[3 * numTiles + 1] = total + first;
+        tiles[3 * numTiles + 2] = count - first < 64 ? count - first : 64;
+        ++numTiles;
+      }
+      total += count;
+    }
+    offsets[kExperts] = total;
+    tables.base[0] = numTiles;
+  }
+  __syncthreads();
+  int *rows = tables.rows();
+  for (int r = threadIdx.x; r < tables.rowCount; r += kThreads)
+    rows[atomicAdd(&cursor[ids[r]], 1)] = r;
+}
+
+// The routed rows of one expert, as a row map: routed row rows[i] reads activation row
+// rows[i] / kTopK (x [T, K]: gate/up) or rows[i] (kSlotInput, x [T, kTopK K] viewed as
+// [T kTopK, K]: down), and is stored as row rows[i] of the output viewed as [T kTopK, N_i].
+template <int kTopK, bool kSlotInput> struct ExpertRows {
+  const int *rows;
+  int count;
+  long long weightBase; // expert * N: the expert's rows of the [E N, K] matrix
+  __device__ __forceinline__ long long input(int i) const {
+    return kSlotInput ? rows[i] : rows[i] / kTopK;
+  }
+  __device__ __forceinline__ int output(int i) const { return rows[i]; }
+};
+
+// Tile blockIdx.y of the grouping as a row map; false past the last tile (the whole block
+// returns: no barrier was reached).
+template <int kExperts, int kTopK, bool kSlotInput, int kN>
+__device__ __forceinline__ bool expertTile(const LlmcKernelParams &p,
+                                           ExpertRows<kTopK, kSlotInput> &rows) {
+  const ExpertTables<kExperts, kTopK> tables(p);
+  if ((int)blockIdx.y >= tables.base[0])
+    return false;
+  const int *tile = tables.tiles() + 3 * blockIdx.y;
+  rows.rows = tables.rows() + tile[1];
+  rows.count = tile[2];
+  rows.weightBase = (long long)tile[0] * kN;
+  return true;
+}
+
+// --- EXPERT_MATMUL 2/2 ------------------------------------------------------------------------
+// Decode (expertGemv*): grid (ceil(N / kWarps), ceil(T k / 64) + E), block y takes tile y of the
+// grouping and runs the GEMV's inner loop over its rows (each chosen expert's weights read once
+// per step). Prefill (expertGemmMma*): grid (ceil(N / 32), ceil(T k / 64) + E), the GEMM's tile
+// loop with its A rows gathered through the tile and its stores scattered. Unchosen experts'
+// bytes are never read.
+template <int kExperts, int kTopK, bool kSlotInput, int kK, int kN, typename T, int kPanelRows,
+          bool kBias, int kWarps, int kRows, typename Store>
+__device__ void expertGemv(const LlmcKernelParams &p) {
+  ExpertRows<kTopK, kSlotInput> rows;
+  if (expertTile<kExperts, kTopK, kSlotInput, kN>(p, rows))
+    gemvRows<kK, kN, T, kPanelRows, kBias, kWarps, kRows, Store>(p, rows);
+}
+
+template <int kExperts, int kTopK, bool kSlotInput, int kK, int kN, typename T, int kPanelRows,
+          bool kBias, typename Store>
+__device__ void expertGemmMma(const LlmcKernelParams &p) {
+  ExpertRows<kTopK, kSlotInput> rows;
+  if (expertTile<kExperts, kTopK, kSlotInput, kN>(p, rows))
+    gemmMmaRows<kK, kN, T, kPanelRows, kBias, Store>(p, rows);
+}
+
+// Quantized weights: no input permutation (plan.proto refuses one on expert weights).
+template <int kExperts, int kTopK, bool kSlotInput, int kK, int kN, int kBits, bool kFp4,
+          bool kAsymmetric, int kGroup, bool kBias, int kWarps, int kRows, typename Store>
+__device__ void expertGemvQuant(const LlmcKernelParams &p) {
+  ExpertRows<kTopK, kSlotInput> rows;
+  if (expertTile<kExperts, kTopK, kSlotInput, kN>(p, rows))
+    gemvQuantRows<kK, kN, kBits, kFp4, kAsymmetric, kGroup, false, kBias, kWarps, kRows, Store>(
+        p, rows);
+}
+
+template <int kExperts, int kTopK, bool kSlotInput, int kK, int kN, int kBits, bool kFp4,
+          bool kAsymmetric, int kGroup, bool kBias, typename Store>
+__device__ void expertGemmMmaQuant(const LlmcKernelParams &p) {
+  ExpertRows<kTopK, kSlotInput> rows;
+  if (expertTile<kExperts, kTopK, kSlotInput, kN>(p, rows))
+    gemmMmaQuantRows<kK, kN, kBits, kFp4, kAsymmetric, kGroup, false, kBias, Store>(p, rows);
 }
 
 } // namespace llmc

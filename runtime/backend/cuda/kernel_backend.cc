@@ -25,8 +25,8 @@ uint64_t AlignUp(uint64_t value) {
 }
 
 // The layout every generated kernel was compiled against (kernel_params.h): 18 addresses, 4
-// ints, then the 2 addresses added for int8 KV caches.
-static_assert(sizeof(LlmcKernelParams) == 208, "kernel_params.h changed: update its comment");
+// ints, the 2 addresses added for int8 KV caches, then the 2 added for mixture of experts.
+static_assert(sizeof(LlmcKernelParams) == 224, "kernel_params.h changed: update its comment");
 
 // Metadata arrays of a step, max_tokens i32 each (RunStep): token ids, positions, slots,
 // query index, block table offset, logit rows, then the prefill tiles as (first, count) pairs
@@ -100,6 +100,7 @@ class KernelBackend final : public KernelStepBackend {
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t arena_bytes() const override { return arena_bytes_; }
   int64_t kv_cache_bytes() const override { return kv_bytes_; }
+  absl::Status LastStepExpertLoad(ExpertLoad& load) const override;
 
   absl::Status Create(const plan::PlanMeta& meta, const plan::KernelTable& table,
                       const BlobLookup& blobs, const BackendOptions& options);
@@ -125,6 +126,8 @@ class KernelBackend final : public KernelStepBackend {
   absl::Status Execute(const StepBatch& batch);
   absl::Status Launch(int32_t kernel, const LlmcKernelParams& params, int64_t tokens,
                       int64_t logit_rows);
+  // After a step: one device-to-host copy of the routers' expert counts (record_expert_load).
+  absl::Status ReadExpertLoad();
 
   std::unique_ptr<Device> device_;
   std::string name_;
@@ -159,6 +162,14 @@ class KernelBackend final : public KernelStepBackend {
   int64_t block_tables_capacity_ = 0;  // i32 entries
   std::vector<int32_t> host_metadata_;
   std::vector<int32_t> host_block_tables_;
+  // BackendOptions::record_expert_load: i32 [num_routers_, max_experts_] on the device (ROUTER
+  // op r counts into row r), zeroed with the step's metadata upload, and its last step's copy.
+  bool record_expert_load_ = false;
+  bool stepped_ = false;
+  int32_t num_routers_ = 0;
+  int32_t max_experts_ = 0;
+  DevicePointer expert_counts_ = 0;
+  std::vector<int32_t> host_expert_counts_;
 };
 
 absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::KernelTable& table,
@@ -195,7 +206,9 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
                         table.op_kernels_size(), program.ops_size()));
   }
   kernels_.assign(table.kernels().begin(), table.kernels().end());
-  int64_t scratch_floats_per_token = 0;
+  // Scratch: the most any kernel needs at max_tokens (attention partials per token, expert
+  // grouping tables per token plus a fixed part).
+  uint64_t scratch_floats = 0;
   for (const Kernel& kernel : kernels_) {
     if (kernel.block_x() == 0 || kernel.block_x() > 1024 || kernel.grid_scaled_axis() < -1 ||
         kernel.grid_scaled_axis() > 2 ||
@@ -205,8 +218,16 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
           table.target(), kernel.name(), kernel.block_x(), kernel.grid_scaled_axis(),
           kernel.grid_rows_per_block()));
     }
-    scratch_floats_per_token =
-        std::max(scratch_floats_per_token, kernel.scratch_floats_per_token());
+    if (kernel.scratch_floats_per_token() < 0 || kernel.scratch_floats_fixed() < 0 ||
+        kernel.grid_extra_blocks() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("kernel table %s: kernel %s has negative scratch_floats_per_token, "
+                          "scratch_floats_fixed or grid_extra_blocks",
+                          table.target(), kernel.name()));
+    }
+    scratch_floats = std::max<uint64_t>(
+        scratch_floats, static_cast<uint64_t>(kernel.scratch_floats_per_token()) * max_tokens_ +
+                            kernel.scratch_floats_fixed());
   }
 
   arena_bytes_ = program.arena_bytes_per_token() * max_tokens_;
@@ -219,7 +240,7 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
   auto logits = Allocate(static_cast<uint64_t>(max_tokens_) * vocab_size_ * sizeof(float));
   if (!logits.ok()) return logits.status();
   logits_ = *logits;
-  auto scratch = Allocate(static_cast<uint64_t>(scratch_floats_per_token) * max_tokens_ * 4);
+  auto scratch = Allocate(scratch_floats * 4);
   if (!scratch.ok()) return scratch.status();
   scratch_ = *scratch;
 
@@ -239,7 +260,8 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
   };
   auto activation = [&](int32_t id) -> unsigned long long {
     const plan::Value& value = program.values(id);
-    if (value.kind() != plan::Value::ACTIVATION) return 0;
+    if (value.kind() != plan::Value::ACTIVATION && value.kind() != plan::Value::EXPERT_IDS)
+      return 0;
     return arena_ + static_cast<uint64_t>(max_tokens_) * value.arena_offset_per_token();
   };
   // Fused ROPE ops (bound to no kernel): their output is never written, so the attention that
@@ -263,6 +285,16 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
     }
   }
 
+  record_expert_load_ = options.record_expert_load;
+  num_routers_ = facts->num_routers;
+  max_experts_ = facts->max_experts;
+  if (record_expert_load_ && num_routers_ > 0) {
+    host_expert_counts_.assign(static_cast<size_t>(num_routers_) * max_experts_, 0);
+    auto counts = Allocate(host_expert_counts_.size() * sizeof(int32_t));
+    if (!counts.ok()) return counts.status();
+    expert_counts_ = *counts;
+  }
+  int32_t router = 0;
   for (int index = 0; index < program.ops_size(); ++index) {
     const plan::Op& op = program.ops(index);
     OpLaunch launch;
@@ -280,6 +312,7 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
     size_t fewest = 1, most = 1;
     if (op.kind() == plan::ATTENTION) fewest = 3, most = 4;
     if (op.kind() == plan::MATMUL || op.kind() == plan::LOGITS) most = 2;
+    if (op.kind() == plan::EXPERT_MATMUL) fewest = 2, most = 3;  // group, gemv (, gemm)
     if (op.kind() == plan::ROPE) fewest = 0;
     if (launch.kernels.size() < fewest || launch.kernels.size() > most) {
       return absl::InvalidArgumentError(
@@ -287,9 +320,16 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
                           static_cast<int>(op.kind()), launch.kernels.size()));
     }
     LlmcKernelParams& params = launch.params;
-    for (int i = 0; i < op.inputs_size() && i < 3; ++i) {
+    for (int i = 0; i < op.inputs_size() && i < 4; ++i) {
       const int32_t source = rope_source[op.inputs(i)];
-      params.input[i] = activation(source >= 0 ? source : op.inputs(i));
+      (i < 3 ? params.input[i] : params.input3) = activation(source >= 0 ? source : op.inputs(i));
+    }
+    if (op.kind() == plan::ROUTER) {
+      if (expert_counts_ != 0) {
+        params.expert_counts = expert_counts_ + uint64_t{sizeof(int32_t)} * router *
+                                                    static_cast<uint64_t>(max_experts_);
+      }
+      ++router;
     }
     for (int i = 0; i < op.outputs_size() && i < 3; ++i) {
       params.output[i] = activation(op.outputs(i));
@@ -317,7 +357,7 @@ absl::Status KernelBackend::Create(const plan::PlanMeta& meta, const plan::Kerne
       // above) go along with its codes.
       const plan::Quantization& quantization = meta.tensors(op.weights(0)).quantization();
       const plan::DType dtype = meta.tensors(op.weights(0)).dtype();
-      if (dtype == plan::I8 || dtype == plan::I4) {
+      if (dtype == plan::I8 || dtype == plan::I4 || dtype == plan::FP4_E2M1) {
         const int32_t parts[3] = {
             quantization.has_scales() ? quantization.scales() : -1,
             quantization.has_zero_points() ? quantization.zero_points() : -1,
@@ -427,9 +467,10 @@ absl::Status KernelBackend::Launch(int32_t kernel_index, const LlmcKernelParams&
   if (kernel.grid_scaled_axis() >= 0) {
     const int64_t rows = kernel.grid_rows() == Kernel::GRID_ROWS_LOGITS ? logit_rows : tokens;
     const int64_t units = rows * std::max<int64_t>(kernel.grid_row_multiplier(), 1);
+    if (units == 0) return absl::OkStatus();
     const int64_t extent =
-        (units + kernel.grid_rows_per_block() - 1) / kernel.grid_rows_per_block();
-    if (extent == 0) return absl::OkStatus();
+        (units + kernel.grid_rows_per_block() - 1) / kernel.grid_rows_per_block() +
+        kernel.grid_extra_blocks();
     geometry.grid[kernel.grid_scaled_axis()] = static_cast<uint32_t>(extent);
   }
   return device_->Launch(kernel_index, geometry, params);
@@ -439,6 +480,7 @@ absl::Status KernelBackend::RunStep(const StepBatch& batch, float* logits) {
   if (absl::Status status = CheckBatch(batch); !status.ok()) return status;
   if (batch.num_tokens() == 0) return absl::OkStatus();
   if (absl::Status status = Execute(batch); !status.ok()) return status;
+  if (absl::Status status = ReadExpertLoad(); !status.ok()) return status;
   const uint64_t num_rows = batch.logit_rows.size();
   if (num_rows > 0) {
     if (absl::Status status =
@@ -458,6 +500,7 @@ absl::Status KernelBackend::RunStepTopK(const StepBatch& batch, float* values, i
   if (absl::Status status = CheckBatch(batch); !status.ok()) return status;
   if (batch.num_tokens() == 0) return absl::OkStatus();
   if (absl::Status status = Execute(batch); !status.ok()) return status;
+  if (absl::Status status = ReadExpertLoad(); !status.ok()) return status;
   const uint64_t bytes = batch.logit_rows.size() * top_k_ * sizeof(float);
   if (bytes > 0) {
     if (absl::Status status = device_->CopyToHost(values, top_values_, bytes); !status.ok()) {
@@ -468,6 +511,25 @@ absl::Status KernelBackend::RunStepTopK(const StepBatch& batch, float* values, i
     }
   }
   return device_->Synchronize();
+}
+
+absl::Status KernelBackend::ReadExpertLoad() {
+  stepped_ = true;
+  if (expert_counts_ == 0) return absl::OkStatus();
+  return device_->CopyToHost(host_expert_counts_.data(), expert_counts_,
+                             host_expert_counts_.size() * sizeof(int32_t));
+}
+
+absl::Status KernelBackend::LastStepExpertLoad(ExpertLoad& load) const {
+  if (!record_expert_load_) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: expert load is recorded only with BackendOptions::record_expert_load", name_));
+  }
+  if (!stepped_) return absl::FailedPreconditionError(name_ + ": no step has run yet");
+  load.num_routers = num_routers_;
+  load.num_experts = max_experts_;
+  load.counts = host_expert_counts_;
+  return absl::OkStatus();
 }
 
 absl::Status KernelBackend::Execute(const StepBatch& batch) {
@@ -532,6 +594,15 @@ absl::Status KernelBackend::Execute(const StepBatch& batch) {
       return status;
     }
   }
+  if (expert_counts_ != 0) {
+    // The routers add to the counts: this step starts them at zero.
+    std::fill(host_expert_counts_.begin(), host_expert_counts_.end(), 0);
+    if (absl::Status status = device_->CopyToDevice(expert_counts_, host_expert_counts_.data(),
+                                                    host_expert_counts_.size() * sizeof(int32_t));
+        !status.ok()) {
+      return status;
+    }
+  }
 
   const uint64_t stride = static_cast<uint64_t>(max_tokens_) * sizeof(int32_t);
   const uint64_t plane_bytes =
@@ -579,6 +650,17 @@ absl::Status KernelBackend::Execute(const StepBatch& batch) {
       if (absl::Status status = Launch(op.kernels[gemm ? 1 : 0], params, num_tokens, num_rows);
           !status.ok()) {
         return status;
+      }
+      continue;
+    }
+    if (op.kind == plan::EXPERT_MATMUL) {
+      // [group, gemv, gemm]: the grouping, then the GEMM for steps of more tokens than the
+      // GEMV serves (when the op has one).
+      const bool gemm = op.kernels.size() == 3 && num_tokens > kGemvMaxTokens;
+      for (int32_t kernel : {op.kernels[0], op.kernels[gemm ? 2 : 1]}) {
+        if (absl::Status status = Launch(kernel, params, num_tokens, num_rows); !status.ok()) {
+          return status;
+        }
       }
       continue;
     }

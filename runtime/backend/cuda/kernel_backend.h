@@ -18,7 +18,14 @@
 // when the step has more than kGemvMaxTokens tokens; ATTENTION runs the tiled prefill kernel
 // instead of split-K decoding + combine when some sequence brings more than kPrefillMinTokens
 // tokens; a ROPE op bound to no kernel is fused into the ATTENTION op reading its output (the
-// attention reads the ROPE's input instead).
+// attention reads the ROPE's input instead); EXPERT_MATMUL launches its grouping kernel, then
+// its GEMM for steps of more than kGemvMaxTokens tokens (when it has one), else its GEMV.
+//
+// Mixture of experts: EXPERT_IDS values live in the arena like activations; scratch is the
+// largest of any kernel's scratch_floats_per_token * max_tokens + scratch_floats_fixed (the
+// expert grouping tables); with BackendOptions::record_expert_load, each ROUTER kernel counts
+// into its row of a device table that the step's metadata upload zeroes and one copy after the
+// step reads back (LastStepExpertLoad).
 //
 // Ownership: owns the device and everything allocated on it; the blobs must outlive creation
 // only (weights are copied to the device). Thread-safety: see backend.h.

@@ -4,7 +4,7 @@
 // this file's text into every kernel's source, so the two layouts cannot drift apart. Plain C,
 // fixed-width fields, no pointers (device addresses are 64-bit integers whatever the host's
 // pointer size), 8-byte fields first so no padding differs between compilers (fields added
-// later go at the end, 8-byte aligned). 208 bytes: far under CUDA's 4 KiB kernel-parameter
+// later go at the end, 8-byte aligned). 224 bytes: far under CUDA's 4 KiB kernel-parameter
 // limit, and one layout for all kernels keeps the launch code free of per-kernel argument lists.
 //
 // Which fields a kernel reads depends on the op it implements (see codegen/cuda/KernelLibrary.cuh).
@@ -46,6 +46,14 @@ struct LlmcKernelParams {
   // codes, this layer (runtime/kv/kv_storage.h's layout); 0 for other dtypes
   unsigned long long key_scales;
   unsigned long long value_scales;
+  // Added after 208 bytes (26 * 8), for mixture of experts. MOE_COMBINE: its fourth input (the
+  // shared expert's gate, [num_tokens, 1]); the first three are input[0..2] (ROUTER's ids travel
+  // in input[1] of EXPERT_MATMUL, ATTENTION's sinks in weight).
+  unsigned long long input3;
+  // ROUTER: i32 [num_experts] tokens of the step that chose each expert at this router (the
+  // backend zeroes it before the step and reads it back for Backend::LastStepExpertLoad), or 0
+  // when the backend does not record expert load.
+  unsigned long long expert_counts;
 };
 
 // The elementwise kernel's operation (its kOp template argument): plan.proto's OpKind numbers,
@@ -57,6 +65,7 @@ enum LlmcElementwiseOp {
   LLMC_OP_ADD = 9,
   LLMC_OP_SILU_MUL = 10,
   LLMC_OP_GELU_TANH_MUL = 12,
+  LLMC_OP_CLAMPED_SWIGLU = 16,
 };
 
 #endif  // LLMRT_BACKEND_CUDA_KERNEL_PARAMS_H_
