@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -171,7 +172,7 @@ std::vector<std::string> PresetTensorLines(const std::string& preset, uint64_t* 
   *parameters = 0;
   for (const SynthTensor& tensor : tensors.value_or(std::vector<SynthTensor>())) {
     lines.push_back(tensor.name + " " + absl::StrJoin(tensor.shape, ","));
-    *parameters += tensor.num_elements();
+    *parameters += tensor.num_parameters();
   }
   std::sort(lines.begin(), lines.end());
   return lines;
@@ -214,6 +215,57 @@ TEST(SynthTensorsTest, Phi3MiniPresetMatchesTransformersStateDict) {
   std::sort(reference.begin(), reference.end());
   EXPECT_EQ(ours, reference);
   EXPECT_EQ(parameters, 3'821'079'552u);  // Phi-3-mini's 3.8B
+}
+
+// testdata/{qwen3_moe,qwen2_moe,mixtral,gpt_oss}_state_dict.txt: transformers' MoE classes for
+// the presets' configs as save_pretrained writes them (per-expert Qwen / Mixtral names; gpt-oss's
+// experts as MXFP4 _blocks / _scales), then transformers' parameter counts. The counts are also
+// the presets' published shape: total, experts, and active per token besides the embedding table
+// (every non-expert weight plus top_k / num_experts of the experts).
+struct MoePreset {
+  const char* preset;
+  const char* file;
+  uint64_t total, experts, active;
+  uint64_t top_k, num_experts;
+};
+
+void ExpectMoePresetMatchesTransformers(const MoePreset& c) {
+  SCOPED_TRACE(c.preset);
+  std::vector<std::string> reference =
+      absl::StrSplit(ReadFile(fs::path(LLMC_SYNTH_TESTDATA_DIR) / c.file), '\n', absl::SkipEmpty());
+  ASSERT_GE(reference.size(), 2u);
+  EXPECT_EQ(reference[reference.size() - 2], absl::StrCat("parameters ", c.total));
+  EXPECT_EQ(reference.back(), absl::StrCat("expert_parameters ", c.experts));
+  reference.resize(reference.size() - 2);
+  std::sort(reference.begin(), reference.end());
+  uint64_t parameters = 0;
+  EXPECT_EQ(PresetTensorLines(c.preset, &parameters), reference);
+  EXPECT_EQ(parameters, c.total);
+
+  absl::StatusOr<SynthModelConfig> config = SynthPreset(c.preset);
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::vector<SynthTensor>> tensors = SynthTensors(*config);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  uint64_t experts = 0, embedding = 0;
+  for (const SynthTensor& tensor : *tensors) {
+    if (absl::StrContains(tensor.name, ".experts.")) experts += tensor.num_parameters();
+    if (tensor.name == "model.embed_tokens.weight") embedding = tensor.num_parameters();
+  }
+  EXPECT_EQ(experts, c.experts);
+  EXPECT_EQ(c.total - embedding - experts + experts / c.num_experts * c.top_k, c.active);
+}
+
+TEST(SynthTensorsTest, MoePresetsMatchTransformersStateDicts) {
+  for (const MoePreset& c : {
+           MoePreset{"qwen3-moe-1.6b-a0.4b", "qwen3_moe_state_dict.txt", 1'646'582'784,
+                     1'207'959'552, 434'035'712, 8, 64},
+           MoePreset{"qwen2-moe-1.5b-a0.4b", "qwen2_moe_state_dict.txt", 1'486'652'416,
+                     1'038'090'240, 362'185'728, 4, 60},
+           MoePreset{"mixtral-1.5b-a0.4b", "mixtral_state_dict.txt", 1'516'930'048, 1'409'286'144,
+                     427'197'440, 2, 8},
+       }) {
+    ExpectMoePresetMatchesTransformers(c);
+  }
 }
 
 // The preset's config.json leaves no_rope_layers to SmolLM3Config's default: the importer must
