@@ -5,8 +5,8 @@ samples uniformly among what the grammar allows -- the weakest model there is) m
 tool_choice "required", a named function and parallel_tool_calls false with calls that the
 OpenAI SDK reads, whose names are the offered tools' and whose arguments validate with Python
 `jsonschema` against the tool's parameters -- for each tool-call format a real tokenizer here
-has (hermes: Qwen3 and Qwen2.5; llama3_json: Llama 3.1; phi4_mini: Phi-4-mini), streamed and
-not, n > 1, several seeds; also Anthropic's tool_choice any / tool with
+has (hermes: Qwen3 and Qwen2.5; llama3_json: Llama 3.1; phi4_mini: Phi-4-mini; harmony:
+gpt-oss), streamed and not, n > 1, several seeds; also Anthropic's tool_choice any / tool with
 disable_parallel_tool_use and the Responses API's named function. Mistral's and DeepSeek's
 formats, whose tokenizers are not in ../shared/tokenizers, are covered by the grammar walk of
 runtime/server/tool_grammar_test.cc.
@@ -59,7 +59,8 @@ ROUTE = {
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "Weather",
                                       "parameters": WEATHER}},
-    {"type": "function", "function": {"name": "plan_route", "parameters": ROUTE}},
+    {"type": "function", "function": {"name": "plan_route", "description": "A route",
+                                      "parameters": ROUTE}},
     {"type": "function", "function": {"name": "now", "description": "The time; no arguments"}},
 ]
 SCHEMAS = {"get_weather": WEATHER, "plan_route": ROUTE,
@@ -88,13 +89,15 @@ def extract_template(config_path, name):
 
 
 # name: (family, chat template or None). llmc records the tool-call format from the template
-# (hermes, hermes, llama3_json, phi4_mini); a plan without one would answer 400 below.
+# (hermes, hermes, llama3_json, phi4_mini, harmony); a plan without one would answer 400 below.
+# gpt-oss's template needs every tool's description (TOOLS have one).
 PLANS = {
     "qwen3": ("qwen3", None),
     "qwen2": ("qwen2", None),
     "llama31": ("llama3", os.path.join(SHARED, "llama3", "more",
                                        "chat_template.Llama-3.1-8B-Instruct.jinja")),
     "phi4": ("phi4", None),
+    "gpt_oss": ("gpt_oss", None),
 }
 
 
@@ -190,16 +193,17 @@ class ForcedCalls(unittest.TestCase):
         self.check_calls([(c.function.name, c.function.arguments) for c in message.tool_calls])
 
     def test_anthropic_any_and_tool(self):
-        tools = [{"name": t["function"]["name"],
+        tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
                   "input_schema": t["function"].get("parameters", {"type": "object"})}
                  for t in TOOLS]
-        for choice, function in (({"type": "any"}, None),
-                                 ({"type": "tool", "name": "get_weather",
-                                   "disable_parallel_tool_use": True}, "get_weather")):
-            body = {"model": "qwen3", "max_tokens": 400, "tools": tools, "tool_choice": choice,
+        for (choice, function), name in [(case, name) for case in (
+                ({"type": "any"}, None),
+                ({"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+                 "get_weather")) for name in ("qwen3", "gpt_oss")]:
+            body = {"model": name, "max_tokens": 400, "tools": tools, "tool_choice": choice,
                     "messages": MESSAGES}
             request = urllib.request.Request(
-                SERVERS["qwen3"].url + "/v1/messages", data=json.dumps(body).encode(),
+                SERVERS[name].url + "/v1/messages", data=json.dumps(body).encode(),
                 headers={"Content-Type": "application/json", "anthropic-version": "2023-06-01"})
             with urllib.request.urlopen(request) as response:
                 reply = json.load(response)
@@ -209,14 +213,17 @@ class ForcedCalls(unittest.TestCase):
                              parallel=function is None)
 
     def test_responses_named_function(self):
-        tools = [{"type": "function", "name": "get_weather", "parameters": WEATHER}]
-        response = client("qwen2").responses.create(
-            model="qwen2", input="Weather?", tools=tools,
-            tool_choice={"type": "function", "name": "get_weather"}, parallel_tool_calls=False,
-            max_output_tokens=400)
-        calls = [item for item in response.output if item.type == "function_call"]
-        self.check_calls([(c.name, c.arguments) for c in calls], "get_weather", parallel=False)
-        self.assertEqual(response.parallel_tool_calls, False)
+        tools = [{"type": "function", "name": "get_weather", "description": "Weather",
+                  "parameters": WEATHER}]
+        for name in ("qwen2", "gpt_oss"):
+            response = client(name).responses.create(
+                model=name, input="Weather?", tools=tools,
+                tool_choice={"type": "function", "name": "get_weather"},
+                parallel_tool_calls=False, max_output_tokens=400)
+            calls = [item for item in response.output if item.type == "function_call"]
+            self.check_calls([(c.name, c.arguments) for c in calls], "get_weather",
+                             parallel=False)
+            self.assertEqual(response.parallel_tool_calls, False)
 
     def test_refusals_name_the_field(self):
         def refused(part, **kwargs):
