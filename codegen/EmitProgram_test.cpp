@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "ir/LlmDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -15,6 +16,7 @@
 #include "passes/Passes.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/plan_reader.h"
+#include "runtime/plan/program_check.h"
 #include "gtest/gtest.h"
 
 using namespace mlir;
@@ -88,11 +90,15 @@ public:
     view.file = "test.safetensors";
     return view;
   }
+  void releaseWeights(llvm::ArrayRef<std::string> names) const override {
+    released.insert(released.end(), names.begin(), names.end());
+  }
   struct Entry {
     std::vector<int64_t> shape;
     std::vector<float> values;
   };
   std::map<std::string, Entry> entries;
+  mutable std::vector<std::string> released; // releaseWeights' names, in order
 };
 
 class EmitProgramTest : public ::testing::Test {
@@ -303,11 +309,18 @@ TEST_F(EmitProgramTest, RequiresMemoryPlan) {
 float dequantizedFromPlan(const plan::Plan &opened, int index, int64_t row, int64_t col) {
   const plan::Tensor &tensor = opened.meta().tensors(index);
   const plan::Quantization &q = tensor.quantization();
-  const int64_t cols = tensor.shape(1), groups = cols / q.group_size();
+  // 3-D expert weights: `row` counts the rows of all experts ([E * N, K]).
+  const int64_t cols = tensor.shape(tensor.shape_size() - 1), groups = cols / q.group_size();
   const uint8_t *codes = opened.blob(index);
-  uint16_t scaleBits;
-  std::memcpy(&scaleBits, opened.blob(q.scales()) + 2 * (row * groups + col / q.group_size()), 2);
-  const float scale = plan::F16ToF32(scaleBits);
+  float scale;
+  if (tensor.dtype() == plan::FP4_E2M1) {
+    // E8M0 byte b: 2^(b - 127).
+    scale = std::ldexp(1.0f, opened.blob(q.scales())[row * groups + col / q.group_size()] - 127);
+  } else {
+    uint16_t scaleBits;
+    std::memcpy(&scaleBits, opened.blob(q.scales()) + 2 * (row * groups + col / q.group_size()), 2);
+    scale = plan::F16ToF32(scaleBits);
+  }
   if (tensor.dtype() == plan::I8)
     return static_cast<float>(static_cast<int8_t>(codes[row * cols + col])) * scale;
   // LANE_CHUNKS: chunks of 8 runs of 32 columns (the last holds the rest); in slice v of a chunk
@@ -318,6 +331,11 @@ float dequantizedFromPlan(const plan::Plan &opened, int index, int64_t row, int6
   const uint8_t byte =
       codes[row * cols / 2 + first * 16 + offset / 8 * 4 * chunkRuns + run % 8 * 4 + offset % 4];
   const int code = offset % 8 < 4 ? byte & 15 : byte >> 4;
+  if (tensor.dtype() == plan::FP4_E2M1) {
+    // E2M1: bit 3 the sign, then the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+    constexpr float kMagnitude[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    return (code & 8 ? -1.0f : 1.0f) * kMagnitude[code & 7] * scale;
+  }
   const int zero = q.scheme() == plan::Quantization::ASYMMETRIC
                        ? opened.blob(q.zero_points())[row * groups + col / q.group_size()]
                        : 8;
@@ -455,6 +473,211 @@ TEST_F(EmitProgramTest, Int4AsymmetricMatchesReferenceQuantizer) {
   EXPECT_EQ(read.program().kernel_tables(0).kernels(read.program().ops(1).kernel()).name(),
             "cpu.matmul.i4");
   std::filesystem::remove(path);
+}
+
+// A mixture of experts: attention with sinks, a router, two experts' gate/up/down and the
+// combine. hidden 32, 2 heads of 16, expert size 16, top 2.
+constexpr const char *kMoeModule = R"mlir(
+llm.param @model.embed_tokens.weight : tensor<10x32xf32>
+llm.param @model.layers.0.self_attn.sinks : tensor<2xf32>
+llm.param @model.layers.0.mlp.gate.weight : tensor<2x32xf32>
+llm.param @model.layers.0.mlp.experts.0.gate_proj.weight : tensor<16x32xf32>
+llm.param @model.layers.0.mlp.experts.0.up_proj.weight : tensor<16x32xf32>
+llm.param @model.layers.0.mlp.experts.0.down_proj.weight : tensor<32x16xf32>
+llm.param @model.layers.0.mlp.experts.1.gate_proj.weight : tensor<16x32xf32>
+llm.param @model.layers.0.mlp.experts.1.up_proj.weight : tensor<16x32xf32>
+llm.param @model.layers.0.mlp.experts.1.down_proj.weight : tensor<32x16xf32>
+func.func @forward(%tokens: tensor<?xi32>, %pos: tensor<?xi32>) -> tensor<?x10xf32> {
+  %x = llm.embed %tokens {table = @model.embed_tokens.weight} : tensor<?xi32> -> tensor<?x32xf32>
+  %a = llm.attention %x, %x, %x {layer = 0, num_heads = 2, num_kv_heads = 2, head_dim = 16, scale = 0.25, sinks = @model.layers.0.self_attn.sinks} : tensor<?x32xf32>, tensor<?x32xf32>, tensor<?x32xf32>
+  %l = llm.matmul %a {weights = [@model.layers.0.mlp.gate.weight]} : tensor<?x32xf32> -> tensor<?x2xf32>
+  %ids, %w = llm.router %l {num_experts = 2, top_k = 2, scoring = "softmax_topk", normalize = true} : tensor<?x2xf32> -> (tensor<?x2xi32>, tensor<?x2xf32>)
+  %g = llm.expert_matmul %a, %ids {num_experts = 2, top_k = 2, weights = [[@model.layers.0.mlp.experts.0.gate_proj.weight, @model.layers.0.mlp.experts.1.gate_proj.weight]]} : tensor<?x32xf32>, tensor<?x2xi32> -> tensor<?x32xf32>
+  %u = llm.expert_matmul %a, %ids {num_experts = 2, top_k = 2, weights = [[@model.layers.0.mlp.experts.0.up_proj.weight, @model.layers.0.mlp.experts.1.up_proj.weight]]} : tensor<?x32xf32>, tensor<?x2xi32> -> tensor<?x32xf32>
+  %s = llm.silu %g : tensor<?x32xf32>
+  %m = llm.mul %s, %u : tensor<?x32xf32>
+  %d = llm.expert_matmul %m, %ids {num_experts = 2, top_k = 2, weights = [[@model.layers.0.mlp.experts.0.down_proj.weight, @model.layers.0.mlp.experts.1.down_proj.weight]]} : tensor<?x32xf32>, tensor<?x2xi32> -> tensor<?x64xf32>
+  %y = llm.moe_combine %d, %w : tensor<?x64xf32>, tensor<?x2xf32> -> tensor<?x32xf32>
+  %f = llm.logits %y {weight = @model.embed_tokens.weight} : tensor<?x32xf32> -> tensor<?x10xf32>
+  return %f : tensor<?x10xf32>
+}
+)mlir";
+
+std::vector<int64_t> shapeOf(const plan::Tensor &tensor) {
+  return std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end());
+}
+
+const plan::Op &opOfKind(const plan::Program &program, plan::OpKind kind) {
+  for (const plan::Op &op : program.ops())
+    if (op.kind() == kind)
+      return op;
+  ADD_FAILURE() << "no op " << plan::OpKind_Name(kind);
+  return program.ops(0);
+}
+
+// Expert matmuls become one 3-D tensor per fused op: [E, gate rows + up rows, K], each expert's
+// gate rows then up rows, panelled per expert; the router, ids, combine, sinks as plan.proto says.
+TEST_F(EmitProgramTest, ExpertWeightsAre3dPerExpertPanels) {
+  OwningOpRef<ModuleOp> moe = parseSourceString<ModuleOp>(kMoeModule, &context);
+  ASSERT_TRUE(moe);
+  ASSERT_TRUE(llmc::runPipeline(*moe).ok());
+  MapWeightSource weights(*moe);
+  absl::StatusOr<std::unique_ptr<plan::PlanWriter>> writer = plan::PlanWriter::Create(path);
+  ASSERT_TRUE(writer.ok());
+  std::vector<plan::Tensor> tensors;
+  int64_t progressTotal = 0;
+  absl::StatusOr<plan::Program> program =
+      llmc::emitProgram(*moe, weights, plan::F16, **writer, &tensors,
+                        [&](int64_t, int64_t total, uint64_t) { progressTotal = total; });
+  ASSERT_TRUE(program.ok()) << program.status();
+  // Embedding, router, gate_up, down, sinks.
+  EXPECT_EQ(progressTotal, 5);
+  plan::PlanMeta meta;
+  *meta.mutable_program() = *program;
+  for (plan::Tensor &tensor : tensors)
+    *meta.add_tensors() = tensor;
+  ASSERT_TRUE((*writer)->Finish(meta).ok());
+  absl::StatusOr<std::unique_ptr<plan::Plan>> opened =
+      plan::Plan::Open(path, {.verify_blob_checksums = true});
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const plan::PlanMeta &read = (*opened)->meta();
+
+  int index = 0;
+  const plan::Tensor &gateUp =
+      tensorNamed(read, "model.layers.0.mlp.experts.gate_up_proj.weight", &index);
+  EXPECT_EQ(shapeOf(gateUp), (std::vector<int64_t>{2, 32, 32}));
+  EXPECT_EQ(gateUp.dtype(), plan::F16);
+  ASSERT_EQ(gateUp.layout(), plan::Tensor::ROW_PANELS);
+  ASSERT_EQ(gateUp.panel_rows(), 16);
+  EXPECT_EQ(gateUp.size_bytes(), 2u * 32 * 32 * 2);
+  // ROW_PANELS of the [E * 32, 32] matrix: row R, column c at (R / 16) * 16 * 32 + c * 16 + R % 16.
+  const auto *packed = reinterpret_cast<const uint16_t *>((*opened)->blob(index));
+  for (int expert = 0; expert < 2; ++expert)
+    for (int64_t r = 0; r < 32; ++r)
+      for (int64_t c = 0; c < 32; ++c) {
+        const std::string part = absl::StrCat("model.layers.0.mlp.experts.", expert,
+                                              r < 16 ? ".gate_proj.weight" : ".up_proj.weight");
+        const float expected = weights.entries[part].values[(r % 16) * 32 + c];
+        const int64_t R = expert * 32 + r;
+        ASSERT_EQ(packed[(R / 16) * 16 * 32 + c * 16 + R % 16], plan::F32ToF16(expected))
+            << "expert " << expert << " row " << r << " col " << c;
+      }
+  const plan::Tensor &down =
+      tensorNamed(read, "model.layers.0.mlp.experts.down_proj.weight", &index);
+  EXPECT_EQ(shapeOf(down), (std::vector<int64_t>{2, 32, 16}));
+
+  // Sinks are f32 in an f16 plan.
+  const plan::Tensor &sinks = tensorNamed(read, "model.layers.0.self_attn.sinks", &index);
+  EXPECT_EQ(sinks.dtype(), plan::F32);
+  EXPECT_EQ(shapeOf(sinks), (std::vector<int64_t>{2}));
+  const plan::Op &attention = opOfKind(read.program(), plan::ATTENTION);
+  ASSERT_EQ(attention.weights_size(), 1);
+  EXPECT_EQ(attention.weights(0), index);
+
+  const plan::Op &router = opOfKind(read.program(), plan::ROUTER);
+  EXPECT_EQ(router.router().num_experts(), 2);
+  EXPECT_EQ(router.router().top_k(), 2);
+  EXPECT_EQ(router.router().scoring(), plan::RouterAttrs::SOFTMAX_TOPK);
+  EXPECT_TRUE(router.router().normalize());
+  const plan::Value &ids = read.program().values(router.outputs(0));
+  EXPECT_EQ(ids.kind(), plan::Value::EXPERT_IDS);
+  EXPECT_EQ(ids.dtype(), plan::I32);
+  EXPECT_EQ(ids.width(), 2);
+  int experts = 0;
+  for (const plan::Op &op : read.program().ops()) {
+    if (op.kind() != plan::EXPERT_MATMUL)
+      continue;
+    ++experts;
+    EXPECT_EQ(op.expert().num_experts(), 2);
+    EXPECT_EQ(op.expert().top_k(), 2);
+    EXPECT_EQ(op.inputs(1), router.outputs(0));
+    EXPECT_EQ(read.program().kernel_tables(0).kernels(op.kernel()).name(), "cpu.expert_matmul.f16");
+  }
+  EXPECT_EQ(experts, 2); // gate/up fused
+  EXPECT_EQ(opOfKind(read.program(), plan::MOE_COMBINE).inputs_size(), 2);
+  // Every expert part is released once its tensor is written.
+  EXPECT_EQ(std::set<std::string>(weights.released.begin(), weights.released.end()).size(), 6u);
+  EXPECT_EQ(weights.released.front(), "model.layers.0.mlp.experts.0.gate_proj.weight");
+  absl::StatusOr<plan::ProgramFacts> facts =
+      plan::CheckProgram(read, [&](int tensor) { return (*opened)->blob(tensor); });
+  EXPECT_TRUE(facts.ok()) << facts.status();
+  std::filesystem::remove(path);
+}
+
+// Quantized experts: codes [E, N, K] with companions [E, N, groups]; int8 per channel, int4 g32
+// and MXFP4 (FP4_E2M1 codes + E8M0 scales), each decoded from the plan by plan.proto's rules.
+TEST_F(EmitProgramTest, QuantizedExpertsHave3dCompanions) {
+  struct Case {
+    int64_t bits, groupSize;
+    const char *scheme;
+    plan::DType codes, scales;
+    const char *kernel;
+  };
+  for (const Case &c :
+       {Case{8, 0, "symmetric", plan::I8, plan::F16, "cpu.expert_matmul.i8"},
+        Case{4, 32, "asymmetric", plan::I4, plan::F16, "cpu.expert_matmul.i4"},
+        Case{4, 32, "mxfp4", plan::FP4_E2M1, plan::E8M0, "cpu.expert_matmul.mxfp4"}}) {
+    SCOPED_TRACE(c.scheme);
+    OwningOpRef<ModuleOp> moe = parseSourceString<ModuleOp>(kMoeModule, &context);
+    ASSERT_TRUE(moe);
+    MapWeightSource weights(*moe);
+    for (auto &[name, entry] : weights.entries)
+      for (size_t i = 0; i < entry.values.size(); ++i)
+        entry.values[i] = std::sin(0.37f * static_cast<float>(i) + name.size());
+    llmc::QuantizeWeightsPassOptions quantize;
+    quantize.bits = c.bits;
+    quantize.groupSize = c.groupSize;
+    quantize.scheme = c.scheme;
+    std::unique_ptr<plan::Plan> opened = emitQuantized(*moe, weights, quantize, path);
+    ASSERT_TRUE(opened);
+    const plan::PlanMeta &read = opened->meta();
+    int index = 0;
+    const plan::Tensor &gateUp =
+        tensorNamed(read, "model.layers.0.mlp.experts.gate_up_proj.weight", &index);
+    EXPECT_EQ(gateUp.dtype(), c.codes);
+    EXPECT_EQ(shapeOf(gateUp), (std::vector<int64_t>{2, 32, 32}));
+    const int64_t groups = c.groupSize == 0 ? 1 : 32 / c.groupSize;
+    const plan::Tensor &scales = read.tensors(gateUp.quantization().scales());
+    EXPECT_EQ(scales.name(), "model.layers.0.mlp.experts.gate_up_proj.weight.scales");
+    EXPECT_EQ(scales.dtype(), c.scales);
+    EXPECT_EQ(shapeOf(scales), (std::vector<int64_t>{2, 32, groups}));
+    if (gateUp.quantization().has_zero_points())
+      EXPECT_EQ(shapeOf(read.tensors(gateUp.quantization().zero_points())),
+                (std::vector<int64_t>{2, 32, groups}));
+    EXPECT_EQ(gateUp.quantization().method(), "rtn");
+    // Expert e's rows of the plan decode (by plan.proto's rules) to exactly what the reference
+    // quantizer makes of its gate, then its up matrix.
+    const llmc::quant::QuantFormat format =
+        c.codes == plan::FP4_E2M1
+            ? llmc::quant::QuantFormat::Mxfp4()
+            : llmc::quant::QuantFormat{static_cast<int>(c.bits),
+                                       c.groupSize == 0 ? 32 : c.groupSize, c.codes == plan::I4};
+    for (int expert = 0; expert < 2; ++expert)
+      for (const char *projection : {"gate_proj", "up_proj"}) {
+        const std::vector<float> &values =
+            weights
+                .entries[absl::StrCat("model.layers.0.mlp.experts.", expert, ".", projection,
+                                      ".weight")]
+                .values;
+        absl::StatusOr<llmc::quant::QuantizedMatrix> reference =
+            llmc::quant::QuantizeMatrix(values, 16, 32, format);
+        ASSERT_TRUE(reference.ok()) << reference.status();
+        const std::vector<float> expected = llmc::quant::DequantizeMatrix(*reference);
+        const int64_t first = expert * 32 + (std::string(projection) == "up_proj" ? 16 : 0);
+        for (int64_t r = 0; r < 16; ++r)
+          for (int64_t col = 0; col < 32; ++col)
+            ASSERT_EQ(dequantizedFromPlan(*opened, index, first + r, col), expected[r * 32 + col])
+                << "expert " << expert << " " << projection << " row " << r << " col " << col;
+      }
+    EXPECT_EQ(read.program()
+                  .kernel_tables(0)
+                  .kernels(opOfKind(read.program(), plan::EXPERT_MATMUL).kernel())
+                  .name(),
+              c.kernel);
+    // The router stays float (routing decisions are not quantized).
+    EXPECT_EQ(tensorNamed(read, "model.layers.0.mlp.gate.weight", &index).dtype(), plan::F32);
+    std::filesystem::remove(path);
+  }
 }
 
 TEST(FusedTensorNameTest, NamesConcatenatedProjections) {

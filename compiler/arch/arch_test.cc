@@ -4,17 +4,23 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/arch/family.h"
+#include "compiler/arch/family_config.h"
 #include "compiler/arch/weight_source.h"
+#include "compiler/importer/checkpoint.h"
+#include "compiler/importer/hf_config.h"
 #include "gtest/gtest.h"
 #include "ir/LlmDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Verifier.h"
+#include "nlohmann/json.hpp"
 #include "passes/Passes.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/plan_reader.h"
@@ -594,6 +600,285 @@ TEST(BuildModuleTest, Phi3FusedProjectionsAreRowSlicesFusedBack) {
   EXPECT_EQ(v->sizeBytes, 8u * 16 * 2);
   EXPECT_FALSE(weights.getWeight("model.layers.1.self_attn.qkv_proj.weight[24:33]").ok());
   EXPECT_EQ(fusedTensorName({"t.w[0:16]", "t.w[16:24]", "t.w[24:32]"}), "t.w[0:32]");
+}
+
+// Mixture of experts, on the transformers fixtures (tests/fixtures, make_fixtures.py).
+std::string FixtureDir(const std::string& name) {
+  return std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/" + name;
+}
+
+std::unique_ptr<Checkpoint> OpenFixture(const std::string& name) {
+  auto checkpoint = Checkpoint::Open(FixtureDir(name));
+  EXPECT_TRUE(checkpoint.ok()) << name << ": " << checkpoint.status();
+  return checkpoint.ok() ? *std::move(checkpoint) : nullptr;
+}
+
+// The fixture's config.json with `edit` applied, parsed; the error message when it is refused.
+std::string ParseEdited(const std::string& name, const std::function<void(nlohmann::json&)>& edit,
+                        plan::ModelConfig* config = nullptr) {
+  std::ifstream file(FixtureDir(name) + "/config.json");
+  nlohmann::json json = nlohmann::json::parse(file);
+  edit(json);
+  auto parsed = ParseModelConfig(json.dump(), "config.json");
+  if (parsed.ok() && config != nullptr) *config = *parsed;
+  return parsed.ok() ? "" : std::string(parsed.status().message());
+}
+
+struct MoeFixture {
+  const char* name;
+  int routers;          // MoE layers
+  bool shared_expert;   // Qwen2-MoE
+  const char* gate_up;  // the fused expert tensor of layer 0
+};
+
+// Each fixture validates; the pipeline leaves, per MoE layer, a float router matmul, one ROUTER,
+// one fused gate/up expert matmul (quantized) and a down expert matmul; a dense layer where
+// mlp_only_layers says so; Qwen2-MoE's shared expert and its float gate.
+TEST(MoeFamiliesTest, FixturesBuildTheExpectedOps) {
+  for (const MoeFixture& fixture :
+       {MoeFixture{"qwen3_moe", 1, false, "model.layers.0.mlp.experts.gate_up_proj.weight"},
+        MoeFixture{"qwen2_moe_shared", 2, true, "model.layers.0.mlp.experts.gate_up_proj.weight"},
+        MoeFixture{"mixtral_moe", 2, false,
+                   "model.layers.0.block_sparse_moe.experts.w1.weight+model.layers.0.block_"
+                   "sparse_moe.experts.w3.weight"}}) {
+    SCOPED_TRACE(fixture.name);
+    std::unique_ptr<Checkpoint> checkpoint = OpenFixture(fixture.name);
+    ASSERT_TRUE(checkpoint);
+    const plan::ModelConfig& config = checkpoint->config();
+    EXPECT_TRUE(ValidateTensors(config, checkpoint->tensors()).ok());
+    mlir::MLIRContext context;
+    auto module = BuildModule(context, config, checkpoint->tensors());
+    ASSERT_TRUE(module.ok()) << module.status();
+    PipelineOptions options;
+    options.quantize = QuantizeWeightsPassOptions{};  // int8 per channel
+    ASSERT_TRUE(runPipeline(**module, options).ok());
+    std::map<std::string, int> counts = CountOps(**module);
+    EXPECT_EQ(counts["llm.router"], fixture.routers);
+    EXPECT_EQ(counts["llm.expert_matmul"], 2 * fixture.routers);
+    EXPECT_EQ(counts["llm.moe_combine"], fixture.routers);
+    (*module)->walk([&](llm::ExpertMatmulOp op) {
+      EXPECT_TRUE(op->hasAttr("llm.quant"));
+      EXPECT_EQ(op.getNumExperts(), config.moe().num_experts());
+      EXPECT_EQ(op.getTopK(), config.moe().top_k());
+    });
+    int fused = 0;
+    (*module)->walk([&](llm::ExpertMatmulOp op) { fused += op.getNumResults() == 2; });
+    EXPECT_EQ(fused, fixture.routers);
+    (*module)->walk([&](llm::RouterOp router) {
+      auto matmul = router.getLogits().getDefiningOp<llm::MatmulOp>();
+      ASSERT_TRUE(matmul);
+      EXPECT_FALSE(matmul->hasAttr("llm.quant"));  // routing stays float
+      EXPECT_EQ(router.getScoring(), "softmax_topk");
+      EXPECT_EQ(router.getNormalize(), config.moe().normalize_top_k());
+    });
+    (*module)->walk([&](llm::MoeCombineOp combine) {
+      EXPECT_EQ(combine.getInputs().size(), fixture.shared_expert ? 4u : 2u);
+      if (!fixture.shared_expert) return;
+      auto gate = combine.getInputs()[3].getDefiningOp<llm::MatmulOp>();
+      ASSERT_TRUE(gate);
+      EXPECT_FALSE(gate->hasAttr("llm.quant"));
+    });
+    // qwen3_moe: layer 1 is in mlp_only_layers, a dense FFN of intermediate_size.
+    bool dense_layer_1 = false;
+    (*module)->walk([&](llm::MatmulOp op) {
+      dense_layer_1 |= op.getWeightRefs()[0].getValue() == "model.layers.1.mlp.gate_proj.weight";
+    });
+    EXPECT_EQ(dense_layer_1, std::string(fixture.name) == "qwen3_moe");
+
+    const std::string path =
+        (std::filesystem::path(::testing::TempDir()) / "llmc_arch_moe_test.plan").string();
+    auto writer = plan::PlanWriter::Create(path);
+    ASSERT_TRUE(writer.ok());
+    TensorMapWeightSource weights(checkpoint->tensors());
+    std::vector<plan::Tensor> tensors;
+    auto program = emitProgram(**module, weights, plan::F32, **writer, &tensors);
+    ASSERT_TRUE(program.ok()) << program.status();
+    bool found = false;
+    for (const plan::Tensor& tensor : tensors) {
+      if (tensor.name() != fixture.gate_up) continue;
+      found = true;
+      EXPECT_EQ(tensor.shape(0), config.moe().num_experts());
+      EXPECT_EQ(tensor.shape(1), 2 * config.moe().expert_intermediate_size());
+      EXPECT_EQ(tensor.shape(2), config.hidden_size());
+    }
+    EXPECT_TRUE(found);
+    std::filesystem::remove(path);
+  }
+}
+
+TEST(MoeFamiliesTest, RefusalsNameTheField) {
+  EXPECT_NE(ParseEdited("qwen3_moe", [](nlohmann::json& j) { j["use_sliding_window"] = true; })
+                .find("use_sliding_window"),
+            std::string::npos);
+  const std::string disagree =
+      ParseEdited("qwen2_moe_shared", [](nlohmann::json& j) { j["num_local_experts"] = 4; });
+  EXPECT_NE(disagree.find("num_local_experts"), std::string::npos) << disagree;
+  EXPECT_NE(disagree.find("the same as num_experts (8)"), std::string::npos) << disagree;
+  const std::string too_many =
+      ParseEdited("mixtral_moe", [](nlohmann::json& j) { j["num_experts_per_tok"] = 5; });
+  EXPECT_NE(too_many.find("num_experts_per_tok"), std::string::npos) << too_many;
+  const std::string dense =
+      ParseEdited("qwen3_moe", [](nlohmann::json& j) { j["mlp_only_layers"] = {2}; });
+  EXPECT_NE(dense.find("mlp_only_layers"), std::string::npos) << dense;
+
+  std::unique_ptr<Checkpoint> checkpoint = OpenFixture("qwen3_moe");
+  ASSERT_TRUE(checkpoint);
+  TensorMap tensors = checkpoint->tensors();
+  tensors.erase("model.layers.0.mlp.experts.3.up_proj.weight");
+  EXPECT_EQ(ValidateTensors(checkpoint->config(), tensors).message(),
+            "missing tensor model.layers.0.mlp.experts.3.up_proj.weight expected by config.json "
+            "(num_hidden_layers=2, num_experts=8)");
+  // A checkpoint saved with fused 3-D experts (save_original_format=False) is not read.
+  tensors = checkpoint->tensors();
+  TensorInfo fused = tensors.at("model.layers.0.mlp.experts.0.up_proj.weight");
+  fused.name = "model.layers.0.mlp.experts.gate_up_proj";
+  fused.shape = {8, 64, 64};
+  tensors[fused.name] = fused;
+  const std::string unexpected(ValidateTensors(checkpoint->config(), tensors).message());
+  EXPECT_NE(unexpected.find("unexpected tensor model.layers.0.mlp.experts.gate_up_proj"),
+            std::string::npos)
+      << unexpected;
+}
+
+TEST(MoeFamiliesTest, ConfigDefaultsAndWindows) {
+  // Qwen3-MoE has no head_dim default (Qwen3 has 128): hidden_size / num_attention_heads.
+  plan::ModelConfig config;
+  ASSERT_EQ(ParseEdited(
+                "qwen3_moe",
+                [](nlohmann::json& j) {
+                  j.erase("head_dim");
+                  j["num_attention_heads"] = 8;
+                  j.erase("norm_topk_prob");
+                  j.erase("decoder_sparse_step");
+                  j.erase("num_experts_per_tok");
+                },
+                &config),
+            "");
+  EXPECT_EQ(config.head_dim(), 8);
+  EXPECT_FALSE(config.moe().normalize_top_k());
+  EXPECT_EQ(config.moe().decoder_sparse_step(), 1);
+  EXPECT_EQ(config.moe().top_k(), 8);  // Qwen3MoeConfig's default
+  EXPECT_EQ(config.moe().scoring(), plan::RouterAttrs::SOFTMAX_TOPK);
+  EXPECT_EQ(config.moe().dense_layers_size(), 1);
+  EXPECT_TRUE(LayerIsMoe(config, 0));
+  EXPECT_FALSE(LayerIsMoe(config, 1));
+  config.mutable_moe()->set_decoder_sparse_step(2);
+  config.mutable_moe()->clear_dense_layers();
+  EXPECT_FALSE(LayerIsMoe(config, 0));
+  EXPECT_TRUE(LayerIsMoe(config, 1));
+
+  // Qwen2-MoE slides the even layers below max_window_layers (Qwen2 the ones from it on).
+  ASSERT_EQ(ParseEdited(
+                "qwen2_moe_shared",
+                [](nlohmann::json& j) {
+                  j["use_sliding_window"] = true;
+                  j["sliding_window"] = 4;
+                  j["max_window_layers"] = 28;
+                  j.erase("layer_types");  // the derived rule applies without it
+                },
+                &config),
+            "");
+  EXPECT_EQ(std::vector<int64_t>(config.layer_sliding_windows().begin(),
+                                 config.layer_sliding_windows().end()),
+            (std::vector<int64_t>{4, 0}));
+  EXPECT_TRUE(config.attention_bias());  // qkv_bias
+  EXPECT_EQ(config.moe().shared_expert_intermediate_size(), 96);
+  ASSERT_EQ(ParseEdited(
+                "qwen2_moe_shared", [](nlohmann::json& j) { j["qkv_bias"] = false; }, &config),
+            "");
+  EXPECT_FALSE(config.attention_bias());
+
+  // Mixtral: the window on every layer when set; always renormalised; experts of
+  // intermediate_size.
+  ASSERT_EQ(ParseEdited(
+                "mixtral_moe", [](nlohmann::json& j) { j["sliding_window"] = 16; }, &config),
+            "");
+  EXPECT_EQ(config.sliding_window(), 16);
+  EXPECT_EQ(config.layer_sliding_windows_size(), 0);
+  EXPECT_TRUE(config.moe().normalize_top_k());
+  EXPECT_EQ(config.moe().expert_intermediate_size(), 64);
+  EXPECT_EQ(config.moe().num_experts(), 4);
+}
+
+// What llmc synth writes: every expert's tensors, and the dense layer's FFN.
+TEST(MoeFamiliesTest, FamilyTensorsListEveryExpert) {
+  std::unique_ptr<Checkpoint> checkpoint = OpenFixture("qwen3_moe");
+  ASSERT_TRUE(checkpoint);
+  auto tensors = FamilyTensors(checkpoint->config());
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const FamilyTensor& tensor : *tensors) shapes[tensor.name] = tensor.shape;
+  EXPECT_EQ(shapes.size(), checkpoint->tensors().size());
+  for (const auto& [name, info] : checkpoint->tensors())
+    EXPECT_EQ(shapes[name], info.shape) << name;
+  EXPECT_EQ(shapes["model.layers.0.mlp.experts.7.down_proj.weight"],
+            (std::vector<int64_t>{64, 32}));
+  EXPECT_EQ(shapes["model.layers.1.mlp.gate_proj.weight"], (std::vector<int64_t>{96, 64}));
+  EXPECT_EQ(shapes.count("model.layers.1.mlp.experts.0.gate_proj.weight"), 0u);
+}
+
+// Expert views of a stacked [E, H, 2I] tensor (gpt-oss's gate_up_proj, used as x @ W[e]): gate
+// = columns 0::2 and up = 1::2 of W[e], transposed to [I, H]; biases [E, 2I] likewise; a view
+// without transpose or stride is the tensor's own bytes.
+TEST(ExpertSliceTest, ViewsOfStackedTensors) {
+  constexpr int64_t kExperts = 3, kHidden = 4, kSize = 5;
+  std::vector<float> gate_up(kExperts * kHidden * 2 * kSize), bias(kExperts * 2 * kSize);
+  for (size_t i = 0; i < gate_up.size(); ++i) gate_up[i] = static_cast<float>(i);
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = 1000.0f + static_cast<float>(i);
+  TensorMap map;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float>& data) {
+    TensorInfo& info = map[name];
+    info.name = name;
+    info.file = "model.safetensors";
+    info.dtype = plan::F32;
+    info.shape = std::move(shape);
+    info.data = reinterpret_cast<const uint8_t*>(data.data());
+    info.size_bytes = data.size() * sizeof(float);
+  };
+  add("w", {kExperts, kHidden, 2 * kSize}, gate_up);
+  add("b", {kExperts, 2 * kSize}, bias);
+  TensorMapWeightSource weights(map);
+  auto at = [](const WeightView& view, int64_t index) {
+    float value;
+    std::memcpy(&value, view.data + index * 4, 4);
+    return value;
+  };
+  for (int64_t expert = 0; expert < kExperts; ++expert) {
+    for (int64_t first : {0, 1}) {
+      const std::string name = expertSliceName({"w", expert, true, first, 2});
+      EXPECT_EQ(name, absl::StrCat("w[expert=", expert, ",transpose,rows=", first, "::2]"));
+      auto view = weights.getWeight(name);
+      ASSERT_TRUE(view.ok()) << view.status();
+      ASSERT_EQ(view->shape, (std::vector<int64_t>{kSize, kHidden}));
+      ASSERT_EQ(view->sizeBytes, static_cast<uint64_t>(kSize * kHidden * 4));
+      for (int64_t i = 0; i < kSize; ++i)
+        for (int64_t h = 0; h < kHidden; ++h)
+          EXPECT_EQ(at(*view, i * kHidden + h),
+                    gate_up[(expert * kHidden + h) * 2 * kSize + 2 * i + first]);
+      auto bias_view = weights.getWeight(expertSliceName({"b", expert, false, first, 2}));
+      ASSERT_TRUE(bias_view.ok());
+      ASSERT_EQ(bias_view->shape, (std::vector<int64_t>{kSize}));
+      for (int64_t i = 0; i < kSize; ++i)
+        EXPECT_EQ(at(*bias_view, i), bias[expert * 2 * kSize + 2 * i + first]);
+    }
+    auto whole = weights.getWeight(expertSliceName({"b", expert, false, 0, 1}));
+    ASSERT_TRUE(whole.ok());
+    EXPECT_EQ(whole->data, map.at("b").data + expert * 2 * kSize * 4);  // zero-copy
+    EXPECT_EQ(whole->shape, (std::vector<int64_t>{2 * kSize}));
+  }
+  weights.releaseWeights({expertSliceName({"w", 0, true, 0, 2})});
+  EXPECT_TRUE(weights.getWeight(expertSliceName({"w", 0, true, 0, 2})).ok());  // made again
+  EXPECT_FALSE(weights.getWeight(expertSliceName({"w", kExperts, true, 0, 2})).ok());
+  EXPECT_FALSE(parseExpertSlice("w[0:4]"));
+  EXPECT_FALSE(parseExpertSlice("w[expert=1,rows=0::2,transpose]"));  // transpose comes first
+  std::optional<ExpertSlice> parsed = parseExpertSlice("a.b[expert=12,transpose,rows=1::2]");
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->tensor, "a.b");
+  EXPECT_EQ(parsed->expert, 12);
+  EXPECT_TRUE(parsed->transpose);
+  EXPECT_EQ(parsed->row_first, 1);
+  EXPECT_EQ(parsed->row_step, 2);
+  EXPECT_FALSE(parseRowSlice("a.b[expert=12,transpose,rows=1::2]"));
 }
 
 }  // namespace
