@@ -16,14 +16,15 @@ extern const Family kGemma3Family;
 extern const Family kQwen3MoeFamily;
 extern const Family kQwen2MoeFamily;
 extern const Family kMixtralFamily;
+extern const Family kGptOssFamily;
 
 namespace {
 
 // The "supported: ..." lists keep Gemma 2 and 3 last (hf_config_test checks the list's ends).
-constexpr const Family* kFamilies[] = {&kLlamaFamily,   &kMistralFamily,  &kQwen2Family,
-                                       &kQwen3Family,   &kSmolLM3Family,  &kOlmo2Family,
-                                       &kPhi3Family,    &kQwen3MoeFamily, &kQwen2MoeFamily,
-                                       &kMixtralFamily, &kGemma2Family,   &kGemma3Family};
+constexpr const Family* kFamilies[] = {
+    &kLlamaFamily,  &kMistralFamily, &kQwen2Family,    &kQwen3Family,    &kSmolLM3Family,
+    &kOlmo2Family,  &kPhi3Family,    &kQwen3MoeFamily, &kQwen2MoeFamily, &kMixtralFamily,
+    &kGemma2Family, &kGemma3Family,  &kGptOssFamily};
 
 }  // namespace
 
