@@ -61,7 +61,7 @@ struct Choice {
 class EngineTest : public ::testing::Test {
  protected:
   void Load(const std::string& model_dir, int64_t kv_cache_tokens = 0,
-            int32_t max_tokens_per_step = 64) {
+            int32_t max_tokens_per_step = 64, const EngineOptions& engine_options = {}) {
     engine_.reset();  // before the model whose pool it uses
     ModelOptions options;
     options.kv_cache_tokens = kv_cache_tokens;
@@ -74,7 +74,7 @@ class EngineTest : public ::testing::Test {
     tokenizer_ = *std::move(tokenizer);
     // Request ids restart with a new engine.
     results_.clear();
-    engine_ = std::make_unique<Engine>(*model_, tokenizer_.get(), EngineOptions());
+    engine_ = std::make_unique<Engine>(*model_, tokenizer_.get(), engine_options);
   }
 
   GenerationRequest Greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
@@ -190,10 +190,12 @@ std::vector<std::string> Models() {
   // window layer inside its window (qwen2_sliding and smollm3_nope_window window one layer of two).
   // phi3_longrope_partial: one factor set for every chunk, hit or recompute (partial rotary).
   // gemma2_softcap / gemma3_text: alternating and 5:1 window layers, soft-caps, per-layer rope.
+  // qwen3_moe / qwen2_moe_shared: a token's experts and output do not depend on which other
+  // tokens share its step (grouped expert GEMMs over the batch's union).
   for (const char* fixture :
        {"llama_gqa_tied", "llama_mha", "qwen2_bias", "mistral_sliding", "qwen2_sliding",
         "smollm3_nope_window", "olmo2_postnorm", "phi3_sliding", "phi3_longrope_partial",
-        "gemma2_softcap", "gemma3_text"}) {
+        "gemma2_softcap", "gemma3_text", "qwen3_moe", "qwen2_moe_shared"}) {
     models.push_back(std::string("tests/fixtures/") + fixture);
   }
   return models;
@@ -202,6 +204,86 @@ std::vector<std::string> Models() {
 INSTANTIATE_TEST_SUITE_P(Models, EngineModelTest, ::testing::ValuesIn(Models()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param.substr(info.param.rfind('/') + 1);
+                         });
+
+// The MoE fixtures, with their MoE layers (qwen3_moe's layer 1 is dense), experts and top_k.
+struct MoeFixture {
+  const char* name;
+  int32_t moe_layers, num_experts, top_k;
+};
+
+class EngineMoeTest : public EngineTest, public ::testing::WithParamInterface<MoeFixture> {
+ protected:
+  std::string Dir() const { return std::string("tests/fixtures/") + GetParam().name; }
+};
+
+// A prompt that reaches the prefix cache: the same request again hits its full blocks and
+// generates the same tokens (its experts are recomputed from cached KV alone). The expert load
+// the CPU backend reports adds up: every token run chooses top_k experts of each MoE layer, and
+// a step's union lies between top_k and the expert count.
+TEST_P(EngineMoeTest, PrefixHitGivesIdenticalOutputAndExpertLoadAddsUp) {
+  const MoeFixture& fixture = GetParam();
+  EngineOptions options;
+  options.expert_token_counts = true;
+  Load(Dir(), 0, 64, options);
+  std::vector<int32_t> prompt;
+  for (int t = 0; t < 40; ++t) prompt.push_back(static_cast<int32_t>((11 * t + 5) % 500 + 3));
+  constexpr int64_t kMaxTokens = 12;
+  const RequestId first = Submit(Greedy(prompt, kMaxTokens));
+  Run();
+  const llmrt::engine::EngineStats stats = engine_->GetStats();
+  ASSERT_EQ(stats.moe_layers, fixture.moe_layers);
+  ASSERT_EQ(stats.num_experts, fixture.num_experts);
+  EXPECT_EQ(stats.moe_layer_steps_total, stats.steps_total * fixture.moe_layers);
+  // Tokens run: the prompt and every generated token but the last.
+  const int64_t tokens_run = static_cast<int64_t>(prompt.size()) + kMaxTokens - 1;
+  ASSERT_EQ(stats.expert_tokens_total.size(),
+            static_cast<size_t>(fixture.moe_layers * fixture.num_experts));
+  for (int32_t layer = 0; layer < fixture.moe_layers; ++layer) {
+    int64_t routed = 0, used = 0;
+    for (int32_t e = 0; e < fixture.num_experts; ++e) {
+      const int64_t count = stats.expert_tokens_total[layer * fixture.num_experts + e];
+      routed += count;
+      used += count > 0;
+    }
+    EXPECT_EQ(routed, tokens_run * fixture.top_k) << "MoE layer " << layer;
+    EXPECT_GE(used, 3) << "MoE layer " << layer;  // make_fixtures checks the prompt's routing
+  }
+  EXPECT_GE(stats.moe_active_experts_total, stats.moe_layer_steps_total * fixture.top_k);
+  EXPECT_LE(stats.moe_active_experts_total, stats.moe_layer_steps_total * fixture.num_experts);
+  // The prompt's step chose more than top_k experts per layer; decode steps of one token top_k.
+  EXPECT_GT(stats.moe_active_experts_total, stats.moe_layer_steps_total * fixture.top_k);
+
+  const RequestId second = Submit(Greedy(prompt, kMaxTokens));
+  Run();
+  EXPECT_EQ(Get(second, 0).cached_prompt_tokens,
+            (static_cast<int64_t>(prompt.size()) - 1) / 16 * 16);
+  EXPECT_EQ(Get(second, 0).tokens, Get(first, 0).tokens);
+}
+
+// Preempted (by recompute) requests finish with the tokens they get alone.
+TEST_P(EngineMoeTest, PreemptionUnderATinyPoolGivesIdenticalOutput) {
+  Load(Dir());
+  std::vector<std::vector<int32_t>> prompts = SixteenPrompts(*tokenizer_, 512, false);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 8; ++i) requests.push_back(Greedy(prompts[i], 24));
+  std::vector<std::vector<int32_t>> alone = RunAlone(requests);
+  // 96 slots: every request fits alone (prompt <= 38 + 24 tokens), 8 together do not.
+  Load(Dir(), /*kv_cache_tokens=*/96);
+  std::vector<RequestId> ids;
+  for (const GenerationRequest& request : requests) ids.push_back(Submit(request));
+  Run();
+  EXPECT_GT(engine_->GetStats().preemptions_total, 0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(Get(ids[i], 0).tokens, alone[i]) << "request " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeFixtures, EngineMoeTest,
+                         ::testing::Values(MoeFixture{"qwen3_moe", 1, 8, 2},
+                                           MoeFixture{"qwen2_moe_shared", 2, 8, 2}),
+                         [](const ::testing::TestParamInfo<MoeFixture>& info) {
+                           return std::string(info.param.name);
                          });
 
 TEST_F(EngineTest, PrefixCacheHitReusesBlocksAndGivesIdenticalOutput) {
