@@ -83,11 +83,10 @@ absl::Status ConvertMessage(const Json& message, size_t index, Json& out) {
   if (role == "user" && text.empty() && !out.empty() && out.back()["role"] == "tool") {
     return absl::OkStatus();  // a turn of tool results only
   }
+  // A turn of tool_use blocks only keeps content "", not null (why: responses.cc, function
+  // calls).
   Json converted = {{"role", role}, {"content", text}};
-  if (!tool_calls.empty()) {
-    if (text.empty()) converted["content"] = nullptr;
-    converted["tool_calls"] = std::move(tool_calls);
-  }
+  if (!tool_calls.empty()) converted["tool_calls"] = std::move(tool_calls);
   if (!thinking.empty()) converted["reasoning_content"] = thinking;
   out.push_back(std::move(converted));
   return absl::OkStatus();

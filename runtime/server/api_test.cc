@@ -212,7 +212,7 @@ TEST(ResponsesRequest, BecomesAChatRequest) {
   EXPECT_EQ(messages[0]["content"], "Be brief.");
   EXPECT_EQ(messages[1], Json::parse(R"({"role": "system", "content": "Use tools."})"));
   EXPECT_EQ(messages[3]["role"], "assistant");
-  EXPECT_TRUE(messages[3]["content"].is_null());
+  EXPECT_EQ(messages[3]["content"], "");
   EXPECT_EQ(messages[3]["tool_calls"].size(), 2u);
   EXPECT_EQ(messages[4]["tool_call_id"], "call_1");
   EXPECT_EQ(request->api_echo["instructions"], "Be brief.");

@@ -61,13 +61,15 @@ absl::Status ConvertInput(const Json& input, Json& messages) {
       Json call = {{"id", item["call_id"]},
                    {"type", "function"},
                    {"function", {{"name", item["name"]}, {"arguments", std::move(arguments)}}}};
-      // Calls of one turn follow each other; they join the assistant message before them.
+      // Calls of one turn follow each other; they join the assistant message before them. A
+      // turn of calls only has content "", not null: of the real templates, none renders ""
+      // differently from null where both render, and null fails in several (gpt-oss tests
+      // `"..." in content`, Phi-3 and TinyLlama concatenate it) or prints "None" (Llama 3).
       if (messages.empty() || messages.back()["role"] != "assistant") {
-        messages.push_back({{"role", "assistant"}, {"content", nullptr}});
+        messages.push_back({{"role", "assistant"}, {"content", ""}});
       }
       Json& turn = messages.back();
       if (!turn.contains("tool_calls")) turn["tool_calls"] = Json::array();
-      if (turn["content"] == "") turn["content"] = nullptr;
       turn["tool_calls"].push_back(std::move(call));
     } else if (type == "function_call_output") {
       if (!item.contains("call_id") || !item["call_id"].is_string()) {

@@ -534,6 +534,17 @@ class HarmonyAgentTest(unittest.TestCase):
             self.assertEqual(result.output_text, "Let me check.")
             self.assertEqual([(c.name, json.loads(c.arguments)) for c in result.output[2:]],
                              self.CALL)
+        # The call and its output go back as items: the template renders them (a call-only
+        # turn is content "", which gpt-oss's template takes, null it refuses).
+        [call] = response.output[2:]
+        second = self.client.responses.create(
+            model="harmony", tools=tools, max_output_tokens=4,
+            input=[{"role": "user", "content": ASK[0]["content"]},
+                   {"type": "function_call", "call_id": call.call_id, "name": call.name,
+                    "arguments": call.arguments},
+                   {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+        self.assertEqual(second.status, "incomplete")
+        self.assertEqual(second.output[0].content[0].text, self.REASONING)
 
     def test_messages(self):
         body = {"model": "harmony", "max_tokens": 50, "messages": ASK,
@@ -553,6 +564,20 @@ class HarmonyAgentTest(unittest.TestCase):
         self.assertEqual(message["content"][1]["text"], "Let me check.")
         self.assertEqual((message["content"][2]["name"], message["content"][2]["input"]),
                          self.CALL[0])
+        # The tool_use block goes back alone (no text) with its result.
+        use = message["content"][2]
+        body["messages"] = ASK + [
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"],
+                                          "content": "sunny"}]}]
+        body["max_tokens"] = 4
+        request = urllib.request.Request(self.server.url + "/v1/messages",
+                                         json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            second = json.load(answer)
+        self.assertEqual(second["stop_reason"], "max_tokens")
+        self.assertEqual(second["content"][0]["thinking"], self.REASONING)
 
 
 def main():
