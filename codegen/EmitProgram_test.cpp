@@ -676,6 +676,9 @@ TEST_F(EmitProgramTest, QuantizedExpertsHave3dCompanions) {
               c.kernel);
     // The router stays float (routing decisions are not quantized).
     EXPECT_EQ(tensorNamed(read, "model.layers.0.mlp.gate.weight", &index).dtype(), plan::F32);
+    absl::StatusOr<plan::ProgramFacts> facts =
+        plan::CheckProgram(read, [&](int tensor) { return opened->blob(tensor); });
+    EXPECT_TRUE(facts.ok()) << facts.status();
     std::filesystem::remove(path);
   }
 }
