@@ -546,8 +546,8 @@ class HarmonyAgentTest(unittest.TestCase):
         self.assertEqual(second.status, "incomplete")
         self.assertEqual(second.output[0].content[0].text, self.REASONING)
 
-    def test_messages(self):
-        body = {"model": "harmony", "max_tokens": 50, "messages": ASK,
+    def messages(self, messages, max_tokens):
+        body = {"model": "harmony", "max_tokens": max_tokens, "messages": messages,
                 "tools": [{"name": t["function"]["name"],
                            "description": t["function"]["description"],
                            "input_schema": t["function"]["parameters"]}
@@ -556,7 +556,10 @@ class HarmonyAgentTest(unittest.TestCase):
                                          json.dumps(body).encode(),
                                          {"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=60) as answer:
-            message = json.load(answer)
+            return json.load(answer)
+
+    def test_messages(self):
+        message = self.messages(ASK, 50)
         self.assertEqual(message["stop_reason"], "tool_use")
         self.assertEqual([block["type"] for block in message["content"]],
                          ["thinking", "text", "tool_use"])
@@ -566,16 +569,10 @@ class HarmonyAgentTest(unittest.TestCase):
                          self.CALL[0])
         # The tool_use block goes back alone (no text) with its result.
         use = message["content"][2]
-        body["messages"] = ASK + [
+        second = self.messages(ASK + [
             {"role": "assistant", "content": [use]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"],
-                                          "content": "sunny"}]}]
-        body["max_tokens"] = 4
-        request = urllib.request.Request(self.server.url + "/v1/messages",
-                                         json.dumps(body).encode(),
-                                         {"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            second = json.load(answer)
+                                          "content": "sunny"}]}], 4)
         self.assertEqual(second["stop_reason"], "max_tokens")
         self.assertEqual(second["content"][0]["thinking"], self.REASONING)
 
