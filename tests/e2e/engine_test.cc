@@ -58,6 +58,9 @@ struct Choice {
   int32_t outputs_finished = 0;
 };
 
+std::vector<std::vector<int32_t>> SixteenPrompts(const llmrt::Tokenizer& tokenizer, int64_t vocab,
+                                                 bool text);
+
 class EngineTest : public ::testing::Test {
  protected:
   void Load(const std::string& model_dir, int64_t kv_cache_tokens = 0,
@@ -122,6 +125,27 @@ class EngineTest : public ::testing::Test {
   }
 
   Choice& Get(RequestId id, int32_t index) { return results_[std::make_pair(id, index)]; }
+
+  // Runs the first 8 of SixteenPrompts alone, then together in a pool of `kv_cache_tokens`
+  // that holds each alone but not all: they are preempted (by recompute) and must finish with
+  // the tokens they got alone.
+  void ExpectPreemptedRequestsMatchAlone(const std::string& model_dir, bool text_prompts,
+                                         int64_t max_tokens, int64_t kv_cache_tokens) {
+    Load(model_dir);
+    std::vector<std::vector<int32_t>> prompts = SixteenPrompts(*tokenizer_, 512, text_prompts);
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < 8; ++i) requests.push_back(Greedy(prompts[i], max_tokens));
+    std::vector<std::vector<int32_t>> alone = RunAlone(requests);
+    Load(model_dir, kv_cache_tokens);
+    std::vector<RequestId> ids;
+    for (const GenerationRequest& request : requests) ids.push_back(Submit(request));
+    Run();
+    EXPECT_GT(engine_->GetStats().preemptions_total, 0);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_EQ(Get(ids[i], 0).tokens, alone[i]) << "request " << i;
+      EXPECT_EQ(Get(ids[i], 0).reason, FinishReason::kLength);
+    }
+  }
 
   std::vector<int32_t> Encode(const std::string& text) { return tokenizer_->Encode(text, true); }
 
@@ -261,22 +285,9 @@ TEST_P(EngineMoeTest, PrefixHitGivesIdenticalOutputAndExpertLoadAddsUp) {
   EXPECT_EQ(Get(second, 0).tokens, Get(first, 0).tokens);
 }
 
-// Preempted (by recompute) requests finish with the tokens they get alone.
 TEST_P(EngineMoeTest, PreemptionUnderATinyPoolGivesIdenticalOutput) {
-  Load(Dir());
-  std::vector<std::vector<int32_t>> prompts = SixteenPrompts(*tokenizer_, 512, false);
-  std::vector<GenerationRequest> requests;
-  for (int i = 0; i < 8; ++i) requests.push_back(Greedy(prompts[i], 24));
-  std::vector<std::vector<int32_t>> alone = RunAlone(requests);
   // 96 slots: every request fits alone (prompt <= 38 + 24 tokens), 8 together do not.
-  Load(Dir(), /*kv_cache_tokens=*/96);
-  std::vector<RequestId> ids;
-  for (const GenerationRequest& request : requests) ids.push_back(Submit(request));
-  Run();
-  EXPECT_GT(engine_->GetStats().preemptions_total, 0);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    EXPECT_EQ(Get(ids[i], 0).tokens, alone[i]) << "request " << i;
-  }
+  ExpectPreemptedRequestsMatchAlone(Dir(), /*text_prompts=*/false, 24, 96);
 }
 
 INSTANTIATE_TEST_SUITE_P(MoeFixtures, EngineMoeTest,
@@ -305,21 +316,8 @@ TEST_F(EngineTest, PrefixCacheHitReusesBlocksAndGivesIdenticalOutput) {
 }
 
 TEST_F(EngineTest, PreemptionUnderATinyPoolGivesIdenticalOutput) {
-  std::vector<GenerationRequest> requests;
-  Load(kStoriesDir);
-  std::vector<std::vector<int32_t>> prompts = SixteenPrompts(*tokenizer_, 512, true);
-  for (int i = 0; i < 8; ++i) requests.push_back(Greedy(prompts[i], 40));
-  std::vector<std::vector<int32_t>> alone = RunAlone(requests);
   // 64 slots: every request fits alone (prompt <= 20 + 40 tokens), 8 together do not.
-  Load(kStoriesDir, /*kv_cache_tokens=*/64);
-  std::vector<RequestId> ids;
-  for (const GenerationRequest& request : requests) ids.push_back(Submit(request));
-  Run();
-  EXPECT_GT(engine_->GetStats().preemptions_total, 0);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    EXPECT_EQ(Get(ids[i], 0).tokens, alone[i]) << "request " << i;
-    EXPECT_EQ(Get(ids[i], 0).reason, FinishReason::kLength);
-  }
+  ExpectPreemptedRequestsMatchAlone(kStoriesDir, /*text_prompts=*/true, 40, 64);
 }
 
 TEST_F(EngineTest, SeedGivesTheSameSampleAloneOrInABatch) {
