@@ -451,6 +451,8 @@ class HarmonyAgentTest(unittest.TestCase):
         self.assertEqual(choice.message.reasoning_content, self.REASONING)
         self.assertEqual(choice.message.content, "Let me check.")
         self.assertEqual(self.calls(choice.message.tool_calls), self.CALL)
+        # It stopped at <|call|> (an EOS id): the pieces and that token, not max_tokens.
+        self.assertEqual(chat.usage.completion_tokens, len(make_agent_model.HARMONY_REPLY) + 1)
         with self.client.chat.completions.stream(model="harmony", messages=ASK,
                                                  tools=WEATHER_TOOLS) as stream:
             list(stream)
