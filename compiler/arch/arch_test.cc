@@ -718,7 +718,7 @@ TEST(MoeFamiliesTest, RefusalsNameTheField) {
       ParseEdited("mixtral_moe", [](nlohmann::json& j) { j["num_experts_per_tok"] = 5; });
   EXPECT_NE(too_many.find("num_experts_per_tok"), std::string::npos) << too_many;
   const std::string dense =
-      ParseEdited("qwen3_moe", [](nlohmann::json& j) { j["mlp_only_layers"] = {2}; });
+      ParseEdited("qwen3_moe", [](nlohmann::json& j) { j["mlp_only_layers"] = {-1}; });
   EXPECT_NE(dense.find("mlp_only_layers"), std::string::npos) << dense;
 
   std::unique_ptr<Checkpoint> checkpoint = OpenFixture("qwen3_moe");

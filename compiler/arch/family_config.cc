@@ -130,12 +130,10 @@ absl::Status ReadQwenMoe(const ConfigReader& json, int64_t default_experts, int6
   if (json.HasValue("mlp_only_layers")) {
     const ConfigReader::Json& layers = json.Get("mlp_only_layers");
     if (!layers.is_array()) return json.Error("mlp_only_layers", "a list of layer indices");
+    // transformers tests membership only, so an index past the last layer is harmless.
     for (const ConfigReader::Json& layer : layers) {
-      if (!layer.is_number_integer() || layer.get<int64_t>() < 0 ||
-          layer.get<int64_t>() >= config.num_layers())
-        return json.Error(
-            "mlp_only_layers",
-            absl::StrFormat("a list of layer indices in [0, %d)", config.num_layers()).c_str());
+      if (!layer.is_number_integer() || layer.get<int64_t>() < 0)
+        return json.Error("mlp_only_layers", "a list of non-negative layer indices");
       moe.add_dense_layers(layer.get<int64_t>());
     }
   }
