@@ -324,6 +324,12 @@ LogicalResult ExpertMatmulOp::verify() {
     return failure();
   if (failed(verifyWidth(*this, getIds(), "ids", topK)))
     return failure();
+  // Kernels index the experts by id without a bounds check: the router must choose among
+  // exactly these experts.
+  if (auto router = getIds().getDefiningOp<RouterOp>();
+      router && static_cast<int64_t>(router.getNumExperts()) != numExperts)
+    return emitOpError() << "num_experts " << numExperts << " differs from its router's "
+                         << router.getNumExperts();
   if (getWeights().empty())
     return emitOpError() << "needs at least one weight entry";
   if (failed(verifyExpertRefs(*this, getWeights(), "weights", getNumResults(), numExperts)))

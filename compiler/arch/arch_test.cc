@@ -20,6 +20,7 @@
 #include "ir/LlmDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
 #include "nlohmann/json.hpp"
 #include "passes/Passes.h"
 #include "runtime/plan/dtype.h"
@@ -879,6 +880,113 @@ TEST(ExpertSliceTest, ViewsOfStackedTensors) {
   EXPECT_EQ(parsed->row_first, 1);
   EXPECT_EQ(parsed->row_step, 2);
   EXPECT_FALSE(parseRowSlice("a.b[expert=12,transpose,rows=1::2]"));
+}
+
+// Codegen of an expert matmul over views of stacked tensors: the plan tensor is named after the
+// stacked tensor, [E, 2I, H] with each expert's gate rows (columns 0::2 of W[e], transposed) then
+// its up rows (1::2), and the bias [E, 2I] alike: x @ W[e] + b[e] split as transformers does.
+TEST(ExpertSliceTest, CodegenOfStackedViews) {
+  constexpr int64_t kExperts = 2, kHidden = 32, kSize = 16;
+  std::vector<float> gate_up(kExperts * kHidden * 2 * kSize), bias(kExperts * 2 * kSize);
+  for (size_t i = 0; i < gate_up.size(); ++i) gate_up[i] = 0.001f * static_cast<float>(i);
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = 5.0f + static_cast<float>(i);
+  FakeCheckpoint checkpoint;
+  checkpoint.Add("e", {10, kHidden});
+  checkpoint.Add("r", {kExperts, kHidden});
+  TensorMap tensors = checkpoint.tensors();
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float>& data) {
+    TensorInfo& info = tensors[name];
+    info.name = name;
+    info.file = "model.safetensors";
+    info.dtype = plan::F32;
+    info.shape = std::move(shape);
+    info.data = reinterpret_cast<const uint8_t*>(data.data());
+    info.size_bytes = data.size() * sizeof(float);
+  };
+  add("l.experts.gate_up_proj", {kExperts, kHidden, 2 * kSize}, gate_up);
+  add("l.experts.gate_up_proj_bias", {kExperts, 2 * kSize}, bias);
+  std::string params = "llm.param @e : tensor<10x32xf16>\nllm.param @r : tensor<2x32xf16>\n", gates,
+              ups, gate_biases, up_biases;
+  for (int64_t e = 0; e < kExperts; ++e) {
+    for (int64_t first : {0, 1}) {
+      const std::string w = expertSliceName({"l.experts.gate_up_proj", e, true, first, 2});
+      const std::string b = expertSliceName({"l.experts.gate_up_proj_bias", e, false, first, 2});
+      absl::StrAppend(&params, "llm.param @\"", w, "\" : tensor<16x32xf32>\n", "llm.param @\"", b,
+                      "\" : tensor<16xf32>\n");
+      absl::StrAppend(first == 0 ? &gates : &ups, e == 0 ? "" : ", ", "@\"", w, "\"");
+      absl::StrAppend(first == 0 ? &gate_biases : &up_biases, e == 0 ? "" : ", ", "@\"", b, "\"");
+    }
+  }
+  const std::string text =
+      absl::StrCat(params, R"mlir(
+func.func @forward(%tokens: tensor<?xi32>, %pos: tensor<?xi32>) -> tensor<?x10xf32> {
+  %x = llm.embed %tokens {table = @e} : tensor<?xi32> -> tensor<?x32xf32>
+  %logits = llm.matmul %x {weights = [@r]} : tensor<?x32xf32> -> tensor<?x2xf32>
+  %ids, %w = llm.router %logits {num_experts = 2, top_k = 1, scoring = "topk_softmax"} : tensor<?x2xf32> -> (tensor<?x1xi32>, tensor<?x1xf32>)
+  %g = llm.expert_matmul %x, %ids {num_experts = 2, top_k = 1, weights = [[)mlir",
+                   gates, "]], biases = [[", gate_biases,
+                   R"mlir(]]} : tensor<?x32xf32>, tensor<?x1xi32> -> tensor<?x16xf32>
+  %u = llm.expert_matmul %x, %ids {num_experts = 2, top_k = 1, weights = [[)mlir",
+                   ups, "]], biases = [[", up_biases,
+                   R"mlir(]]} : tensor<?x32xf32>, tensor<?x1xi32> -> tensor<?x16xf32>
+  %a = llm.clamped_swiglu %g, %u {alpha = 1.702 : f64, limit = 7.0 : f64} : tensor<?x16xf32>
+  %l = llm.logits %x {weight = @e} : tensor<?x32xf32> -> tensor<?x10xf32>
+  return %l : tensor<?x10xf32>
+}
+)mlir");
+  mlir::MLIRContext context;
+  context.loadDialect<llm::LlmDialect, mlir::func::FuncDialect>();
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(text, &context);
+  ASSERT_TRUE(module);
+  ASSERT_TRUE(runPipeline(*module).ok());
+  int fused = 0;
+  module->walk([&](llm::ExpertMatmulOp op) { fused += op.getNumResults() == 2; });
+  EXPECT_EQ(fused, 1);  // gate and up under clamped_swiglu
+
+  const std::string path =
+      (std::filesystem::path(::testing::TempDir()) / "llmc_arch_views_test.plan").string();
+  auto writer = plan::PlanWriter::Create(path);
+  ASSERT_TRUE(writer.ok());
+  TensorMapWeightSource weights(tensors);
+  std::vector<plan::Tensor> written;
+  auto program = emitProgram(*module, weights, plan::F32, **writer, &written);
+  ASSERT_TRUE(program.ok()) << program.status();
+  plan::PlanMeta meta;
+  *meta.mutable_program() = *program;
+  for (const plan::Tensor& tensor : written) *meta.add_tensors() = tensor;
+  ASSERT_TRUE((*writer)->Finish(meta).ok());
+  auto opened = plan::Plan::Open(path, {.verify_blob_checksums = true});
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  int weight_index = -1, bias_index = -1;
+  for (int i = 0; i < (*opened)->meta().tensors_size(); ++i) {
+    if ((*opened)->meta().tensors(i).name() == "l.experts.gate_up_proj") weight_index = i;
+    if ((*opened)->meta().tensors(i).name() == "l.experts.gate_up_proj_bias") bias_index = i;
+  }
+  ASSERT_GE(weight_index, 0);
+  ASSERT_GE(bias_index, 0);
+  const plan::Tensor& weight = (*opened)->meta().tensors(weight_index);
+  EXPECT_EQ(std::vector<int64_t>(weight.shape().begin(), weight.shape().end()),
+            (std::vector<int64_t>{kExperts, 2 * kSize, kHidden}));
+  const plan::Tensor& bias_tensor = (*opened)->meta().tensors(bias_index);
+  EXPECT_EQ(std::vector<int64_t>(bias_tensor.shape().begin(), bias_tensor.shape().end()),
+            (std::vector<int64_t>{kExperts, 2 * kSize}));
+  const int64_t panel = weight.layout() == plan::Tensor::ROW_PANELS ? weight.panel_rows() : 1;
+  const auto* packed = reinterpret_cast<const float*>((*opened)->blob(weight_index));
+  const auto* biases = reinterpret_cast<const float*>((*opened)->blob(bias_index));
+  for (int64_t e = 0; e < kExperts; ++e)
+    for (int64_t r = 0; r < 2 * kSize; ++r) {
+      // Row r of expert e: gate output r (column 2r of W[e]) or up output r - I (column
+      // 2(r - I) + 1).
+      const int64_t column = r < kSize ? 2 * r : 2 * (r - kSize) + 1;
+      const int64_t row = e * 2 * kSize + r;
+      for (int64_t h = 0; h < kHidden; ++h)
+        ASSERT_EQ(packed[(row / panel) * panel * kHidden + h * panel + row % panel],
+                  gate_up[(e * kHidden + h) * 2 * kSize + column])
+            << "expert " << e << " row " << r << " h " << h;
+      EXPECT_EQ(biases[row], bias[e * 2 * kSize + column]);
+    }
+  std::filesystem::remove(path);
 }
 
 }  // namespace

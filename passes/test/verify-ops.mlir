@@ -291,3 +291,14 @@ func.func @attention_sinks(%q: tensor<?x64xf32>) -> tensor<?x64xf32> {
   %t = llm.attention %q, %q, %q {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 4 : i64, head_dim = 16 : i64, scale = 0.25 : f64, sinks = @sinks} : tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>
   return %t : tensor<?x64xf32>
 }
+
+// -----
+
+llm.param @g0 : tensor<16x64xf16>
+llm.param @g1 : tensor<16x64xf16>
+func.func @expert_matmul_router_experts(%x: tensor<?x64xf32>, %logits: tensor<?x4xf32>) -> tensor<?x32xf32> {
+  %ids, %w = llm.router %logits {num_experts = 4, top_k = 2, scoring = "softmax_topk"} : tensor<?x4xf32> -> (tensor<?x2xi32>, tensor<?x2xf32>)
+  // expected-error @+1 {{num_experts 2 differs from its router's 4}}
+  %g = llm.expert_matmul %x, %ids {num_experts = 2, top_k = 2, weights = [[@g0, @g1]]} : tensor<?x64xf32>, tensor<?x2xi32> -> tensor<?x32xf32>
+  return %g : tensor<?x32xf32>
+}
