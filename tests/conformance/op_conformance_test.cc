@@ -264,6 +264,9 @@ std::vector<OpCase> Cases() {
       {plan::F32, 40, 53, 0, false, false, false, false, 1, true, 2.0},
       {plan::BF16, 64, 37, 0, false, false, false, false, 1, true, 2.0},
       {plan::I8, 64, 53, 64, false, false, false, false, 1, true, 2.0},
+      // MXFP4 (FP4_E2M1 codes, E8M0 scales): group 32 only.
+      {plan::FP4_E2M1, 64, 40, 32},
+      {plan::FP4_E2M1, 608, 24, 32, false, false, true, false, 3},
   };
   for (const MatmulCase& m : matmuls) {
     for (std::vector<int32_t> steps :
@@ -301,6 +304,8 @@ std::vector<OpCase> Cases() {
       };
       const plan::DType dtype = m.dtype;
       c.bound = [dtype](BackendKind backend) { return MatmulBound(dtype, backend); };
+      // MXFP4 on CUDA lands with brief C.
+      if (m.dtype == plan::FP4_E2M1) c.unsupported = {BackendKind::kCudaEmulated};
       cases.push_back(c);
     }
   }
@@ -549,7 +554,6 @@ std::vector<OpCase> Cases() {
       const plan::DType dtype = m.dtype;
       c.bound = [dtype](BackendKind backend) { return MatmulBound(dtype, backend); };
       c.unsupported = moe_unsupported;
-      if (m.dtype == plan::FP4_E2M1) c.unsupported.push_back(BackendKind::kCpu);
       cases.push_back(c);
     }
   }

@@ -262,10 +262,6 @@ class OpBinder {
     const int64_t cols = t.shape(t.shape_size() - 1);
     MatrixView view{Blob(index), t.dtype(), t.shape(0) * (t.shape_size() == 3 ? t.shape(1) : 1),
                     cols, 0};
-    if (t.dtype() == plan::FP4_E2M1) {
-      return Unsupported(
-          absl::StrFormat("tensor %s is FP4_E2M1: the cpu kernels do not read MXFP4", t.name()));
-    }
     if (IsQuantizedMatrix(t.dtype())) return BindQuantized(t, view);
     if (t.layout() == plan::Tensor::ROW_PANELS) {
       if (op_->kind() != plan::MATMUL && op_->kind() != plan::LOGITS &&
@@ -305,6 +301,10 @@ class OpBinder {
           t.name(), group, view.cols));
     }
     view.group_size = group;
+    if (t.dtype() == plan::FP4_E2M1) {
+      view.exponents = Blob(q.scales());  // E8M0 bytes (program_check: group 32, no zero points)
+      return view;
+    }
     view.scales = reinterpret_cast<const uint16_t*>(Blob(q.scales()));
     if (q.scheme() == plan::Quantization::ASYMMETRIC) view.zero_points = Blob(q.zero_points());
     if (q.has_input_permutation()) {

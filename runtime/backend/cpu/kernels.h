@@ -30,11 +30,15 @@ struct MatrixView {
   int64_t rows = 0;
   int64_t cols = 0;
   int32_t panel_rows = 0;  // 0: ROW_MAJOR; kPanelRows: ROW_PANELS (rows a multiple of it)
-  // I8 / I4 only (plan.proto, Quantization; I8 ROW_MAJOR, I4 LANE_CHUNKS; quant_matmul.h):
+  // I8 / I4 / FP4_E2M1 only (plan.proto, Quantization; I8 ROW_MAJOR, I4 and FP4_E2M1
+  // LANE_CHUNKS; quant_matmul.h):
   int32_t group_size = 0;                // columns per scale; == cols: one scale per row
   const uint16_t* scales = nullptr;      // F16 bits, [rows, cols / group_size]
   const uint8_t* zero_points = nullptr;  // I4 asymmetric: [rows, cols / group_size]; else null
   const int32_t* input_permutation = nullptr;  // [cols]: stored column c reads x[perm[c]]; or null
+  // FP4_E2M1 only (MXFP4, LANE_CHUNKS codes): E8M0 bytes [rows, cols / 32], scale 2^(b - 127);
+  // `scales` is null then.
+  const uint8_t* exponents = nullptr;
 };
 
 // Bytes of a [rows, cols] matrix of `dtype` (either layout: panels are never padded).

@@ -110,6 +110,7 @@ MatrixView ExpertMatrix(const MatrixView& stack, int64_t rows, int32_t expert) {
     const int64_t groups = stack.cols / stack.group_size;
     if (view.scales != nullptr) view.scales += first_row * groups;
     if (view.zero_points != nullptr) view.zero_points += first_row * groups;
+    if (view.exponents != nullptr) view.exponents += first_row * groups;
   }
   return view;
 }

@@ -46,6 +46,7 @@ const std::vector<WeightKind>& WeightKinds() {
       {plan::I8, 64},
       {plan::I4, 32},
       {plan::I4, 64, true},
+      {plan::FP4_E2M1, 32},
   };
   return kinds;
 }
@@ -196,8 +197,9 @@ TEST(MoeTest, ReadsOnlyTheChosenExperts) {
   // Rows and columns so that one expert's codes are exactly one page (4 KiB pages; larger pages
   // take several experts per page, which the test then cannot isolate).
   if (page != 4096) GTEST_SKIP() << "page size " << page << ", the test lays experts on 4 KiB";
-  for (const WeightKind& kind : {WeightKind{plan::F32}, WeightKind{plan::F16, 0, false, 16},
-                                 WeightKind{plan::I8, 32}, WeightKind{plan::I4, 32, true}}) {
+  for (const WeightKind& kind :
+       {WeightKind{plan::F32}, WeightKind{plan::F16, 0, false, 16}, WeightKind{plan::I8, 32},
+        WeightKind{plan::I4, 32, true}, WeightKind{plan::FP4_E2M1, 32}}) {
     SCOPED_TRACE(kind.Name());
     const int64_t cols = 64;
     const int64_t rows = kind.dtype == plan::F32   ? 16

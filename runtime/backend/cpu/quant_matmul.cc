@@ -14,6 +14,7 @@
 #include "runtime/backend/cpu/quant_gemm.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/int4_layout.h"
+#include "runtime/plan/mxfp4.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "runtime/backend/cpu/quant_matmul.cc"
@@ -64,14 +65,48 @@ struct ActivationTile {
 struct WeightRow {
   const uint8_t* codes;
   const uint16_t* scales;
-  const uint8_t* zero_points;  // nullptr: symmetric
+  const uint8_t* zero_points;          // nullptr: symmetric
+  const uint8_t* exponents = nullptr;  // FP4_E2M1: E8M0 scales (and `scales` null)
 };
 
 WeightRow RowOf(const MatrixView& w, int64_t row) {
   const int64_t groups = w.cols / w.group_size;
-  const int64_t row_bytes = w.dtype == plan::I4 ? w.cols / 2 : w.cols;
+  const int64_t row_bytes = QuantizedMatrixBytes(w.dtype, 1, w.cols);
+  if (w.dtype == plan::FP4_E2M1) {
+    return {w.data + row * row_bytes, nullptr, nullptr, w.exponents + row * groups};
+  }
   return {w.data + row * row_bytes, w.scales + row * groups,
           w.zero_points != nullptr ? w.zero_points + row * groups : nullptr};
+}
+
+// MXFP4 (FP4_E2M1 codes, E8M0 scales; plan.proto Quantization), on every target: result[t] =
+// the row's dot product with activation row t of the tile. Each 32-column block is one scale
+// group and one activation block; its integer sum of doubled E2M1 values (plan::E2M1Doubled,
+// |v| <= 12) times activation codes is exact, and the block adds 2^(b - 127) / 2 * d * isum in
+// f32, block by block, so GEMV and multi-row results agree to the bit and do not depend on the
+// rows or tokens beside them. (The SIMD tiers run I4's kernels for I4 only; MXFP4's table
+// shuffle into them is not written yet.)
+template <int kTokens>
+void Mxfp4RowTile(const WeightRow& row, int64_t cols, const ActivationTile& tile, float* result) {
+  float acc[kTokens] = {};
+  for (int64_t block = 0; block < cols / kQuantBlock; ++block) {
+    int8_t values[kQuantBlock];
+    for (int64_t slice = 0; slice < 4; ++slice) {
+      const uint8_t* bytes = row.codes + plan::Int4SliceOffset(cols, block, slice);
+      for (int64_t i = 0; i < 4; ++i) {
+        values[8 * slice + i] = plan::E2M1Doubled(bytes[i] & 0x0f);
+        values[8 * slice + 4 + i] = plan::E2M1Doubled(bytes[i] >> 4);
+      }
+    }
+    const float weight_scale = plan::E8M0ToF32(row.exponents[block]) * 0.5f;
+    for (int t = 0; t < kTokens; ++t) {
+      const int8_t* x = tile.codes[t] + block * kQuantBlock;
+      int32_t isum = 0;
+      for (int64_t c = 0; c < kQuantBlock; ++c) isum += values[c] * x[c];
+      acc[t] += weight_scale * tile.scales[t][block] * static_cast<float>(isum);
+    }
+  }
+  for (int t = 0; t < kTokens; ++t) result[t] = acc[t];
 }
 
 // The integer dot product of `count` (<= 32) columns of block `block` of a row of `cols`
@@ -702,6 +737,25 @@ void QuantizedMatMulTyped(ThreadPool& pool, int64_t num_rows, const MatrixView& 
                  RowGroupKernel<kInt4, kZeroPoints>{w.cols, w.group_size});
 }
 
+// RowTiledMatMul's kernel for MXFP4 (Mxfp4RowTile), one row a pass.
+struct Mxfp4RowKernel {
+  int64_t cols;
+  int Rows(int, int64_t) const { return 1; }
+  void Run(int count, int, const WeightRow* rows, const ActivationTile& tile,
+           float (*result)[kTokenTile]) const {
+    switch (count) {
+      case 1:
+        return Mxfp4RowTile<1>(rows[0], cols, tile, result[0]);
+      case 2:
+        return Mxfp4RowTile<2>(rows[0], cols, tile, result[0]);
+      case 3:
+        return Mxfp4RowTile<3>(rows[0], cols, tile, result[0]);
+      default:
+        return Mxfp4RowTile<kTokenTile>(rows[0], cols, tile, result[0]);
+    }
+  }
+};
+
 #if LLMRT_QUANT_NEON
 #include "runtime/backend/cpu/quant_neon-inl.h"
 #endif
@@ -799,7 +853,8 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
   float* scales = reinterpret_cast<float*>(codes + num_rows * padded);
   float* sums = scales + num_rows * blocks;
   // The x86 GEMV and GEMM tiles take groups of 32 * 2^k columns or whole rows (QuantGroupShift).
-  const bool x86_tiles = LLMRT_QUANT_AVX2 && QuantGroupShift(w.group_size, w.cols) >= 0;
+  const bool mxfp4 = w.dtype == plan::FP4_E2M1;
+  const bool x86_tiles = LLMRT_QUANT_AVX2 && !mxfp4 && QuantGroupShift(w.group_size, w.cols) >= 0;
   // I4 there: block sums, and the codes in lane order (the GEMV's and the GEMM's layout).
   const bool int4_lanes = x86_tiles && w.dtype == plan::I4;
   auto quantize = [&](int64_t begin, int64_t end, int32_t) {
@@ -852,7 +907,7 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
   // NEON_I8MM / NEON_DOTPROD (dispatch.h): sdot and smmla kernels compiled for those extensions
   // (quant_neon-inl.h), every row count.
   const CpuExtensions extensions = ActiveCpuExtensions();
-  if (extensions.neon_dotprod) {
+  if (extensions.neon_dotprod && !mxfp4) {
     const bool int4 = w.dtype == plan::I4;
     if (extensions.neon_i8mm) {
       (int4 ? neon::DotProductMatMul<true, true>
@@ -868,7 +923,12 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
 #endif
   // Other targets, and x86 group sizes the tiles do not take: the portable row tiles, every row
   // count.
-  if (w.dtype == plan::I4 && w.zero_points != nullptr) {
+  if (mxfp4) {
+    if (num_rows > 0) {
+      RowTiledMatMul(pool, num_rows, w, bias, outputs, num_outputs, codes, scales, padded,
+                     Mxfp4RowKernel{w.cols});
+    }
+  } else if (w.dtype == plan::I4 && w.zero_points != nullptr) {
     QuantizedMatMulTyped<true, true>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
                                      padded);
   } else if (w.dtype == plan::I4) {
@@ -890,10 +950,12 @@ namespace llmrt::cpu {
 HWY_EXPORT(QuantizedMatMulImpl);
 HWY_EXPORT(QuantizeActivationRowImpl);
 
-bool IsQuantizedMatrix(plan::DType dtype) { return dtype == plan::I8 || dtype == plan::I4; }
+bool IsQuantizedMatrix(plan::DType dtype) {
+  return dtype == plan::I8 || dtype == plan::I4 || dtype == plan::FP4_E2M1;
+}
 
 int64_t QuantizedMatrixBytes(plan::DType dtype, int64_t rows, int64_t cols) {
-  return dtype == plan::I4 ? rows * cols / 2 : rows * cols;
+  return dtype == plan::I4 || dtype == plan::FP4_E2M1 ? rows * cols / 2 : rows * cols;
 }
 
 int64_t QuantizedActivationCols(int64_t cols) {
@@ -921,6 +983,15 @@ void QuantizedMatMul(ThreadPool& pool, const float* x, int64_t num_rows, const i
 
 void QuantizedRowToF32(const MatrixView& w, int64_t row, float* out) {
   const int64_t groups = w.cols / w.group_size;
+  if (w.dtype == plan::FP4_E2M1) {
+    // plan.proto: w = e2m1(code) * 2^(scale - 127), codes at I4's nibble positions.
+    const uint8_t* packed = w.data + row * (w.cols / 2);
+    for (int64_t col = 0; col < w.cols; ++col) {
+      out[col] = plan::kE2M1Values[plan::Int4CodeAt(packed, w.cols, col)] *
+                 plan::E8M0ToF32(w.exponents[row * groups + col / kQuantBlock]);
+    }
+    return;
+  }
   const uint16_t* scales = w.scales + row * groups;
   const uint8_t* zero_points = w.zero_points != nullptr ? w.zero_points + row * groups : nullptr;
   if (w.dtype == plan::I4) {

@@ -45,10 +45,12 @@ namespace llmrt::cpu {
 // (plan::kInt4Run).
 inline constexpr int64_t kQuantBlock = 32;
 
-// Whether `dtype` is a quantized matrix dtype these kernels read (I8, I4).
+// Whether `dtype` is a quantized matrix dtype these kernels read (I8, I4, FP4_E2M1: MXFP4, on
+// every target through a portable kernel; quant_matmul.cc's Mxfp4RowTile).
 bool IsQuantizedMatrix(plan::DType dtype);
 
-// Bytes of the codes of a [rows, cols] I8 (rows * cols) or I4 (rows * cols / 2) matrix.
+// Bytes of the codes of a [rows, cols] I8 (rows * cols) or I4 / FP4_E2M1 (rows * cols / 2)
+// matrix.
 int64_t QuantizedMatrixBytes(plan::DType dtype, int64_t rows, int64_t cols);
 
 // Columns of 8 blocks: the I4 kernels reduce 8 blocks' integer sums into one vector.

@@ -6,12 +6,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/quant_test_util.h"
+#include "runtime/plan/int4_layout.h"
+#include "runtime/plan/mxfp4.h"
 
 namespace llmrt::cpu {
 namespace {
@@ -286,6 +289,137 @@ TEST(QuantMatMulTest, RowToF32MatchesReferenceDequantization) {
       QuantizedRowToF32(q.View(), r, row.data());
       for (int64_t c = 0; c < cols; ++c) {
         ASSERT_EQ(row[c], q.dequantized[r * cols + c]) << Name(scheme, cols, false);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace llmrt::cpu
+
+namespace llmrt::cpu {
+namespace {
+
+// MXFP4 (FP4_E2M1 codes in LANE_CHUNKS, E8M0 scales): rows of `cols` random codes, the scale of
+// block i being exponents[i % size].
+struct Mxfp4Weights {
+  std::vector<uint8_t> codes, exponents;
+  MatrixView View(int64_t rows, int64_t cols) const {
+    MatrixView w;
+    w.data = codes.data();
+    w.dtype = plan::FP4_E2M1;
+    w.rows = rows;
+    w.cols = cols;
+    w.group_size = static_cast<int32_t>(plan::kMxfp4Block);
+    w.exponents = exponents.data();
+    return w;
+  }
+};
+
+Mxfp4Weights MakeMxfp4(int64_t rows, int64_t cols, const std::vector<uint8_t>& exponents,
+                       uint32_t seed) {
+  Mxfp4Weights w;
+  w.codes.resize(rows * cols / 2);
+  w.exponents.resize(rows * cols / plan::kMxfp4Block);
+  std::vector<uint8_t> row(cols);
+  uint32_t state = seed;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c)
+      row[c] = static_cast<uint8_t>((state = state * 1664525u + 1013904223u) >> 28);
+    plan::PackInt4Row(row.data(), cols, w.codes.data() + r * cols / 2);
+  }
+  for (size_t i = 0; i < w.exponents.size(); ++i) w.exponents[i] = exponents[i % exponents.size()];
+  return w;
+}
+
+// The result plan.proto's comment defines, given the kernels' int8 activations: per block,
+// sum_c e2m1(code_c) * 2^(b - 127) * d * q_c, in double; and the sum of the blocks'
+// magnitudes (the scale of the kernel's f32 rounding when blocks cancel).
+std::pair<double, double> Mxfp4Reference(const Mxfp4Weights& w, int64_t row, int64_t cols,
+                                         const int8_t* codes, const float* scales) {
+  double sum = 0, magnitude = 0;
+  for (int64_t block = 0; block < cols / 32; ++block) {
+    double block_sum = 0;
+    for (int64_t c = block * 32; c < block * 32 + 32; ++c) {
+      const int code = plan::Int4CodeAt(w.codes.data() + row * cols / 2, cols, c);
+      const double scale = std::ldexp(1.0, w.exponents[row * cols / 32 + block] - 127);
+      block_sum += plan::kE2M1Values[code] * scale * scales[block] * codes[c];
+    }
+    sum += block_sum;
+    magnitude += std::fabs(block_sum);
+  }
+  return {sum, magnitude};
+}
+
+// Every E8M0 byte 0..254 (denormal 2^-127 to 2^127) scales some block, and each result matches
+// the definition to f32 rounding.
+TEST(Mxfp4MatMulTest, EveryScaleByteMatchesTheDefinition) {
+  constexpr int64_t kRows = 255, kCols = 64;
+  std::vector<uint8_t> exponents(2 * kRows);
+  for (int64_t r = 0; r < kRows; ++r) {
+    exponents[2 * r] = exponents[2 * r + 1] = static_cast<uint8_t>(r);
+  }
+  const Mxfp4Weights w = MakeMxfp4(kRows, kCols, exponents, 3);
+  std::vector<float> x(kCols);
+  // Activations of ~1e-3, so that rows scaled by 2^127 stay below f32's maximum.
+  for (int64_t c = 0; c < kCols; ++c) x[c] = 1e-3f * std::sin(0.37f * c + 1.0f);
+  std::vector<int8_t> codes(kCols);
+  std::vector<float> scales(kCols / 32);
+  QuantizeActivationRow(x.data(), nullptr, kCols, codes.data(), scales.data());
+  ThreadPool pool(2);
+  std::vector<uint8_t> scratch(QuantizedActivationBytes(1, kCols) + 64);
+  std::vector<float> out(kRows);
+  const MatMulOutput output{out.data(), 0, kRows};
+  const MatrixView view = w.View(kRows, kCols);
+  QuantizedMatMul(pool, x.data(), 1, nullptr, view, nullptr, &output, 1, scratch.data());
+  for (int64_t r = 0; r < kRows; ++r) {
+    const auto [expected, magnitude] = Mxfp4Reference(w, r, kCols, codes.data(), scales.data());
+    // A few f32 roundings of each block's term; the rows scaled by 2^-127.. land in f32's
+    // denormals, whose spacing (1.4e-45) times the integer block sums (<= 2 * 12 * 127 * 32)
+    // bounds their error.
+    EXPECT_NEAR(out[r], expected, 1e-6 * magnitude + 2e-40) << "row " << r;
+  }
+  // The dequantized rows (QuantizedRowToF32) are the definition's exactly.
+  std::vector<float> dequantized(kCols);
+  for (int64_t r = 0; r < kRows; ++r) {
+    QuantizedRowToF32(view, r, dequantized.data());
+    for (int64_t c = 0; c < kCols; ++c) {
+      const int code = plan::Int4CodeAt(w.codes.data() + r * kCols / 2, kCols, c);
+      EXPECT_EQ(dequantized[c],
+                static_cast<float>(plan::kE2M1Values[code] *
+                                   std::ldexp(1.0, exponents[2 * r + c / 32] - 127)));
+    }
+  }
+}
+
+// A row's result is the same to the bit computed alone (GEMV), among 16 or among 512 rows, on
+// any thread count.
+TEST(Mxfp4MatMulTest, OneRowEqualsManyRowsBitForBit) {
+  constexpr int64_t kRows = 40, kCols = 608;
+  const Mxfp4Weights w = MakeMxfp4(kRows, kCols, {118, 119, 120, 121, 122, 123, 124}, 9);
+  const MatrixView view = w.View(kRows, kCols);
+  constexpr int64_t kTokens = 512;
+  std::vector<float> x(kTokens * kCols);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.011f * static_cast<float>(i * i % 977));
+  std::vector<uint8_t> scratch(QuantizedActivationBytes(kTokens, kCols) + 64);
+  std::vector<float> all(kTokens * kRows);
+  for (int32_t threads : {1, 3}) {
+    ThreadPool pool(threads);
+    const MatMulOutput all_output{all.data(), 0, kRows};
+    QuantizedMatMul(pool, x.data(), kTokens, nullptr, view, nullptr, &all_output, 1,
+                    scratch.data());
+    std::vector<float> sixteen(16 * kRows), one(kRows);
+    std::vector<int32_t> rows(16);
+    for (int32_t i = 0; i < 16; ++i) rows[i] = 31 * i + 5;
+    const MatMulOutput sixteen_output{sixteen.data(), 0, kRows};
+    QuantizedMatMul(pool, x.data(), 16, rows.data(), view, nullptr, &sixteen_output, 1,
+                    scratch.data());
+    for (int32_t i = 0; i < 16; ++i) {
+      const MatMulOutput one_output{one.data(), 0, kRows};
+      QuantizedMatMul(pool, x.data(), 1, &rows[i], view, nullptr, &one_output, 1, scratch.data());
+      for (int64_t n = 0; n < kRows; ++n) {
+        ASSERT_EQ(one[n], all[rows[i] * kRows + n]) << "token " << rows[i] << " row " << n;
+        ASSERT_EQ(sixteen[i * kRows + n], all[rows[i] * kRows + n]) << "token " << rows[i];
       }
     }
   }

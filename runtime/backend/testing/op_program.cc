@@ -73,6 +73,7 @@ int32_t OpProgram::PanelMatrix(plan::DType dtype, int64_t rows, int64_t cols, in
 
 int32_t OpProgram::QuantizedMatrix(plan::DType dtype, int64_t rows, int64_t cols, int32_t group,
                                    bool asymmetric, bool permuted) {
+  if (dtype == plan::FP4_E2M1) return Mxfp4Matrix(rows, cols);
   const int64_t groups = cols / group;
   std::uniform_int_distribution<int> code(dtype == plan::I8 ? -127 : 0,
                                           dtype == plan::I8 ? 127 : 15);

@@ -45,7 +45,7 @@ class OpProgram {
   int32_t PanelMatrix(plan::DType dtype, int64_t rows, int64_t cols, int32_t panel_rows,
                       const std::vector<float>& values = {});
   // A quantized [rows, cols] matrix with random codes, scales (and zero points, permutation),
-  // laid out as plan.proto's Quantization comment says.
+  // laid out as plan.proto's Quantization comment says (FP4_E2M1: Mxfp4Matrix).
   int32_t QuantizedMatrix(plan::DType dtype, int64_t rows, int64_t cols, int32_t group,
                           bool asymmetric, bool permuted);
   // An MXFP4 [rows, cols] matrix: random FP4_E2M1 codes (LANE_CHUNKS) and E8M0 scales, the
