@@ -818,6 +818,18 @@ TEST(MoeFamiliesTest, FamilyTensorsListEveryExpert) {
   EXPECT_EQ(shapes.count("model.layers.1.mlp.experts.0.gate_proj.weight"), 0u);
 }
 
+// An f32 checkpoint tensor over `data` (borrowed).
+void AddF32(TensorMap& map, const std::string& name, std::vector<int64_t> shape,
+            const std::vector<float>& data) {
+  TensorInfo& info = map[name];
+  info.name = name;
+  info.file = "model.safetensors";
+  info.dtype = plan::F32;
+  info.shape = std::move(shape);
+  info.data = reinterpret_cast<const uint8_t*>(data.data());
+  info.size_bytes = data.size() * sizeof(float);
+}
+
 // Expert views of a stacked [E, H, 2I] tensor (gpt-oss's gate_up_proj, used as x @ W[e]): gate
 // = columns 0::2 and up = 1::2 of W[e], transposed to [I, H]; biases [E, 2I] likewise; a view
 // without transpose or stride is the tensor's own bytes.
@@ -827,17 +839,8 @@ TEST(ExpertSliceTest, ViewsOfStackedTensors) {
   for (size_t i = 0; i < gate_up.size(); ++i) gate_up[i] = static_cast<float>(i);
   for (size_t i = 0; i < bias.size(); ++i) bias[i] = 1000.0f + static_cast<float>(i);
   TensorMap map;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float>& data) {
-    TensorInfo& info = map[name];
-    info.name = name;
-    info.file = "model.safetensors";
-    info.dtype = plan::F32;
-    info.shape = std::move(shape);
-    info.data = reinterpret_cast<const uint8_t*>(data.data());
-    info.size_bytes = data.size() * sizeof(float);
-  };
-  add("w", {kExperts, kHidden, 2 * kSize}, gate_up);
-  add("b", {kExperts, 2 * kSize}, bias);
+  AddF32(map, "w", {kExperts, kHidden, 2 * kSize}, gate_up);
+  AddF32(map, "b", {kExperts, 2 * kSize}, bias);
   TensorMapWeightSource weights(map);
   auto at = [](const WeightView& view, int64_t index) {
     float value;
@@ -894,17 +897,8 @@ TEST(ExpertSliceTest, CodegenOfStackedViews) {
   checkpoint.Add("e", {10, kHidden});
   checkpoint.Add("r", {kExperts, kHidden});
   TensorMap tensors = checkpoint.tensors();
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float>& data) {
-    TensorInfo& info = tensors[name];
-    info.name = name;
-    info.file = "model.safetensors";
-    info.dtype = plan::F32;
-    info.shape = std::move(shape);
-    info.data = reinterpret_cast<const uint8_t*>(data.data());
-    info.size_bytes = data.size() * sizeof(float);
-  };
-  add("l.experts.gate_up_proj", {kExperts, kHidden, 2 * kSize}, gate_up);
-  add("l.experts.gate_up_proj_bias", {kExperts, 2 * kSize}, bias);
+  AddF32(tensors, "l.experts.gate_up_proj", {kExperts, kHidden, 2 * kSize}, gate_up);
+  AddF32(tensors, "l.experts.gate_up_proj_bias", {kExperts, 2 * kSize}, bias);
   std::string params = "llm.param @e : tensor<10x32xf16>\nllm.param @r : tensor<2x32xf16>\n", gates,
               ups, gate_biases, up_biases;
   for (int64_t e = 0; e < kExperts; ++e) {
