@@ -53,6 +53,18 @@ plan::ModelConfig SmallConfig(const std::string& architecture) {
   return config;
 }
 
+// Entry `name` of `map`: `shape` elements of `dtype`, `bytes` at `data` (borrowed).
+void AddTensor(TensorMap& map, const std::string& name, std::vector<int64_t> shape,
+               plan::DType dtype, const void* data, uint64_t bytes) {
+  TensorInfo& info = map[name];
+  info.name = name;
+  info.file = "model.safetensors";
+  info.dtype = dtype;
+  info.shape = std::move(shape);
+  info.data = static_cast<const uint8_t*>(data);
+  info.size_bytes = bytes;
+}
+
 // A checkpoint's tensors, F16 with real data so codegen can read them.
 class FakeCheckpoint {
  public:
@@ -61,13 +73,7 @@ class FakeCheckpoint {
     for (int64_t dim : shape) count *= dim;
     std::vector<uint16_t>& data = storage_[name];
     for (int64_t i = 0; i < count; ++i) data.push_back(static_cast<uint16_t>(0x3c00 + i % 512));
-    TensorInfo& info = tensors_[name];
-    info.name = name;
-    info.file = "model.safetensors";
-    info.dtype = plan::F16;
-    info.shape = std::move(shape);
-    info.data = reinterpret_cast<const uint8_t*>(data.data());
-    info.size_bytes = data.size() * 2;
+    AddTensor(tensors_, name, std::move(shape), plan::F16, data.data(), data.size() * 2);
   }
   void Remove(const std::string& name) { tensors_.erase(name); }
   TensorInfo& at(const std::string& name) { return tensors_.at(name); }
@@ -821,13 +827,7 @@ TEST(MoeFamiliesTest, FamilyTensorsListEveryExpert) {
 // An f32 checkpoint tensor over `data` (borrowed).
 void AddF32(TensorMap& map, const std::string& name, std::vector<int64_t> shape,
             const std::vector<float>& data) {
-  TensorInfo& info = map[name];
-  info.name = name;
-  info.file = "model.safetensors";
-  info.dtype = plan::F32;
-  info.shape = std::move(shape);
-  info.data = reinterpret_cast<const uint8_t*>(data.data());
-  info.size_bytes = data.size() * sizeof(float);
+  AddTensor(map, name, std::move(shape), plan::F32, data.data(), data.size() * sizeof(float));
 }
 
 // Expert views of a stacked [E, H, 2I] tensor (gpt-oss's gate_up_proj, used as x @ W[e]): gate
