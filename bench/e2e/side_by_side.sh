@@ -3,7 +3,8 @@
 #
 #   bench/e2e/side_by_side.sh [--format f16|int8|int4] [--reps 3] [--threads 1,2]
 #                             [--max-load 1.5] [--dtype f16] [-p 512] [-n 128]
-#                             [--preset tinyllama-1.1b|gemma2-2b|phi3-mini|...]
+#                             [--preset tinyllama-1.1b|gemma2-2b|phi3-mini|mixtral-1.5b-a0.4b|
+#                                       qwen2-moe-1.5b-a0.4b|...]
 #
 # --format picks the pair: f16 plan vs F16 GGUF; int8 (`llmc --quant int8 --lm-head-quant int8`)
 # vs Q8_0; int4 (`--quant int4 --lm-head-quant int8`, g32 symmetric) vs Q4_0 — the int8 lm_head
@@ -76,11 +77,24 @@ if [[ ! -f $GGUF ]]; then
     "$PYTHON" "$REPO/bench/e2e/spm_from_tokenizer_json.py" "$MODEL"
   fi
   # --model-name: llama.cpp gives models named "phi3" its Phi-3 token attributes, which look up
-  # "<|endoftext|>", a token the synthetic vocabulary does not have.
-  [[ -f $FLOAT_GGUF ]] || "$PYTHON" "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype "$DTYPE" \
-    --outfile "$FLOAT_GGUF" --model-name "llmc-synth-$DTYPE"
+  # "<|endoftext|>", a token the synthetic vocabulary does not have. convert_gguf.py is the
+  # converter itself, except that Qwen2-MoE reads the SentencePiece vocabulary (see there).
+  [[ -f $FLOAT_GGUF ]] || "$PYTHON" "$REPO/bench/e2e/convert_gguf.py" "$LLAMA_CPP" "$MODEL" \
+    --outtype "$DTYPE" --outfile "$FLOAT_GGUF" --model-name "llmc-synth-$DTYPE"
   [[ $FORMAT == f16 ]] || "$LLAMA_CPP/build/bin/llama-quantize" "$FLOAT_GGUF" "$GGUF" "$gguf_type"
 fi
+# A MoE checkpoint must reach llama.cpp as one: the GGUF's expert count, and ours from the plan.
+"$PYTHON" - "$LLAMA_CPP" "$GGUF" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[1] + "/gguf-py")
+from gguf import GGUFReader
+reader = GGUFReader(sys.argv[2])
+arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+field = reader.fields.get(f"{arch}.expert_count")
+experts = int(field.parts[-1][0]) if field is not None else 0
+print(f"{sys.argv[2]}: architecture {arch}, expert_count {experts}")
+EOF
+"$BUILD/bin/llmrt" inspect "$PLAN" | grep -E "^model:|moe:|decode step reads" || true
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
 wait_for_quiet() {
