@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/EmitProgram.h"
+#include "codegen/ExpertSlice.h"
 #include "codegen/cuda/CudaTarget.h"
 #include "codegen/cuda/NvrtcCompiler.h"
 #include "compiler/arch/arch.h"
@@ -72,13 +73,21 @@ QuantizeWeightsPassOptions PassOptions(const QuantizeOptions& quantize) {
   return pass;
 }
 
-// The pass options that mark exactly the imported linears of a GPTQ/AWQ checkpoint.
+// The pass options that mark exactly the imported linears of a GPTQ/AWQ checkpoint, or the
+// expert matmuls of an MXFP4 one (everything else stays float, as the checkpoint has it; the
+// pass writes method rtn on expert matmuls, the weight source labels the codes "mxfp4").
 QuantizeWeightsPassOptions PrequantizedPassOptions(const quant::PrequantizedCheckpoint& imported) {
   QuantizeWeightsPassOptions pass;
   pass.bits = imported.format.bits;
   pass.groupSize = imported.format.group_size;
-  pass.scheme = imported.format.asymmetric ? "asymmetric" : "symmetric";
-  pass.method = imported.method;
+  pass.scheme = imported.format.mxfp4()      ? "mxfp4"
+                : imported.format.asymmetric ? "asymmetric"
+                                             : "symmetric";
+  pass.method = imported.format.mxfp4() ? "rtn" : imported.method;
+  // `only` is an ArrayRef: it must point at storage that outlives the pass.
+  static const std::vector<std::string>* const kExperts =
+      new std::vector<std::string>{".mlp.experts."};
+  if (imported.format.mxfp4()) pass.only = *kExperts;
   return pass;
 }
 
@@ -96,6 +105,14 @@ std::string QuantizationRequest(const QuantizeWeightsPassOptions& pass,
   return absl::StrCat(
       format, " ", pass.method, note.empty() ? std::string() : absl::StrCat(" (", note, ")"),
       pass.lmHeadBits == 0 ? std::string() : absl::StrCat(", lm_head int", pass.lmHeadBits));
+}
+
+// PlanMeta.quantization of an imported checkpoint: "int4 g128 symmetric gptq",
+// "mxfp4 g32 mxfp4 (experts; other matmuls float)".
+std::string PrequantizedQuantization(const quant::PrequantizedCheckpoint& imported) {
+  if (!imported.format.mxfp4()) return QuantizationRequest(PrequantizedPassOptions(imported));
+  return absl::StrCat(imported.format.ToString(), " ", imported.method,
+                      " (experts; other matmuls float)");
 }
 
 // Serves a GPTQ/AWQ checkpoint: the repacked codes of each quantized linear, the float tensors
@@ -123,6 +140,60 @@ class PrequantizedWeightSource final : public WeightSource {
  private:
   const quant::PrequantizedCheckpoint& imported_;
   TensorMapWeightSource floats_;
+};
+
+// Serves an MXFP4 checkpoint: expert views of its stacked MXFP4 tensors
+// (codegen/ExpertSlice.h) as QuantizedMatrix decoded from the mapped blocks when codegen asks,
+// kept until releaseWeights; every other tensor (biases, views of them included) as floats.
+// Borrows `imported`, which must outlive it. Not thread-safe (the cache).
+class Mxfp4WeightSource final : public WeightSource {
+ public:
+  explicit Mxfp4WeightSource(const quant::PrequantizedCheckpoint& imported)
+      : imported_(imported), floats_(imported.tensors) {}
+  absl::StatusOr<WeightView> getWeight(const std::string& name) const override {
+    if (const quant::Mxfp4Tensor* stored = Stored(name)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("tensor ", name, " is stored MXFP4 (", stored->blocks.name,
+                       ") and has no float weights; its expert matmul must stay quantized (check "
+                       "--keep-float)"));
+    }
+    return floats_.getWeight(name);
+  }
+  absl::StatusOr<const quant::QuantizedMatrix*> getQuantizedWeight(
+      const std::string& name) const override {
+    const quant::Mxfp4Tensor* stored = Stored(name);
+    if (stored == nullptr) return nullptr;
+    if (auto it = cache_.find(name); it != cache_.end()) return &it->second;
+    const ExpertSlice slice = *parseExpertSlice(name);
+    // The blocks are out-major ([E, out, in/32, 16]) while the parameter is [E, in, out]: the
+    // [out, in] matrix a matmul reads is the transposed view, rows picked from `out`.
+    if (!slice.transpose) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", name, ": ", slice.tensor,
+                       " is stored MXFP4 by output rows; only transposed expert views read it"));
+    }
+    absl::StatusOr<quant::QuantizedMatrix> matrix =
+        quant::Mxfp4ExpertMatrix(*stored, name, slice.expert, slice.row_first, slice.row_step);
+    if (!matrix.ok()) return matrix.status();
+    return &cache_.emplace(name, *std::move(matrix)).first->second;
+  }
+  std::string quantizationMethod(const std::string&) const override { return imported_.method; }
+  void releaseWeights(llvm::ArrayRef<std::string> names) const override {
+    for (const std::string& name : names) cache_.erase(name);
+    floats_.releaseWeights(names);
+  }
+
+ private:
+  // The MXFP4 tensor an expert view `name` reads, or null.
+  const quant::Mxfp4Tensor* Stored(const std::string& name) const {
+    const std::optional<ExpertSlice> slice = parseExpertSlice(name);
+    auto it = imported_.mxfp4.find(slice ? slice->tensor : name);
+    return it == imported_.mxfp4.end() ? nullptr : &it->second;
+  }
+
+  const quant::PrequantizedCheckpoint& imported_;
+  TensorMapWeightSource floats_;
+  mutable std::map<std::string, quant::QuantizedMatrix> cache_;
 };
 
 // AWQ calibration: compiles the f32 plan of the same checkpoint next to the output, runs it
@@ -290,10 +361,14 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
 
   TensorMapWeightSource checkpoint_weights(checkpoint->tensors());
   std::optional<PrequantizedWeightSource> prequantized_weights;
-  if (prequantized) prequantized_weights.emplace(*prequantized);
-  OverlayWeightSource weights(prequantized_weights
-                                  ? static_cast<const WeightSource&>(*prequantized_weights)
-                                  : checkpoint_weights);
+  std::optional<Mxfp4WeightSource> mxfp4_weights;
+  const WeightSource* base = &checkpoint_weights;
+  if (prequantized && prequantized->format.mxfp4()) {
+    base = &mxfp4_weights.emplace(*prequantized);
+  } else if (prequantized) {
+    base = &prequantized_weights.emplace(*prequantized);
+  }
+  OverlayWeightSource weights(*base);
   if (awq) {
     absl::Status scaled = RunStage(progress, "awq", [&]() -> absl::Status {
       absl::StatusOr<AwqSummary> summary = ApplyAwq(*module, calibration, weights);
@@ -339,9 +414,7 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
       meta.set_quantization(
           QuantizationRequest(PassOptions(*options.quantize), moe_gptq ? "experts rtn" : ""));
     }
-    if (prequantized) {
-      meta.set_quantization(QuantizationRequest(PrequantizedPassOptions(*prequantized)));
-    }
+    if (prequantized) meta.set_quantization(PrequantizedQuantization(*prequantized));
     kv->set_default_block_size(kDefaultKvBlockSize);
     if (!options.target_cpu) {
       // emitProgram always records the CPU kernel names; a CUDA-only plan drops them, which is

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <numeric>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -13,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "runtime/plan/int4_layout.h"
+#include "runtime/plan/mxfp4.h"
 
 namespace llmc::quant {
 namespace {
@@ -91,8 +93,8 @@ absl::StatusOr<Settings> ParseSettings(const std::string& model_dir, const Json&
   Settings settings;
   settings.method = quantization.value("quant_method", "");
   if (settings.method != "gptq" && settings.method != "awq") {
-    return absl::UnimplementedError(
-        absl::StrCat(where, ".quant_method is \"", settings.method, "\"; supported: gptq, awq"));
+    return absl::UnimplementedError(absl::StrCat(where, ".quant_method is \"", settings.method,
+                                                 "\"; supported: gptq, awq, mxfp4"));
   }
   const Json bits = quantization.value("bits", Json());
   if (!bits.is_number_integer() || bits.get<int64_t>() != 4) {
@@ -224,7 +226,177 @@ absl::StatusOr<Unpacked> Unpack(const std::map<std::string, TensorInfo>& tensors
   return out;
 }
 
+constexpr char kBlocks[] = "_blocks";
+constexpr char kScales[] = "_scales";
+constexpr int64_t kBlockBytes = llmrt::plan::kMxfp4Block / 2;
+// The only tensors MXFP4 checkpoints quantize (transformers' Mxfp4GptOssExperts).
+const std::regex& ExpertProjection() {
+  static const std::regex* pattern =
+      new std::regex(R"(model\.layers\.\d+\.mlp\.experts\.(gate_up_proj|down_proj))");
+  return *pattern;
+}
+
+// transformers' should_convert_module: whether `pattern` (a Python regex, practically a plain
+// one) keeps `module` unconverted: it matches from the start up to a module boundary, or is a
+// suffix. A boundary is the end, or a position before or after a '.'.
+absl::StatusOr<bool> PatternKeepsFloat(const std::string& pattern, const std::string& module,
+                                       const std::string& where) {
+  if (absl::EndsWith(module, pattern)) return true;
+  std::regex regex;
+  try {
+    regex = std::regex(pattern);
+  } catch (const std::regex_error&) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": \"", pattern, "\" is not a regular expression"));
+  }
+  for (size_t end = 1; end <= module.size(); ++end) {
+    const bool boundary = end == module.size() || module[end] == '.' || module[end - 1] == '.';
+    if (boundary && std::regex_match(module.substr(0, end), regex)) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<PrequantizedCheckpoint> ImportMxfp4(
+    const std::string& model_dir, const Json& config,
+    const std::map<std::string, TensorInfo>& tensors) {
+  const std::string where = model_dir + "/config.json: quantization_config";
+  std::vector<std::string> keep_float;
+  const Json& quantization = config["quantization_config"];
+  if (quantization.contains("modules_to_not_convert") &&
+      !quantization["modules_to_not_convert"].is_null()) {
+    const Json& patterns = quantization["modules_to_not_convert"];
+    if (!patterns.is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".modules_to_not_convert must be a list of strings"));
+    }
+    for (const Json& pattern : patterns) {
+      if (!pattern.is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ".modules_to_not_convert must be a list of strings, found ", pattern.dump()));
+      }
+      keep_float.push_back(pattern.get<std::string>());
+    }
+  }
+  PrequantizedCheckpoint result;
+  result.method = "mxfp4";
+  result.format = QuantFormat::Mxfp4();
+  std::set<std::string> consumed;
+  for (const auto& [name, info] : tensors) {
+    const bool is_blocks = absl::EndsWith(name, kBlocks);
+    if (!is_blocks && !absl::EndsWith(name, kScales)) {
+      if (std::regex_match(name, ExpertProjection())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            info.file, ": tensor ", name, " is stored as ", llmrt::plan::DType_Name(info.dtype),
+            " in an MXFP4 checkpoint (quantization_config.quant_method \"mxfp4\"); expected ", name,
+            kBlocks, " and ", name, kScales));
+      }
+      continue;
+    }
+    const std::string stem = name.substr(0, name.size() - strlen(is_blocks ? kBlocks : kScales));
+    const std::string other = stem + (is_blocks ? kScales : kBlocks);
+    if (!tensors.count(other)) {
+      return absl::InvalidArgumentError(absl::StrCat(info.file, ": tensor ", name, " has no ",
+                                                     other,
+                                                     " (MXFP4 stores codes and scales in pairs)"));
+    }
+    if (!is_blocks) continue;  // the pair is read from its _blocks half
+    if (!std::regex_match(stem, ExpertProjection())) {
+      return absl::UnimplementedError(
+          absl::StrCat(info.file, ": tensor ", name,
+                       " is MXFP4 outside a mixture of experts; MXFP4 is imported for "
+                       "model.layers.L.mlp.experts.{gate_up_proj,down_proj} only"));
+    }
+    const std::string module = stem.substr(0, stem.rfind('.'));
+    for (const std::string& pattern : keep_float) {
+      absl::StatusOr<bool> keeps = PatternKeepsFloat(pattern, module, where);
+      if (!keeps.ok()) return keeps.status();
+      if (*keeps) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".modules_to_not_convert entry \"", pattern, "\" matches ", module,
+                         ", whose experts the checkpoint stores in MXFP4 (", name,
+                         "): transformers would expect them in floats"));
+      }
+    }
+    const TensorInfo& scales = tensors.at(other);
+    if (info.dtype != llmrt::plan::U8 || info.shape.size() != 4 || info.shape[3] != kBlockBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          info.file, ": tensor ", name, " must be U8 [experts, rows, cols / 32, 16], found ",
+          llmrt::plan::DType_Name(info.dtype), " ", ShapeString(info.shape)));
+    }
+    const std::vector<int64_t> scale_shape(info.shape.begin(), info.shape.begin() + 3);
+    absl::StatusOr<const TensorInfo*> checked =
+        Require(tensors, other, llmrt::plan::U8, scale_shape,
+                absl::StrCat("one E8M0 byte per block of ", name, " ", ShapeString(info.shape)));
+    if (!checked.ok()) return checked.status();
+    for (uint64_t i = 0; i < scales.size_bytes; ++i) {
+      if (scales.data[i] != 255) continue;
+      const int64_t groups = info.shape[2], rows = info.shape[1];
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: tensor %s [%d, %d, %d] is 255, E8M0's NaN (a scale must be 0..254)",
+                          scales.file, other, i / (rows * groups), i / groups % rows, i % groups));
+    }
+    Mxfp4Tensor tensor;
+    tensor.blocks = info;
+    tensor.scales = scales;
+    tensor.experts = info.shape[0];
+    tensor.rows = info.shape[1];
+    tensor.cols = info.shape[2] * llmrt::plan::kMxfp4Block;
+    // transformers' parameter: [E, in, out], what the family declares and views transposed.
+    TensorInfo placeholder;
+    placeholder.name = stem;
+    placeholder.file = info.file;
+    placeholder.dtype = llmrt::plan::BF16;
+    placeholder.shape = {tensor.experts, tensor.cols, tensor.rows};
+    placeholder.size_bytes = static_cast<uint64_t>(tensor.experts * tensor.cols * tensor.rows * 2);
+    result.tensors[stem] = placeholder;
+    result.mxfp4[stem] = std::move(tensor);
+    consumed.insert(name);
+    consumed.insert(other);
+  }
+  if (result.mxfp4.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model_dir,
+                     "/config.json has quantization_config.quant_method \"mxfp4\" but the "
+                     "checkpoint has no *_blocks / *_scales tensors"));
+  }
+  for (const auto& [name, info] : tensors) {
+    if (!consumed.count(name)) result.tensors[name] = info;
+  }
+  return result;
+}
+
 }  // namespace
+
+absl::StatusOr<QuantizedMatrix> Mxfp4ExpertMatrix(const Mxfp4Tensor& tensor,
+                                                  const std::string& name, int64_t expert,
+                                                  int64_t row_first, int64_t row_step) {
+  if (expert < 0 || expert >= tensor.experts || row_first < 0 || row_first >= tensor.rows ||
+      row_step < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: MXFP4 tensor %s has %d experts of %d rows; no expert %d rows %d::%d", name,
+        tensor.blocks.name, tensor.experts, tensor.rows, expert, row_first, row_step));
+  }
+  const int64_t groups = tensor.cols / llmrt::plan::kMxfp4Block;
+  QuantizedMatrix matrix;
+  matrix.format = QuantFormat::Mxfp4();
+  matrix.rows = (tensor.rows - row_first + row_step - 1) / row_step;
+  matrix.cols = tensor.cols;
+  matrix.codes.resize(matrix.rows * matrix.cols / 2);
+  matrix.exponents.resize(matrix.rows * groups);
+  std::vector<uint8_t> codes(tensor.cols);
+  for (int64_t r = 0; r < matrix.rows; ++r) {
+    const int64_t stored_row = expert * tensor.rows + row_first + r * row_step;
+    const uint8_t* blocks = tensor.blocks.data + stored_row * groups * kBlockBytes;
+    for (int64_t j = 0; j < groups * kBlockBytes; ++j) {
+      codes[2 * j] = blocks[j] & 15;
+      codes[2 * j + 1] = blocks[j] >> 4;
+    }
+    llmrt::plan::PackInt4Row(codes.data(), tensor.cols, matrix.codes.data() + r * tensor.cols / 2);
+    std::memcpy(matrix.exponents.data() + r * groups, tensor.scales.data + stored_row * groups,
+                groups);
+  }
+  return matrix;
+}
 
 absl::StatusOr<bool> IsPrequantized(const std::string& model_dir) {
   absl::StatusOr<Json> config = ReadConfig(model_dir);
@@ -236,6 +408,10 @@ absl::StatusOr<PrequantizedCheckpoint> ImportPrequantized(
     const std::string& model_dir, const std::map<std::string, TensorInfo>& tensors) {
   absl::StatusOr<Json> config = ReadConfig(model_dir);
   if (!config.ok()) return config.status();
+  if ((*config)["quantization_config"].is_object() &&
+      (*config)["quantization_config"].value("quant_method", "") == "mxfp4") {
+    return ImportMxfp4(model_dir, *config, tensors);
+  }
   absl::StatusOr<Settings> settings = ParseSettings(model_dir, *config);
   if (!settings.ok()) return settings.status();
 

@@ -10,6 +10,7 @@
 #include "runtime/engine/model.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/int4_layout.h"
+#include "runtime/plan/mxfp4.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/e2e/test_util.h"
 
@@ -48,7 +49,12 @@ std::vector<double> LogSoftmax(const float* logits, int64_t vocab_size) {
 std::vector<float> DequantizePlanTensor(const llmrt::plan::Plan& plan, int tensor_index) {
   const llmrt::plan::Tensor& tensor = plan.meta().tensors(tensor_index);
   const llmrt::plan::Quantization& q = tensor.quantization();
-  const int64_t rows = tensor.shape(0), cols = tensor.shape(1), groups = cols / q.group_size();
+  // Expert weights [E, N, K] are the [E * N, K] matrix (plan.proto).
+  const int64_t cols = tensor.shape(tensor.shape_size() - 1);
+  int64_t rows = 1;
+  for (int dim = 0; dim + 1 < tensor.shape_size(); ++dim) rows *= tensor.shape(dim);
+  const int64_t groups = cols / q.group_size();
+  const bool mxfp4 = tensor.dtype() == llmrt::plan::FP4_E2M1;
   const uint8_t* codes = plan.blob(tensor_index);
   const uint8_t* scales = plan.blob(q.scales());
   const uint8_t* zeros = q.has_zero_points() ? plan.blob(q.zero_points()) : nullptr;
@@ -58,6 +64,13 @@ std::vector<float> DequantizePlanTensor(const llmrt::plan::Plan& plan, int tenso
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t group = r * groups + c / q.group_size();
+      if (mxfp4) {
+        // E2M1 value times 2^(e - 127), from runtime/plan/mxfp4.h's tables.
+        weights[r * cols + c] =
+            llmrt::plan::kE2M1Values[llmrt::plan::Int4CodeAt(codes + r * cols / 2, cols, c)] *
+            llmrt::plan::E8M0ToF32(scales[group]);
+        continue;
+      }
       uint16_t scale_bits;
       std::memcpy(&scale_bits, scales + 2 * group, 2);
       int level;
@@ -154,7 +167,9 @@ absl::StatusOr<std::vector<float>> DequantizedTeacherForcedLogits(
   std::vector<std::vector<float>> dequantized(meta.tensors_size());
   for (int index = 0; index < meta.tensors_size(); ++index) {
     llmrt::plan::Tensor& tensor = *meta.mutable_tensors(index);
-    if (tensor.dtype() != llmrt::plan::I8 && tensor.dtype() != llmrt::plan::I4) continue;
+    if (tensor.dtype() != llmrt::plan::I8 && tensor.dtype() != llmrt::plan::I4 &&
+        tensor.dtype() != llmrt::plan::FP4_E2M1)
+      continue;
     dequantized[index] = DequantizePlanTensor(**plan, index);
     tensor.set_dtype(llmrt::plan::F32);
     tensor.set_layout(llmrt::plan::Tensor::ROW_MAJOR);

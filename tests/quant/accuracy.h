@@ -31,9 +31,9 @@ absl::StatusOr<std::vector<float>> TeacherForcedLogits(
     const std::string& plan_path, const std::vector<int32_t>& tokens, int64_t* vocab_size,
     llmrt::QuantizedActivations activations = llmrt::QuantizedActivations::kInt8);
 
-// The same for the plan's DEQUANTIZED twin: every I8/I4 tensor replaced by the f32 weights
-// DequantizePlanTensor reads from its codes (no permutation, plain f32 matmuls), built in
-// memory; the reference the exact mode must match.
+// The same for the plan's DEQUANTIZED twin: every I8/I4/FP4_E2M1 tensor replaced by the f32
+// weights DequantizePlanTensor reads from its codes (no permutation, plain f32 matmuls), built
+// in memory; the reference the exact mode must match.
 absl::StatusOr<std::vector<float>> DequantizedTeacherForcedLogits(
     const std::string& plan_path, const std::vector<int32_t>& tokens, int64_t* vocab_size);
 
@@ -53,9 +53,9 @@ double Perplexity(const std::vector<float>& logits, const std::vector<int32_t>& 
 double Top1Agreement(const std::vector<float>& logits, const std::vector<int32_t>& tokens,
                      int64_t vocab_size, size_t from);
 
-// The f32 weights [rows, cols] a quantized plan tensor (I8/I4 with Quantization) stands for, in
-// original input order, read from the plan bytes by plan.proto's formulas (independently of
-// compiler/quant).
+// The f32 weights [rows, cols] a quantized plan tensor (I8/I4/FP4_E2M1 with Quantization) stands
+// for, in original input order, read from the plan bytes by plan.proto's formulas (independently
+// of compiler/quant); an expert tensor [E, N, K] gives [E * N, K].
 std::vector<float> DequantizePlanTensor(const llmrt::plan::Plan& plan, int tensor_index);
 
 // Copies the checkpoint in `model_dir` (one model.safetensors) to `output_dir` untied:
