@@ -260,13 +260,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine,
           parsed.status().message()));
     }
     server->chat_templates_ = *std::move(parsed);
-    if (!templates.chat_template().empty()) {
-      server->template_sources_.emplace_back(jinja::kDefaultTemplateName,
-                                             templates.chat_template());
-    }
-    for (const plan::TokenizerSpec::NamedChatTemplate& named : templates.named_chat_templates()) {
-      server->template_sources_.emplace_back(named.name(), named.source());
-    }
   }
   const std::string& format_name = options.tool_call_format.empty()
                                        ? meta.tokenizer().tool_call_format()
@@ -404,10 +397,7 @@ absl::StatusOr<Server::RenderedChat> Server::RenderChat(const ParsedRequest& req
             : absl::StrFormat("\"%s\" is not a chat template of this model", request.chat_template),
         absl::StrJoin(chat_templates_->names(), ", ")));
   }
-  const std::string* source = nullptr;  // Select returned one of these names
-  for (const auto& [template_name, text] : template_sources_) {
-    if (template_name == *name) source = &text;
-  }
+  const std::string* source = chat_templates_->Source(*name);  // Select returned one of its names
   std::vector<jinja::ChatMessage> chat_messages;
   for (const Json& message : request.messages) {
     jinja::ChatMessage chat_message;

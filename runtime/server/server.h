@@ -143,10 +143,8 @@ class Server {
   const plan::PlanMeta& meta_;
   std::unique_ptr<StructuredOutput> structured_output_;  // response_format
   ServerOptions options_;
-  // The plan's templates (--chat-template replaces the default one; named ones stay), and each
-  // one's source by name.
+  // The plan's templates (--chat-template replaces the default one; named ones stay).
   std::optional<jinja::PlanChatTemplate> chat_templates_;
-  std::vector<std::pair<std::string, std::string>> template_sources_;
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   int32_t logprob_anchor_ = -1;  // a plain token that TokenText() decodes after (see there)
   GenerationDefaultsView generation_defaults_;

@@ -218,6 +218,10 @@ TEST(PlanChatTemplateTest, RendersTheSelectedTemplateAndNamesItInErrors) {
   absl::StatusOr<PlanChatTemplate> chat_template = PlanChatTemplate::Create(spec);
   ASSERT_TRUE(chat_template.ok()) << chat_template.status();
   EXPECT_EQ(chat_template->names(), (std::vector<std::string>{"default", "tool_use"}));
+  ASSERT_NE(chat_template->Source("tool_use"), nullptr);
+  EXPECT_EQ(*chat_template->Source("tool_use"), tool_use->source());
+  EXPECT_EQ(*chat_template->Source("default"), spec.chat_template());
+  EXPECT_EQ(chat_template->Source("rag"), nullptr);
   const std::vector<ChatMessage> messages = {{"user", Value::String("hi")}};
   ChatOptions options;
   EXPECT_EQ(*chat_template->Render(messages, options), "hi");

@@ -40,14 +40,14 @@ absl::StatusOr<PlanChatTemplate> PlanChatTemplate::Create(const plan::TokenizerS
   for (const plan::TokenizerSpec::NamedChatTemplate& named : tokenizer.named_chat_templates()) {
     sources.emplace_back(named.name(), named.source());
   }
-  std::vector<std::pair<std::string, Template>> templates;
+  std::vector<NamedTemplate> templates;
   for (auto& [name, source] : sources) {
     absl::StatusOr<Template> parsed = Template::Parse(source);
     if (!parsed.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(TemplateLabel(name), ": ", parsed.status().message()));
     }
-    templates.emplace_back(std::move(name), *std::move(parsed));
+    templates.push_back({std::move(name), std::string(source), *std::move(parsed)});
   }
   return PlanChatTemplate(std::move(templates), PieceText(tokenizer, tokenizer.bos_id()),
                           PieceText(tokenizer, tokenizer.eos_id()));
@@ -55,15 +55,20 @@ absl::StatusOr<PlanChatTemplate> PlanChatTemplate::Create(const plan::TokenizerS
 
 std::vector<std::string> PlanChatTemplate::names() const {
   std::vector<std::string> out;
-  for (const auto& [name, parsed] : templates_) out.push_back(name);
+  for (const NamedTemplate& named : templates_) out.push_back(named.name);
   return out;
 }
 
-const Template* PlanChatTemplate::Find(std::string_view name) const {
-  for (const auto& [existing, parsed] : templates_) {
-    if (existing == name) return &parsed;
+const PlanChatTemplate::NamedTemplate* PlanChatTemplate::Find(std::string_view name) const {
+  for (const NamedTemplate& named : templates_) {
+    if (named.name == name) return &named;
   }
   return nullptr;
+}
+
+const std::string* PlanChatTemplate::Source(std::string_view name) const {
+  const NamedTemplate* named = Find(name);
+  return named != nullptr ? &named->source : nullptr;
 }
 
 absl::StatusOr<std::string> PlanChatTemplate::Select(std::string_view requested,
@@ -91,7 +96,7 @@ absl::StatusOr<std::string> PlanChatTemplate::Render(const std::vector<ChatMessa
   }
   if (!options.bos_token) options.bos_token = bos_token_;
   if (!options.eos_token) options.eos_token = eos_token_;
-  absl::StatusOr<std::string> rendered = RenderChat(*Find(*name), messages, options);
+  absl::StatusOr<std::string> rendered = RenderChat(Find(*name)->parsed, messages, options);
   if (!rendered.ok()) {
     return absl::Status(rendered.status().code(),
                         absl::StrCat(TemplateLabel(*name), ": ", rendered.status().message()));

@@ -46,13 +46,22 @@ class PlanChatTemplate {
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages, ChatOptions options,
                                      std::string_view template_name = {}) const;
 
- private:
-  PlanChatTemplate(std::vector<std::pair<std::string, Template>> templates,
-                   std::optional<std::string> bos, std::optional<std::string> eos)
-      : templates_(std::move(templates)), bos_token_(std::move(bos)), eos_token_(std::move(eos)) {}
-  const Template* Find(std::string_view name) const;
+  // The text of the template `name` (one of names()), or nullptr. Callers read it for what a
+  // template declares without rendering (whether it reads reasoning_effort, writes </think>).
+  const std::string* Source(std::string_view name) const;
 
-  std::vector<std::pair<std::string, Template>> templates_;  // (name, parsed); "default" first
+ private:
+  struct NamedTemplate {
+    std::string name;
+    std::string source;
+    Template parsed;
+  };
+  PlanChatTemplate(std::vector<NamedTemplate> templates, std::optional<std::string> bos,
+                   std::optional<std::string> eos)
+      : templates_(std::move(templates)), bos_token_(std::move(bos)), eos_token_(std::move(eos)) {}
+  const NamedTemplate* Find(std::string_view name) const;
+
+  std::vector<NamedTemplate> templates_;  // "default" first
   std::optional<std::string> bos_token_;
   std::optional<std::string> eos_token_;
 };
