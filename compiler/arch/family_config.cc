@@ -111,8 +111,8 @@ absl::Status ReadExpertRouting(const ConfigReader& json, int64_t default_experts
   return absl::OkStatus();
 }
 
-absl::Status ReadQwenMoe(const ConfigReader& json, int64_t default_experts, int64_t default_top_k,
-                         int64_t default_expert_size, ModelConfig& config) {
+absl::Status ReadMoeConfig(const ConfigReader& json, int64_t default_experts, int64_t default_top_k,
+                           int64_t default_expert_size, ModelConfig& config) {
   if (absl::Status status = ReadExpertRouting(json, default_experts, default_top_k, config);
       !status.ok())
     return status;

@@ -43,8 +43,8 @@ absl::Status ReadExpertRouting(const ConfigReader& json, int64_t default_experts
 
 // Qwen2-MoE's and Qwen3-MoE's fields: ReadExpertRouting, moe_intermediate_size,
 // norm_topk_prob (false), decoder_sparse_step (1) and mlp_only_layers ([]).
-absl::Status ReadQwenMoe(const ConfigReader& json, int64_t default_experts, int64_t default_top_k,
-                         int64_t default_expert_size, llmrt::plan::ModelConfig& config);
+absl::Status ReadMoeConfig(const ConfigReader& json, int64_t default_experts, int64_t default_top_k,
+                           int64_t default_expert_size, llmrt::plan::ModelConfig& config);
 
 // Whether `layer` has a mixture of experts (else a dense FFN): num_experts > 0, (layer + 1) a
 // multiple of decoder_sparse_step (0: 1) and layer not in dense_layers (mlp_only_layers).

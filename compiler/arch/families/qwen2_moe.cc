@@ -23,7 +23,7 @@ absl::Status ReadConfig(const ConfigReader& json, llmrt::plan::ModelConfig& conf
       !status.ok())
     return status;
   // Qwen2MoeConfig: 60 experts, top 4, moe_intermediate_size 1408, shared expert 5632.
-  if (absl::Status status = ReadQwenMoe(json, 60, 4, 1408, config); !status.ok()) return status;
+  if (absl::Status status = ReadMoeConfig(json, 60, 4, 1408, config); !status.ok()) return status;
   absl::StatusOr<int64_t> shared = json.PositiveIntOr("shared_expert_intermediate_size", 5632);
   if (!shared.ok()) return shared.status();
   config.mutable_moe()->set_shared_expert_intermediate_size(*shared);

@@ -18,7 +18,7 @@ absl::Status ReadConfig(const ConfigReader& json, llmrt::plan::ModelConfig& conf
       !status.ok())
     return status;
   // Qwen3MoeConfig: 128 experts, top 8, moe_intermediate_size 768.
-  return ReadQwenMoe(json, 128, 8, 768, config);
+  return ReadMoeConfig(json, 128, 8, 768, config);
 }
 
 void Build(ModelGraph& graph) {
