@@ -108,6 +108,11 @@ struct CpuStep {
   // EXPERT_MATMUL's grouping tables and output rows (sized for the widest op at max tokens).
   int32_t* expert_ints = nullptr;
   float* expert_floats = nullptr;
+  // Per thread of the pool: a single-thread pool and the multiplies' scratch, for experts
+  // multiplied one per thread (moe.h).
+  ThreadPool* const* single_pools = nullptr;
+  uint8_t* expert_thread_scratch = nullptr;
+  int64_t expert_thread_scratch_bytes = 0;
   // With BackendOptions::record_expert_load: [num_routers, expert_stride] counts, zeroed per step.
   int32_t* expert_counts = nullptr;
   int32_t expert_stride = 0;
@@ -178,6 +183,10 @@ class CpuBackend final : public Backend {
   std::vector<int64_t> token_index_;
   std::vector<int32_t> expert_ints_;  // EXPERT_MATMUL grouping tables
   AlignedFloats expert_floats_;       // EXPERT_MATMUL output rows before their scatter
+  std::vector<std::unique_ptr<threading::ThreadPool>> single_pools_;  // one per pool thread
+  std::vector<threading::ThreadPool*> single_pool_pointers_;
+  AlignedFloats expert_thread_scratch_;  // per thread: ExpertMatMulThreadScratchBytes
+  int64_t expert_thread_scratch_bytes_ = 0;
   // BackendOptions::record_expert_load, and the counts of the last step (ExpertLoad's layout).
   bool record_expert_load_ = false;
   bool stepped_ = false;
@@ -216,13 +225,17 @@ class OpBinder {
 
   int64_t max_cols() const { return max_cols_; }
   int64_t expert_ints() const { return expert_ints_; }
-  int64_t expert_floats() const { return expert_floats_; }
+  int64_t max_expert_rows() const { return max_expert_rows_; }
+  int64_t max_expert_quantized_cols() const { return max_expert_quantized_cols_; }
   int32_t max_tokens() const { return max_tokens_; }
   // Sizes EXPERT_MATMUL's scratch and returns the index of the next ROUTER.
-  void NoteExpertMatmul(int32_t top_k, int32_t experts, int64_t rows_per_expert) {
+  void NoteExpertMatmul(const MatrixView& weight, int32_t top_k, int32_t experts,
+                        int64_t rows_per_expert) {
     expert_ints_ = std::max(expert_ints_, ExpertMatMulScratchInts(max_tokens_, top_k, experts));
-    expert_floats_ =
-        std::max(expert_floats_, ExpertMatMulScratchFloats(max_tokens_, top_k, rows_per_expert));
+    max_expert_rows_ = std::max(max_expert_rows_, rows_per_expert);
+    if (IsQuantizedMatrix(weight.dtype)) {
+      max_expert_quantized_cols_ = std::max(max_expert_quantized_cols_, weight.cols);
+    }
   }
   int32_t NextRouter() { return routers_++; }
   int64_t quantized_activation_bytes() const { return quantized_activation_bytes_; }
@@ -322,7 +335,8 @@ class OpBinder {
   int64_t max_cols_ = 0;
   int64_t quantized_activation_bytes_ = 0;
   int64_t expert_ints_ = 0;
-  int64_t expert_floats_ = 0;
+  int64_t max_expert_rows_ = 0;
+  int64_t max_expert_quantized_cols_ = 0;
   int32_t routers_ = 0;
 };
 
@@ -558,7 +572,7 @@ absl::Status BindExpertMatmul(OpBinder& binder, const plan::Op& op, CompiledOp& 
   compiled.weight = *matrix;
   if (op.weights_size() == 2) compiled.vector_weight = binder.Floats(op.weights(1));
   binder.NoteMatmul(*matrix, compiled.width);
-  binder.NoteExpertMatmul(compiled.top_k, compiled.num_experts, compiled.rows_per_expert);
+  binder.NoteExpertMatmul(*matrix, compiled.top_k, compiled.num_experts, compiled.rows_per_expert);
   return absl::OkStatus();
 }
 
@@ -577,6 +591,9 @@ void RunExpertMatmul(const CpuStep& step, const CompiledOp& op) {
   args.num_outputs = static_cast<int32_t>(op.matmul_outputs.size());
   args.int_scratch = step.expert_ints;
   args.float_scratch = step.expert_floats;
+  args.single_pools = step.single_pools;
+  args.thread_scratch = step.expert_thread_scratch;
+  args.thread_scratch_bytes = step.expert_thread_scratch_bytes;
   args.matmul_scratch = step.quantized_activations;
   ExpertRowsMatMul multiply;
   if (!IsQuantizedMatrix(op.weight.dtype)) {
@@ -708,10 +725,22 @@ absl::Status CpuBackend::Compile(const plan::PlanMeta& meta, const BlobLookup& b
   token_block_table_.resize(max_tokens_);
   token_index_.resize(max_tokens_);
   expert_ints_.resize(compiler.expert_ints());
-  if (compiler.expert_floats() > 0) {
-    expert_floats_ = AllocateFloats(compiler.expert_floats());
-    if (expert_floats_ == nullptr) {
+  if (compiler.max_expert_rows() > 0) {
+    expert_floats_ = AllocateFloats(
+        ExpertMatMulScratchFloats(max_tokens_, compiler.max_expert_rows(), num_threads));
+    if (compiler.max_expert_quantized_cols() > 0) {
+      expert_thread_scratch_bytes_ =
+          ExpertMatMulThreadScratchBytes(compiler.max_expert_quantized_cols());
+      expert_thread_scratch_ = AllocateFloats(expert_thread_scratch_bytes_ * num_threads /
+                                              static_cast<int64_t>(sizeof(float)));
+    }
+    if (expert_floats_ == nullptr ||
+        (expert_thread_scratch_bytes_ > 0 && expert_thread_scratch_ == nullptr)) {
       return absl::ResourceExhaustedError("cannot allocate the expert matmul scratch");
+    }
+    for (int32_t thread = 0; thread < num_threads; ++thread) {
+      single_pools_.push_back(std::make_unique<threading::ThreadPool>(1));
+      single_pool_pointers_.push_back(single_pools_.back().get());
     }
   }
   record_expert_load_ = options.record_expert_load;
@@ -819,6 +848,9 @@ absl::Status CpuBackend::RunStep(const StepBatch& batch, float* logits) {
   step.token_index = token_index_.data();
   step.expert_ints = expert_ints_.data();
   step.expert_floats = expert_floats_.get();
+  step.single_pools = single_pool_pointers_.empty() ? nullptr : single_pool_pointers_.data();
+  step.expert_thread_scratch = reinterpret_cast<uint8_t*>(expert_thread_scratch_.get());
+  step.expert_thread_scratch_bytes = expert_thread_scratch_bytes_;
   if (record_expert_load_) {
     std::fill(expert_counts_.begin(), expert_counts_.end(), 0);
     step.expert_counts = expert_counts_.data();

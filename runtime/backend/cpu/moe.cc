@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/backend/cpu/quant_matmul.h"
+#include "runtime/backend/cpu/quant_matmul_exact.h"
 
 namespace llmrt::cpu {
 namespace {
@@ -116,20 +117,36 @@ MatrixView ExpertMatrix(const MatrixView& stack, int64_t rows, int32_t expert) {
 }
 
 int64_t ExpertMatMulScratchInts(int64_t num_tokens, int32_t top_k, int32_t num_experts) {
-  return num_experts + 1 + 2 * num_tokens * top_k;
+  // Offsets, the chosen experts, the grouped rows and their input rows.
+  return 2 * num_experts + 1 + 2 * num_tokens * top_k;
 }
 
-int64_t ExpertMatMulScratchFloats(int64_t num_tokens, int32_t /*top_k*/, int64_t rows_per_expert) {
-  // A token chooses an expert at most once, so an expert has at most num_tokens rows.
-  return num_tokens * rows_per_expert;
+int64_t ExpertMatMulScratchFloats(int64_t num_tokens, int64_t rows_per_expert,
+                                  int32_t num_threads) {
+  // One expert at a time: a token chooses an expert at most once, so an expert has at most
+  // num_tokens rows. One per thread: kExpertParallelRows rows each.
+  return std::max<int64_t>(num_tokens, int64_t{kExpertParallelRows} * num_threads) *
+         rows_per_expert;
 }
 
-void ExpertMatMul(ThreadPool& pool, const ExpertMatMulArgs& args, ExpertRowsMatMul multiply) {
-  int32_t* offsets = args.int_scratch;
-  int32_t* rows = offsets + args.num_experts + 1;
-  int32_t* input_rows = rows + args.num_tokens * args.top_k;
-  GroupRoutedRows(args.ids, args.num_tokens, args.top_k, args.num_experts, offsets, rows);
-  const int64_t n = args.rows_per_expert;
+int64_t ExpertMatMulThreadScratchBytes(int64_t cols) {
+  // 64-byte multiples keep each thread's scratch aligned like the one it replaces.
+  const int64_t bytes = std::max(QuantizedActivationBytes(kExpertParallelRows, cols),
+                                 QuantizedMatMulExactScratchBytes(1, cols));
+  return (bytes + 63) / 64 * 64;
+}
+
+namespace {
+
+// Expert e's rows (routed, count of them) multiplied on `pool` into `rows_out`, then scattered.
+void MultiplyExpert(ThreadPool& pool, const ExpertMatMulArgs& args, ExpertRowsMatMul multiply,
+                    int32_t expert, const int32_t* routed, int32_t count, int32_t* input_rows,
+                    float* rows_out, void* scratch) {
+  // Gate/up read row t of x for every slot of token t; down reads its slot's own row of the
+  // [T top_k, K] view.
+  for (int32_t i = 0; i < count; ++i) {
+    input_rows[i] = args.sliced ? routed[i] : routed[i] / args.top_k;
+  }
   MatMulOutput parts[8];
   std::vector<MatMulOutput> many;
   MatMulOutput* outputs = parts;
@@ -137,29 +154,63 @@ void ExpertMatMul(ThreadPool& pool, const ExpertMatMulArgs& args, ExpertRowsMatM
     many.resize(args.num_outputs);
     outputs = many.data();
   }
-  for (int32_t e = 0; e < args.num_experts; ++e) {
-    const int32_t first = offsets[e], count = offsets[e + 1] - offsets[e];
-    if (count == 0) continue;
-    const int32_t* routed = rows + first;
-    // Gate/up read row t of x for every slot of token t; down reads its slot's own row of the
-    // [T top_k, K] view.
+  for (int32_t o = 0; o < args.num_outputs; ++o) {
+    outputs[o] = {rows_out + count * args.outputs[o].begin, args.outputs[o].begin,
+                  args.outputs[o].width};
+  }
+  const int64_t n = args.rows_per_expert;
+  multiply(pool, args.x, count, input_rows, ExpertMatrix(args.weights, n, expert),
+           args.bias != nullptr ? args.bias + expert * n : nullptr, outputs, args.num_outputs,
+           scratch);
+  for (int32_t o = 0; o < args.num_outputs; ++o) {
+    const int64_t width = args.outputs[o].width;
     for (int32_t i = 0; i < count; ++i) {
-      input_rows[i] = args.sliced ? routed[i] : routed[i] / args.top_k;
+      std::memcpy(args.outputs[o].data + routed[i] * width, outputs[o].data + i * width,
+                  width * sizeof(float));
     }
-    for (int32_t o = 0; o < args.num_outputs; ++o) {
-      outputs[o] = {args.float_scratch + count * args.outputs[o].begin, args.outputs[o].begin,
-                    args.outputs[o].width};
-    }
-    multiply(pool, args.x, count, input_rows, ExpertMatrix(args.weights, n, e),
-             args.bias != nullptr ? args.bias + e * n : nullptr, outputs, args.num_outputs,
-             args.matmul_scratch);
-    for (int32_t o = 0; o < args.num_outputs; ++o) {
-      const int64_t width = args.outputs[o].width;
-      for (int32_t i = 0; i < count; ++i) {
-        std::memcpy(args.outputs[o].data + routed[i] * width, outputs[o].data + i * width,
-                    width * sizeof(float));
-      }
-    }
+  }
+}
+
+}  // namespace
+
+void ExpertMatMul(ThreadPool& pool, const ExpertMatMulArgs& args, ExpertRowsMatMul multiply) {
+  int32_t* offsets = args.int_scratch;
+  int32_t* chosen = offsets + args.num_experts + 1;
+  int32_t* rows = chosen + args.num_experts;
+  int32_t* input_rows = rows + args.num_tokens * args.top_k;
+  GroupRoutedRows(args.ids, args.num_tokens, args.top_k, args.num_experts, offsets, rows);
+  int32_t num_chosen = 0, most_rows = 0;
+  for (int32_t e = 0; e < args.num_experts; ++e) {
+    const int32_t count = offsets[e + 1] - offsets[e];
+    if (count == 0) continue;
+    chosen[num_chosen++] = e;
+    most_rows = std::max(most_rows, count);
+  }
+  const int32_t threads = pool.num_threads();
+  if (threads > 1 && num_chosen > 1 && most_rows <= kExpertParallelRows &&
+      args.single_pools != nullptr) {
+    // Largest experts first, so the last items to be claimed are the shortest.
+    std::stable_sort(chosen, chosen + num_chosen, [&](int32_t a, int32_t b) {
+      return offsets[a + 1] - offsets[a] > offsets[b + 1] - offsets[b];
+    });
+    pool.ParallelForDynamic(
+        num_chosen,
+        [&](int64_t begin, int64_t end, int32_t thread) {
+          for (int64_t i = begin; i < end; ++i) {
+            const int32_t e = chosen[i];
+            MultiplyExpert(*args.single_pools[thread], args, multiply, e, rows + offsets[e],
+                           offsets[e + 1] - offsets[e], input_rows + offsets[e],
+                           args.float_scratch + thread * kExpertParallelRows * args.rows_per_expert,
+                           args.thread_scratch + thread * args.thread_scratch_bytes);
+          }
+        },
+        1);
+    return;
+  }
+  for (int32_t i = 0; i < num_chosen; ++i) {
+    const int32_t e = chosen[i];
+    MultiplyExpert(pool, args, multiply, e, rows + offsets[e], offsets[e + 1] - offsets[e],
+                   input_rows + offsets[e], args.float_scratch, args.matmul_scratch);
   }
 }
 

@@ -99,10 +99,12 @@ std::vector<float> RunTokens(Backend& backend, const std::vector<int32_t>& token
   return out;
 }
 
-std::unique_ptr<Backend> Create(OpProgram& p, int32_t max_tokens, int32_t threads) {
+std::unique_ptr<Backend> Create(OpProgram& p, int32_t max_tokens, int32_t threads,
+                                QuantizedActivations mode = QuantizedActivations::kInt8) {
   BackendOptions options;
   options.max_tokens_per_step = max_tokens;
   options.num_threads = threads;
+  options.quantized_activations = mode;
   auto backend = CreateCpuBackend(p.meta(), p.Lookup(), options);
   EXPECT_TRUE(backend.ok()) << backend.status();
   return backend.ok() ? std::move(*backend) : nullptr;
@@ -148,11 +150,19 @@ TEST(MoeTest, TokenOutputsDoNotDependOnTheBatch) {
 }
 
 // (d) With skewed routing (one expert chosen by ~80% of the tokens), 2 and 3 threads give the
-// 1-thread outputs to the bit: every routed row computed exactly once, none skipped.
+// 1-thread outputs to the bit: every routed row computed exactly once, none skipped — with
+// experts one per thread (decode-sized steps) or one after another; quantized weights also in
+// the exact mode (f32 activations).
 TEST(MoeTest, ThreadCountDoesNotChangeOutputs) {
+  std::vector<std::pair<WeightKind, QuantizedActivations>> cases;
   for (const WeightKind& kind : WeightKinds()) {
+    cases.push_back({kind, QuantizedActivations::kInt8});
+    if (kind.group != 0) cases.push_back({kind, QuantizedActivations::kF32});
+  }
+  for (const auto& [kind, mode] : cases) {
     for (int32_t tokens : {1, 5, 37, 300}) {
-      SCOPED_TRACE(absl::StrCat(kind.Name(), " tokens ", tokens));
+      SCOPED_TRACE(absl::StrCat(kind.Name(), " tokens ", tokens,
+                                mode == QuantizedActivations::kF32 ? " exact" : ""));
       OpProgram p(tokens, 11);
       BuildMoeBlock(p, tokens, 16, 4, 0.8, kind, Output::kCombine);
       const int64_t width = ReadOutWidth(p);
@@ -160,7 +170,7 @@ TEST(MoeTest, ThreadCountDoesNotChangeOutputs) {
       for (int32_t t = 0; t < tokens; ++t) all[t] = t;
       std::vector<float> one;
       for (int32_t threads : {1, 2, 3}) {
-        auto backend = Create(p, tokens, threads);
+        auto backend = Create(p, tokens, threads, mode);
         ASSERT_NE(backend, nullptr);
         const std::vector<float> out = RunTokens(*backend, all, width);
         if (threads == 1) {
@@ -208,7 +218,7 @@ TEST(MoeTest, ReadsOnlyTheChosenExperts) {
                                                    : 128;
     OpProgram p(kTokens, 3);
     // Every token's two largest logits are experts 2 and 5.
-    std::vector<std::vector<float> > logit_rows(kTokens, std::vector<float>(kExperts, 0.0f));
+    std::vector<std::vector<float>> logit_rows(kTokens, std::vector<float>(kExperts, 0.0f));
     for (int32_t t = 0; t < kTokens; ++t) {
       for (int32_t e = 0; e < kExperts; ++e) logit_rows[t][e] = -0.1f * static_cast<float>(e + t);
       logit_rows[t][2] = 3.0f;
