@@ -109,13 +109,15 @@ def PlanMemoryPass : Pass<"llm-plan-memory", "::mlir::ModuleOp"> {
 //===----------------------------------------------------------------------===//
 
 def TileCpuPass : Pass<"llm-tile-cpu", "::mlir::ModuleOp"> {
-  let summary = "Record the CPU kernels' weight layout on every matmul and logits op";
+  let summary = "Record the CPU kernels' weight layout on every matmul, expert matmul and logits op";
   let description = [{
     Sets `llm.cpu_tile = {layout = "row_panels", panel_rows = 16 : i64}`: codegen packs the
     weights in panels of 16 rows stored column by column, the layout every CPU dispatch target
     (SCALAR, SSE4, AVX2, AVX-512, NEON) streams in one pass, so the runtime never repacks.
     Weights an llm.embed also reads (tied lm_head), and weights whose row count is not a
-    multiple of 16 (panels are never padded), keep `{layout = "row_major"}`.
+    multiple of 16 (panels are never padded), keep `{layout = "row_major"}`. An
+    llm.expert_matmul's 3-D weight is panelled when each expert's rows (summed over its fused
+    projections) are a multiple of 16, so no panel straddles two experts.
   }];
 }
 
