@@ -110,7 +110,7 @@ void BM_ExpertMatMul(benchmark::State& state) {
   }
   const int64_t thread_bytes = ExpertMatMulThreadScratchBytes(k);
   std::vector<uint8_t> thread_scratch(thread_bytes * pool.num_threads() + 64);
-  std::vector<float> quantized(QuantizedActivationBytes(tokens, k) / 4 + 16);
+  std::vector<uint8_t> quantized(QuantizedActivationBytes(tokens, k) + 64);
   ExpertMatMulArgs args;
   args.x = x.data();
   args.sliced = down;
@@ -124,11 +124,13 @@ void BM_ExpertMatMul(benchmark::State& state) {
   args.num_outputs = 1;
   args.int_scratch = ints.data();
   args.float_scratch = floats.data();
-  args.matmul_scratch = quantized.data();
+  // The quantized multiplies' scratch is 32-byte aligned (quant_matmul.h), as the backend's.
+  auto aligned = [](std::vector<uint8_t>& bytes) {
+    return bytes.data() + (64 - reinterpret_cast<uintptr_t>(bytes.data()) % 64) % 64;
+  };
+  args.matmul_scratch = aligned(quantized);
   args.single_pools = single_pools.data();
-  // 64-byte aligned, as the backend's arena.
-  args.thread_scratch =
-      thread_scratch.data() + (64 - reinterpret_cast<uintptr_t>(thread_scratch.data()) % 64) % 64;
+  args.thread_scratch = aligned(thread_scratch);
   args.thread_scratch_bytes = thread_bytes;
   ExpertRowsMatMul multiply;
   if (kind == kF16Panels) {
