@@ -90,6 +90,12 @@ public:
     view.file = "test.safetensors";
     return view;
   }
+  // Distinct, sign-mixed values, so every quantization group has its own range.
+  void fillWithSines() {
+    for (auto &[name, entry] : entries)
+      for (size_t i = 0; i < entry.values.size(); ++i)
+        entry.values[i] = std::sin(0.37f * static_cast<float>(i) + name.size());
+  }
   void releaseWeights(llvm::ArrayRef<std::string> names) const override {
     released.insert(released.end(), names.begin(), names.end());
   }
@@ -432,10 +438,7 @@ TEST_F(EmitProgramTest, Int4AsymmetricMatchesReferenceQuantizer) {
   OwningOpRef<ModuleOp> int4 = parseSourceString<ModuleOp>(kInt4Module, &context);
   ASSERT_TRUE(int4);
   MapWeightSource weights(*int4);
-  // Distinct, sign-mixed values, so every group has its own range.
-  for (auto &[name, entry] : weights.entries)
-    for (size_t i = 0; i < entry.values.size(); ++i)
-      entry.values[i] = std::sin(0.37f * static_cast<float>(i) + name.size());
+  weights.fillWithSines();
   llmc::QuantizeWeightsPassOptions quantize;
   quantize.bits = 4;
   quantize.groupSize = 32;
@@ -621,9 +624,7 @@ TEST_F(EmitProgramTest, QuantizedExpertsHave3dCompanions) {
     OwningOpRef<ModuleOp> moe = parseSourceString<ModuleOp>(kMoeModule, &context);
     ASSERT_TRUE(moe);
     MapWeightSource weights(*moe);
-    for (auto &[name, entry] : weights.entries)
-      for (size_t i = 0; i < entry.values.size(); ++i)
-        entry.values[i] = std::sin(0.37f * static_cast<float>(i) + name.size());
+    weights.fillWithSines();
     llmc::QuantizeWeightsPassOptions quantize;
     quantize.bits = c.bits;
     quantize.groupSize = c.groupSize;
