@@ -1,7 +1,10 @@
 // Accuracy of quantized plans against the f32 plan of the same checkpoint, on the runtime:
 // stories260K and every transformers fixture, on a held-out story (tests/quant/data). Bounds
 // from issue 5: mean per-token KL(f32 || quantized) <= 0.01 for int8, <= 0.05 for int4 g32;
-// activation-aware (AWQ) no worse than round-to-nearest.
+// activation-aware (AWQ) no worse than round-to-nearest. The mixture-of-experts fixtures have
+// bounds of their own (measured, ~15% above): a perturbation that moves a router logit across
+// its k-th neighbour sends the token to another expert, a larger change than any dense layer
+// makes, so their KL is 1.1-4x the dense fixtures'.
 #include "tests/quant/accuracy.h"
 
 #include <filesystem>
@@ -56,6 +59,11 @@ class QuantAccuracyTest : public ::testing::TestWithParam<std::string> {
     scratch_ = MakeScratchDir(std::filesystem::path(GetParam()).filename().string());
     float_plan_ = scratch_ + "/f32.plan";
     ASSERT_TRUE(CompilePlan(dir_, float_plan_, std::nullopt).ok());
+    absl::StatusOr<std::unique_ptr<llmrt::plan::Plan>> opened =
+        llmrt::plan::Plan::Open(float_plan_);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    moe_ = (*opened)->meta().config().moe().num_experts() > 0;
+    trained_ = GetParam() == "tests/data/stories260K";
     absl::StatusOr<std::vector<int32_t>> tokens =
         Tokenize(float_plan_, ReadFile(SourcePath("tests/quant/data/heldout_story.txt")));
     ASSERT_TRUE(tokens.ok()) << tokens.status();
@@ -88,20 +96,43 @@ class QuantAccuracyTest : public ::testing::TestWithParam<std::string> {
     return *row;
   }
 
+  // Regression guards of int8 and int4 g32 round-to-nearest (the tests below say what each is).
+  // MoE fixtures: int8 measured 0.011-0.042, int4 0.49-1.10 (mixtral_moe).
+  double Int8Bound() const { return moe_ ? 0.05 : 0.01; }
+  double Int4Bound() const { return trained_ ? 0.073 : moe_ ? 1.27 : 0.68; }
+
   std::string dir_, scratch_, float_plan_;
+  bool moe_ = false, trained_ = false;
   std::vector<int32_t> text_, prompt_and_greedy_;
   std::vector<float> reference_;
   int64_t vocab_ = 0;
   size_t prompt_size_ = 0;
 };
 
+// --quant mxfp4: E2M1 codes with a power-of-two scale per 32 columns (compiler/quant/mxfp4.h)
+// on every matmul but the router, the experts included. Its grid (0, 0.5, 1, 1.5, 2, 3, 4, 6)
+// and power-of-two scales lose more than int4 g32's 16 levels with an f16 scale chosen by the
+// clipping search: measured 1.3-2.1x int4 g32 RTN's KL (stories260K 0.127 vs 0.061; dense
+// fixtures 0.16-0.92, MoE fixtures 0.74-1.43). Guards ~15% above both.
+TEST_P(QuantAccuracyTest, Mxfp4Kl) {
+  const AccuracyRow int4 = MeasureQuantized(Int4G32(/*asymmetric=*/false), "int4-g32");
+  QuantizeOptions mxfp4;
+  mxfp4.bits = 4;
+  mxfp4.mxfp4 = true;
+  const AccuracyRow row = MeasureQuantized(mxfp4, "mxfp4");
+  EXPECT_LE(row.mean_kl, 2.4 * int4.mean_kl);
+  EXPECT_LE(row.mean_kl, trained_ ? 0.146 : moe_ ? 1.65 : 1.06);
+  if (trained_) EXPECT_GE(row.top1, 0.8);
+}
+
 TEST_P(QuantAccuracyTest, Int8KlBelowOneHundredth) {
   QuantizeOptions int8;
   int8.bits = 8;
   const AccuracyRow row = MeasureQuantized(int8, "int8");
-  EXPECT_LE(row.mean_kl, 0.01);
-  // Random-init fixtures have near-tied greedy choices; stories260K measures 0.988.
-  EXPECT_GE(row.top1, 0.85);
+  EXPECT_LE(row.mean_kl, Int8Bound());
+  // Random-init fixtures have near-tied greedy choices; stories260K measures 0.988, the MoE
+  // fixtures 0.816-0.918.
+  EXPECT_GE(row.top1, moe_ ? 0.8 : 0.85);
 }
 
 // int4 g32 round-to-nearest (no calibration). Issue 5's KL <= 0.05 is met with calibration
@@ -113,8 +144,8 @@ TEST_P(QuantAccuracyTest, Int8KlBelowOneHundredth) {
 // level. These bounds are regression guards at ~15% above the measured values (a wrong scale,
 // zero point or packing gives KL >> 1).
 TEST_P(QuantAccuracyTest, Int4G32Kl) {
-  const bool trained = GetParam() == "tests/data/stories260K";
-  const double bound = trained ? 0.073 : 0.68;
+  const bool trained = trained_;
+  const double bound = Int4Bound();
   QuantizeOptions int4 = Int4G32(/*asymmetric=*/false);
   const AccuracyRow symmetric = MeasureQuantized(int4, "int4-g32");
   EXPECT_LE(symmetric.mean_kl, bound);
@@ -133,7 +164,18 @@ TEST_P(QuantAccuracyTest, Int4G32Kl) {
 // text is awq_test.cc's check. The random-init fixtures have no salient channels for it to
 // find (0.38-0.57, about RTN's level): only the int4 bound there.
 TEST_P(QuantAccuracyTest, AwqNoWorseThanRoundToNearest) {
-  const bool trained = GetParam() == "tests/data/stories260K";
+  const bool trained = trained_;
+  if (moe_) {
+    // Refused (moe-design.md §14): its scales would be folded into the norm that also feeds the
+    // router and the experts.
+    QuantizeOptions int4 = Int4G32(/*asymmetric=*/false);
+    int4.awq = true;
+    const absl::Status status = CompilePlan(dir_, scratch_ + "/awq.plan", int4);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("--awq: "), std::string::npos) << status;
+    EXPECT_NE(status.message().find("mixture of experts"), std::string::npos) << status;
+    return;
+  }
   for (const bool asymmetric : {false, true}) {
     QuantizeOptions int4 = Int4G32(asymmetric);
     const std::string suffix = asymmetric ? "-asym" : "";
@@ -156,13 +198,20 @@ TEST_P(QuantAccuracyTest, AwqNoWorseThanRoundToNearest) {
 // (docs/quantization.md, "The fixtures"), both are 3-28% below RTN (every fixture, both
 // schemes): checked, with RTN's regression guard.
 TEST_P(QuantAccuracyTest, ErrorFeedbackInt4G32) {
-  const bool trained = GetParam() == "tests/data/stories260K";
+  const bool trained = trained_;
   for (const bool asymmetric : {false, true}) {
     QuantizeOptions int4 = Int4G32(asymmetric);
     const std::string suffix = asymmetric ? "-asym" : "";
     const AccuracyRow rtn = MeasureQuantized(int4, "int4-g32" + suffix);
     int4.gptq = true;
     const AccuracyRow gptq = MeasureQuantized(int4, "int4-g32" + suffix + "-gptq");
+    if (moe_) {
+      // GPTQ on the dense matmuls, the experts round-to-nearest (PlanMeta says so); --awq is
+      // refused (AwqNoWorseThanRoundToNearest). Measured 11-29% below RTN.
+      EXPECT_LE(gptq.mean_kl, rtn.mean_kl);
+      EXPECT_LE(gptq.mean_kl, Int4Bound());
+      continue;
+    }
     int4.awq = true;
     const AccuracyRow awq_gptq = MeasureQuantized(int4, "int4-g32" + suffix + "-awq-gptq");
     EXPECT_LE(gptq.mean_kl, rtn.mean_kl);
@@ -193,18 +242,18 @@ TEST_P(QuantAccuracyTest, LmHeadInt8) {
     ASSERT_TRUE(written.ok()) << written;
     dir_ = untied;
   }
-  const bool trained = GetParam() == "tests/data/stories260K";
+  const bool trained = trained_;
   QuantizeOptions int8;
   int8.bits = 8;
   const AccuracyRow int8_float_head = MeasureQuantized(int8, "int8-untied");
   int8.lm_head_bits = 8;
   const AccuracyRow int8_head = MeasureQuantized(int8, "int8-lm-head-int8");
-  EXPECT_LE(int8_head.mean_kl, 0.01);
+  EXPECT_LE(int8_head.mean_kl, Int8Bound());
   QuantizeOptions int4 = Int4G32(/*asymmetric=*/false);
   const AccuracyRow int4_float_head = MeasureQuantized(int4, "int4-g32-untied");
   int4.lm_head_bits = 8;
   const AccuracyRow int4_head = MeasureQuantized(int4, "int4-g32-lm-head-int8");
-  EXPECT_LE(int4_head.mean_kl, trained ? 0.073 : 0.68);
+  EXPECT_LE(int4_head.mean_kl, Int4Bound());
   // int8 codes of an f32 [vocab, hidden] lm_head: a quarter of its bytes, plus a scale a row.
   EXPECT_LT(int8_head.plan_bytes, int8_float_head.plan_bytes);
   EXPECT_LT(int4_head.plan_bytes, int4_float_head.plan_bytes);
@@ -215,7 +264,7 @@ TEST_P(QuantAccuracyTest, LmHeadInt8) {
   // For the docs: an int4 lm_head (the body's format) in the same plan.
   int4.lm_head_bits = 4;
   const AccuracyRow int4_int4_head = MeasureQuantized(int4, "int4-g32-lm-head-int4");
-  EXPECT_LE(int4_int4_head.mean_kl, trained ? 0.095 : 0.68);
+  EXPECT_LE(int4_int4_head.mean_kl, trained ? 0.095 : Int4Bound());
 }
 
 // The exact mode (f32 activations, runtime/backend/cpu/quant_matmul_exact.h) computes the
@@ -223,7 +272,8 @@ TEST_P(QuantAccuracyTest, LmHeadInt8) {
 // plan's dequantized f32 twin (built in memory from the plan's codes by plan.proto's formulas)
 // within 1e-3, while the default int8 activations differ measurably (the check has teeth).
 // The --lm-head-quant modes run on the untied llama_mha fixture (stories260K is tied): the
-// quantized lm_head's logits GEMV meets its dequantized twin too.
+// quantized lm_head's logits GEMV meets its dequantized twin too; the MoE modes on qwen3_moe
+// and gpt_oss (expert weights [E, N, K]).
 TEST(QuantExactModeTest, EveryModeEqualsItsDequantizedPlan) {
   const std::string scratch = MakeScratchDir("exact-mode");
   struct Mode {
@@ -235,8 +285,13 @@ TEST(QuantExactModeTest, EveryModeEqualsItsDequantizedPlan) {
     bool gptq;
     int lm_head_bits = 0;
     const char* model = "tests/data/stories260K";
+    bool mxfp4 = false;
   };
   constexpr char kUntied[] = "tests/fixtures/llama_mha";
+  // Expert matmuls (quantized [E, N, K] tensors) and the imported experts of gpt_oss_mxfp4's
+  // sibling: every routed row must meet the dequantized twin too.
+  constexpr char kMoe[] = "tests/fixtures/qwen3_moe";
+  constexpr char kGptOss[] = "tests/fixtures/gpt_oss";
   const Mode modes[] = {{"int8", 8, 0, false, false, false},
                         {"int8-g32", 8, 32, false, false, false},
                         {"int4-g32", 4, 32, false, false, false},
@@ -250,7 +305,12 @@ TEST(QuantExactModeTest, EveryModeEqualsItsDequantizedPlan) {
                         {"int4-g32-head-int8", 4, 32, false, false, false, 8, kUntied},
                         {"int4-g32-asym-head-int4", 4, 32, true, false, false, 4, kUntied},
                         {"int8-head-int4", 8, 0, false, false, false, 4, kUntied},
-                        {"int4-g32-awq-head-int8", 4, 32, false, true, false, 8, kUntied}};
+                        {"int4-g32-awq-head-int8", 4, 32, false, true, false, 8, kUntied},
+                        {"mxfp4", 4, 0, false, false, false, 0, "tests/data/stories260K", true},
+                        {"moe-int8", 8, 0, false, false, false, 0, kMoe},
+                        {"moe-int4-g32-asym", 4, 32, true, false, false, 0, kMoe},
+                        {"moe-mxfp4", 4, 0, false, false, false, 0, kMoe, true},
+                        {"gpt-oss-mxfp4", 4, 0, false, false, false, 0, kGptOss, true}};
   for (const Mode& mode : modes) {
     const std::string dir = SourcePath(mode.model);
     QuantizeOptions quantize;
@@ -260,6 +320,7 @@ TEST(QuantExactModeTest, EveryModeEqualsItsDequantizedPlan) {
     quantize.awq = mode.awq;
     quantize.gptq = mode.gptq;
     quantize.lm_head_bits = mode.lm_head_bits;
+    quantize.mxfp4 = mode.mxfp4;
     const std::string plan = scratch + "/" + mode.label + ".plan";
     ASSERT_TRUE(CompilePlan(dir, plan, quantize).ok()) << mode.label;
     absl::StatusOr<std::vector<int32_t>> text =
