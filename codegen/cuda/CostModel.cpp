@@ -36,14 +36,19 @@ double matrixBytes(const plan::PlanMeta &meta, int32_t tensor) {
   for (int64_t extent : w.shape())
     elements *= static_cast<double>(extent);
   double bytes = elements * plan::DTypeBits(w.dtype()) / 8;
-  if (w.dtype() == plan::I8 || w.dtype() == plan::I4) {
+  if (w.dtype() == plan::I8 || w.dtype() == plan::I4 || w.dtype() == plan::FP4_E2M1) {
     const plan::Quantization &q = w.quantization();
     const double groups = elements / std::max(1, q.group_size());
-    bytes += groups * 2 + (q.has_zero_points() ? groups : 0) +
+    // f16 scales; MXFP4's E8M0 scales are one byte.
+    bytes += groups * (w.dtype() == plan::FP4_E2M1 ? 1 : 2) + (q.has_zero_points() ? groups : 0) +
              (q.has_input_permutation() && w.shape_size() == 2 ? w.shape(1) * 4.0 : 0);
   }
   return bytes;
 }
+
+// MMAs per 16-bit product of the GEMMs (KernelLibrary.cuh gemmMma, gemmMmaQuant): activations
+// split hi + lo for f16 weights, in three parts for bf16 and quantized weights.
+double mmaParts(plan::DType weight) { return weight == plan::F16 ? 2 : 3; }
 
 } // namespace
 
@@ -118,10 +123,11 @@ absl::StatusOr<std::vector<KernelCost>> estimateStep(const plan::PlanMeta &meta,
       if (gemm) {
         // Weights from DRAM once per 64-token row tile (a matrix of tens of MB does not stay in
         // L2); the activations (T x K f32: 4 MB at T = 512, K = 2048) are re-read by every
-        // 32-column tile but from L2, so DRAM sees them once. Two MMAs (hi + lo activation
+        // 32-column tile but from L2, so DRAM sees them once. Two or three MMAs (the activation
         // parts) per product.
         const double rowTiles = std::ceil(t / 64);
-        add(name(1), what, rowTiles * weights + t * k * 4 + t * n * 4, 2 * 2 * t * n * k, true);
+        add(name(1), what, rowTiles * weights + t * k * 4 + t * n * 4,
+            mmaParts(meta.tensors(op.weights(0)).dtype()) * 2 * t * n * k, true);
       } else {
         add(name(0), what, weights + rowsOut * k * 4 + rowsOut * n * 4, 2 * rowsOut * n * k, false);
       }
@@ -186,8 +192,48 @@ absl::StatusOr<std::vector<KernelCost>> estimateStep(const plan::PlanMeta &meta,
       }
       break;
     }
+    case plan::ROUTER: {
+      const double experts = op.router().num_experts(), topK = op.router().top_k();
+      add(name(0), "router", t * experts * 4 + t * topK * 8, t * experts * (4 + topK), false);
+      break;
+    }
+    case plan::EXPERT_MATMUL: {
+      const double experts = op.expert().num_experts(), topK = op.expert().top_k();
+      const double k = static_cast<double>(meta.tensors(op.weights(0)).shape(2));
+      double n = 0;
+      for (int32_t out : op.outputs())
+        n += width(out) / topK;
+      const double routed = t * topK;
+      // Grouping: ids read twice, the sorted rows and tiles written.
+      add(name(0), what + " grouping", routed * 12 + experts * 16, routed * 2, false);
+      // Uniform routing: the step's distinct experts, E (1 - (1 - k/E)^T); only their bytes
+      // are read (weights, scales, bias).
+      const double distinct = experts * (1 - std::pow(1 - topK / experts, t));
+      const double perExpert = (matrixBytes(meta, op.weights(0)) +
+                                (op.weights_size() == 2 ? matrixBytes(meta, op.weights(1)) : 0)) /
+                               experts;
+      const double activations = (width(op.inputs(0)) * t + routed * n) * 4;
+      const bool gemm = kernels.size() == 3 && tokens > llmrt::cuda::kGemvMaxTokens;
+      if (gemm) {
+        // Each chosen expert's weights once per 64-row tile of its routed rows.
+        const double tiles = distinct * std::ceil(routed / distinct / 64);
+        add(name(2), what, tiles * perExpert + activations,
+            mmaParts(meta.tensors(op.weights(0)).dtype()) * 2 * routed * n * k, true);
+      } else {
+        add(name(1), what, distinct * perExpert + activations, 2 * routed * n * k, false);
+      }
+      break;
+    }
+    case plan::MOE_COMBINE: {
+      const double hidden = width(op.outputs(0)), topK = width(op.inputs(1));
+      const double shared = op.inputs_size() == 4 ? hidden + 1 : 0;
+      add(name(0), "moe_combine", t * (topK * hidden + topK + shared + hidden) * 4,
+          t * (topK + (shared > 0 ? 1 : 0)) * hidden * 2, false);
+      break;
+    }
     case plan::SILU_MUL:
     case plan::GELU_TANH_MUL:
+    case plan::CLAMPED_SWIGLU:
     case plan::SILU:
     case plan::MUL:
     case plan::ADD: {

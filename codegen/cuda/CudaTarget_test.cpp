@@ -9,14 +9,17 @@
 
 #include "codegen/cuda/CudaTarget.h"
 
+#include <cmath>
 #include <cstdio>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "codegen/cuda/CostModel.h"
 #include "codegen/cuda/EmitCuda.h"
 #include "codegen/cuda/NvrtcCompiler.h"
 #include "codegen/cuda/emulation/QuantizedMatmulMeta.h"
+#include "runtime/backend/testing/op_program.h"
 #include "runtime/backend/testing/tiny_llama.h"
 #include "runtime/plan/plan_reader.h"
 #include "runtime/plan/plan_writer.h"
@@ -29,7 +32,9 @@ namespace plan = llmrt::plan;
 
 // Every kernel variant the emitter has: f32/f16/bf16 weights, fused and unfused programs,
 // bias, windows, head_dim 6, 64 and 128 (the prefill attention's largest), 16-bit KV caches,
-// and int8 / int4 matrices (symmetric, asymmetric, permuted, per-channel).
+// int8 / int4 matrices (symmetric, asymmetric, permuted, per-channel), and the MoE kernels
+// (router, grouping, expert GEMV / GEMM over every weight format, combine, clamped SwiGLU,
+// attention sinks).
 std::vector<plan::PlanMeta> models() {
   std::vector<plan::PlanMeta> result;
   llmrt::testing::TinyLlamaOptions options;
@@ -73,6 +78,75 @@ std::vector<plan::PlanMeta> models() {
                              QuantCase{plan::I4, false, 256, 24, 128, false, false},
                              QuantCase{plan::I4, true, 256, 24, 128, false, true}})
     result.push_back(matmulMeta(c));
+  // Mixture of experts: routers (Mixtral's 8 / top-2, Qwen3-MoE's 64 / top-8 normalized,
+  // gpt-oss's top-k softmax, the 1024-expert limit), expert GEMV / GEMM over f16 (two fused
+  // outputs), bf16 panels (sliced input), I8, I4 symmetric / asymmetric and MXFP4 stacks, the
+  // clamped SwiGLU, the combine with and without the shared expert, attention with sinks (f32
+  // and f16 caches, windowed, soft-capped).
+  for (auto [experts, topK, scoring] : {std::tuple{8, 2, plan::RouterAttrs::SOFTMAX_TOPK},
+                                        std::tuple{64, 8, plan::RouterAttrs::SOFTMAX_TOPK},
+                                        std::tuple{32, 4, plan::RouterAttrs::TOPK_SOFTMAX},
+                                        std::tuple{1024, 8, plan::RouterAttrs::SOFTMAX_TOPK}}) {
+    llmrt::testing::OpProgram program(4);
+    const int32_t logits = program.Input(experts);
+    const int32_t ids =
+        program.Router(logits, experts, topK, scoring, scoring == plan::RouterAttrs::SOFTMAX_TOPK)
+            .first;
+    const int32_t x = program.Input(64);
+    const int32_t gate = program.Activation(topK * 32), up = program.Activation(topK * 32);
+    plan::Op *gateUp = program.AddOp(plan::EXPERT_MATMUL, {x, ids}, {gate, up},
+                                     {program.ExpertMatrix(plan::F16, experts, 64, 64),
+                                      program.FloatTensor(plan::F32, {experts, 64}, 0.5f)});
+    gateUp->mutable_expert()->set_num_experts(experts);
+    gateUp->mutable_expert()->set_top_k(topK);
+    const int32_t hidden = program.Activation(topK * 32);
+    plan::SwigluAttrs *swiglu =
+        program.AddOp(plan::CLAMPED_SWIGLU, {gate, up}, {hidden}, {})->mutable_swiglu();
+    swiglu->set_alpha(1.702);
+    swiglu->set_limit(7.0);
+    const int32_t down = program.Activation(topK * 64);
+    plan::Op *downOp =
+        program.AddOp(plan::EXPERT_MATMUL, {hidden, ids}, {down},
+                      {program.ExpertMatrix(plan::BF16, experts, 64, 32, 0, false, 16)});
+    downOp->mutable_expert()->set_num_experts(experts);
+    downOp->mutable_expert()->set_top_k(topK);
+    const int32_t routed = program.Activation(64), combined = program.Activation(64);
+    const int32_t weights = program.Input(topK);
+    program.AddOp(plan::MOE_COMBINE, {down, weights}, {routed}, {});
+    program.AddOp(plan::MOE_COMBINE, {down, weights, x, program.Input(1)}, {combined}, {});
+    program.ReadOut(combined);
+    result.push_back(program.meta());
+  }
+  for (const ExpertQuantCase &c :
+       {ExpertQuantCase{plan::I8, false, 32, 64, 8, 1024, 256, false},
+        ExpertQuantCase{plan::I4, false, 32, 64, 8, 256, 1024, true},
+        ExpertQuantCase{plan::I4, true, 64, 8, 2, 1024, 256, false},
+        ExpertQuantCase{plan::FP4_E2M1, false, 32, 32, 4, 1024, 256, false},
+        ExpertQuantCase{plan::FP4_E2M1, false, 32, 32, 4, 256, 1024, true}})
+    result.push_back(expertMeta(c));
+  for (auto [kv, window, softcap, headDim] :
+       {std::tuple{plan::F32, 0, 0.0, 64}, std::tuple{plan::F16, 128, 0.0, 64},
+        std::tuple{plan::BF16, 0, 30.0, 128}, std::tuple{plan::I8, 5, 0.0, 6}}) {
+    llmrt::testing::OpProgram program(4);
+    const int32_t q = program.Input(4 * headDim), k = program.Input(2 * headDim),
+                  v = program.Input(2 * headDim);
+    const int32_t out = program.Activation(4 * headDim);
+    plan::AttentionAttrs *attention =
+        program.AddOp(plan::ATTENTION, {q, k, v}, {out}, {program.FloatTensor(plan::F32, {4}, 1)})
+            ->mutable_attention();
+    attention->set_num_heads(4);
+    attention->set_num_kv_heads(2);
+    attention->set_head_dim(headDim);
+    attention->set_sliding_window(window);
+    attention->set_logit_softcap(softcap);
+    plan::KvCacheSpec *spec = program.kv_cache();
+    spec->set_num_layers(1);
+    spec->set_num_kv_heads(2);
+    spec->set_head_dim(headDim);
+    spec->set_dtype(kv);
+    program.ReadOut(out);
+    result.push_back(program.meta());
+  }
   return result;
 }
 
@@ -204,6 +278,39 @@ TEST(CostModelTest, CountsWhatEachChosenKernelMoves) {
   auto table = costTable(meta, 1, 16);
   ASSERT_TRUE(table.ok());
   EXPECT_TRUE(absl::StrContains(*table, "| H200 | A100 |")) << *table;
+}
+
+// Expert matmuls read only the step's distinct experts: E (1 - (1 - k/E)^T) of them under
+// uniform routing (an int4 stack of 64 experts, top-8, [128, 256] each with f16 scales per 32).
+TEST(CostModelTest, ExpertMatmulsMoveTheDistinctExpertsBytes) {
+  const ExpertQuantCase c{plan::I4, false, 32, 64, 8, 256, 128, false};
+  const plan::PlanMeta meta = expertMeta(c);
+  const double perExpert = 128 * 256 / 2 + 128 * (256 / 32) * 2;
+  auto find = [](const std::vector<KernelCost> &rows, const std::string &kind) {
+    for (const KernelCost &row : rows)
+      if (absl::StrContains(row.what, kind))
+        return row;
+    ADD_FAILURE() << "no row " << kind;
+    return KernelCost();
+  };
+  for (int tokens : {1, 4}) {
+    auto step = estimateStep(meta, tokens, tokens);
+    ASSERT_TRUE(step.ok()) << step.status();
+    const double distinct = 64 * (1 - std::pow(1 - 8.0 / 64, tokens));
+    const KernelCost gemv = find(*step, "expert_gemv_64x256x128_i4g32");
+    EXPECT_NEAR(gemv.bytes, distinct * perExpert + (256.0 + 8 * 128) * tokens * 4, 1e-6);
+    EXPECT_DOUBLE_EQ(gemv.flops, 2.0 * tokens * 8 * 128 * 256);
+    EXPECT_NE(find(*step, "router").what, "");
+    EXPECT_NE(find(*step, "grouping").what, "");
+  }
+  auto prefill = estimateStep(meta, 100, 100);
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  const double distinct = 64 * (1 - std::pow(1 - 8.0 / 64, 100));
+  const KernelCost gemm = find(*prefill, "expert_gemm_mma_64x256x128_i4g32");
+  // 800 routed rows over ~64 experts: one 64-row tile each.
+  EXPECT_NEAR(gemm.bytes, distinct * perExpert + (256.0 + 8 * 128) * 100 * 4, 1e-6);
+  EXPECT_DOUBLE_EQ(gemm.flops, 3 * 2.0 * 800 * 128 * 256); // three activation parts
+  EXPECT_TRUE(gemm.mma);
 }
 
 TEST(EmitCudaTest, RefusesAnOpWithoutKernel) {

@@ -675,7 +675,8 @@ private:
               // Over an f32 cache P and V are split in three (KernelLibrary.cuh): ptxas' own
               // register target then left 4-12 bytes of spills around the rope's sin/cos call on
               // sm_80 at head_dim 16 and 32; one resident block lets it take the registers.
-              meta.kv_cache().dtype() == plan::F32 ? 1 : 0));
+              // The sinks' two registers did the same over an f16 cache on sm_90 (8 bytes).
+              meta.kv_cache().dtype() == plan::F32 || sinks ? 1 : 0));
     }
     return absl::OkStatus();
   }

@@ -255,21 +255,62 @@ __device__ void gemv(const LlmcKernelParams &p) {
   gemvRows<kK, kN, T, kPanelRows, kBias, kWarps, kRows, Store>(p, rows);
 }
 
+// Splits of an f32 into bf16 parts (the MMA GEMMs' activations, the prefill attention's
+// operands): high + low keeps ~16 significant bits, high + mid + low all 24.
+__device__ __forceinline__ void splitBf16(float value, __nv_bfloat16 &high, __nv_bfloat16 &low) {
+  high = __float2bfloat16_rn(value);
+  low = __float2bfloat16_rn(value - __bfloat162float(high));
+}
+
+__device__ __forceinline__ void splitPack(float first, float second, u32 &high, u32 &low) {
+  __nv_bfloat16 firstHigh, firstLow, secondHigh, secondLow;
+  splitBf16(first, firstHigh, firstLow);
+  splitBf16(second, secondHigh, secondLow);
+  high = pack2(firstHigh, secondHigh);
+  low = pack2(firstLow, secondLow);
+}
+
+// x = high + mid + low, each bf16: 24 significant bits in all.
+__device__ __forceinline__ void splitBf16x3(float value, __nv_bfloat16 &high, __nv_bfloat16 &mid,
+                                            __nv_bfloat16 &low) {
+  high = __float2bfloat16_rn(value);
+  const float rest = value - __bfloat162float(high);
+  mid = __float2bfloat16_rn(rest);
+  low = __float2bfloat16_rn(rest - __bfloat162float(mid));
+}
+
+__device__ __forceinline__ void splitPack3(float first, float second, u32 &high, u32 &mid,
+                                           u32 &low) {
+  __nv_bfloat16 h0, m0, l0, h1, m1, l1;
+  splitBf16x3(first, h0, m0, l0);
+  splitBf16x3(second, h1, m1, l1);
+  high = pack2(h0, h1);
+  mid = pack2(m0, m1);
+  low = pack2(l0, l1);
+}
+
 // --- MATMUL, prefill: tensor-core GEMM (sm_80+) ----------------------------------------------
 // grid (ceil(N / 32), ceil(num_tokens / 64)), block 128 = 4 warps. The block computes a 64-row
 // x 32-column tile; warp w owns rows [16w, 16w + 16) and four 16x8 MMA tiles across the
 // columns. K advances 16 at a time through shared memory, zero-padded at every edge.
 // Activations are f32 but MMA inputs are 16-bit: each activation is split into hi = T(x) and
 // lo = T(x - hi), and both are multiplied by the (exact) 16-bit weights, so the product keeps
-// ~16 (bf16) or ~22 (f16) bits of the activation instead of 8 or 11: f32-class accuracy at twice
-// the MMA work, which prefill has to spare (it is bound by reading weights once per 64 tokens).
+// ~22 bits of the activation instead of 11 (f16); bf16 splits in three (hi, mid, lo: all 24
+// bits, as hi + lo's 16 left a relative error of 2^-17 per product, enough to flip a MoE router's
+// choice between logits 1e-5 apart that the CPU's f32 sums keep apart). f32-class accuracy at two
+// or three times the MMA work, which prefill has to spare (it is bound by reading weights once
+// per 64 tokens).
+template <typename T> struct SplitInThree { static constexpr bool value = false; };
+template <> struct SplitInThree<__nv_bfloat16> { static constexpr bool value = true; };
 template <int kK, int kN, typename T, int kPanelRows, bool kBias, typename Store, typename Rows>
 __device__ void gemmMmaRows(const LlmcKernelParams &p, const Rows &rows) {
   constexpr int kTileM = 64, kTileN = 32, kTileK = 16;
   // +8 elements per row: 48-byte rows spread fragment loads over more shared-memory banks.
   constexpr int kPitch = kTileK + 8;
+  constexpr bool kThree = SplitInThree<T>::value;
   __shared__ T aHigh[kTileM * kPitch];
   __shared__ T aLow[kTileM * kPitch];
+  __shared__ T aMid[kThree ? kTileM * kPitch : 1];
   __shared__ T b[kTileN * kPitch];
   const int n0 = blockIdx.x * kTileN;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -285,9 +326,13 @@ __device__ void gemmMmaRows(const LlmcKernelParams &p, const Rows &rows) {
     for (int e = threadIdx.x; e < kTileM * kTileK; e += 128) {
       const int r = e / kTileK, c = e % kTileK;
       const float value = (r < count && k0 + c < kK) ? x[rows.input(r) * kK + k0 + c] : 0.0f;
-      const T high = Convert<T>::from(value);
-      aHigh[r * kPitch + c] = high;
-      aLow[r * kPitch + c] = Convert<T>::from(value - toFloat(high));
+      if constexpr (kThree) {
+        splitBf16x3(value, aHigh[r * kPitch + c], aMid[r * kPitch + c], aLow[r * kPitch + c]);
+      } else {
+        const T high = Convert<T>::from(value);
+        aHigh[r * kPitch + c] = high;
+        aLow[r * kPitch + c] = Convert<T>::from(value - toFloat(high));
+      }
     }
     for (int e = threadIdx.x; e < kTileN * kTileK; e += 128) {
       const int r = e / kTileK, c = e % kTileK;
@@ -298,15 +343,19 @@ __device__ void gemmMmaRows(const LlmcKernelParams &p, const Rows &rows) {
     __syncthreads();
     const int rowTop = (warp * 16 + group) * kPitch, rowBottom = rowTop + 8 * kPitch;
     const int col = thread * 2;
-    u32 high[4], low[4];
+    u32 high[4], low[4], mid[4];
     loadFragmentA(aHigh, rowTop, rowBottom, col, high);
     loadFragmentA(aLow, rowTop, rowBottom, col, low);
+    if constexpr (kThree)
+      loadFragmentA(aMid, rowTop, rowBottom, col, mid);
     for (int t = 0; t < 4; ++t) {
       const int bRow = (t * 8 + group) * kPitch;
       u32 fragment[2];
       fragment[0] = pack2(b[bRow + col], b[bRow + col + 1]);
       fragment[1] = pack2(b[bRow + col + 8], b[bRow + col + 9]);
       mmaM16N8K16(acc[t], high, fragment, T());
+      if constexpr (kThree)
+        mmaM16N8K16(acc[t], mid, fragment, T());
       mmaM16N8K16(acc[t], low, fragment, T());
     }
     __syncthreads();
@@ -589,38 +638,6 @@ __device__ void attentionCombine(const LlmcKernelParams &p) {
 // measurably failed the fixtures' 1e-3 logits tolerance (1.4e-3 on llama_mha bf16). Tensor
 // work is 6 + 3 MMAs (6 + 6 over f32) per 16x8x16 step instead of 2, affordable because
 // prefill attention is a small share of a prefill step (docs/cuda.md).
-__device__ __forceinline__ void splitBf16(float value, __nv_bfloat16 &high, __nv_bfloat16 &low) {
-  high = __float2bfloat16_rn(value);
-  low = __float2bfloat16_rn(value - __bfloat162float(high));
-}
-
-__device__ __forceinline__ void splitPack(float first, float second, u32 &high, u32 &low) {
-  __nv_bfloat16 firstHigh, firstLow, secondHigh, secondLow;
-  splitBf16(first, firstHigh, firstLow);
-  splitBf16(second, secondHigh, secondLow);
-  high = pack2(firstHigh, secondHigh);
-  low = pack2(firstLow, secondLow);
-}
-
-// x = high + mid + low, each bf16: 24 significant bits in all.
-__device__ __forceinline__ void splitBf16x3(float value, __nv_bfloat16 &high, __nv_bfloat16 &mid,
-                                            __nv_bfloat16 &low) {
-  high = __float2bfloat16_rn(value);
-  const float rest = value - __bfloat162float(high);
-  mid = __float2bfloat16_rn(rest);
-  low = __float2bfloat16_rn(rest - __bfloat162float(mid));
-}
-
-__device__ __forceinline__ void splitPack3(float first, float second, u32 &high, u32 &mid,
-                                           u32 &low) {
-  __nv_bfloat16 h0, m0, l0, h1, m1, l1;
-  splitBf16x3(first, h0, m0, l0);
-  splitBf16x3(second, h1, m1, l1);
-  high = pack2(h0, h1);
-  mid = pack2(m0, m1);
-  low = pack2(l0, l1);
-}
-
 // d += a b over three-part operands: the six products above 2^-24 relative, small first.
 __device__ __forceinline__ void mmaSplit3(float (&d)[4], const u32 (&aHigh)[4],
                                           const u32 (&aMid)[4], const u32 (&aLow)[4],
@@ -1127,17 +1144,18 @@ __device__ void gemvQuant(const LlmcKernelParams &p) {
 // --- MATMUL over quantized weights, prefill: tensor-core GEMM ---------------------------------
 // gemmMma's tiling (64 x 32 block tile, 4 warps x four m16n8k16 per k-step of 16) with the
 // weight tile dequantized into shared memory as the integer (code - zero) in bf16, exact for
-// |code - zero| <= 255 (kFp4: the E2M1 value, exact in bf16), and the activations split hi + lo
-// in bf16 (f32's range, ~16 bits). The MMA sums code x activation over one scale group into a
-// group accumulator, which is scaled by the group's scale and added to the output accumulator
-// when the group ends: the dequantization multiply runs once per group and column, and no
-// precision is lost to rounding code * scale to 16 bits.
+// |code - zero| <= 255 (kFp4: the E2M1 value, exact in bf16), and the activations split in three
+// bf16 parts (f32's range and all 24 bits, as gemmMma's bf16). The MMA sums code x activation over
+// one scale group into a group accumulator, which is scaled by the group's scale and added to the
+// output accumulator when the group ends: the dequantization multiply runs once per group and
+// column, and no precision is lost to rounding code * scale to 16 bits.
 template <int kK, int kN, int kBits, bool kFp4, bool kAsymmetric, int kGroup, bool kPermuted,
           bool kBias, typename Store, typename Rows>
 __device__ void gemmMmaQuantRows(const LlmcKernelParams &p, const Rows &rows) {
   constexpr int kTileM = 64, kTileN = 32, kTileK = 16;
   constexpr int kPitch = kTileK + 8;
   __shared__ __nv_bfloat16 aHigh[kTileM * kPitch];
+  __shared__ __nv_bfloat16 aMid[kTileM * kPitch];
   __shared__ __nv_bfloat16 aLow[kTileM * kPitch];
   __shared__ __nv_bfloat16 b[kTileN * kPitch];
   const int n0 = blockIdx.x * kTileN;
@@ -1157,7 +1175,7 @@ __device__ void gemmMmaQuantRows(const LlmcKernelParams &p, const Rows &rows) {
       float value = 0.0f;
       if (r < count && k0 + c < kK)
         value = x[rows.input(r) * kK + (kPermuted ? permutation[k0 + c] : k0 + c)];
-      splitBf16(value, aHigh[r * kPitch + c], aLow[r * kPitch + c]);
+      splitBf16x3(value, aHigh[r * kPitch + c], aMid[r * kPitch + c], aLow[r * kPitch + c]);
     }
     for (int e = threadIdx.x; e < kTileN * kTileK; e += 128) {
       const int r = e / kTileK, c = e % kTileK;
@@ -1174,8 +1192,9 @@ __device__ void gemmMmaQuantRows(const LlmcKernelParams &p, const Rows &rows) {
     __syncthreads();
     const int rowTop = (warp * 16 + group) * kPitch, rowBottom = rowTop + 8 * kPitch;
     const int col = thread * 2;
-    u32 high[4], low[4];
+    u32 high[4], mid[4], low[4];
     loadFragmentA(aHigh, rowTop, rowBottom, col, high);
+    loadFragmentA(aMid, rowTop, rowBottom, col, mid);
     loadFragmentA(aLow, rowTop, rowBottom, col, low);
     for (int t = 0; t < 4; ++t) {
       const int bRow = (t * 8 + group) * kPitch;
@@ -1183,6 +1202,7 @@ __device__ void gemmMmaQuantRows(const LlmcKernelParams &p, const Rows &rows) {
       fragment[0] = pack2(b[bRow + col], b[bRow + col + 1]);
       fragment[1] = pack2(b[bRow + col + 8], b[bRow + col + 9]);
       mmaM16N8K16(partial[t], low, fragment, __nv_bfloat16());
+      mmaM16N8K16(partial[t], mid, fragment, __nv_bfloat16());
       mmaM16N8K16(partial[t], high, fragment, __nv_bfloat16());
     }
     __syncthreads();

@@ -10,6 +10,7 @@
 #ifndef LLMC_CODEGEN_CUDA_EMULATION_EMULATEDBACKENDS_H_
 #define LLMC_CODEGEN_CUDA_EMULATION_EMULATEDBACKENDS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -37,10 +38,11 @@ struct Backends {
   std::unique_ptr<llmrt::cuda::KernelStepBackend> emulated;
   const EmulatedDevice *device = nullptr; // owned by `emulated`
 
-  // Whether a kernel whose entry name starts with llmc_<prefix> was launched.
-  bool launched(const std::string &prefix) const {
+  // Whether a kernel whose entry name starts with llmc_<prefix> (and contains `part`) was
+  // launched.
+  bool launched(const std::string &prefix, const std::string &part = "") const {
     for (const std::string &name : device->launches())
-      if (name.rfind("llmc_" + prefix, 0) == 0)
+      if (name.rfind("llmc_" + prefix, 0) == 0 && name.find(part) != std::string::npos)
         return true;
     return false;
   }
@@ -99,6 +101,10 @@ inline bool createBackends(Backends &result, const llmrt::plan::PlanMeta &meta,
   const llmrt::plan::KernelTable table = result.emission.kernelTable("cuda:emulated");
   llmrt::BackendOptions options;
   options.max_tokens_per_step = maxTokens;
+  // MoE plans: both backends count each step's routing (runBoth compares the counts).
+  options.record_expert_load =
+      std::any_of(meta.program().ops().begin(), meta.program().ops().end(),
+                  [](const llmrt::plan::Op &op) { return op.kind() == llmrt::plan::ROUTER; });
   auto cpu = llmrt::cpu::CreateCpuBackend(meta, blobs, options);
   EXPECT_TRUE(cpu.ok()) << cpu.status();
   auto device = std::make_unique<EmulatedDevice>(*module, table);

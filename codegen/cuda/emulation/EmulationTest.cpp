@@ -81,6 +81,17 @@ TEST_P(FixtureTest, EveryKernelMatchesTheCpuBackend) {
       plan::RopeCosSinScale(config.rope()) != 1.0;
   EXPECT_EQ(backends->launched("rope_"), ownRopeKernel);
   EXPECT_TRUE(backends->launched("logits_top"));
+  // MoE: routing, grouping, and both expert matmuls (the GEMM for the prefill steps: 16-bit
+  // weights have one); gpt-oss's sinks in the combine and the prefill attention.
+  const bool moe = std::any_of(backends->plan->meta().program().ops().begin(),
+                               backends->plan->meta().program().ops().end(),
+                               [](const plan::Op &op) { return op.kind() == plan::ROUTER; });
+  EXPECT_EQ(backends->launched("router_"), moe);
+  EXPECT_EQ(backends->launched("expert_group_"), moe);
+  EXPECT_EQ(backends->launched("expert_gemv_"), moe);
+  EXPECT_EQ(backends->launched("expert_gemm_mma_"), moe);
+  EXPECT_EQ(backends->launched("attention_combine_", "_sinks"), config.attention_sinks());
+  EXPECT_EQ(backends->launched("attention_prefill_", "_sinks"), config.attention_sinks());
 }
 
 // The unfused program (separate SILU, MUL, ADD, RMS_NORM ops) and odd shapes (head_dim 6,

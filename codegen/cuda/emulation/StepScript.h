@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "runtime/backend/backend.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/plan/dtype.h"
@@ -117,6 +118,16 @@ inline std::vector<float> runBoth(llmrt::Backend &reference, llmrt::Backend &can
                               << worstIndex / vocab << ": " << reference.name() << " "
                               << expected[worstIndex] << ", " << candidate.name() << " "
                               << actual[worstIndex];
+  // A MoE plan (backends created with record_expert_load): the step routed every token to the
+  // same experts on both.
+  llmrt::ExpertLoad expectedLoad, actualLoad;
+  if (reference.LastStepExpertLoad(expectedLoad).ok()) {
+    absl::Status status = candidate.LastStepExpertLoad(actualLoad);
+    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_EQ(actualLoad.num_routers, expectedLoad.num_routers) << what;
+    EXPECT_EQ(actualLoad.num_experts, expectedLoad.num_experts) << what;
+    EXPECT_EQ(actualLoad.counts, expectedLoad.counts) << what;
+  }
   return expected;
 }
 
