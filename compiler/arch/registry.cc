@@ -24,7 +24,7 @@ namespace {
 constexpr const Family* kFamilies[] = {
     &kLlamaFamily,  &kMistralFamily, &kQwen2Family,    &kQwen3Family,    &kSmolLM3Family,
     &kOlmo2Family,  &kPhi3Family,    &kQwen3MoeFamily, &kQwen2MoeFamily, &kMixtralFamily,
-    &kGemma2Family, &kGemma3Family,  &kGptOssFamily};
+    &kGptOssFamily, &kGemma2Family,  &kGemma3Family};
 
 }  // namespace
 
