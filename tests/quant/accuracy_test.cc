@@ -210,6 +210,11 @@ TEST_P(QuantAccuracyTest, ErrorFeedbackInt4G32) {
       // refused (AwqNoWorseThanRoundToNearest). Measured 11-29% below RTN.
       EXPECT_LE(gptq.mean_kl, rtn.mean_kl);
       EXPECT_LE(gptq.mean_kl, Int4Bound());
+      absl::StatusOr<std::unique_ptr<llmrt::plan::Plan>> plan =
+          llmrt::plan::Plan::Open(scratch_ + "/int4-g32" + suffix + "-gptq.plan");
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_NE((*plan)->meta().quantization().find(" gptq (experts rtn)"), std::string::npos)
+          << (*plan)->meta().quantization();
       continue;
     }
     int4.awq = true;
