@@ -17,7 +17,16 @@
 //     permutation (act-order imports) as extra tensors named `<codes>.scales`,
 //     `<codes>.zero_points`, `<codes>.input_permutation` (plan.proto, message Quantization).
 //     Codes come from the WeightSource when it holds the weight pre-quantized (GPTQ/AWQ
-//     checkpoints), else from compiler/quant's round-to-nearest quantizer.
+//     checkpoints), else from compiler/quant's round-to-nearest quantizer. Scheme "mxfp4"
+//     writes FP4_E2M1 codes with E8M0 `<codes>.scales` (the QuantizedMatrix's exponents);
+//   - an llm.expert_matmul's weights are one 3-D tensor [E, sum N_i, K]: per expert, its part
+//     of every fused projection in order (gate rows, then up rows), float (panelled per expert)
+//     or quantized with 3-D companions [E, sum N_i, groups]; its biases one F32 [E, sum N_i].
+//     The name drops the expert index (or the view) of the parts' names:
+//     `...mlp.experts.{e}.{gate,up}_proj.weight` -> `...mlp.experts.gate_up_proj.weight`,
+//     views of a stacked `...experts.gate_up_proj` -> that name (codegen/ExpertSlice.h). The
+//     WeightSource may free the parts (releaseWeights) once the tensor is written;
+//   - attention sinks: F32 [num_heads], the ATTENTION op's weight.
 // Conversion streams in chunks of kConvertChunkElements, so a multi-GB checkpoint is never
 // held in memory.
 //
