@@ -63,9 +63,6 @@ struct OpCase {
   std::function<void(OpProgram&)> build;
   // The backends that refuse it by design (UNIMPLEMENTED at creation), with the reason.
   std::vector<BackendKind> unsupported;
-  // The backends the row runs on; empty: every backend. (A row whose op another backend accepts
-  // but does not compute yet names the backends that do; see its comment.)
-  std::vector<BackendKind> backends;
   // The error bound per backend (see Bound()).
   std::function<double(BackendKind)> bound;
 };
@@ -304,8 +301,6 @@ std::vector<OpCase> Cases() {
       };
       const plan::DType dtype = m.dtype;
       c.bound = [dtype](BackendKind backend) { return MatmulBound(dtype, backend); };
-      // MXFP4 on CUDA lands with brief C.
-      if (m.dtype == plan::FP4_E2M1) c.unsupported = {BackendKind::kCudaEmulated};
       cases.push_back(c);
     }
   }
@@ -435,15 +430,10 @@ std::vector<OpCase> Cases() {
     };
     const plan::DType kv = a.kv;
     c.bound = [kv](BackendKind) { return KvBound(kv); };
-    // The CUDA kernels do not read sinks yet (brief C adds them): those rows run on the CPU.
-    if (a.sinks) c.backends = {BackendKind::kCpu};
     cases.push_back(c);
   }
 
-  // Mixture of experts. The CUDA kernels for these ops land with brief C; until then the CUDA
-  // backend refuses them (no kernel for the op kind).
-  const std::vector<BackendKind> moe_unsupported = {BackendKind::kCudaEmulated};
-
+  // Mixture of experts.
   // ROUTER: E 4 / 60 / 128, top_k 1 / 2 / 8, both scorings, normalize on and off. The logits
   // are permutations of values 8 / E apart (OpProgram::RouterLogits), so the double reference
   // and f32 choose alike. The weights are read out directly (1e-6); the ids through an
@@ -490,7 +480,6 @@ std::vector<OpCase> Cases() {
         p.ReadOut(out);
       };
       c.bound = constant(ids ? 0.0 : 1e-6);
-      c.unsupported = moe_unsupported;
       cases.push_back(c);
     }
   }
@@ -553,7 +542,6 @@ std::vector<OpCase> Cases() {
       };
       const plan::DType dtype = m.dtype;
       c.bound = [dtype](BackendKind backend) { return MatmulBound(dtype, backend); };
-      c.unsupported = moe_unsupported;
       cases.push_back(c);
     }
   }
@@ -579,7 +567,6 @@ std::vector<OpCase> Cases() {
       p.ReadOut(out);
     };
     c.bound = constant(1e-6);
-    c.unsupported = moe_unsupported;
     cases.push_back(c);
   }
 
@@ -599,7 +586,6 @@ std::vector<OpCase> Cases() {
       p.ReadOut(out);
     };
     c.bound = constant(1e-6);
-    c.unsupported = moe_unsupported;
     cases.push_back(c);
   }
   return cases;
@@ -808,11 +794,7 @@ TEST(OpAttributesTest, BadValuesAreRefusedByName) {
 std::vector<std::tuple<BackendKind, OpCase>> Matrix() {
   std::vector<std::tuple<BackendKind, OpCase>> rows;
   for (BackendKind backend : {BackendKind::kCpu, BackendKind::kCudaEmulated}) {
-    for (const OpCase& c : Cases()) {
-      const bool runs = c.backends.empty() || std::find(c.backends.begin(), c.backends.end(),
-                                                        backend) != c.backends.end();
-      if (runs) rows.emplace_back(backend, c);
-    }
+    for (const OpCase& c : Cases()) rows.emplace_back(backend, c);
   }
   return rows;
 }
