@@ -205,7 +205,7 @@ absl::StatusOr<std::vector<KernelCost>> estimateStep(const plan::PlanMeta &meta,
         n += width(out) / topK;
       const double routed = t * topK;
       // Grouping: ids read twice, the sorted rows and tiles written.
-      add(name(0), what + " grouping", routed * 12 + experts * 16, routed * 2, false);
+      add(name(0), "expert grouping", routed * 12 + experts * 16, routed * 2, false);
       // Uniform routing: the step's distinct experts, E (1 - (1 - k/E)^T); only their bytes
       // are read (weights, scales, bias).
       const double distinct = experts * (1 - std::pow(1 - topK / experts, t));
