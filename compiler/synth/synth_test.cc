@@ -268,6 +268,79 @@ TEST(SynthTensorsTest, MoePresetsMatchTransformersStateDicts) {
   }
 }
 
+// gpt-oss's experts as its MXFP4 checkpoints store them: U8 _blocks and _scales in place of the
+// stacked float matrices (each block byte two parameters).
+TEST(SynthTensorsTest, GptOssPresetMatchesTransformersStateDict) {
+  ExpectMoePresetMatchesTransformers(MoePreset{"gpt-oss-2b-a0.5b", "gpt_oss_state_dict.txt",
+                                               2'066'556'672, 1'612'185'600, 449'980'160, 4, 32});
+}
+
+// An MXFP4 config (gpt-oss's quantization_config) gets its stacked experts as U8 _blocks of
+// random E2M1 codes and _scales of kSynthMxfp4ScaleByte, out-major as gpt-oss ships them; every
+// other tensor stays in the checkpoint dtype. Read back from the safetensors header and data.
+TEST_F(SynthTest, Mxfp4ExpertsAreBlocksAndScales) {
+  const fs::path config_path = root_ / "in.json";
+  std::ofstream(config_path) << R"({"architectures": ["GptOssForCausalLM"], "model_type":
+      "gpt_oss", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 32,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+      "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 8,
+      "max_position_embeddings": 256, "quantization_config": {"quant_method": "mxfp4",
+      "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+      "model.embed_tokens", "lm_head"]}})";
+  absl::StatusOr<SynthModelConfig> config = SynthConfigFromFile(config_path.string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  SynthOptions options;
+  options.config = *config;
+  options.seed = 7;
+  options.output_dir = (root_ / "gpt_oss").string();
+  ASSERT_TRUE(WriteSyntheticCheckpoint(options).ok());
+  const nlohmann::json written =
+      nlohmann::json::parse(ReadFile(fs::path(options.output_dir) / "config.json"));
+  EXPECT_EQ(written["quantization_config"]["quant_method"], "mxfp4");
+
+  const std::string file = ReadFile(fs::path(options.output_dir) / "model.safetensors");
+  ASSERT_GT(file.size(), 8u);
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, file.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(file.substr(8, header_size));
+  const char* data = file.data() + 8 + header_size;
+  auto bytes_of = [&](const std::string& name) {
+    const nlohmann::json& entry = header.at(name);
+    const uint64_t begin = entry["data_offsets"][0], end = entry["data_offsets"][1];
+    return std::vector<uint8_t>(data + begin, data + end);
+  };
+  const std::string prefix = "model.layers.1.mlp.experts.";
+  EXPECT_FALSE(header.contains(prefix + "gate_up_proj"));
+  EXPECT_EQ(header[prefix + "gate_up_proj_blocks"]["dtype"], "U8");
+  EXPECT_EQ(header[prefix + "gate_up_proj_blocks"]["shape"],
+            (std::vector<int64_t>{4, 64, 2, 16}));  // [E, 2I, H / 32, 16]
+  EXPECT_EQ(header[prefix + "gate_up_proj_scales"]["shape"], (std::vector<int64_t>{4, 64, 2}));
+  EXPECT_EQ(header[prefix + "down_proj_blocks"]["shape"], (std::vector<int64_t>{4, 64, 1, 16}));
+  EXPECT_EQ(header[prefix + "down_proj_scales"]["dtype"], "U8");
+  EXPECT_EQ(header[prefix + "down_proj_bias"]["dtype"], "F16");
+  EXPECT_EQ(header["model.layers.1.mlp.router.weight"]["dtype"], "F16");
+
+  for (uint8_t scale : bytes_of(prefix + "down_proj_scales")) ASSERT_EQ(scale, 120);
+  const std::vector<uint8_t> blocks = bytes_of(prefix + "gate_up_proj_blocks");
+  SynthTensor tensor{prefix + "gate_up_proj_blocks", {4, 64, 2, 16}, SynthTensor::Init::kE2M1Codes};
+  std::vector<uint8_t> expected(blocks.size());
+  SynthBytes(tensor, options.seed, 0, expected);
+  EXPECT_EQ(blocks, expected);
+  EXPECT_EQ(tensor.num_parameters(), 2 * blocks.size());
+  // Both nibbles take every E2M1 code, each in 1/16 of the bytes (8192 of them: a binomial
+  // standard deviation of 22, so 110 is five).
+  ASSERT_EQ(blocks.size(), 8192u);
+  std::vector<int> low(16), high(16);
+  for (uint8_t byte : blocks) {
+    ++low[byte & 15];
+    ++high[byte >> 4];
+  }
+  for (int code = 0; code < 16; ++code) {
+    EXPECT_NEAR(low[code], 8192 / 16, 110) << code;
+    EXPECT_NEAR(high[code], 8192 / 16, 110) << code;
+  }
+}
+
 // The preset's config.json leaves no_rope_layers to SmolLM3Config's default: the importer must
 // derive transformers' list from it. 36 layers at toy width, so it also compiles and runs.
 TEST_F(SynthTest, SmolLM3PresetNoRopeLayersCompileAndRun) {

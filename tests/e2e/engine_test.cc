@@ -214,12 +214,13 @@ std::vector<std::string> Models() {
   // window layer inside its window (qwen2_sliding and smollm3_nope_window window one layer of two).
   // phi3_longrope_partial: one factor set for every chunk, hit or recompute (partial rotary).
   // gemma2_softcap / gemma3_text: alternating and 5:1 window layers, soft-caps, per-layer rope.
-  // qwen3_moe / qwen2_moe_shared: a token's experts and output do not depend on which other
-  // tokens share its step (grouped expert GEMMs over the batch's union).
+  // qwen3_moe / qwen2_moe_shared / gpt_oss: a token's experts and output do not depend on which
+  // other tokens share its step (grouped expert GEMMs over the batch's union), and gpt_oss's
+  // sinks and window hold across prefix-cache hits and recomputed prompts.
   for (const char* fixture :
        {"llama_gqa_tied", "llama_mha", "qwen2_bias", "mistral_sliding", "qwen2_sliding",
         "smollm3_nope_window", "olmo2_postnorm", "phi3_sliding", "phi3_longrope_partial",
-        "gemma2_softcap", "gemma3_text", "qwen3_moe", "qwen2_moe_shared"}) {
+        "gemma2_softcap", "gemma3_text", "qwen3_moe", "qwen2_moe_shared", "gpt_oss"}) {
     models.push_back(std::string("tests/fixtures/") + fixture);
   }
   return models;
@@ -292,7 +293,8 @@ TEST_P(EngineMoeTest, PreemptionUnderATinyPoolGivesIdenticalOutput) {
 
 INSTANTIATE_TEST_SUITE_P(MoeFixtures, EngineMoeTest,
                          ::testing::Values(MoeFixture{"qwen3_moe", 1, 8, 2},
-                                           MoeFixture{"qwen2_moe_shared", 2, 8, 2}),
+                                           MoeFixture{"qwen2_moe_shared", 2, 8, 2},
+                                           MoeFixture{"gpt_oss", 2, 8, 4}),
                          [](const ::testing::TestParamInfo<MoeFixture>& info) {
                            return std::string(info.param.name);
                          });
