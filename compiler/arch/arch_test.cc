@@ -807,17 +807,27 @@ TEST(MoeFamiliesTest, ConfigDefaultsAndWindows) {
   EXPECT_EQ(config.moe().num_experts(), 4);
 }
 
-// What llmc synth writes: every expert's tensors, and the dense layer's FFN.
+// What llmc synth writes: exactly each fixture's tensors (every expert's, the dense layer's FFN,
+// the shared expert), with their shapes.
 TEST(MoeFamiliesTest, FamilyTensorsListEveryExpert) {
-  std::unique_ptr<Checkpoint> checkpoint = OpenFixture("qwen3_moe");
-  ASSERT_TRUE(checkpoint);
-  auto tensors = FamilyTensors(checkpoint->config());
-  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  for (const char* name : {"qwen3_moe", "qwen2_moe_shared", "mixtral_moe"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Checkpoint> checkpoint = OpenFixture(name);
+    ASSERT_TRUE(checkpoint);
+    auto tensors = FamilyTensors(checkpoint->config());
+    ASSERT_TRUE(tensors.ok()) << tensors.status();
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const FamilyTensor& tensor : *tensors) shapes[tensor.name] = tensor.shape;
+    EXPECT_EQ(shapes.size(), checkpoint->tensors().size());
+    for (const auto& [tensor, info] : checkpoint->tensors())
+      EXPECT_EQ(shapes[tensor], info.shape) << tensor;
+  }
+  std::unique_ptr<Checkpoint> qwen3 = OpenFixture("qwen3_moe");
+  ASSERT_TRUE(qwen3);
+  auto tensors = FamilyTensors(qwen3->config());
+  ASSERT_TRUE(tensors.ok());
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const FamilyTensor& tensor : *tensors) shapes[tensor.name] = tensor.shape;
-  EXPECT_EQ(shapes.size(), checkpoint->tensors().size());
-  for (const auto& [name, info] : checkpoint->tensors())
-    EXPECT_EQ(shapes[name], info.shape) << name;
   EXPECT_EQ(shapes["model.layers.0.mlp.experts.7.down_proj.weight"],
             (std::vector<int64_t>{64, 32}));
   EXPECT_EQ(shapes["model.layers.1.mlp.gate_proj.weight"], (std::vector<int64_t>{96, 64}));
