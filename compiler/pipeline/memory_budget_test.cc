@@ -1,9 +1,11 @@
 #include "compiler/pipeline/memory_budget.h"
 
+#include <algorithm>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "runtime/kv/kv_storage.h"
+#include "runtime/plan/plan_reader.h"
 
 namespace llmc {
 namespace {
@@ -72,6 +74,37 @@ TEST(ApplyMemoryBudgetTest, WorkspaceCountsTheLargestKernelScratch) {
   EXPECT_EQ(meta.memory_budget().workspace_bytes(),
             kBudgetTokensPerStep * (4096 + 2 * 1000 * 4) +
                 4 * (16 * kBudgetTokensPerStep + (1 << 20)) + kWorkspaceMarginBytes);
+}
+
+// A mixture of experts through the whole compile: the plan's arena holds a MoE layer's routed
+// rows (top_k slots of the gate, up and down outputs per token), and the budget's workspace is
+// that arena for a full step, the logits and the largest kernel scratch.
+TEST(ApplyMemoryBudgetTest, MixtureOfExpertsCompile) {
+  CompileOptions options;
+  options.model_dir = LLMC_SOURCE_DIR "/tests/fixtures/qwen3_moe";
+  options.output_path = ::testing::TempDir() + "/memory_budget_moe.plan";
+  options.max_memory_bytes = int64_t{256} << 20;
+  ASSERT_TRUE(Compile(options, nullptr).ok());
+  absl::StatusOr<std::unique_ptr<llmrt::plan::Plan>> plan =
+      llmrt::plan::Plan::Open(options.output_path, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const llmrt::plan::PlanMeta& meta = (*plan)->meta();
+  const llmrt::plan::MoeConfig& moe = meta.config().moe();
+  ASSERT_GT(moe.num_experts(), 0);
+  const int64_t arena = meta.program().arena_bytes_per_token();
+  EXPECT_GE(arena,
+            4 * moe.top_k() * (2 * moe.expert_intermediate_size() + meta.config().hidden_size()));
+  int64_t scratch = 0;
+  for (const llmrt::plan::KernelTable& table : meta.program().kernel_tables()) {
+    for (const llmrt::plan::KernelTable::Kernel& kernel : table.kernels()) {
+      scratch = std::max(scratch, kernel.scratch_floats_per_token() * kBudgetTokensPerStep +
+                                      kernel.scratch_floats_fixed());
+    }
+  }
+  EXPECT_EQ(meta.memory_budget().workspace_bytes(),
+            kBudgetTokensPerStep * (arena + 2 * meta.config().vocab_size() * 4) + 4 * scratch +
+                kWorkspaceMarginBytes);
+  EXPECT_GT(meta.memory_budget().kv_cache_tokens(), 0);
 }
 
 TEST(ApplyMemoryBudgetTest, TooSmallABudgetSaysWhatTakesTheMemory) {
