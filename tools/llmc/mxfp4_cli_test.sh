@@ -41,4 +41,14 @@ if "$llmc" compile "$fixtures/gpt_oss_mxfp4" -o "$dir/again.plan" --quiet --quan
   echo "FAIL: --quant on an MXFP4 checkpoint was not refused" >&2
   failed=1
 fi
+# A hand-broken copy: modules_to_not_convert naming the experts contradicts their _blocks.
+cp -r "$fixtures/gpt_oss_mxfp4" "$dir/broken"
+sed -i 's/"lm_head"$/"lm_head", "mlp.experts"/' "$dir/broken/config.json"
+if "$llmc" compile "$dir/broken" -o "$dir/broken.plan" --quiet 2>"$dir/err" ||
+  ! grep -q 'modules_to_not_convert entry "mlp.experts" matches model.layers.0.mlp.experts' \
+    "$dir/err"; then
+  echo "FAIL: modules_to_not_convert matching the MXFP4 experts was not refused:" >&2
+  cat "$dir/err" >&2
+  failed=1
+fi
 exit $failed
