@@ -1,7 +1,7 @@
 //===- DequantizedPlan.h - A quantized plan's f32 twin on the CPU -*- C++ -*-===//
 //
-// The CPU reference for kernels that keep f32 activations over I8 / I4 weights: the plan with
-// every quantized matrix replaced by its f32 values. Runtime-only (no compiler, no emulation),
+// The CPU reference for kernels that keep f32 activations over I8 / I4 / MXFP4 weights: the plan
+// with every quantized matrix replaced by its f32 values. Runtime-only (no compiler, no emulation),
 // so the emulation tests and the GPU kit's test (tests/kit) share it.
 //
 //===----------------------------------------------------------------------===//
@@ -22,7 +22,8 @@
 
 namespace llmc::cuda {
 
-// The quantized plan with every I8 / I4 matrix replaced by its f32 values, dequantized here
+// The quantized plan with every I8 / I4 / FP4_E2M1 matrix (expert stacks too) replaced by its
+// f32 values, dequantized here
 // by the scalar reference (llmrt::testing::ReferenceTensor): the CPU backend runs it in exact
 // f32, the reference for kernels that compute with f32 activations.
 struct DequantizedPlan {
@@ -35,7 +36,8 @@ inline DequantizedPlan dequantize(const llmrt::plan::PlanMeta &meta,
   DequantizedPlan result{meta, {}};
   for (int t = 0; t < meta.tensors_size(); ++t) {
     const llmrt::plan::Tensor &tensor = meta.tensors(t);
-    if (tensor.dtype() != llmrt::plan::I8 && tensor.dtype() != llmrt::plan::I4)
+    if (tensor.dtype() != llmrt::plan::I8 && tensor.dtype() != llmrt::plan::I4 &&
+        tensor.dtype() != llmrt::plan::FP4_E2M1)
       continue;
     std::vector<float> values = llmrt::testing::ReferenceTensor(meta, blobs, t);
     llmrt::plan::Tensor *out = result.meta.mutable_tensors(t);

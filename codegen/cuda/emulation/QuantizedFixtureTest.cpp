@@ -2,7 +2,8 @@
 //
 // For every transformers fixture in tests/fixtures and every quantization mode llmc writes
 // (int8 per channel and g32, int4 g32 / g64 symmetric and asymmetric, one with a quantized
-// lm_head) and for the imported GPTQ / GPTQ act-order / AWQ checkpoints as they are:
+// lm_head; MXFP4 on the mixture-of-experts fixtures) and for the imported GPTQ / GPTQ act-order /
+// AWQ / MXFP4 (gpt_oss_mxfp4) checkpoints as they are:
 // `llmc compile --target cpu,cuda:sm_80,sm_90` succeeds (every kernel assembled by ptxas
 // without spills, when llmc has NVRTC), and every kernel the plan's step program launches runs
 // under emulation through the step script (prefill: quantized MMA GEMM and tiled attention;
@@ -42,6 +43,7 @@ struct Mode {
   int64_t groupSize; // 0: int8 per output channel
   bool asymmetric;
   bool lmHead;
+  bool mxfp4 = false;
 };
 
 // llmc's --quant modes whose groups fit the fixtures' widths (64 in, 172 for down_proj, which
@@ -50,8 +52,13 @@ constexpr Mode kModes[] = {
     {"int8", 8, 0, false, false},        {"int8_g32", 8, 32, false, false},
     {"int4_g32", 4, 32, false, false},   {"int4_g32_asym", 4, 32, true, false},
     {"int4_g64", 4, 64, false, false},   {"int4_g64_asym", 4, 64, true, false},
-    {"int8_lm_head", 8, 0, false, true},
+    {"int8_lm_head", 8, 0, false, true}, {"mxfp4", 4, 32, false, false, true},
 };
+
+// Mixture-of-experts fixtures (a ROUTER in the plan): the expert kernels are what they add.
+bool isMoe(const std::string &fixture) {
+  return fixture.find("moe") != std::string::npos || fixture.rfind("gpt_oss", 0) == 0;
+}
 
 struct QuantFixtureCase {
   std::string model; // under the source tree
@@ -100,6 +107,7 @@ TEST_P(QuantizedFixtureTest, EveryKernelMatchesTheDequantizedPlan) {
     quantize->group_size = param.mode->groupSize;
     quantize->asymmetric = param.mode->asymmetric;
     quantize->lm_head_bits = param.mode->lmHead ? 8 : 0;
+    quantize->mxfp4 = param.mode->mxfp4;
   }
   const std::vector<int> cudaTargets =
       nvrtcVersion().empty() ? std::vector<int>{} : std::vector<int>{80, 90};
@@ -113,18 +121,27 @@ TEST_P(QuantizedFixtureTest, EveryKernelMatchesTheDequantizedPlan) {
   ASSERT_NE(exact, nullptr);
   runStepScript(*exact, *backends->emulated);
   expectEveryKernelLaunchedAndAssembled(*backends);
-  // The quantized kernels ran: decode GEMV and prefill GEMM, and the logits GEMV over an int8
-  // lm_head.
-  const std::string bits = param.mode && param.mode->bits == 8 ? "_i8" : "_i4";
-  bool gemv = false, gemm = false, logits = false;
+  // The quantized kernels ran: decode GEMV and prefill GEMM (the expert ones too in a MoE plan;
+  // gpt_oss_mxfp4 ships only its experts in MXFP4), and the logits GEMV over an int8 lm_head.
+  const bool moe = isMoe(param.model.substr(param.model.rfind('/') + 1));
+  const std::string bits = !param.mode             ? (moe ? "_mxfp4" : "_i4")
+                           : param.mode->mxfp4     ? "_mxfp4"
+                           : param.mode->bits == 8 ? "_i8"
+                                                   : "_i4";
+  bool gemv = false, gemm = false, logits = false, expertGemv = false, expertGemm = false;
   for (const std::string &name : backends->device->launches()) {
-    gemv = gemv || (name.rfind("llmc_gemv_", 0) == 0 && name.find(bits) != std::string::npos);
-    gemm = gemm || (name.rfind("llmc_gemm_mma_", 0) == 0 && name.find(bits) != std::string::npos);
+    const bool quantized = name.find(bits) != std::string::npos;
+    gemv = gemv || (name.rfind("llmc_gemv_", 0) == 0 && quantized);
+    gemm = gemm || (name.rfind("llmc_gemm_mma_", 0) == 0 && quantized);
+    expertGemv = expertGemv || (name.rfind("llmc_expert_gemv_", 0) == 0 && quantized);
+    expertGemm = expertGemm || (name.rfind("llmc_expert_gemm_mma_", 0) == 0 && quantized);
     logits =
         logits || (name.rfind("llmc_logits_", 0) == 0 && name.find("_i8") != std::string::npos);
   }
-  EXPECT_TRUE(gemv);
-  EXPECT_TRUE(gemm);
+  EXPECT_EQ(gemv, !moe || param.mode != nullptr);
+  EXPECT_EQ(gemm, !moe || param.mode != nullptr);
+  EXPECT_EQ(expertGemv, moe);
+  EXPECT_EQ(expertGemm, moe);
   EXPECT_EQ(logits, param.mode && param.mode->lmHead);
 }
 
@@ -132,7 +149,7 @@ std::vector<QuantFixtureCase> quantFixtureCases() {
   std::vector<QuantFixtureCase> cases;
   for (const std::string &fixture : fixtures::TransformersFixtureNames(LLMC_SOURCE_DIR))
     for (const Mode &mode : kModes)
-      if (!mode.lmHead || fixture == "llama_mha")
+      if ((!mode.lmHead || fixture == "llama_mha") && (!mode.mxfp4 || isMoe(fixture)))
         cases.push_back({"tests/fixtures/" + fixture, &mode});
   for (const std::string &imported : fixtures::PrequantizedFixtureNames(LLMC_SOURCE_DIR))
     cases.push_back({"tests/fixtures/" + imported, nullptr});
