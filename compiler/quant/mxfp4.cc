@@ -41,11 +41,12 @@ int E2M1Code(float ratio) {
 
 double QuantizeMxfp4Block(const float* values, int64_t count, uint8_t exponent, uint8_t* codes) {
   const float scale = llmrt::plan::E8M0ToF32(exponent);
+  const float inverse = llmrt::plan::E8M0ToF32(static_cast<uint8_t>(2 * 127 - exponent));
   double error = 0.0;
   for (int64_t i = 0; i < count; ++i) {
-    // ldexp by the exponent is exact (a power of two) unless the ratio underflows, and a ratio
-    // that small rounds to 0 either way.
-    codes[i] = static_cast<uint8_t>(E2M1Code(std::ldexp(values[i], 127 - exponent)));
+    // Times 2^(127 - e), itself an E8M0 value: exact (a power of two) unless the ratio
+    // underflows, and a ratio that small rounds to 0 either way.
+    codes[i] = static_cast<uint8_t>(E2M1Code(values[i] * inverse));
     // The value as a reader decodes it, in f32: near the top of the range the e + 1 candidate can
     // decode to infinity (4 * 2^126), an infinite error.
     const float decoded = llmrt::plan::kE2M1Values[codes[i]] * scale;
@@ -64,39 +65,43 @@ absl::StatusOr<QuantizedMatrix> QuantizeMxfp4(absl::Span<const float> weights, i
         absl::StrFormat("quantize: %d weights for a [%d, %d] matrix", weights.size(), rows, cols));
   }
   constexpr int64_t kBlock = llmrt::plan::kMxfp4Block;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (!std::isfinite(weights[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("quantize: weight [%d, %d] is %f; MXFP4 needs finite weights", i / cols,
+                          i % cols, weights[i]));
+    }
+  }
   QuantizedMatrix matrix;
   matrix.format = format;
   matrix.rows = rows;
   matrix.cols = cols;
   matrix.codes.resize(rows * cols / 2);
   matrix.exponents.resize(rows * cols / kBlock);
-  std::vector<uint8_t> row_codes(cols);
-  uint8_t candidate[kBlock];
-  for (int64_t row = 0; row < rows; ++row) {
-    const float* values = weights.data() + row * cols;
-    for (int64_t block = 0; block < cols / kBlock; ++block) {
-      const float* block_values = values + block * kBlock;
-      float amax = 0.0f;
-      for (int64_t i = 0; i < kBlock; ++i) {
-        if (!std::isfinite(block_values[i])) {
-          return absl::InvalidArgumentError(
-              absl::StrFormat("quantize: weight [%d, %d] is %f; MXFP4 needs finite weights", row,
-                              block * kBlock + i, block_values[i]));
+  // Rows are independent: contiguous chunks of them per thread, each writing only its rows.
+  auto quantize_rows = [&](int64_t begin, int64_t end) {
+    std::vector<uint8_t> row_codes(cols);
+    uint8_t candidate[kBlock];
+    for (int64_t row = begin; row < end; ++row) {
+      const float* values = weights.data() + row * cols;
+      for (int64_t block = 0; block < cols / kBlock; ++block) {
+        const float* block_values = values + block * kBlock;
+        float amax = 0.0f;
+        for (int64_t i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(block_values[i]));
+        uint8_t exponent = Mxfp4OcpExponent(amax);
+        uint8_t* codes = row_codes.data() + block * kBlock;
+        const double error = QuantizeMxfp4Block(block_values, kBlock, exponent, codes);
+        if (amax != 0.0f && exponent < kMaxExponent &&
+            QuantizeMxfp4Block(block_values, kBlock, exponent + 1, candidate) < error) {
+          exponent += 1;
+          std::copy_n(candidate, kBlock, codes);
         }
-        amax = std::max(amax, std::fabs(block_values[i]));
+        matrix.exponents[row * (cols / kBlock) + block] = exponent;
       }
-      uint8_t exponent = Mxfp4OcpExponent(amax);
-      uint8_t* codes = row_codes.data() + block * kBlock;
-      const double error = QuantizeMxfp4Block(block_values, kBlock, exponent, codes);
-      if (amax != 0.0f && exponent < kMaxExponent &&
-          QuantizeMxfp4Block(block_values, kBlock, exponent + 1, candidate) < error) {
-        exponent += 1;
-        std::copy_n(candidate, kBlock, codes);
-      }
-      matrix.exponents[row * (cols / kBlock) + block] = exponent;
+      llmrt::plan::PackInt4Row(row_codes.data(), cols, matrix.codes.data() + row * cols / 2);
     }
-    llmrt::plan::PackInt4Row(row_codes.data(), cols, matrix.codes.data() + row * cols / 2);
-  }
+  };
+  ForRowChunks(rows, cols, quantize_rows);
   return matrix;
 }
 

@@ -315,6 +315,12 @@ absl::StatusOr<QuantizedMatrix> QuantizeMatrix(absl::Span<const float> weights, 
       }
     }
   };
+  ForRowChunks(rows, cols, quantize_rows);
+  return matrix;
+}
+
+void ForRowChunks(int64_t rows, int64_t cols,
+                  const std::function<void(int64_t begin, int64_t end)>& quantize_rows) {
   // A thread per core, but at least kMinWeightsPerThread weights each: starting a thread costs
   // ~50 us, the time to quantize ~50k weights.
   constexpr int64_t kMinWeightsPerThread = int64_t{1} << 16;
@@ -327,7 +333,6 @@ absl::StatusOr<QuantizedMatrix> QuantizeMatrix(absl::Span<const float> weights, 
   }
   quantize_rows(0, rows / num_threads);
   for (std::thread& worker : workers) worker.join();
-  return matrix;
 }
 
 std::vector<float> DequantizeMatrix(const QuantizedMatrix& matrix) {

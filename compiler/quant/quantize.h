@@ -17,6 +17,7 @@
 #define LLMC_COMPILER_QUANT_QUANTIZE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,12 @@ struct ErrorFeedback;  // compiler/quant/gptq.h
 absl::StatusOr<QuantizedMatrix> QuantizeMatrix(absl::Span<const float> weights, int64_t rows,
                                                int64_t cols, const QuantFormat& format,
                                                const ErrorFeedback* feedback = nullptr);
+
+// Runs quantize_rows(begin, end) over contiguous chunks of [0, rows) of a [rows, cols] matrix,
+// one thread per core but at least 64 Ki weights each; the quantizers' row split (each thread
+// writes only its rows). Returns when every chunk is done.
+void ForRowChunks(int64_t rows, int64_t cols,
+                  const std::function<void(int64_t begin, int64_t end)>& quantize_rows);
 
 // The f32 weights the codes stand for, [rows, cols] in ORIGINAL column order (an input
 // permutation is undone), i.e. what x * W^T multiplies.
