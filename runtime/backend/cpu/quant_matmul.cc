@@ -84,29 +84,69 @@ WeightRow RowOf(const MatrixView& w, int64_t row) {
 // group and one activation block; its integer sum of doubled E2M1 values (plan::E2M1Doubled,
 // |v| <= 12) times activation codes is exact, and the block adds 2^(b - 127) / 2 * d * isum in
 // f32, block by block, so GEMV and multi-row results agree to the bit and do not depend on the
-// rows or tokens beside them. (The SIMD tiers run I4's kernels for I4 only; MXFP4's table
-// shuffle into them is not written yet.)
+// rows or tokens beside them. A block's 16 code bytes (its 4 slices, plan::Int4SliceOffset) are
+// decoded with one table shuffle per nibble half; the activations were split to match
+// (SplitMxfp4Activations): the low nibbles' columns first, then the high nibbles'. (The I4
+// tiers' integer tiles do not read MXFP4: this kernel serves every row count.)
+HWY_INLINE void DecodeMxfp4Block(const uint8_t* row_codes, int64_t cols, int64_t block, int8_t* low,
+                                 int8_t* high) {
+  // Slice v of run `block` lies at base + v * step (plan::Int4SliceOffset).
+  const int64_t base = plan::Int4SliceOffset(cols, block, 0);
+  const int64_t step = 4 * plan::Int4RunsInChunk(cols, block);
+  alignas(16) uint8_t bytes[16];
+  for (int64_t slice = 0; slice < 4; ++slice) {
+    std::memcpy(bytes + 4 * slice, row_codes + base + slice * step, 4);
+  }
+#if HWY_TARGET == HWY_SCALAR
+  for (int i = 0; i < 16; ++i) {
+    low[i] = plan::E2M1Doubled(bytes[i] & 0x0f);
+    high[i] = plan::E2M1Doubled(bytes[i] >> 4);
+  }
+#else
+  alignas(16) static constexpr int8_t kDoubled[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                                      0, -1, -2, -3, -4, -6, -8, -12};
+  const hn::Full128<uint8_t> du8;
+  const hn::Full128<int8_t> di8;
+  const auto codes = hn::Load(du8, bytes);
+  const auto table = hn::Load(di8, kDoubled);
+  hn::StoreU(hn::TableLookupBytes(table, hn::BitCast(di8, hn::And(codes, hn::Set(du8, 0x0f)))), di8,
+             low);
+  hn::StoreU(hn::TableLookupBytes(table, hn::BitCast(di8, hn::ShiftRight<4>(codes))), di8, high);
+#endif
+}
+
 template <int kTokens>
 void Mxfp4RowTile(const WeightRow& row, int64_t cols, const ActivationTile& tile, float* result) {
   float acc[kTokens] = {};
   for (int64_t block = 0; block < cols / kQuantBlock; ++block) {
     int8_t values[kQuantBlock];
-    for (int64_t slice = 0; slice < 4; ++slice) {
-      const uint8_t* bytes = row.codes + plan::Int4SliceOffset(cols, block, slice);
-      for (int64_t i = 0; i < 4; ++i) {
-        values[8 * slice + i] = plan::E2M1Doubled(bytes[i] & 0x0f);
-        values[8 * slice + 4 + i] = plan::E2M1Doubled(bytes[i] >> 4);
-      }
-    }
+    DecodeMxfp4Block(row.codes, cols, block, values, values + kQuantBlock / 2);
     const float weight_scale = plan::E8M0ToF32(row.exponents[block]) * 0.5f;
     for (int t = 0; t < kTokens; ++t) {
       const int8_t* x = tile.codes[t] + block * kQuantBlock;
+      // Exact in int32 (|v * q| <= 12 * 127), so any summation order gives the same integer.
       int32_t isum = 0;
       for (int64_t c = 0; c < kQuantBlock; ++c) isum += values[c] * x[c];
       acc[t] += weight_scale * tile.scales[t][block] * static_cast<float>(isum);
     }
   }
   for (int t = 0; t < kTokens; ++t) result[t] = acc[t];
+}
+
+// Reorders each 32-code block of an activation row as DecodeMxfp4Block lays out a weight
+// block: position 4 v + i holds column 8 v + i (the low nibble of slice v's byte i), position
+// 16 + 4 v + i column 8 v + 4 + i (its high nibble).
+void SplitMxfp4Activations(int8_t* codes, int64_t padded_cols) {
+  for (int64_t begin = 0; begin < padded_cols; begin += kQuantBlock) {
+    int8_t block[kQuantBlock];
+    for (int64_t v = 0; v < 4; ++v) {
+      for (int64_t i = 0; i < 4; ++i) {
+        block[4 * v + i] = codes[begin + 8 * v + i];
+        block[16 + 4 * v + i] = codes[begin + 8 * v + 4 + i];
+      }
+    }
+    std::memcpy(codes + begin, block, kQuantBlock);
+  }
 }
 
 // The integer dot product of `count` (<= 32) columns of block `block` of a row of `cols`
@@ -872,6 +912,7 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
         Int4ActivationSums(row_codes, blocks, sums + row * blocks);
         LaneOrderInt4Activations(row_codes, padded);
       }
+      if (mxfp4) SplitMxfp4Activations(row_codes, padded);
     }
   };
   if (num_rows < kParallelQuantizeRows) {
