@@ -9,12 +9,13 @@
 #           so each finds its own dependencies there too). libcuda.so.1 is the driver's, dlopened.
 #   plans/  plans compiled here: stories260K (f32, f16, int8) with --target cpu,cuda:sm_80,sm_90;
 #           the transformers fixtures (every architecture option, every --quant mode, the
-#           imported GPTQ / AWQ checkpoints) with --target cpu,cuda:sm_90, since each CUDA table
-#           costs ~0.25 MB a plan and the lent GPUs (H100, H200) run sm_90 (+ the compute_90
-#           PTX every plan carries)
-#   big/    llama-110m- (f16, int4 g32) and TinyLlama-shaped (f16) synthetic models (llmc
-#           synth, --target cpu,cuda:sm_80,sm_90) as skeletons (llmrt-kit plan strip): 270 MB
-#           and 2.2 GB as plans, filled in on the device by run.sh
+#           imported GPTQ / AWQ / MXFP4 checkpoints, the mixture-of-experts families) with
+#           --target cpu,cuda:sm_90, since each CUDA table costs ~0.25 MB a plan and the lent
+#           GPUs (H100, H200) run sm_90 (+ the compute_90 PTX every plan carries)
+#   big/    llama-110m- (f16, int4 g32), TinyLlama-shaped (f16) and Qwen3-MoE-shaped (f16, 64
+#           experts top-8) synthetic models (llmc synth, --target cpu,cuda:sm_80,sm_90) as
+#           skeletons (llmrt-kit plan strip): 270 MB, 2.2 GB and 3.3 GB as plans, filled in on
+#           the device by run.sh (KIT_TINYLLAMA=0 / KIT_MOE=0 leave the last two out)
 #   run.sh, report.py, MANIFEST
 # --reduced (the ctest kit_clean_env): two plans and a small skeleton, for a quick check that the
 # kit is complete and runs in a clean environment.
@@ -165,6 +166,16 @@ else
   compile llama_gptq "$FIXTURES/llama_gptq" --dtype f32
   compile llama_gptq_actorder "$FIXTURES/llama_gptq_actorder" --dtype f32
   compile llama_awq "$FIXTURES/llama_awq" --dtype f32
+  # Mixture of experts: routing (softmax-top-k with and without renormalisation, top-k-softmax
+  # with a router bias), a shared expert, expert biases, the clamped SwiGLU, attention sinks; the
+  # expert GEMV/GEMM in a float, int4 and MXFP4 (quantized here and imported from gpt-oss).
+  compile qwen3_moe-f16 "$FIXTURES/qwen3_moe" --dtype f16
+  compile qwen2_moe_shared-f32 "$FIXTURES/qwen2_moe_shared" --dtype f32
+  compile mixtral_moe-bf16 "$FIXTURES/mixtral_moe" "${BF16[@]}"
+  compile gpt_oss-bf16 "$FIXTURES/gpt_oss" "${BF16[@]}"
+  compile qwen3_moe-int4-g32 "$FIXTURES/qwen3_moe" --dtype f32 --quant int4 --group-size 32
+  compile mixtral_moe-mxfp4 "$FIXTURES/mixtral_moe" --dtype f32 --quant mxfp4
+  compile gpt_oss_mxfp4 "$FIXTURES/gpt_oss_mxfp4" --dtype f32
   TARGET=cpu,cuda:sm_80,sm_90
 
   # Synthetic models for speed: random weights, so only their skeletons travel.
@@ -185,6 +196,11 @@ else
   if [[ ${KIT_TINYLLAMA:-1} == 1 ]]; then
     synth tinyllama-1.1b-f16 tinyllama-1.1b --dtype f16
     rm -rf "$SCRATCH/tinyllama-1.1b"
+  fi
+  # Qwen3-MoE proportions (64 experts, top-8): decode reads 8 of 64 experts per layer.
+  if [[ ${KIT_MOE:-1} == 1 ]]; then
+    synth qwen3-moe-1.6b-a0.4b-f16 qwen3-moe-1.6b-a0.4b --dtype f16
+    rm -rf "$SCRATCH/qwen3-moe-1.6b-a0.4b"
   fi
 fi
 

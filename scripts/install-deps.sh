@@ -37,9 +37,9 @@ install_openai_sdk() {
   # pyzmq (import name zmq) and msgspec decode the KV-cache events as vLLM's own subscribers
   # do; selenium drives Chromium for the chat-page test; pyyaml (yaml) reads deploy/kubernetes/
   # for the manifests test (tests/gateway/); tiktoken is the reference encoder of gpt-oss's
-  # o200k_harmony (tests/server/gpt_oss_tokenizer_test.py); torchao's MX formats are the MXFP4
-  # reference of compiler/quant/testdata/make_mxfp4_reference.py.
-  for sdk in openai anthropic jsonschema xgrammar pyzmq msgspec selenium pyyaml tiktoken torchao; do
+  # o200k_harmony (tests/server/gpt_oss_tokenizer_test.py). torchao is not here: only the
+  # generator compiler/quant/testdata/make_mxfp4_reference.py reads it, not a test.
+  for sdk in openai anthropic jsonschema xgrammar pyzmq msgspec selenium pyyaml tiktoken; do
     local module="$sdk"
     case "$sdk" in
       pyzmq) module=zmq ;;

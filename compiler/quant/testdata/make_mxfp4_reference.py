@@ -6,7 +6,8 @@ FLOOR mode is the OCP v1.0 scale rule (exponent = floor(log2 amax) - 2). Our Qua
 that exponent and the next one: the test checks its OCP candidate against these codes element for
 element, and that the exponent it keeps never has a larger block error.
 
-Run: /work/venv/bin/python compiler/quant/testdata/make_mxfp4_reference.py
+Run (torchao is not in scripts/install-deps.sh: no test imports it): pip install torchao, then
+/work/venv/bin/python compiler/quant/testdata/make_mxfp4_reference.py
 """
 import json
 import os
