@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -236,6 +237,7 @@ struct MoeFixture {
   const char* name;
   int32_t moe_layers, num_experts, top_k;
 };
+void PrintTo(const MoeFixture& fixture, std::ostream* out) { *out << fixture.name; }
 
 class EngineMoeTest : public EngineTest, public ::testing::WithParamInterface<MoeFixture> {
  protected:
