@@ -84,10 +84,80 @@ WeightRow RowOf(const MatrixView& w, int64_t row) {
 // group and one activation block; its integer sum of doubled E2M1 values (plan::E2M1Doubled,
 // |v| <= 12) times activation codes is exact, and the block adds 2^(b - 127) / 2 * d * isum in
 // f32, block by block, so GEMV and multi-row results agree to the bit and do not depend on the
-// rows or tokens beside them. A block's 16 code bytes (its 4 slices, plan::Int4SliceOffset) are
-// decoded with one table shuffle per nibble half; the activations were split to match
-// (SplitMxfp4Activations): the low nibbles' columns first, then the high nibbles'. (The I4
-// tiers' integer tiles do not read MXFP4: this kernel serves every row count.)
+// rows or tokens beside them. This kernel serves every row count (the I4 GEMV and GEMM tiles do
+// not read MXFP4).
+#if LLMRT_QUANT_AVX2
+// x86: a chunk of 8 blocks at a time, from plan.proto's LANE_CHUNKS layout against activations in
+// lane order (LaneOrderInt4Activations), as ChunkSumsInt4 reads I4: per nibble half, |v| and
+// v's sign come from two table shuffles, the sign moves onto q (sign_epi8), and maddubs
+// multiplies the unsigned |v| <= 12 by the signed q: pairs reach 2 * 12 * 127 = 3048, a lane's
+// 8 pairs 24384 < 32767 in int16, widened once: the portable kernel's exact integers, in the
+// same block order.
+// Slice `slice` of a full LANE_CHUNKS chunk (block j in lane j) as nibbles, and the lane-order
+// activations (LaneOrderInt4Activations) they multiply: low nibbles meet vector 2 slice, high
+// nibbles vector 2 slice + 1.
+struct ChunkSlice {
+  __m256i low, high, x_low, x_high;
+};
+HWY_INLINE ChunkSlice LoadChunkSlice(const uint8_t* chunk, const int8_t* x, int slice) {
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32 * slice));
+  return {_mm256_and_si256(packed, mask), _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask),
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 64 * slice)),
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 64 * slice + 32))};
+}
+
+HWY_INLINE __m256i Mxfp4ChunkSums(const uint8_t* chunk, const int8_t* x) {
+  const __m256i magnitudes = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12, 0,
+                                              1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12);
+  // Codes 0 and 8 are zero either way: any sign.
+  const __m256i signs = _mm256_setr_epi8(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1, 1,
+                                         1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1);
+  auto products = [&](__m256i codes, __m256i q) HWY_ATTR {
+    return _mm256_maddubs_epi16(_mm256_shuffle_epi8(magnitudes, codes),
+                                _mm256_sign_epi8(q, _mm256_shuffle_epi8(signs, codes)));
+  };
+  __m256i sums = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int slice = 0; slice < 4; ++slice) {
+    const ChunkSlice v = LoadChunkSlice(chunk, x, slice);
+    sums = _mm256_add_epi16(sums,
+                            _mm256_add_epi16(products(v.low, v.x_low), products(v.high, v.x_high)));
+  }
+  return _mm256_madd_epi16(sums, _mm256_set1_epi16(1));
+}
+
+template <int kTokens>
+void Mxfp4RowTile(const WeightRow& row, int64_t cols, const ActivationTile& tile, float* result) {
+  float acc[kTokens] = {};
+  const int64_t blocks = cols / kQuantBlock;
+  for (int64_t first = 0; first < blocks; first += plan::kInt4ChunkRuns) {
+    const int64_t count = std::min<int64_t>(plan::kInt4ChunkRuns, blocks - first);
+    const uint8_t* chunk = row.codes + first * (kQuantBlock / 2);
+    alignas(32) uint8_t expanded[plan::kInt4ChunkBytes];
+    if (count < plan::kInt4ChunkRuns) {
+      plan::ExpandInt4Chunk(row.codes, cols, first, expanded);
+      chunk = expanded;
+    }
+    float weight_scales[plan::kInt4ChunkRuns];
+    for (int64_t b = 0; b < count; ++b) {
+      weight_scales[b] = plan::E8M0ToF32(row.exponents[first + b]) * 0.5f;
+    }
+    for (int t = 0; t < kTokens; ++t) {
+      alignas(32) int32_t isums[plan::kInt4ChunkRuns];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(isums),
+                         Mxfp4ChunkSums(chunk, tile.codes[t] + first * kQuantBlock));
+      for (int64_t b = 0; b < count; ++b) {
+        acc[t] += weight_scales[b] * tile.scales[t][first + b] * static_cast<float>(isums[b]);
+      }
+    }
+  }
+  for (int t = 0; t < kTokens; ++t) result[t] = acc[t];
+}
+#else
+// Other targets: a block's 16 code bytes (its 4 slices, plan::Int4SliceOffset) decoded with one
+// table shuffle per nibble half, against activations split to match (SplitMxfp4Activations):
+// the low nibbles' columns first, then the high nibbles'.
 HWY_INLINE void DecodeMxfp4Block(const uint8_t* row_codes, int64_t cols, int64_t block, int8_t* low,
                                  int8_t* high) {
   // Slice v of run `block` lies at base + v * step (plan::Int4SliceOffset).
@@ -148,6 +218,7 @@ void SplitMxfp4Activations(int8_t* codes, int64_t padded_cols) {
     std::memcpy(codes + begin, block, kQuantBlock);
   }
 }
+#endif  // LLMRT_QUANT_AVX2
 
 // The integer dot product of `count` (<= 32) columns of block `block` of a row of `cols`
 // columns with activation codes (I4: a whole block, from its 4 slices, plan::Int4SliceOffset).
@@ -277,20 +348,15 @@ HWY_INLINE __m256i BlockZeros8(const WeightRow& row, int64_t block, int64_t coun
 // lane's 4 products straight into int32 (quant_vnni-inl.h); the same integers.
 template <bool kVnni>
 HWY_INLINE __m256i ChunkSumsInt4(const uint8_t* chunk, const int8_t* x) {
-  const __m256i mask = _mm256_set1_epi8(0x0f);
   __m256i sums = _mm256_setzero_si256();
 #pragma GCC unroll 4
   for (int slice = 0; slice < 4; ++slice) {
-    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32 * slice));
-    const __m256i low = _mm256_and_si256(packed, mask);
-    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
-    const __m256i x_low = _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 64 * slice));
-    const __m256i x_high = _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 64 * slice + 32));
+    const ChunkSlice v = LoadChunkSlice(chunk, x, slice);
     if constexpr (kVnni) {
-      sums = vnni::DotBytes(vnni::DotBytes(sums, low, x_low), high, x_high);
+      sums = vnni::DotBytes(vnni::DotBytes(sums, v.low, v.x_low), v.high, v.x_high);
     } else {
-      sums = _mm256_add_epi16(sums, _mm256_add_epi16(_mm256_maddubs_epi16(low, x_low),
-                                                     _mm256_maddubs_epi16(high, x_high)));
+      sums = _mm256_add_epi16(sums, _mm256_add_epi16(_mm256_maddubs_epi16(v.low, v.x_low),
+                                                     _mm256_maddubs_epi16(v.high, v.x_high)));
     }
   }
   if constexpr (kVnni) return sums;
@@ -912,7 +978,14 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
         Int4ActivationSums(row_codes, blocks, sums + row * blocks);
         LaneOrderInt4Activations(row_codes, padded);
       }
-      if (mxfp4) SplitMxfp4Activations(row_codes, padded);
+      if (mxfp4) {
+        // The layout Mxfp4RowTile reads on this target.
+#if LLMRT_QUANT_AVX2
+        LaneOrderInt4Activations(row_codes, padded);
+#else
+        SplitMxfp4Activations(row_codes, padded);
+#endif
+      }
     }
   };
   if (num_rows < kParallelQuantizeRows) {

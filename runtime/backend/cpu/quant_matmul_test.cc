@@ -300,6 +300,15 @@ TEST(QuantMatMulTest, RowToF32MatchesReferenceDequantization) {
 namespace llmrt::cpu {
 namespace {
 
+// QuantizedMatMul's scratch: `bytes`, 32-byte aligned (quant_matmul.h).
+struct AlignedScratch {
+  explicit AlignedScratch(int64_t bytes) : storage(bytes + 32) {}
+  void* get() {
+    return storage.data() + (32 - reinterpret_cast<uintptr_t>(storage.data()) % 32) % 32;
+  }
+  std::vector<uint8_t> storage;
+};
+
 // MXFP4 (FP4_E2M1 codes in LANE_CHUNKS, E8M0 scales): rows of `cols` random codes, the scale of
 // block i being exponents[i % size].
 struct Mxfp4Weights {
@@ -367,11 +376,11 @@ TEST(Mxfp4MatMulTest, EveryScaleByteMatchesTheDefinition) {
   std::vector<float> scales(kCols / 32);
   QuantizeActivationRow(x.data(), nullptr, kCols, codes.data(), scales.data());
   ThreadPool pool(2);
-  std::vector<uint8_t> scratch(QuantizedActivationBytes(1, kCols) + 64);
+  AlignedScratch scratch(QuantizedActivationBytes(1, kCols));
   std::vector<float> out(kRows);
   const MatMulOutput output{out.data(), 0, kRows};
   const MatrixView view = w.View(kRows, kCols);
-  QuantizedMatMul(pool, x.data(), 1, nullptr, view, nullptr, &output, 1, scratch.data());
+  QuantizedMatMul(pool, x.data(), 1, nullptr, view, nullptr, &output, 1, scratch.get());
   for (int64_t r = 0; r < kRows; ++r) {
     const auto [expected, magnitude] = Mxfp4Reference(w, r, kCols, codes.data(), scales.data());
     // A few f32 roundings of each block's term; the rows scaled by 2^-127.. land in f32's
@@ -401,22 +410,21 @@ TEST(Mxfp4MatMulTest, OneRowEqualsManyRowsBitForBit) {
   constexpr int64_t kTokens = 512;
   std::vector<float> x(kTokens * kCols);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.011f * static_cast<float>(i * i % 977));
-  std::vector<uint8_t> scratch(QuantizedActivationBytes(kTokens, kCols) + 64);
+  AlignedScratch scratch(QuantizedActivationBytes(kTokens, kCols));
   std::vector<float> all(kTokens * kRows);
   for (int32_t threads : {1, 3}) {
     ThreadPool pool(threads);
     const MatMulOutput all_output{all.data(), 0, kRows};
-    QuantizedMatMul(pool, x.data(), kTokens, nullptr, view, nullptr, &all_output, 1,
-                    scratch.data());
+    QuantizedMatMul(pool, x.data(), kTokens, nullptr, view, nullptr, &all_output, 1, scratch.get());
     std::vector<float> sixteen(16 * kRows), one(kRows);
     std::vector<int32_t> rows(16);
     for (int32_t i = 0; i < 16; ++i) rows[i] = 31 * i + 5;
     const MatMulOutput sixteen_output{sixteen.data(), 0, kRows};
     QuantizedMatMul(pool, x.data(), 16, rows.data(), view, nullptr, &sixteen_output, 1,
-                    scratch.data());
+                    scratch.get());
     for (int32_t i = 0; i < 16; ++i) {
       const MatMulOutput one_output{one.data(), 0, kRows};
-      QuantizedMatMul(pool, x.data(), 1, &rows[i], view, nullptr, &one_output, 1, scratch.data());
+      QuantizedMatMul(pool, x.data(), 1, &rows[i], view, nullptr, &one_output, 1, scratch.get());
       for (int64_t n = 0; n < kRows; ++n) {
         ASSERT_EQ(one[n], all[rows[i] * kRows + n]) << "token " << rows[i] << " row " << n;
         ASSERT_EQ(sixteen[i * kRows + n], all[rows[i] * kRows + n]) << "token " << rows[i];
