@@ -63,8 +63,8 @@ for binary in llmc "${BINARIES[@]}"; do
 done
 [[ ${#missing[@]} -eq 0 ]] ||
   die "$BUILD/bin lacks ${missing[*]}: cmake --build $BUILD --target ${missing[*]}"
-for tool in patchelf strip ldd; do
-  command -v "$tool" > /dev/null || die "$tool not found (patchelf: apt-get install patchelf)"
+for tool in patchelf strip ldd xz; do
+  command -v "$tool" > /dev/null || die "$tool not found (apt-get install patchelf xz-utils)"
 done
 LLMC=$BUILD/bin/llmc
 

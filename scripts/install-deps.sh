@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build ccache pkg-config g++ python3 python3-pip curl patchelf
+  cmake ninja-build ccache pkg-config g++ python3 python3-pip curl patchelf xz-utils
   libmlir-16-dev mlir-16-tools llvm-16-dev llvm-16-tools
   libprotobuf-dev protobuf-compiler
   libabsl-dev
