@@ -58,8 +58,21 @@ constexpr int64_t kPanelRows = 16;
 struct GemmRow {
   const uint8_t* codes;
   const uint16_t* scales;
-  const uint8_t* zero_points;  // nullptr: symmetric (I4 zero 8)
+  const uint8_t* zero_points;          // nullptr: symmetric (I4 zero 8)
+  const uint8_t* exponents = nullptr;  // MXFP4: E8M0 scales (and `scales` null)
 };
+
+// kKind: 0 I8 with combined scales, 1 I8 with one scale per row, 2 I4, 3 I4 with zero points,
+// 4 MXFP4 (FP4_E2M1 codes in I4's LANE_CHUNKS layout, E8M0 scales; quant_vnni-inl.h).
+constexpr int kKindMxfp4 = 4;
+// The GemmRow of weight row n of `w` (row_bytes code bytes a row, `groups` scales).
+HWY_INLINE GemmRow GemmRowOf(const MatrixView& w, int64_t n, int64_t row_bytes, int64_t groups) {
+  if (w.dtype == plan::FP4_E2M1) {
+    return {w.data + n * row_bytes, nullptr, nullptr, w.exponents + n * groups};
+  }
+  return {w.data + n * row_bytes, w.scales + n * groups,
+          w.zero_points != nullptr ? w.zero_points + n * groups : nullptr};
+}
 
 struct TokenTile {
   const int8_t* codes[kGemmTokens];
@@ -263,10 +276,17 @@ HWY_INLINE void LaneOrderChunk(uint8_t* chunk) {
 // codes to whole chunks of 8 blocks. The plan's LANE_CHUNKS layout is lane order already (the
 // low nibbles of slice v are vector 2v, the high nibbles vector 2v + 1), so unpacking is two
 // nibble masks per slice; done once per panel, it takes them out of the (row, token) loop.
+// kMxfp4: each E2M1 code becomes 2 x value + kMxfp4Bias (one table shuffle per 32 codes), the
+// padding codes too (their activations are zero).
 // prefetch_offset (0: none): bytes past the row to prefetch meanwhile (the same row of the
 // thread's next panel, which then arrives while this panel computes).
+template <bool kMxfp4>
 void UnpackInt4Row(const uint8_t* packed, int64_t cols, uint8_t* out, int64_t prefetch_offset) {
   const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m256i table =
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(kMxfp4BiasedTable.bytes));
+  auto decode = [&](__m256i nibbles)
+                    HWY_ATTR { return kMxfp4 ? _mm256_shuffle_epi8(table, nibbles) : nibbles; };
   const int64_t blocks = cols / kBlock;
   for (int64_t block = 0; block < blocks; block += 8) {
     const uint8_t* chunk = packed + block * (kBlock / 2);
@@ -287,9 +307,9 @@ void UnpackInt4Row(const uint8_t* packed, int64_t cols, uint8_t* out, int64_t pr
       const __m256i bytes =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32 * slice));
       _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked + 64 * slice),
-                         _mm256_and_si256(bytes, mask));
+                         decode(_mm256_and_si256(bytes, mask)));
       _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked + 64 * slice + 32),
-                         _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask));
+                         decode(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask)));
     }
   }
 }
@@ -297,17 +317,25 @@ void UnpackInt4Row(const uint8_t* packed, int64_t cols, uint8_t* out, int64_t pr
 // The 8 exact block sums sum_c code_c * q_c of a chunk in block order, from lane-ordered codes
 // and activations. maddubs pairs reach 2 * 15 * 127 = 3810, so an int16 lane may sum 8 of them
 // (30480 < 32767): the 8 products are folded in int16, then widened once.
+// kMxfp4: biased codes up to 24 give pairs of 2 * 24 * 127 = 6096, so 4 vectors are folded in
+// int16 (24384) and widened, twice.
+template <bool kMxfp4>
 HWY_INLINE __m256i LaneSums8(const uint8_t* w, const int8_t* x, __m256i ones) {
-  __m256i sums = _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(w)),
-                                      _mm256_load_si256(reinterpret_cast<const __m256i*>(x)));
+  auto products = [&](int v) HWY_ATTR {
+    return _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(w + 32 * v)),
+                                _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 32 * v)));
+  };
+  constexpr int kFold = kMxfp4 ? 4 : 8;
+  __m256i total = _mm256_setzero_si256();
+#pragma GCC unroll 2
+  for (int first = 0; first < 8; first += kFold) {
+    __m256i sums = products(first);
 #pragma GCC unroll 8
-  for (int v = 1; v < 8; ++v) {
-    sums = _mm256_add_epi16(
-        sums,
-        _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(w + 32 * v)),
-                             _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 32 * v))));
+    for (int v = first + 1; v < first + kFold; ++v) sums = _mm256_add_epi16(sums, products(v));
+    total = first == 0 ? _mm256_madd_epi16(sums, ones)
+                       : _mm256_add_epi32(total, _mm256_madd_epi16(sums, ones));
   }
-  return _mm256_madd_epi16(sums, ones);
+  return total;
 }
 
 // result[t] for I4 in the decode GEMV's order (GemvInt4Avx2): per 8 blocks, the exact integer
@@ -316,9 +344,13 @@ HWY_INLINE __m256i LaneSums8(const uint8_t* w, const int8_t* x, __m256i ones) {
 // activation blocks' codes. One weight row per call: a (row, token) pair costs ~30 vector
 // instructions per 8 blocks with the weights already unpacked, so a wider tile would save
 // little and spill its accumulators (4 accumulators + 9 temporaries fit the 16 registers).
-template <int kTokens, bool kZeroPoints, bool kVnni>
+// kKind 2, 3 or kKindMxfp4 (GemmRow's kinds): MXFP4's codes are unpacked biased
+// (UnpackInt4Row), their correction kMxfp4Bias x sum(q), their scales E8M0 / 2.
+template <int kTokens, int kKind, bool kVnni>
 void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, int64_t cols,
             int group_shift, float* result) {
+  constexpr bool kZeroPoints = kKind == 3;
+  constexpr bool kMxfp4 = kKind == kKindMxfp4;
   const int8_t* x_codes[kTokens];
   const float* x_scales[kTokens];
   const int32_t* x_sums[kTokens];
@@ -335,7 +367,9 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
   // multiple of 256), so that the step has no branches.
   auto step = [&](auto full, int64_t block, int64_t count) HWY_ATTR {
     constexpr bool kFull = decltype(full)::value;
-    const __m256 weight_scales = WeightScales8(row.scales, block, kFull ? 8 : count, group_shift);
+    const __m256 weight_scales =
+        kMxfp4 ? Mxfp4Scales8(row.exponents, block, kFull ? 8 : count)
+               : WeightScales8(row.scales, block, kFull ? 8 : count, group_shift);
     __m256i zeros = _mm256_setzero_si256();
     if constexpr (kZeroPoints) {
       zeros = Zeros8(row.zero_points, block, kFull ? 8 : count, group_shift);
@@ -368,11 +402,17 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
           isums = vnni::LaneSums8(w, x_codes[t] + block * kBlock);
         }
       } else {
-        isums = LaneSums8(w, x_codes[t] + block * kBlock, ones);
+        isums = LaneSums8<kMxfp4>(w, x_codes[t] + block * kBlock, ones);
       }
       // Symmetric codes have zero point 8: zero * sum(q) = sum(q) << 3.
-      const __m256i corrections = kZeroPoints ? _mm256_mullo_epi32(zeros, activation_sums)
-                                              : _mm256_slli_epi32(activation_sums, 3);
+      __m256i corrections;
+      if constexpr (kZeroPoints) {
+        corrections = _mm256_mullo_epi32(zeros, activation_sums);
+      } else if constexpr (kMxfp4) {
+        corrections = _mm256_mullo_epi32(_mm256_set1_epi32(kMxfp4Bias), activation_sums);
+      } else {
+        corrections = _mm256_slli_epi32(activation_sums, 3);
+      }
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isums, corrections)),
                                _mm256_mul_ps(weight_scales, activation_scales), acc[t]);
     }
@@ -436,8 +476,8 @@ struct PanelOperands {
 };
 
 // Fills panel row `panel_row`'s places in `panel` (the tile of `rows` rows starting at `first`):
-// the f32 block scales of each chunk and, with zero points, the zero points as int32 (lanes past
-// the row's last block 0, as WeightScales8 / Zeros8 give them to TileI4).
+// the f32 block scales of each chunk (MXFP4: Mxfp4Scales8's) and, with zero points, the zero
+// points as int32 (lanes past the row's last block 0, as TileI4 gets them).
 void PreparePanelRow(const GemmRow& row, int64_t cols, int group_shift, int64_t first, int64_t rows,
                      int64_t panel_row, const PanelOperands& panel) {
   const int64_t blocks = cols / kBlock;
@@ -446,7 +486,10 @@ void PreparePanelRow(const GemmRow& row, int64_t cols, int group_shift, int64_t 
     const int64_t block = chunk * 8;
     const int64_t count = std::min<int64_t>(8, blocks - block);
     const int64_t at = base + chunk * rows;
-    _mm256_storeu_ps(panel.scales + at * 8, WeightScales8(row.scales, block, count, group_shift));
+    _mm256_storeu_ps(panel.scales + at * 8,
+                     row.exponents != nullptr
+                         ? Mxfp4Scales8(row.exponents, block, count)
+                         : WeightScales8(row.scales, block, count, group_shift));
     if (panel.zeros != nullptr) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel.zeros + at * 8),
                           Zeros8(row.zero_points, block, count, group_shift));
@@ -463,9 +506,10 @@ void PreparePanelRow(const GemmRow& row, int64_t cols, int group_shift, int64_t 
 // codes, scales and sums zero): at codes[((c * pairs + p) * 8 + k) * 64] the lane-order vector k
 // (32 codes, LaneOrderInt4Activations) of token 2p, then that of token 2p + 1; at
 // meta[(c * pairs + p) * kPairMetaBytes] kPairMetaBytes's lanes (past the row's last block zero,
-// as TileI4 sets them).
+// as TileI4 sets them), the int32 lanes sum_factor x sum(q): 1 with zero points, -8 for symmetric
+// I4, -kMxfp4Bias for MXFP4.
 void LayOutTokenTile(const QuantizedActivationRows& x, int64_t blocks, int64_t chunks, int64_t tile,
-                     int tokens, bool zero_points, uint8_t* codes, uint8_t* meta) {
+                     int tokens, int32_t sum_factor, uint8_t* codes, uint8_t* meta) {
   const int pairs = (tokens + 1) / 2;
   const int64_t x_blocks = x.padded_cols / kBlock;
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
@@ -490,22 +534,28 @@ void LayOutTokenTile(const QuantizedActivationRows& x, int64_t blocks, int64_t c
         const bool present = t < tokens && i < count;
         scales[i] = present ? x.scales[token * x_blocks + block + i] : 0.0f;
         const int32_t sum = present ? x.sums[token * x_blocks + block + i] : 0;
-        sums[i] = zero_points ? sum : -8 * sum;
+        sums[i] = sum_factor * sum;
       }
     }
   }
 }
 
-// result[r][t] for kRows rows x kPairs token pairs. packed: the tile's first row in the plan,
+// result[r][t] for kRows rows x kPairs token pairs, kKind 2, 3 or kKindMxfp4 (GemmRow's kinds;
+// MXFP4: each nibble through the kMxfp4BiasedTable shuffle, the chains starting at
+// -kMxfp4Bias x sum(q)). packed: the tile's first row in the plan,
 // rows `row_bytes` apart; tails: their expanded last chunks (PanelOperands) when the rows end in
 // a shorter one; scales, zeros: the tile's first lanes in the panel (PanelOperands); x, meta: its
 // token tile's (LayOutTokenTile). prefetch_offset (0: none): bytes past each row to prefetch at
 // the pace of the chunks (the same rows of the thread's next panel).
-template <int kRows, int kPairs, bool kZeroPoints>
+template <int kRows, int kPairs, int kKind>
 void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_t cols,
           const float* scales, const int32_t* zeros, const int8_t* x, const uint8_t* meta,
           int64_t prefetch_offset, float (*result)[kGemmTokens]) {
+  constexpr bool kZeroPoints = kKind == 3;
+  constexpr bool kMxfp4 = kKind == kKindMxfp4;
   const __m512i mask = _mm512_set1_epi8(0x0f);
+  const __m512i table = _mm512_broadcast_i32x4(
+      _mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4BiasedTable.bytes)));
   __m512 acc[kRows][kPairs];
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
@@ -538,8 +588,12 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
       for (int r = 0; r < kRows; ++r) {
         const __m512i bytes = _mm512_broadcast_i64x4(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * stride + 32 * slice)));
-        const __m512i low = _mm512_and_si512(bytes, mask);
-        const __m512i high = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask);
+        __m512i low = _mm512_and_si512(bytes, mask);
+        __m512i high = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask);
+        if constexpr (kMxfp4) {
+          low = _mm512_shuffle_epi8(table, low);
+          high = _mm512_shuffle_epi8(table, high);
+        }
 #pragma GCC unroll 2
         for (int p = 0; p < kPairs; ++p) {
           isums[r][p] = vnni::DotBytes(vnni::DotBytes(isums[r][p], low, low_x[p]), high, high_x[p]);
@@ -595,16 +649,15 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
 }  // namespace i4vnni
 #endif  // LLMRT_QUANT_VNNI512
 
-// kKind: 0 I8 with combined scales, 1 I8 with one scale per row, 2 I4, 3 I4 with zero points.
-// kVnni: the VNNI arithmetic of this body (quant_vnni-inl.h: AVX512-VNNI tiles on AVX3,
-// AVX-VNNI lanes in the AVX2 tiles).
-// prefetch_offset: as vnni::TileI8's (I8 on VNNI; the I4 kinds prefetch while unpacking).
+// kKind: GemmRow's kinds. kVnni: the VNNI arithmetic of this body (quant_vnni-inl.h: AVX512-VNNI
+// tiles on AVX3, AVX-VNNI lanes in the AVX2 tiles). prefetch_offset: as vnni::TileI8's (I8 on VNNI;
+// the I4 kinds prefetch while unpacking).
 template <int kRows, int kTokens, int kKind, bool kVnni>
 void Tile(const GemmRow* rows, const uint8_t* const* unpacked, const TokenTile& tile, int64_t cols,
           int group_shift, float (*result)[kGemmTokens], int64_t prefetch_offset) {
   if constexpr (kKind >= 2) {
     for (int r = 0; r < kRows; ++r) {
-      TileI4<kTokens, kKind == 3, kVnni>(rows[r], unpacked[r], tile, cols, group_shift, result[r]);
+      TileI4<kTokens, kKind, kVnni>(rows[r], unpacked[r], tile, cols, group_shift, result[r]);
     }
   } else if constexpr (kVnni && LLMRT_QUANT_VNNI512) {
     const uint8_t* codes[kRows];
@@ -718,8 +771,9 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
       columns.Resolve(outputs, num_outputs, &output, row_begin, row_end);
       if (kInt4) {
         for (int64_t n = row_begin; n < row_end; ++n) {
-          UnpackInt4Row(w.data + n * row_bytes, w.cols,
-                        unpacked_panel + (n - row_begin) * unpacked_bytes, next_panel_offset);
+          UnpackInt4Row<kKind == kKindMxfp4>(w.data + n * row_bytes, w.cols,
+                                             unpacked_panel + (n - row_begin) * unpacked_bytes,
+                                             next_panel_offset);
         }
       }
       // Token tiles outside, weight rows inside: a tile's codes (4 x K bytes) stay in L1 while
@@ -737,8 +791,7 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
           GemmRow rows[kMaxGemmRows];
           const uint8_t* unpacked[kMaxGemmRows];
           for (int r = 0; r < num_rows; ++r) {
-            rows[r] = {w.data + (n + r) * row_bytes, w.scales + (n + r) * groups,
-                       w.zero_points != nullptr ? w.zero_points + (n + r) * groups : nullptr};
+            rows[r] = GemmRowOf(w, n + r, row_bytes, groups);
             // I8 has no unpacked panel (null: no offset may be applied to it).
             unpacked[r] = unpacked_panel != nullptr
                               ? unpacked_panel + (n + r - row_begin) * unpacked_bytes
@@ -764,15 +817,17 @@ HWY_INLINE void PrefetchLines(const void* data, int64_t bytes) {
   }
 }
 
-// QuantizedGemm for I4 on AVX512-VNNI (i4vnni above): the token tiles laid out once per call,
-// then, per panel, its scales converted and every token tile passed over its 4-row tiles (a
-// panel's last rows one at a time).
-template <bool kZeroPoints>
+// QuantizedGemm for I4 and MXFP4 (kKind 2, 3, kKindMxfp4) on AVX512-VNNI (i4vnni above): the
+// token tiles laid out once per call, then, per panel, its scales converted and every token tile
+// passed over its 4-row tiles (a panel's last rows one at a time).
+template <int kKind>
 void GemmI4Vnni(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                 const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
   using i4vnni::kChunkCodes;
   using i4vnni::kGroupRows;
   using i4vnni::kPairMetaBytes;
+  constexpr bool kZeroPoints = kKind == 3;
+  constexpr int32_t kSumFactor = kZeroPoints ? 1 : kKind == kKindMxfp4 ? -kMxfp4Bias : -8;
   const int64_t blocks = w.cols / kBlock;
   const int64_t chunks = (blocks + 7) / 8;
   const int64_t groups = w.cols / w.group_size;
@@ -789,7 +844,7 @@ void GemmI4Vnni(ThreadPool& pool, const QuantizedActivationRows& x, const Matrix
     return static_cast<int>(std::min<int64_t>(kGemmTokens, x.num_rows - tile * kGemmTokens));
   };
   for (int64_t tile = 0; tile < tiles; ++tile) {
-    i4vnni::LayOutTokenTile(x, blocks, chunks, tile, tile_tokens(tile), kZeroPoints,
+    i4vnni::LayOutTokenTile(x, blocks, chunks, tile, tile_tokens(tile), kSumFactor,
                             token_tiles + tile * tile_codes, token_meta + tile * tile_meta);
   }
   const int64_t num_panels = (w.rows + kPanelRows - 1) / kPanelRows;
@@ -816,18 +871,20 @@ void GemmI4Vnni(ThreadPool& pool, const QuantizedActivationRows& x, const Matrix
           NextPanelOffset(panel, panel_end, row_begin + rows, w.rows, row_bytes);
       columns.Resolve(outputs, num_outputs, &output, row_begin, row_begin + rows);
       if (next_panel_offset != 0) {
-        // The next panel's scales and zero points, which its PreparePanelRow reads first (not
-        // prefetched they cost ~8% of a 16-token GEMM in waits on memory).
+        // The next panel's scales (MXFP4: E8M0 bytes) and zero points, which its PreparePanelRow
+        // reads first (not prefetched they cost ~8% of a 16-token GEMM in waits on memory).
         const int64_t next = (row_begin + kPanelRows) * groups;
-        PrefetchLines(w.scales + next, kPanelRows * groups * sizeof(uint16_t));
+        if constexpr (kKind == kKindMxfp4) {
+          PrefetchLines(w.exponents + next, kPanelRows * groups);
+        } else {
+          PrefetchLines(w.scales + next, kPanelRows * groups * sizeof(uint16_t));
+        }
         if (kZeroPoints) PrefetchLines(w.zero_points + next, kPanelRows * groups);
       }
       for (int64_t row = 0; row < rows; ++row) {
         const int64_t n = row_begin + row;
-        const GemmRow source{w.data + n * row_bytes, w.scales + n * groups,
-                             kZeroPoints ? w.zero_points + n * groups : nullptr};
-        i4vnni::PreparePanelRow(source, w.cols, group_shift, group_of(row),
-                                group_rows(group_of(row)), row, operands);
+        i4vnni::PreparePanelRow(GemmRowOf(w, n, row_bytes, groups), w.cols, group_shift,
+                                group_of(row), group_rows(group_of(row)), row, operands);
       }
       for (int64_t tile = 0; tile < tiles; ++tile) {
         const int tokens = tile_tokens(tile);
@@ -842,9 +899,9 @@ void GemmI4Vnni(ThreadPool& pool, const QuantizedActivationRows& x, const Matrix
           // The next panel is prefetched during the first token tile, at the pace of the chunks.
           const int64_t prefetch = tile == 0 ? next_panel_offset : 0;
           float result[kMaxGemmRows][kGemmTokens];
-#define LLMRT_I4_TILE(kRows, kPairs)                                                        \
-  i4vnni::Tile<kRows, kPairs, kZeroPoints>(packed, row_bytes, tails, w.cols, scales, zeros, \
-                                           tile_x, meta, prefetch, result)
+#define LLMRT_I4_TILE(kRows, kPairs)                                                          \
+  i4vnni::Tile<kRows, kPairs, kKind>(packed, row_bytes, tails, w.cols, scales, zeros, tile_x, \
+                                     meta, prefetch, result)
           if (num_rows == kGroupRows) {
             tokens > 2 ? LLMRT_I4_TILE(kGroupRows, 2) : LLMRT_I4_TILE(kGroupRows, 1);
           } else {
@@ -863,13 +920,19 @@ template <bool kVnni>
 void GemmKinds(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
 #if LLMRT_QUANT_VNNI512
+  if (kVnni && w.dtype == plan::FP4_E2M1) {
+    GemmI4Vnni<kKindMxfp4>(pool, x, w, bias, outputs, num_outputs);
+    return;
+  }
   if (kVnni && w.dtype == plan::I4) {
-    w.zero_points != nullptr ? GemmI4Vnni<true>(pool, x, w, bias, outputs, num_outputs)
-                             : GemmI4Vnni<false>(pool, x, w, bias, outputs, num_outputs);
+    w.zero_points != nullptr ? GemmI4Vnni<3>(pool, x, w, bias, outputs, num_outputs)
+                             : GemmI4Vnni<2>(pool, x, w, bias, outputs, num_outputs);
     return;
   }
 #endif
-  if (w.dtype == plan::I4) {
+  if (w.dtype == plan::FP4_E2M1) {
+    GemmTyped<kKindMxfp4, kVnni>(pool, x, w, bias, outputs, num_outputs);
+  } else if (w.dtype == plan::I4) {
     w.zero_points != nullptr ? GemmTyped<3, kVnni>(pool, x, w, bias, outputs, num_outputs)
                              : GemmTyped<2, kVnni>(pool, x, w, bias, outputs, num_outputs);
   } else {

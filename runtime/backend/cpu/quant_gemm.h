@@ -1,4 +1,4 @@
-// Multi-row quantized matmul (prefill and batched decode) over I8 / I4 weights: the kernel
+// Multi-row quantized matmul (prefill and batched decode) over I8 / I4 / MXFP4 weights: the kernel
 // QuantizedMatMul (quant_matmul.h) hands activation rows to from kQuantGemmMinRows rows on, on
 // x86 targets with AVX2 (and AVX-512 targets, which run the same 256-bit code, or with
 // AVX512-VNNI the tiles of quant_vnni-inl.h).
@@ -18,6 +18,13 @@
 // panels whose weights stay in L2 while all token tiles pass over them. I4 on AVX512-VNNI runs
 // a 4 rows x 4 tokens tile on the packed codes instead, two tokens per 512-bit vector
 // (quant_gemm.cc's i4vnni; docs/performance.md has the measurements).
+//
+// MXFP4 (FP4_E2M1 codes in I4's LANE_CHUNKS layout, one E8M0 scale per block) runs the I4 tiles:
+// each code becomes 2 x its E2M1 value + 12 (0..24, unsigned for maddubs / vpdpbusd) by a byte
+// shuffle, where I4 only masks its nibbles, the block sums lose 12 x sum(q) as I4's lose its zero
+// point 8 x sum(q), and a block's weight scale is 2^(b - 127) / 2 (exact). The integer sums are the
+// decode GEMV's (which keeps the codes signed, quant_matmul.cc), the f32 steps I4's, so MXFP4 rows
+// too are the same to the bit alone or in any batch.
 //
 // Thread-safety: like kernels.h (pure apart from outputs; one call per pool).
 #ifndef LLMRT_BACKEND_CPU_QUANT_GEMM_H_
@@ -47,7 +54,7 @@ inline int QuantGroupShift(int32_t group_size, int64_t cols) {
 
 // Activation rows as QuantizedMatMul quantized them (quant_matmul.h): per row `padded_cols`
 // (QuantizedActivationCols) int8 codes (I4: in lane order, LaneOrderInt4Activations),
-// padded_cols / 32 scales and, for I4, the int32 sum of each block's codes.
+// padded_cols / 32 scales and, for I4 and MXFP4, the int32 sum of each block's codes.
 struct QuantizedActivationRows {
   const int8_t* codes = nullptr;
   const float* scales = nullptr;
@@ -65,7 +72,7 @@ void LaneOrderInt4Activations(int8_t* codes, int64_t padded_cols);
 
 // out[r, n] = the quantized dot product of activation row r with weight row n + bias[n] (bias
 // may be nullptr), columns split across `outputs` (sorted by begin, covering [0, w.rows)), for
-// an I8 (ROW_MAJOR) or I4 (LANE_CHUNKS) `w`. Runs only on x86 AVX2 / AVX-512 targets:
+// an I8 (ROW_MAJOR), I4 or FP4_E2M1 (LANE_CHUNKS) `w`. Runs only on x86 AVX2 / AVX-512 targets:
 // QuantizedMatMul calls it from those bodies alone (elsewhere it aborts).
 void QuantizedGemm(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                    const float* bias, const MatMulOutput* outputs, int32_t num_outputs);

@@ -79,20 +79,19 @@ WeightRow RowOf(const MatrixView& w, int64_t row) {
           w.zero_points != nullptr ? w.zero_points + row * groups : nullptr};
 }
 
-// MXFP4 (FP4_E2M1 codes, E8M0 scales; plan.proto Quantization), on every target: result[t] =
-// the row's dot product with activation row t of the tile. Each 32-column block is one scale
-// group and one activation block; its integer sum of doubled E2M1 values (plan::E2M1Doubled,
-// |v| <= 12) times activation codes is exact, and the block adds 2^(b - 127) / 2 * d * isum in
-// f32, block by block, so GEMV and multi-row results agree to the bit and do not depend on the
-// rows or tokens beside them. This kernel serves every row count (the I4 GEMV and GEMM tiles do
-// not read MXFP4).
+// MXFP4 (FP4_E2M1 codes, E8M0 scales; plan.proto Quantization). Each 32-column block is one
+// scale group and one activation block; its integer sum of doubled E2M1 values
+// (plan::E2M1Doubled, |v| <= 12) times activation codes is exact.
+// - x86 (AVX2 and up): the decode GEMV (GemvMxfp4 below) and QuantizedGemm's tiles, with the
+//   lane arithmetic of quant_vnni-inl.h (8 blocks per FMA), so GEMV and GEMM agree to the bit.
+// - Other targets: Mxfp4RowTile for every row count, the block adding 2^(b - 127) / 2 * d * isum
+//   in f32 block by block, so a token's result does not depend on the rows or tokens beside it.
 #if LLMRT_QUANT_AVX2
 // x86: a chunk of 8 blocks at a time, from plan.proto's LANE_CHUNKS layout against activations in
 // lane order (LaneOrderInt4Activations), as ChunkSumsInt4 reads I4: per nibble half, |v| and
 // v's sign come from two table shuffles, the sign moves onto q (sign_epi8), and maddubs
 // multiplies the unsigned |v| <= 12 by the signed q: pairs reach 2 * 12 * 127 = 3048, a lane's
-// 8 pairs 24384 < 32767 in int16, widened once: the portable kernel's exact integers, in the
-// same block order.
+// 8 pairs 24384 < 32767 in int16, widened once: the exact integers, block j in lane j.
 // Slice `slice` of a full LANE_CHUNKS chunk (block j in lane j) as nibbles, and the lane-order
 // activations (LaneOrderInt4Activations) they multiply: low nibbles meet vector 2 slice, high
 // nibbles vector 2 slice + 1.
@@ -127,33 +126,6 @@ HWY_INLINE __m256i Mxfp4ChunkSums(const uint8_t* chunk, const int8_t* x) {
   return _mm256_madd_epi16(sums, _mm256_set1_epi16(1));
 }
 
-template <int kTokens>
-void Mxfp4RowTile(const WeightRow& row, int64_t cols, const ActivationTile& tile, float* result) {
-  float acc[kTokens] = {};
-  const int64_t blocks = cols / kQuantBlock;
-  for (int64_t first = 0; first < blocks; first += plan::kInt4ChunkRuns) {
-    const int64_t count = std::min<int64_t>(plan::kInt4ChunkRuns, blocks - first);
-    const uint8_t* chunk = row.codes + first * (kQuantBlock / 2);
-    alignas(32) uint8_t expanded[plan::kInt4ChunkBytes];
-    if (count < plan::kInt4ChunkRuns) {
-      plan::ExpandInt4Chunk(row.codes, cols, first, expanded);
-      chunk = expanded;
-    }
-    float weight_scales[plan::kInt4ChunkRuns];
-    for (int64_t b = 0; b < count; ++b) {
-      weight_scales[b] = plan::E8M0ToF32(row.exponents[first + b]) * 0.5f;
-    }
-    for (int t = 0; t < kTokens; ++t) {
-      alignas(32) int32_t isums[plan::kInt4ChunkRuns];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(isums),
-                         Mxfp4ChunkSums(chunk, tile.codes[t] + first * kQuantBlock));
-      for (int64_t b = 0; b < count; ++b) {
-        acc[t] += weight_scales[b] * tile.scales[t][first + b] * static_cast<float>(isums[b]);
-      }
-    }
-  }
-  for (int t = 0; t < kTokens; ++t) result[t] = acc[t];
-}
 #else
 // Other targets: a block's 16 code bytes (its 4 slices, plan::Int4SliceOffset) decoded with one
 // table shuffle per nibble half, against activations split to match (SplitMxfp4Activations):
@@ -487,7 +459,10 @@ void GemvOverRegions(ThreadPool& pool, const MatrixView& w, int64_t row_bytes, c
   const int64_t region_items = (region + rows_per_item - 1) / rows_per_item;
   const bool tail = region * kGemvStreams < w.rows;
   // RowOf without its two divisions per row (~5% of the instructions at K = 2048).
+  const bool mxfp4 = w.dtype == plan::FP4_E2M1;
   auto row_of = [&](int64_t row) {
+    if (mxfp4)
+      return WeightRow{w.data + row * row_bytes, nullptr, nullptr, w.exponents + row * groups};
     return WeightRow{w.data + row * row_bytes, w.scales + row * groups,
                      w.zero_points != nullptr ? w.zero_points + row * groups : nullptr};
   };
@@ -609,6 +584,51 @@ struct GemvInt4Kernel {
   HWY_INLINE void Run(const WeightRow* rows, float* result) const {
     GemvInt4Avx2<kRows, kZeroPoints, kVnni>(rows, cols, group_shift, x_codes, x_scales, x_sums,
                                             result);
+  }
+};
+
+// result[r] = dot(weight row r, x) for kRows MXFP4 rows, a chunk of 8 blocks at a time: the
+// exact block sums (Mxfp4ChunkSums), one convert and one FMA with the 8 weight x activation
+// scales into one 8-lane f32 chain per row, as QuantizedGemm's MXFP4 tiles compute each (row,
+// token) (quant_vnni-inl.h), so a token's result does not depend on the batch around it. x_codes
+// are in lane order, x_scales padded with zero blocks to whole chunks (QuantizedMatMulImpl).
+// Per block this spends a quarter of Mxfp4RowTile's scalar f32 steps.
+template <int kRows>
+void GemvMxfp4(const WeightRow* rows, int64_t cols, const int8_t* x_codes, const float* x_scales,
+               float* result) {
+  const int64_t blocks = cols / kQuantBlock;
+  __m256 acc[kRows];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t block = 0; block < blocks; block += 8) {
+    const int64_t count = std::min<int64_t>(8, blocks - block);
+    const __m256 activation_scales = _mm256_loadu_ps(x_scales + block);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const uint8_t* chunk = rows[r].codes + block * (kQuantBlock / 2);
+      alignas(32) uint8_t expanded[plan::kInt4ChunkBytes];
+      if (count < 8) {
+        // The row's last, shorter chunk, laid out as a full one (nothing past the row is read).
+        plan::ExpandInt4Chunk(rows[r].codes, cols, block, expanded);
+        chunk = expanded;
+      }
+      acc[r] = _mm256_fmadd_ps(
+          _mm256_cvtepi32_ps(Mxfp4ChunkSums(chunk, x_codes + block * kQuantBlock)),
+          _mm256_mul_ps(Mxfp4Scales8(rows[r].exponents, block, count), activation_scales), acc[r]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) result[r] = SumLanes8(acc[r]);
+}
+
+// The MXFP4 GEMV's kernel for GemvOverRegions.
+struct GemvMxfp4Kernel {
+  int64_t cols;
+  const int8_t* x_codes;
+  const float* x_scales;
+  template <int kRows>
+  HWY_INLINE void Run(const WeightRow* rows, float* result) const {
+    GemvMxfp4<kRows>(rows, cols, x_codes, x_scales, result);
   }
 };
 #endif  // LLMRT_QUANT_AVX2
@@ -843,7 +863,9 @@ void QuantizedMatMulTyped(ThreadPool& pool, int64_t num_rows, const MatrixView& 
                  RowGroupKernel<kInt4, kZeroPoints>{w.cols, w.group_size});
 }
 
-// RowTiledMatMul's kernel for MXFP4 (Mxfp4RowTile), one row a pass.
+#if !LLMRT_QUANT_AVX2
+// RowTiledMatMul's kernel for MXFP4 (Mxfp4RowTile), one row a pass (x86 runs GemvMxfp4 and
+// QuantizedGemm instead).
 struct Mxfp4RowKernel {
   int64_t cols;
   int Rows(int, int64_t) const { return 1; }
@@ -861,6 +883,7 @@ struct Mxfp4RowKernel {
     }
   }
 };
+#endif  // !LLMRT_QUANT_AVX2
 
 #if LLMRT_QUANT_NEON
 #include "runtime/backend/cpu/quant_neon-inl.h"
@@ -873,7 +896,10 @@ void QuantizedGemv(ThreadPool& pool, const MatrixView& w, const float* bias,
                    const MatMulOutput* outputs, int32_t num_outputs, const int8_t* codes,
                    const float* scales, const int32_t* integer_sums) {
   const int group_shift = QuantGroupShift(w.group_size, w.cols);
-  if (w.dtype == plan::I4) {
+  if (w.dtype == plan::FP4_E2M1) {
+    GemvOverRegions(pool, w, w.cols / 2, bias, outputs, num_outputs,
+                    GemvMxfp4Kernel{w.cols, codes, scales});
+  } else if (w.dtype == plan::I4) {
     const int64_t row_bytes = w.cols / 2;
     if (w.zero_points != nullptr) {
       GemvOverRegions(
@@ -958,11 +984,13 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
   int8_t* codes = static_cast<int8_t*>(scratch);
   float* scales = reinterpret_cast<float*>(codes + num_rows * padded);
   float* sums = scales + num_rows * blocks;
-  // The x86 GEMV and GEMM tiles take groups of 32 * 2^k columns or whole rows (QuantGroupShift).
+  // The x86 GEMV and GEMM tiles take groups of 32 * 2^k columns or whole rows (QuantGroupShift;
+  // MXFP4: blocks of 32).
   const bool mxfp4 = w.dtype == plan::FP4_E2M1;
-  const bool x86_tiles = LLMRT_QUANT_AVX2 && !mxfp4 && QuantGroupShift(w.group_size, w.cols) >= 0;
-  // I4 there: block sums, and the codes in lane order (the GEMV's and the GEMM's layout).
-  const bool int4_lanes = x86_tiles && w.dtype == plan::I4;
+  const bool x86_tiles = LLMRT_QUANT_AVX2 && (mxfp4 || QuantGroupShift(w.group_size, w.cols) >= 0);
+  // I4 and MXFP4 there: block sums (the GEMM's zero-point / bias correction), and the codes in
+  // lane order (the GEMV's and the GEMM's layout).
+  const bool int4_lanes = x86_tiles && (w.dtype == plan::I4 || mxfp4);
   auto quantize = [&](int64_t begin, int64_t end, int32_t) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t source = input_rows != nullptr ? input_rows[row] : row;
@@ -978,14 +1006,10 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
         Int4ActivationSums(row_codes, blocks, sums + row * blocks);
         LaneOrderInt4Activations(row_codes, padded);
       }
-      if (mxfp4) {
-        // The layout Mxfp4RowTile reads on this target.
-#if LLMRT_QUANT_AVX2
-        LaneOrderInt4Activations(row_codes, padded);
-#else
-        SplitMxfp4Activations(row_codes, padded);
+#if !LLMRT_QUANT_AVX2
+      // The layout Mxfp4RowTile reads on this target.
+      if (mxfp4) SplitMxfp4Activations(row_codes, padded);
 #endif
-      }
     }
   };
   if (num_rows < kParallelQuantizeRows) {
@@ -1037,12 +1061,14 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
 #endif
   // Other targets, and x86 group sizes the tiles do not take: the portable row tiles, every row
   // count.
+#if !LLMRT_QUANT_AVX2
   if (mxfp4) {
-    if (num_rows > 0) {
-      RowTiledMatMul(pool, num_rows, w, bias, outputs, num_outputs, codes, scales, padded,
-                     Mxfp4RowKernel{w.cols});
-    }
-  } else if (w.dtype == plan::I4 && w.zero_points != nullptr) {
+    RowTiledMatMul(pool, num_rows, w, bias, outputs, num_outputs, codes, scales, padded,
+                   Mxfp4RowKernel{w.cols});
+    return;
+  }
+#endif
+  if (w.dtype == plan::I4 && w.zero_points != nullptr) {
     QuantizedMatMulTyped<true, true>(pool, num_rows, w, bias, outputs, num_outputs, codes, scales,
                                      padded);
   } else if (w.dtype == plan::I4) {

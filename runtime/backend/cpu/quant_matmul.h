@@ -45,8 +45,9 @@ namespace llmrt::cpu {
 // (plan::kInt4Run).
 inline constexpr int64_t kQuantBlock = 32;
 
-// Whether `dtype` is a quantized matrix dtype these kernels read (I8, I4, FP4_E2M1: MXFP4, through
-// quant_matmul.cc's Mxfp4RowTile for every row count).
+// Whether `dtype` is a quantized matrix dtype these kernels read (I8, I4, FP4_E2M1: MXFP4, on x86
+// through the GEMV and QuantizedGemm like I4, elsewhere quant_matmul.cc's Mxfp4RowTile for every
+// row count).
 bool IsQuantizedMatrix(plan::DType dtype);
 
 // Bytes of the codes of a [rows, cols] I8 (rows * cols) or I4 / FP4_E2M1 (rows * cols / 2)

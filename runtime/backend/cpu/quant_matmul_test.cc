@@ -433,5 +433,63 @@ TEST(Mxfp4MatMulTest, OneRowEqualsManyRowsBitForBit) {
   }
 }
 
+// Odd shapes through the multi-row path (QuantizedGemm on x86): 1 and 3 weight rows (short of a
+// register tile), 17 (a 16-row panel and a lone row), 37 (two panels and a short one); K = 64 (one
+// chunk of 2 blocks) and 608 (two chunks of 8 and one of 3); 2 to 17 tokens (every short token
+// tile). Each token's row equals the same token alone (the decode GEMV) to the bit and the
+// definition to f32 rounding, with a bias and the outputs split at an odd column, on 1 and 2
+// threads.
+TEST(Mxfp4MatMulTest, ManyRowsEqualOneRowAtOddShapes) {
+  for (int64_t rows : {1, 3, 17, 37}) {
+    for (int64_t cols : {64, 608}) {
+      const Mxfp4Weights w =
+          MakeMxfp4(rows, cols, {119, 127, 121, 130, 116}, static_cast<uint32_t>(5 + rows));
+      const MatrixView view = w.View(rows, cols);
+      constexpr int64_t kTokens = 17;
+      std::vector<float> x(kTokens * cols);
+      for (size_t i = 0; i < x.size(); ++i) {
+        // Some all-zero blocks (activation scale 0) among blocks of spread magnitudes.
+        const int64_t block = static_cast<int64_t>(i) / 32;
+        x[i] = block % 7 == 3 ? 0.0f
+                              : std::ldexp(std::sin(0.29f * static_cast<float>(i) + 0.5f),
+                                           static_cast<int>(block % 5) - 2);
+      }
+      std::vector<float> bias(rows);
+      for (int64_t n = 0; n < rows; ++n) bias[n] = 0.125f * static_cast<float>(n % 3) - 0.1f;
+      const int64_t split = rows / 2 + 1;
+      AlignedScratch scratch(QuantizedActivationBytes(kTokens, cols));
+      std::vector<int8_t> codes(QuantizedActivationCols(cols));
+      std::vector<float> scales(codes.size() / 32);
+      std::vector<float> one(rows);
+      for (int32_t threads : {1, 2}) {
+        ThreadPool pool(threads);
+        for (int64_t tokens : {int64_t{2}, int64_t{3}, int64_t{5}, kTokens}) {
+          std::vector<float> first(tokens * split), second(tokens * (rows - split));
+          const MatMulOutput outputs[2] = {{first.data(), 0, split},
+                                           {second.data(), split, rows - split}};
+          QuantizedMatMul(pool, x.data(), tokens, nullptr, view, bias.data(), outputs,
+                          rows > split ? 2 : 1, scratch.get());
+          for (int32_t t = 0; t < tokens; ++t) {
+            const MatMulOutput one_output{one.data(), 0, rows};
+            QuantizedMatMul(pool, x.data(), 1, &t, view, bias.data(), &one_output, 1,
+                            scratch.get());
+            QuantizeActivationRow(x.data() + t * cols, nullptr, cols, codes.data(), scales.data());
+            for (int64_t n = 0; n < rows; ++n) {
+              const float many =
+                  n < split ? first[t * split + n] : second[t * (rows - split) + n - split];
+              ASSERT_EQ(many, one[n]) << rows << " x " << cols << ", " << tokens << " tokens, "
+                                      << threads << " threads, token " << t << " row " << n;
+              const auto [expected, magnitude] =
+                  Mxfp4Reference(w, n, cols, codes.data(), scales.data());
+              ASSERT_NEAR(many, expected + bias[n], 1e-6 * magnitude + 1e-6)
+                  << rows << " x " << cols << ", token " << t << " row " << n;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace llmrt::cpu

@@ -40,6 +40,7 @@
 
 #include "hwy/highway.h"
 #include "runtime/backend/cpu/dispatch.h"
+#include "runtime/plan/mxfp4.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace llmrt::cpu {
@@ -68,6 +69,33 @@ HWY_INLINE float SumLanes8(__m256 v) {
   const __m128 sum2 = _mm_add_ps(sum4, _mm_movehl_ps(sum4, sum4));
   return _mm_cvtss_f32(_mm_add_ss(sum2, _mm_movehdup_ps(sum2)));
 }
+
+// MXFP4 (FP4_E2M1 codes, E8M0 scales) in the x86 kernels, the decode GEMV and the GEMM tiles
+// alike: a chunk of 8 blocks gives 8 exact int32 block sums of 2 x e2m1(code) x q (one per lane,
+// as I4's), then one convert and one FMA with weight x activation scale per lane into the
+// (row, token)'s 8-lane f32 chain, and SumLanes8. The weight scale of a block is 2^(b - 127) / 2
+// (exact: the halving undoes the doubling), so GEMV and GEMM agree to the bit whichever integer
+// instructions produce the sums.
+// The f32 weight scales of blocks [block, block + count) of an MXFP4 row (count <= 8; lanes past
+// count 0, and nothing past the row is read).
+HWY_INLINE __m256 Mxfp4Scales8(const uint8_t* exponents, int64_t block, int64_t count) {
+  alignas(32) float scales[8] = {};
+  for (int64_t i = 0; i < count; ++i) scales[i] = plan::E8M0ToF32(exponents[block + i]) * 0.5f;
+  return _mm256_load_ps(scales);
+}
+
+// The GEMM tiles multiply unsigned weight bytes (maddubs, vpdpbusd): an E2M1 code there becomes
+// 2 x value + kMxfp4Bias, in 0..24, and a block's sum loses kMxfp4Bias x sum(q) in int32 (as
+// I4's zero point 8), which leaves the exact sum of 2 x value x q.
+inline constexpr int kMxfp4Bias = 12;
+// Code -> 2 x value + kMxfp4Bias, twice (one 128-bit lane of a byte shuffle each half).
+struct Mxfp4BiasedTable {
+  alignas(32) int8_t bytes[32] = {};
+  constexpr Mxfp4BiasedTable() {
+    for (int i = 0; i < 32; ++i) bytes[i] = static_cast<int8_t>(plan::E2M1Doubled(i) + kMxfp4Bias);
+  }
+};
+inline constexpr Mxfp4BiasedTable kMxfp4BiasedTable{};
 
 namespace vnni {
 
