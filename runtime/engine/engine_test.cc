@@ -398,6 +398,43 @@ TEST_F(MoeEngineTest, ExpertBytesAndTheWeightsBesideThem) {
             (kMoeVocab * kMoeExperts + kMoeWidth * kMoeWidth) * 4);
 }
 
+// The CUDA kernels' code is loaded into a module once, never read by a step: a kernel table's
+// code tensors add nothing to DecodeWeightBytes.
+TEST_F(MoeEngineTest, DecodeWeightBytesLeavesKernelCodeOut) {
+  plan::PlanMeta meta = model_->meta();
+  const int64_t without = DecodeWeightBytes(meta);
+  plan::Tensor* code = meta.add_tensors();
+  code->set_name("cuda.sm_90.expert_gemv");
+  code->set_dtype(plan::I32);
+  code->add_shape(1024);
+  code->set_size_bytes(4096);
+  plan::KernelTable* table = meta.mutable_program()->add_kernel_tables();
+  table->set_target("cuda:sm_90");
+  plan::KernelTable::Kernel* kernel = table->add_kernels();
+  kernel->set_code_tensor(meta.tensors_size() - 1);
+  kernel->set_code_size(4093);
+  EXPECT_EQ(DecodeWeightBytes(meta), without);
+}
+
+// ActiveExpertBytes counts the experts a load shows chosen, and refuses a load shaped for
+// another plan, naming both shapes.
+TEST_F(MoeEngineTest, ActiveExpertBytesCountsTheUnionAndRefusesAForeignLoad) {
+  const std::vector<MoeRouter> routers = ExpertBytes(model_->meta());
+  std::vector<int32_t> active;
+  ExpertLoad load{1, kMoeExperts, {2, 0, 1, 0}};
+  absl::StatusOr<int64_t> bytes = ActiveExpertBytes(routers, load, active);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(active, std::vector<int32_t>{2});
+  EXPECT_EQ(*bytes, 2 * routers[0].bytes_per_expert);
+  load = ExpertLoad{1, kMoeExperts + 1, {2, 0, 1, 0, 0}};
+  bytes = ActiveExpertBytes(routers, load, active);
+  EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(bytes.status().message().find("1 routers of 5 experts (5 counts); the plan has 1 "
+                                          "routers of at most 4 experts"),
+            absl::string_view::npos)
+      << bytes.status();
+}
+
 // A step's union and bytes: tokens 0 and 4 (experts {0, 1} and {0, 2}) in one step read 3
 // experts; two sessions' single tokens 1 and 3 ({1, 2}, {3, 0}) in one step read all 4.
 TEST_F(MoeEngineTest, ModelReportsEachStepsExpertUnionAndBytes) {

@@ -286,40 +286,28 @@ absl::Status Model::RunStep(const StepBatch& batch, float* logits) {
 }
 
 void Model::ReadExpertLoad() {
-  const size_t num_routers = moe_routers_.size();
-  active_experts_.assign(num_routers, 0);
   absl::Status status = backend_->LastStepExpertLoad(expert_load_);
-  if (status.ok() && (expert_load_.num_routers != static_cast<int32_t>(num_routers) ||
-                      expert_load_.num_experts != moe_num_experts_ ||
-                      expert_load_.counts.size() != num_routers * moe_num_experts_)) {
-    status = absl::InternalError(absl::StrFormat(
-        "%s reported the expert load of %d routers of %d experts (%d counts); the plan has %d "
-        "routers of at most %d experts",
-        backend_->name(), expert_load_.num_routers, expert_load_.num_experts,
-        expert_load_.counts.size(), num_routers, moe_num_experts_));
-  }
-  active_expert_bytes_ = 0;
-  if (!status.ok()) {
+  absl::StatusOr<int64_t> bytes =
+      status.ok() ? ActiveExpertBytes(moe_routers_, expert_load_, active_experts_)
+                  : absl::StatusOr<int64_t>(status);
+  if (!bytes.ok()) {
     if (!warned_expert_load_) {
       std::fprintf(stderr,
-                   "llmrt: %s; expert metrics count every expert of a MoE layer as active\n",
-                   std::string(status.message()).c_str());
+                   "llmrt: %s: %s; expert metrics count every expert of a MoE layer as active\n",
+                   backend_->name().c_str(), std::string(bytes.status().message()).c_str());
       warned_expert_load_ = true;
     }
     expert_tokens_.clear();
-    for (size_t r = 0; r < num_routers; ++r) {
+    active_experts_.assign(moe_routers_.size(), 0);
+    active_expert_bytes_ = 0;
+    for (size_t r = 0; r < moe_routers_.size(); ++r) {
       active_experts_[r] = moe_routers_[r].num_experts;
       active_expert_bytes_ += moe_routers_[r].bytes_per_expert * moe_routers_[r].num_experts;
     }
     return;
   }
   expert_tokens_.assign(expert_load_.counts.begin(), expert_load_.counts.end());
-  for (size_t r = 0; r < num_routers; ++r) {
-    const int32_t* counts = expert_tokens_.data() + r * moe_num_experts_;
-    active_experts_[r] = static_cast<int32_t>(std::count_if(
-        counts, counts + moe_routers_[r].num_experts, [](int32_t n) { return n > 0; }));
-    active_expert_bytes_ += moe_routers_[r].bytes_per_expert * active_experts_[r];
-  }
+  active_expert_bytes_ = *bytes;
 }
 
 Session::~Session() { table_.Release(*model_.pool_); }
@@ -388,15 +376,45 @@ std::vector<MoeRouter> ExpertBytes(const plan::PlanMeta& meta) {
   return routers;
 }
 
+absl::StatusOr<int64_t> ActiveExpertBytes(const std::vector<MoeRouter>& routers,
+                                          const ExpertLoad& load,
+                                          std::vector<int32_t>& active_experts) {
+  int32_t widest = 0;
+  for (const MoeRouter& router : routers) widest = std::max(widest, router.num_experts);
+  const size_t num_routers = routers.size();
+  if (load.num_routers != static_cast<int32_t>(num_routers) || load.num_experts != widest ||
+      load.counts.size() != num_routers * widest) {
+    return absl::InternalError(absl::StrFormat(
+        "the backend reported the expert load of %d routers of %d experts (%d counts); the plan "
+        "has %d routers of at most %d experts",
+        load.num_routers, load.num_experts, load.counts.size(), num_routers, widest));
+  }
+  active_experts.assign(num_routers, 0);
+  int64_t bytes = 0;
+  for (size_t r = 0; r < num_routers; ++r) {
+    const int32_t* counts = load.counts.data() + r * widest;
+    active_experts[r] = static_cast<int32_t>(
+        std::count_if(counts, counts + routers[r].num_experts, [](int32_t n) { return n > 0; }));
+    bytes += routers[r].bytes_per_expert * active_experts[r];
+  }
+  return bytes;
+}
+
 int64_t DecodeWeightBytes(const plan::PlanMeta& meta) {
-  absl::flat_hash_set<int32_t> expert_tensors;
+  absl::flat_hash_set<int32_t> skipped;  // expert weights and kernel code
   for (const plan::Op& op : meta.program().ops()) {
     if (op.kind() != plan::EXPERT_MATMUL) continue;
-    for (int32_t index : ExpertTensors(meta, op)) expert_tensors.insert(index);
+    for (int32_t index : ExpertTensors(meta, op)) skipped.insert(index);
+  }
+  for (const plan::KernelTable& table : meta.program().kernel_tables()) {
+    for (const plan::KernelTable::Kernel& kernel : table.kernels()) {
+      // code_tensor is a plain int32 (0 when unset, a valid index): only kernels with code.
+      if (kernel.code_size() > 0) skipped.insert(kernel.code_tensor());
+    }
   }
   int64_t bytes = 0;
   for (int32_t index = 0; index < meta.tensors_size(); ++index) {
-    if (expert_tensors.contains(index)) continue;
+    if (skipped.contains(index)) continue;
     const plan::Tensor& tensor = meta.tensors(index);
     int64_t size = static_cast<int64_t>(tensor.size_bytes());
     if (tensor.name() == "model.embed_tokens.weight" && !meta.config().tie_word_embeddings() &&

@@ -63,8 +63,10 @@ class Session;
 
 // Weight bytes one decode step reads from memory besides the experts: every tensor of the plan
 // except the expert weights (EXPERT_MATMUL's weights, their quantization companions and
-// biases), and an embedding table not shared with the LM head is read one row per token. A
-// step's MoE layers add the experts its tokens chose (Model::last_step_active_expert_bytes).
+// biases) and the CUDA kernels' code (KernelTable code_tensor: loaded once into the module,
+// never read by a step), and an embedding table not shared with the LM head is read one row
+// per token. A step's MoE layers add the experts its tokens chose (ActiveExpertBytes,
+// Model::last_step_active_expert_bytes).
 // What MBU figures (`llmrt bench`, the server's decode gauge) divide by the step time.
 int64_t DecodeWeightBytes(const plan::PlanMeta& meta);
 
@@ -78,6 +80,16 @@ struct MoeRouter {
 };
 // The plan's ROUTER ops; empty for a dense plan.
 std::vector<MoeRouter> ExpertBytes(const plan::PlanMeta& meta);
+
+// What one step's routing (`load`, from Backend::LastStepExpertLoad) read of `routers`' experts:
+// active_experts[r] = the experts of MoE layer r chosen by at least one token of the step (the
+// batch's expert union); returns their bytes, the sum over layers of union x bytes_per_expert.
+// The one place that turns expert load into the bytes MBU divides by (Model::RunStep, the GPU
+// kit's bench). InternalError, naming both sides, when `load` does not describe `routers`
+// (router count, the widest router's experts, the count table's size).
+absl::StatusOr<int64_t> ActiveExpertBytes(const std::vector<MoeRouter>& routers,
+                                          const ExpertLoad& load,
+                                          std::vector<int32_t>& active_experts);
 
 // "int8" or "f32" (the --quant-activations flag of llmrt run / bench); an error names the text.
 absl::StatusOr<QuantizedActivations> ParseQuantizedActivations(const std::string& text);

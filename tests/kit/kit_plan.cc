@@ -4,18 +4,25 @@
 //   llmrt-kit plan strip PLAN SKELETON [--min-bytes N]   (here, by scripts/gpu-kit.sh)
 //   llmrt-kit plan fill SKELETON PLAN [--seed S]          (on the GPU machine, by run.sh)
 //
-// The kit is limited to ~48 MiB, a llama-110m-shaped f16 plan alone is ~270 MB and a
-// TinyLlama-shaped one 2.2 GB; their weights are random (llmc synth) anyway, so a skeleton keeps
-// everything but the bulk of the weights: the PlanMeta (program, kernel tables, tokenizer,
-// shapes, quantization) and every blob smaller than --min-bytes (64 KiB: norms, biases, rope
-// tables, permutations, the CUDA kernels' code) or of a kind that must not be random (I32).
-// `fill` writes a valid plan from it (PlanWriter: checksums recomputed, temporary file renamed)
-// whose stripped blobs are drawn afresh, deterministically from --seed:
+// The kit is limited to ~48 MiB, a llama-110m-shaped f16 plan alone is ~270 MB, a TinyLlama-shaped
+// one 2.2 GB and a Qwen3-MoE-shaped one 3.3 GB; their weights are random (llmc synth) anyway, so a
+// skeleton keeps everything but the bulk of the weights: the PlanMeta (program, kernel tables,
+// tokenizer, shapes, quantization) and every blob smaller than --min-bytes (64 KiB: norms,
+// biases, rope tables, permutations, the CUDA kernels' code) or of a kind that must not be random
+// (I32, a 1-D float vector). `fill` writes a valid plan from it (PlanWriter: checksums
+// recomputed, temporary file renamed) whose stripped blobs are drawn afresh, deterministically
+// from --seed:
 //   F32 / F16 / BF16 matrices   uniform in [-0.0346, 0.0346] (standard deviation 0.02, the
-//                               usual initializer range, so activations stay finite);
-//   I8 / I4 codes               uniform bytes;
+//   and expert stacks           usual initializer range, so activations stay finite): 2-D
+//                               matrices, 3-D expert stacks [experts, rows, cols] and the
+//                               routers, whose random logits spread tokens over the experts
+//                               as a speed test wants;
+//   I8 codes                    uniform in [-127, 127] (what a symmetric quantizer writes);
+//   I4 / FP4_E2M1 codes         uniform bytes (every nibble is a valid code);
 //   U8 zero points              uniform in [0, 15];
-//   F16 quantization scales     0.02 / (standard deviation of a code) x uniform [0.5, 1.5).
+//   F16 quantization scales     0.02 / (standard deviation of a code) x uniform [0.5, 1.5);
+//   E8M0 MXFP4 scales           bytes 119 or 120 (2^-8, 2^-7): uniform E2M1 codes have an RMS
+//                               of 2.93, so weights get a standard deviation of 0.011-0.023.
 // Logits therefore differ from the original plan's; the kit uses these plans for speed and for
 // CPU-against-GPU checks on the same filled plan, never against recorded outputs.
 //
@@ -62,38 +69,55 @@ uint64_t SplitMix(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-enum class Fill { kKeep, kFloat, kBytes, kZeroPoints, kScales8, kScales4 };
+enum class Fill { kKeep, kFloat, kCodes8, kBytes, kZeroPoints, kScales8, kScales4, kE8M0Scales };
 
-// How tensor `index` is filled, given which tensors are quantization scales / zero points.
-Fill FillOf(const plan::PlanMeta& meta, int index, const std::map<int, int>& scale_bits,
-            const std::set<int>& zero_points, uint64_t min_bytes) {
+// E8M0 bytes of the MXFP4 scales `fill` draws (header): 127 + log2 of the scale.
+constexpr uint8_t kE8M0Low = 119;  // 2^-8; the other is 2^-7
+
+// The quantization companions of a plan: tensor index -> how it is filled and the dtype that
+// fill needs (a companion of another dtype is kept as it is).
+struct Companion {
+  Fill fill;
+  plan::DType dtype;
+};
+using Companions = std::map<int, Companion>;
+
+Companions Classify(const plan::PlanMeta& meta) {
+  Companions companions;
+  for (const plan::Tensor& tensor : meta.tensors()) {
+    if (!tensor.has_quantization()) continue;
+    const plan::Quantization& q = tensor.quantization();
+    if (q.has_scales()) {
+      companions[q.scales()] =
+          tensor.dtype() == plan::FP4_E2M1
+              ? Companion{Fill::kE8M0Scales, plan::E8M0}
+              : Companion{q.bits() == 8 ? Fill::kScales8 : Fill::kScales4, plan::F16};
+    }
+    if (q.has_zero_points()) companions[q.zero_points()] = {Fill::kZeroPoints, plan::U8};
+  }
+  return companions;
+}
+
+// How tensor `index` is filled.
+Fill FillOf(const plan::PlanMeta& meta, int index, const Companions& companions,
+            uint64_t min_bytes) {
   const plan::Tensor& tensor = meta.tensors(index);
   if (tensor.size_bytes() < min_bytes || tensor.name().rfind("cuda.", 0) == 0) return Fill::kKeep;
-  if (auto found = scale_bits.find(index); found != scale_bits.end()) {
-    return tensor.dtype() == plan::F16 ? (found->second == 8 ? Fill::kScales8 : Fill::kScales4)
-                                       : Fill::kKeep;
+  if (auto found = companions.find(index); found != companions.end()) {
+    return tensor.dtype() == found->second.dtype ? found->second.fill : Fill::kKeep;
   }
-  if (zero_points.count(index)) return tensor.dtype() == plan::U8 ? Fill::kZeroPoints : Fill::kKeep;
   switch (tensor.dtype()) {
     case plan::F32:
     case plan::F16:
     case plan::BF16:
-      return tensor.shape_size() == 2 ? Fill::kFloat : Fill::kKeep;
+      return tensor.shape_size() >= 2 ? Fill::kFloat : Fill::kKeep;
     case plan::I8:
+      return Fill::kCodes8;
     case plan::I4:
+    case plan::FP4_E2M1:
       return Fill::kBytes;
     default:
       return Fill::kKeep;
-  }
-}
-
-void Classify(const plan::PlanMeta& meta, std::map<int, int>& scale_bits,
-              std::set<int>& zero_points) {
-  for (const plan::Tensor& tensor : meta.tensors()) {
-    if (!tensor.has_quantization()) continue;
-    const plan::Quantization& q = tensor.quantization();
-    if (q.has_scales()) scale_bits[q.scales()] = q.bits();
-    if (q.has_zero_points()) zero_points.insert(q.zero_points());
   }
 }
 
@@ -123,9 +147,7 @@ absl::Status StripPlan(const std::string& input, const std::string& output, uint
   absl::StatusOr<std::unique_ptr<plan::Plan>> opened = plan::Plan::Open(input);
   if (!opened.ok()) return opened.status();
   const plan::PlanMeta& meta = (*opened)->meta();
-  std::map<int, int> scale_bits;
-  std::set<int> zero_points;
-  Classify(meta, scale_bits, zero_points);
+  const Companions companions = Classify(meta);
   std::string out(kMagic, sizeof(kMagic));
   const std::string meta_bytes = meta.SerializeAsString();
   Put<uint64_t>(out, meta_bytes.size());
@@ -135,7 +157,7 @@ absl::Status StripPlan(const std::string& input, const std::string& output, uint
   std::set<uint64_t> offsets;  // a blob shared by tensors (tied weights) is kept once
   for (int index = 0; index < meta.tensors_size(); ++index) {
     const plan::Tensor& tensor = meta.tensors(index);
-    if (FillOf(meta, index, scale_bits, zero_points, min_bytes) != Fill::kKeep) continue;
+    if (FillOf(meta, index, companions, min_bytes) != Fill::kKeep) continue;
     if (!offsets.insert(tensor.offset()).second) continue;
     Put<uint32_t>(kept, static_cast<uint32_t>(index));
     Put<uint64_t>(kept, tensor.size_bytes());
@@ -189,8 +211,14 @@ absl::Status Generate(plan::PlanWriter& writer, Fill kind, plan::DType dtype, ui
         }
       } else {
         std::memcpy(word, &random, 8);
-        if (kind == Fill::kZeroPoints) {
-          for (uint8_t& byte : word) byte &= 15;
+        for (uint8_t& byte : word) {
+          if (kind == Fill::kZeroPoints) {
+            byte &= 15;
+          } else if (kind == Fill::kCodes8 && byte == 0x80) {
+            byte = 0x81;  // -128 -> -127
+          } else if (kind == Fill::kE8M0Scales) {
+            byte = kE8M0Low + (byte & 1);
+          }
         }
       }
       std::memcpy(chunk.data() + i, word, std::min<size_t>(8, size - i));
@@ -240,9 +268,7 @@ absl::Status FillPlan(const std::string& input, const std::string& output, uint6
     }
     kept[index] = std::move(bytes);
   }
-  std::map<int, int> scale_bits;
-  std::set<int> zero_points;
-  Classify(meta, scale_bits, zero_points);
+  const Companions companions = Classify(meta);
   // Kept blobs are recognized by the original offsets, shared blobs written once.
   std::map<uint64_t, int> kept_by_offset;
   for (const auto& [index, bytes] : kept) kept_by_offset[meta.tensors(index).offset()] = index;
@@ -260,7 +286,7 @@ absl::Status FillPlan(const std::string& input, const std::string& output, uint6
         const std::string& bytes = kept[found->second];
         range = (*writer)->AddBlob(bytes.data(), bytes.size());
       } else {
-        const Fill kind = FillOf(meta, index, scale_bits, zero_points, 0);
+        const Fill kind = FillOf(meta, index, companions, 0);
         if (kind == Fill::kKeep) {
           return corrupt(absl::StrCat("tensor ", tensor->name(), " is neither kept nor fillable"));
         }
