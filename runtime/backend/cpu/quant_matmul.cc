@@ -126,6 +126,43 @@ HWY_INLINE __m256i Mxfp4ChunkSums(const uint8_t* chunk, const int8_t* x) {
   return _mm256_madd_epi16(sums, _mm256_set1_epi16(1));
 }
 
+// With VNNI (vpdpbusd multiplies unsigned by signed bytes): the 8 block sums of the biased codes
+// 2 v + kMxfp4Bias (one table shuffle per 32 codes, as the GEMM tiles decode them), which the
+// caller turns into Mxfp4ChunkSums's integers by subtracting kMxfp4Bias x sum(q). AVX512-VNNI:
+// one 512-bit step per slice, the slice's low nibbles in the lower half and its high nibbles in
+// the upper (a masked shift) against lane-order vectors 2 slice and 2 slice + 1, which lie side by
+// side; the halves are added at the end. AVX-VNNI (the AVX2 body): two 256-bit steps per slice.
+// Per 64 codes: 4 vector operations and one vpdpbusd (512-bit) against Mxfp4ChunkSums's ~14.
+HWY_INLINE __m256i Mxfp4BiasedChunkSumsVnni(const uint8_t* chunk, const int8_t* x) {
+#if LLMRT_QUANT_VNNI512
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  const __m512i table = _mm512_broadcast_i32x4(
+      _mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4BiasedTable.bytes)));
+  __m512i sums = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (int slice = 0; slice < 4; ++slice) {
+    const __m512i bytes = _mm512_broadcast_i64x4(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32 * slice)));
+    const __m512i nibbles =
+        _mm512_and_si512(_mm512_mask_srli_epi16(bytes, 0xffff0000u, bytes, 4), mask);
+    sums = vnni::DotBytes(sums, _mm512_shuffle_epi8(table, nibbles),
+                          _mm512_loadu_si512(x + 64 * slice));
+  }
+  return _mm256_add_epi32(_mm512_castsi512_si256(sums), _mm512_extracti64x4_epi64(sums, 1));
+#else
+  const __m256i table =
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(kMxfp4BiasedTable.bytes));
+  __m256i sums = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int slice = 0; slice < 4; ++slice) {
+    const ChunkSlice v = LoadChunkSlice(chunk, x, slice);
+    sums = vnni::DotBytes(vnni::DotBytes(sums, _mm256_shuffle_epi8(table, v.low), v.x_low),
+                          _mm256_shuffle_epi8(table, v.high), v.x_high);
+  }
+  return sums;
+#endif
+}
+
 #else
 // Other targets: a block's 16 code bytes (its 4 slices, plan::Int4SliceOffset) decoded with one
 // table shuffle per nibble half, against activations split to match (SplitMxfp4Activations):
@@ -588,14 +625,15 @@ struct GemvInt4Kernel {
 };
 
 // result[r] = dot(weight row r, x) for kRows MXFP4 rows, a chunk of 8 blocks at a time: the
-// exact block sums (Mxfp4ChunkSums), one convert and one FMA with the 8 weight x activation
+// exact block sums (Mxfp4ChunkSums; kVnni: Mxfp4BiasedChunkSumsVnni minus kMxfp4Bias x sum(q),
+// x_sums as Int4ActivationSums gives them), one convert and one FMA with the 8 weight x activation
 // scales into one 8-lane f32 chain per row, as QuantizedGemm's MXFP4 tiles compute each (row,
 // token) (quant_vnni-inl.h), so a token's result does not depend on the batch around it. x_codes
 // are in lane order, x_scales padded with zero blocks to whole chunks (QuantizedMatMulImpl).
 // Per block this spends a quarter of Mxfp4RowTile's scalar f32 steps.
-template <int kRows>
+template <int kRows, bool kVnni>
 void GemvMxfp4(const WeightRow* rows, int64_t cols, const int8_t* x_codes, const float* x_scales,
-               float* result) {
+               const int32_t* x_sums, float* result) {
   const int64_t blocks = cols / kQuantBlock;
   __m256 acc[kRows];
 #pragma GCC unroll 4
@@ -603,6 +641,12 @@ void GemvMxfp4(const WeightRow* rows, int64_t cols, const int8_t* x_codes, const
   for (int64_t block = 0; block < blocks; block += 8) {
     const int64_t count = std::min<int64_t>(8, blocks - block);
     const __m256 activation_scales = _mm256_loadu_ps(x_scales + block);
+    __m256i corrections = _mm256_setzero_si256();
+    if constexpr (kVnni) {
+      corrections =
+          _mm256_mullo_epi32(_mm256_set1_epi32(kMxfp4Bias),
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_sums + block)));
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       const uint8_t* chunk = rows[r].codes + block * (kQuantBlock / 2);
@@ -612,8 +656,15 @@ void GemvMxfp4(const WeightRow* rows, int64_t cols, const int8_t* x_codes, const
         plan::ExpandInt4Chunk(rows[r].codes, cols, block, expanded);
         chunk = expanded;
       }
+      __m256i isums;
+      if constexpr (kVnni) {
+        isums = _mm256_sub_epi32(Mxfp4BiasedChunkSumsVnni(chunk, x_codes + block * kQuantBlock),
+                                 corrections);
+      } else {
+        isums = Mxfp4ChunkSums(chunk, x_codes + block * kQuantBlock);
+      }
       acc[r] = _mm256_fmadd_ps(
-          _mm256_cvtepi32_ps(Mxfp4ChunkSums(chunk, x_codes + block * kQuantBlock)),
+          _mm256_cvtepi32_ps(isums),
           _mm256_mul_ps(Mxfp4Scales8(rows[r].exponents, block, count), activation_scales), acc[r]);
     }
   }
@@ -622,13 +673,15 @@ void GemvMxfp4(const WeightRow* rows, int64_t cols, const int8_t* x_codes, const
 }
 
 // The MXFP4 GEMV's kernel for GemvOverRegions.
+template <bool kVnni>
 struct GemvMxfp4Kernel {
   int64_t cols;
   const int8_t* x_codes;
   const float* x_scales;
+  const int32_t* x_sums;
   template <int kRows>
   HWY_INLINE void Run(const WeightRow* rows, float* result) const {
-    GemvMxfp4<kRows>(rows, cols, x_codes, x_scales, result);
+    GemvMxfp4<kRows, kVnni>(rows, cols, x_codes, x_scales, x_sums, result);
   }
 };
 #endif  // LLMRT_QUANT_AVX2
@@ -898,7 +951,7 @@ void QuantizedGemv(ThreadPool& pool, const MatrixView& w, const float* bias,
   const int group_shift = QuantGroupShift(w.group_size, w.cols);
   if (w.dtype == plan::FP4_E2M1) {
     GemvOverRegions(pool, w, w.cols / 2, bias, outputs, num_outputs,
-                    GemvMxfp4Kernel{w.cols, codes, scales});
+                    GemvMxfp4Kernel<kVnni>{w.cols, codes, scales, integer_sums});
   } else if (w.dtype == plan::I4) {
     const int64_t row_bytes = w.cols / 2;
     if (w.zero_points != nullptr) {

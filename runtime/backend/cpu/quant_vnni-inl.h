@@ -78,9 +78,23 @@ HWY_INLINE float SumLanes8(__m256 v) {
 // instructions produce the sums.
 // The f32 weight scales of blocks [block, block + count) of an MXFP4 row (count <= 8; lanes past
 // count 0, and nothing past the row is read).
+// A whole chunk gathers its 8 scales from kMxfp4HalfScales (the GEMV does this per row and chunk).
+struct Mxfp4HalfScales {
+  float values[256] = {};
+  Mxfp4HalfScales() {
+    for (int b = 0; b < 256; ++b) values[b] = plan::E8M0ToF32(static_cast<uint8_t>(b)) * 0.5f;
+  }
+};
+inline const Mxfp4HalfScales kMxfp4HalfScales{};
 HWY_INLINE __m256 Mxfp4Scales8(const uint8_t* exponents, int64_t block, int64_t count) {
+  if (count == 8) {
+    return _mm256_i32gather_ps(
+        kMxfp4HalfScales.values,
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(exponents + block))),
+        4);
+  }
   alignas(32) float scales[8] = {};
-  for (int64_t i = 0; i < count; ++i) scales[i] = plan::E8M0ToF32(exponents[block + i]) * 0.5f;
+  for (int64_t i = 0; i < count; ++i) scales[i] = kMxfp4HalfScales.values[exponents[block + i]];
   return _mm256_load_ps(scales);
 }
 
