@@ -12,16 +12,19 @@
 #           imported GPTQ / AWQ / MXFP4 checkpoints, the mixture-of-experts families) with
 #           --target cpu,cuda:sm_90, since each CUDA table costs ~0.25 MB a plan and the lent
 #           GPUs (H100, H200) run sm_90 (+ the compute_90 PTX every plan carries)
-#   big/    llama-110m- (f16, int4 g32) and TinyLlama-shaped (f16) synthetic models (llmc
-#           synth, --target cpu,cuda:sm_80,sm_90) as skeletons (llmrt-kit plan strip): 270 MB
-#           and 2.2 GB as plans, filled in on the device by run.sh. No MoE-shaped skeleton yet:
-#           plan strip keeps 3-D expert stacks and llmrt-kit bench counts every expert's bytes
+#   big/    llama-110m- (f16, int4 g32) and TinyLlama-shaped (f16) synthetic models and the
+#           mixture-of-experts shapes Qwen3-MoE-1.6B-A0.4B (f16, int4 g32) and gpt-oss-2b-a0.5b
+#           (MXFP4 experts) (llmc synth, --target cpu,cuda:sm_80,sm_90) as skeletons (llmrt-kit
+#           plan strip): 270 MB, 2.2 GB, 3.3 GB, 1.4 GB and 1.8 GB as plans, ~0.4 MiB each
+#           packed, filled in on the device by run.sh. KIT_TINYLLAMA=0 / KIT_MOE=0 leave the
+#           TinyLlama / MoE ones out
 #   run.sh, report.py, MANIFEST
 # OUT_DIR holds these packed into kit.tar.xz, with MANIFEST and a run.sh that unpacks the archive
 # under $TMPDIR and runs the kit's run.sh (scripts/kit/unpack-and-run.sh): the lent machine
 # receives at most 64 MiB with the working tree (~34 MiB), and the files are ~60 MiB unpacked.
-# --reduced (the ctest kit_clean_env): two plans and a small skeleton, for a quick check that the
-# kit is complete and runs in a clean environment.
+# --reduced (the ctest kit_clean_env): two plans and two small skeletons (stories260K f16 and the
+# qwen3_moe fixture, so filling expert stacks and the MoE CPU bench run too), for a quick check
+# that the kit is complete and runs in a clean environment.
 #
 # The packed kit must stay under KIT_MAX_MIB (28: the lent machine receives at most 64 MiB, the
 # rest is the working tree); the script measures it and fails above, and warns when the tree
@@ -139,6 +142,9 @@ if [[ $REDUCED == 1 ]]; then
   compile_to "$SCRATCH/stories260K-f16.plan" "$STORIES" --dtype f16
   # Small threshold: the skeleton really has its matrices stripped, so fill is exercised.
   skeleton stories260K-f16-synthetic "$SCRATCH/stories260K-f16.plan" --min-bytes 4096
+  # The fixture's expert stacks are 16-64 KiB: 512 strips them, the routers and the scales.
+  compile_to "$SCRATCH/qwen3_moe-f16.plan" "$FIXTURES/qwen3_moe" --dtype f16
+  skeleton qwen3_moe-f16-synthetic "$SCRATCH/qwen3_moe-f16.plan" --min-bytes 512
 else
   # stories260K: the real trained model, in a float, a half and a quantized format.
   compile stories260K-f32 "$STORIES" --dtype f32
@@ -199,6 +205,17 @@ else
   if [[ ${KIT_TINYLLAMA:-1} == 1 ]]; then
     synth tinyllama-1.1b-f16 tinyllama-1.1b --dtype f16
     rm -rf "$SCRATCH/tinyllama-1.1b"
+  fi
+  # Mixture of experts at real proportions: Qwen3-MoE (64 experts, top-8) in f16 and int4, and
+  # gpt-oss (32 experts, top-4, experts MXFP4 as the checkpoint ships them). Their skeletons
+  # lack every expert stack and router: ~0.4 MiB each packed, most of it the tokenizer.
+  if [[ ${KIT_MOE:-1} == 1 ]]; then
+    synth qwen3-moe-1.6b-a0.4b-f16 qwen3-moe-1.6b-a0.4b --dtype f16
+    synth qwen3-moe-1.6b-a0.4b-int4-g32 qwen3-moe-1.6b-a0.4b --dtype f16 --quant int4 \
+      --group-size 32
+    rm -rf "$SCRATCH/qwen3-moe-1.6b-a0.4b"
+    synth gpt-oss-2b-a0.5b-mxfp4 gpt-oss-2b-a0.5b --dtype f16
+    rm -rf "$SCRATCH/gpt-oss-2b-a0.5b"
   fi
 fi
 

@@ -16,6 +16,11 @@ import sys
 # bound, no launch overhead, TinyLlama-1.1B f16 at context 1024. H100 scales the H200 bound by
 # the bandwidth ratio 4.8 / 3.35 TB/s (the model's H200 figure is bandwidth-bound throughout).
 PREDICTED_TINYLLAMA_DECODE_US = {"H200": 442.8, "H100": 442.8 * 4.8 / 3.35, "A100": 1042.4}
+# The same for the Qwen3-MoE-1.6B-A0.4B f16 decode step (8 distinct experts a layer: 935 MB),
+# and the launches of either step (~3 us each without CUDA graphs: 13 x 22 for TinyLlama, 412
+# for the MoE shape).
+PREDICTED_QWEN3_MOE_DECODE_US = {"H200": 194.8, "H100": 194.8 * 4.8 / 3.35}
+LAUNCH_OVERHEAD_MS = {"tinyllama": 0.9, "qwen3-moe": 1.24}
 
 
 def load_json(path):
@@ -63,8 +68,8 @@ def gtest_cases(path):
     return cases
 
 
-def predicted_us(device):
-    for key, value in PREDICTED_TINYLLAMA_DECODE_US.items():
+def predicted_us(device, table=PREDICTED_TINYLLAMA_DECODE_US):
+    for key, value in table.items():
         if key in device:
             return key, value
     return None, None
@@ -111,7 +116,9 @@ def main():
         out = {"plan": plan, "batch": batch, "backend": row.get("backend", ""),
                "prefill_tok_s": row.get("pp_tok_s"), "decode_tok_s": row.get("tg_tok_s"),
                "ms_per_step": row.get("ms_per_token"),
-               "bytes_per_step": row.get("decode_bytes_per_step")}
+               "bytes_per_step": row.get("decode_bytes_per_step"),
+               # MoE plans: experts chosen per layer and step (the bytes count only those)
+               "active_experts": row.get("moe_active_experts") if row.get("moe_layers") else None}
         device = kitbench.get(plan)
         if device:
             copy = device["copy_bytes_per_s"]
@@ -133,6 +140,8 @@ def main():
     name, value = predicted_us(device_text)
     if value is not None:
         prediction = {"device": name, "tinyllama_f16_decode_bound_us": value,
+                      "qwen3_moe_f16_decode_bound_us":
+                          predicted_us(device_text, PREDICTED_QWEN3_MOE_DECODE_US)[1],
                       "source": "docs/cuda.md cost table (context 1024)"}
 
     failed = [c for c in checks if c["result"] != "pass"]
@@ -160,22 +169,40 @@ def main():
                 lines.append("  FAIL %s: %s" % (c["name"], c["failure"][:160]))
     if rows:
         lines.append("")
-        lines.append("%-24s %5s %7s %11s %11s %9s %9s %7s %6s" % (
+        lines.append("%-30s %5s %7s %11s %11s %9s %9s %7s %6s %7s" % (
             "plan", "batch", "backend", "prefill t/s", "decode t/s", "ms/step", "bound ms",
-            "MBU", "copyGB"))
+            "MBU", "copyGB", "experts"))
         for r in rows:
-            mbu = r.get("mbu")  # against the device's copy bandwidth; none on the CPU
-            lines.append("%-24s %5d %7s %11.1f %11.1f %9.3f %9s %7s %6s" % (
-                r["plan"][:24], r["batch"], r["backend"], r["prefill_tok_s"] or 0,
+            # Against the device's copy bandwidth. On the CPU against llmrt bench's read probe,
+            # for MoE rows only: a dense smoke plan (stories260K) fits in the caches.
+            mbu = r.get("mbu") or (r.get("mbu_host") if r["active_experts"] is not None else None)
+            lines.append("%-30s %5d %7s %11.1f %11.1f %9.3f %9s %7s %6s %7s" % (
+                r["plan"][:30], r["batch"], r["backend"], r["prefill_tok_s"] or 0,
                 r["decode_tok_s"] or 0, r["ms_per_step"] or 0,
                 "%.3f" % r["bound_ms"] if "bound_ms" in r else "-",
                 "%.1f%%" % (100 * mbu) if mbu else "-",
-                "%.0f" % r["copy_gb_s"] if "copy_gb_s" in r else "-"))
+                "%.0f" % r["copy_gb_s"] if "copy_gb_s" in r else "-",
+                "%.1f" % r["active_experts"] if r["active_experts"] is not None else "-"))
+        lines.append("(MoE rows: bytes and MBU count the experts each step chose, the batch's union "
+                     "per layer; experts = that union's mean size per layer)")
         if not has_device:
             lines.append("(CPU figures from the no-device path: a smoke run, not a measurement)")
     for plan, data in kitbench.items():
+        if not data.get("moe"):
+            continue
+        layers = data["moe"]
+        lines.append("")
+        lines.append("%s: %d MoE layers of %d experts, top %d, %.2f MB an expert" % (
+            plan, len(layers), layers[0]["experts"], layers[0]["top_k"],
+            layers[0]["bytes_per_expert"] / 1e6))
         for decode in data.get("decode", []):
-            if decode["batch"] != 1:
+            active = decode.get("active_experts", [])
+            lines.append("  batch %d (%s): %.1f of %.1f MB a step are experts; active per layer: %s" % (
+                decode["batch"], decode["table"], decode.get("expert_bytes_per_step", 0) / 1e6,
+                decode["bytes_per_step"] / 1e6, " ".join("%.1f" % a for a in active)))
+    for plan, data in kitbench.items():
+        for decode in data.get("decode", []):
+            if decode["batch"] != 1 or not decode["kernels"]:
                 continue
             lines.append("")
             lines.append("%s batch 1 decode: %.3f ms/step on the device clock, kernels (us/step):" % (
@@ -184,14 +211,21 @@ def main():
                 lines.append("  %-56s %8.1f  x%.0f" % (k["name"][:56], k["us_per_step"],
                                                      k["launches_per_step"]))
     if prediction:
-        tiny = [r for r in rows if r["plan"].startswith("tinyllama") and r["batch"] == 1]
-        lines.append("")
-        lines.append("prediction (%s): TinyLlama f16 decode step %.1f us at the bandwidth bound, "
-                     "+ ~0.9 ms launch overhead (docs/cuda.md)" % (
-                         prediction["device"], prediction["tinyllama_f16_decode_bound_us"]))
-        for r in tiny:
-            lines.append("measured: %.1f us per step (MBU %.1f%%)" % (
-                r["ms_per_step"] * 1e3, 100 * r.get("mbu", 0)))
+        for prefix, label, key in (
+                ("tinyllama", "TinyLlama f16", "tinyllama_f16_decode_bound_us"),
+                ("qwen3-moe", "Qwen3-MoE-1.6B-A0.4B f16", "qwen3_moe_f16_decode_bound_us")):
+            if prediction.get(key) is None:
+                continue
+            measured = [r for r in rows if r["plan"].startswith(prefix) and
+                        r["plan"].endswith("f16") and r["batch"] == 1]
+            lines.append("")
+            lines.append("prediction (%s): %s decode step %.1f us at the bandwidth bound, "
+                         "+ ~%.1f ms launch overhead (docs/cuda.md)" % (
+                             prediction["device"], label, prediction[key],
+                             LAUNCH_OVERHEAD_MS[prefix]))
+            for r in measured:
+                lines.append("measured: %.1f us per step (MBU %.1f%%)" % (
+                    r["ms_per_step"] * 1e3, 100 * r.get("mbu", 0)))
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.report_dir, "report.txt"), "w") as f:
         f.write(text)

@@ -5,14 +5,17 @@
 #
 #   1. device     kit-bench --probe: the GPU, or "no CUDA device: <reason>"
 #   2. fill       the synthetic models' skeletons (big/*.skel) into plans under $TMPDIR
-#                 (without a GPU only the small ones: the CPU half does not need TinyLlama)
+#                 (without a GPU not TinyLlama, nor the int4 / MXFP4 MoE shapes, whose CPU
+#                 references take minutes on a small machine: the f16 MoE shape stands for them)
 #   3. tests      llmrt_backend_cuda_test; llmrt_kit_gpu_test over every plan: the step script
 #                 on the device against the CPU, every kernel launched, greedy tokens equal
 #   4. e2e        llmrt run --backend cuda against --backend cpu on stories260K: the same text
 #                 (without a GPU: --backend cuda must refuse with "CUDA backend unavailable")
 #   5. bench      llmrt bench --backend cuda at --batch 1 and 16, and kit-bench (device copy
-#                 bandwidth, MBU, CUDA-event kernel times) on the synthetic models and
-#                 stories260K (without a GPU: a short CPU bench of stories260K)
+#                 bandwidth, MBU, CUDA-event kernel times; MoE plans: the chosen experts' bytes
+#                 and the active experts per layer) on the synthetic models and stories260K
+#                 (without a GPU: a short CPU bench of stories260K and of each MoE plan, with
+#                 llmrt bench and llmrt-kit bench --backend cpu)
 #   6. report     REPORT_DIR/report.json and report.txt; the summary table is printed last
 # Each step's log and the programs' JSON go to REPORT_DIR/details/, bundled at the end into
 # REPORT_DIR/details.tar.gz (the lent machine returns at most 8 files from $OUT), so REPORT_DIR
@@ -75,9 +78,13 @@ fill_all() {
   for skeleton in "$KIT"/big/*.skel; do
     [[ -e $skeleton ]] || continue
     name=$(basename "$skeleton" .skel)
-    if [[ $DEVICE == 0 && $name == tinyllama* ]]; then
-      echo "skipping $name without a GPU"
-      continue
+    if [[ $DEVICE == 0 ]]; then
+      case $name in
+        tinyllama* | *moe*-int4* | gpt-oss*)
+          echo "skipping $name without a GPU"
+          continue
+          ;;
+      esac
     fi
     echo "llmrt-kit plan fill $name"
     "$BIN/llmrt-kit" plan fill "$skeleton" "$WORK/plans/$name.plan" || return 1
@@ -118,11 +125,18 @@ e2e() {
 check e2e "llmrt run: CUDA text equals CPU text (stories260K)" e2e
 
 # ---- 5. bench ----
+# is_moe PLAN: whether the plan routes tokens to experts (llmrt inspect prints its MoeConfig).
+# grep reads to the end: with -q it would stop early and pipefail would see llmrt's SIGPIPE.
+is_moe() {
+  "$BIN/llmrt" inspect "$1" 2> /dev/null | grep '^  moe: ' > /dev/null
+}
 bench() {
-  local plan name batch
+  local plan name batch bandwidth
   if [[ $DEVICE == 1 ]]; then
+    # Dense skeletons, then the MoE ones (the fill order is the names'), then stories260K.
     for plan in "$WORK"/plans/tinyllama-1.1b-f16.plan "$WORK"/plans/llama-110m-f16.plan \
-      "$WORK"/plans/llama-110m-int4-g32.plan \
+      "$WORK"/plans/llama-110m-int4-g32.plan "$WORK"/plans/qwen3-moe-1.6b-a0.4b-f16.plan \
+      "$WORK"/plans/qwen3-moe-1.6b-a0.4b-int4-g32.plan "$WORK"/plans/gpt-oss-2b-a0.5b-mxfp4.plan \
       "$KIT"/plans/stories260K-f32.plan; do
       [[ -e $plan ]] || continue
       name=$(basename "$plan" .plan)
@@ -140,6 +154,24 @@ bench() {
       echo "llmrt bench stories260K-f32 --backend cpu --batch $batch"
       "$BIN/llmrt" bench "$plan" --backend cpu -p 64 -n 16 --reps 1 -t 1 --batch "$batch" \
         --bandwidth-mib 64 --json > "$DETAILS/bench-stories260K-f32-b$batch.jsonl" || return 1
+    done
+    # The MoE plans: llmrt bench's and llmrt-kit bench's accounting of the chosen experts on
+    # the CPU, kit-bench's MBU against the read bandwidth llmrt bench measures.
+    bandwidth=$("$BIN/llmrt" bench --bandwidth -t 1 --bandwidth-mib 64 --json |
+      sed -n 's/.*"read_bytes_per_s":\([0-9.e+]*\).*/\1/p')
+    [[ -n $bandwidth ]] || { echo "llmrt bench --bandwidth printed no read_bytes_per_s"; return 1; }
+    for plan in "$WORK"/plans/*.plan; do
+      is_moe "$plan" || continue
+      name=$(basename "$plan" .plan)
+      for batch in 1 16; do
+        echo "llmrt bench $name --backend cpu --batch $batch"
+        "$BIN/llmrt" bench "$plan" --backend cpu -p 32 -n 8 --reps 1 -t 1 --batch "$batch" \
+          --bandwidth-mib 64 --json > "$DETAILS/bench-$name-b$batch.jsonl" || return 1
+      done
+      echo "llmrt-kit bench $name --backend cpu"
+      "$BIN/llmrt-kit" bench "$plan" --backend cpu --threads 1 --bandwidth "$bandwidth" \
+        --batch 1,16 --context 16 --steps 4 --prefill 32 --reps 1 \
+        > "$DETAILS/kitbench-$name.json" || return 1
     done
   fi
 }
