@@ -158,9 +158,11 @@ class WeightBuffer {
 // docs/performance.md, so every byte comes from DRAM) in each kind of memory: does the kernel
 // read a plan's page-cache mapping as fast as the huge-page buffer `llmrt bench --bandwidth`
 // measures? bytes_per_second is the number to compare with the probe at the same thread
-// count. Args: WeightMemory, threads.
+// count. K changes the length of each panel's stream (16 x K x 2 bytes: 32 KiB at K = 1024, the
+// experts of the MoE presets; 64 KiB at 2048). Args: WeightMemory, threads, K.
 void BM_DecodeGemvMemory(benchmark::State& state) {
-  constexpr int64_t kRows = 131072, kCols = 2048;
+  const int64_t kCols = state.range(2);
+  const int64_t kRows = (int64_t{1} << 28) / kCols / kPanelRows * kPanelRows;
   const size_t bytes = static_cast<size_t>(MatrixBytes(plan::F16, kRows, kCols));
   const WeightBuffer weights(static_cast<WeightMemory>(state.range(0)), bytes);
   if (weights.data() == nullptr) {
@@ -182,7 +184,8 @@ void BM_DecodeGemvMemory(benchmark::State& state) {
   state.SetLabel(ActiveCpuTarget());
 }
 BENCHMARK(BM_DecodeGemvMemory)
-    ->ArgsProduct({{kAnonymousHugePages, kAnonymousSmallPages, kFileMapping}, {1, 2}})
+    ->ArgsProduct({{kAnonymousHugePages, kAnonymousSmallPages, kFileMapping}, {1, 2}, {2048}})
+    ->ArgsProduct({{kFileMapping}, {1, 2}, {256, 1024, 5632}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
@@ -248,43 +251,50 @@ void BM_Rope(benchmark::State& state) {
 }
 BENCHMARK(BM_Rope)->Args({1, 1})->Args({512, 1})->Args({512, 2});
 
-// Args: new tokens, context length, threads. 32 query heads, 4 kv heads, head_dim 64, blocks
-// of 16 in a shuffled order.
+// Args: new tokens, context length, threads, kv heads. 32 query heads of 64, blocks of 16 in a
+// shuffled order; 4 kv heads is TinyLlama's group of 8 (query heads in lanes), 32 is MHA
+// (Qwen2-MoE, Phi-3, OLMo2: keys in lanes) and 16 a group of 2 (keys in lanes on AVX-512).
 void BM_Attention(benchmark::State& state) {
   const int64_t tokens = state.range(0), context = state.range(1);
+  const int32_t kv_heads = static_cast<int32_t>(state.range(3));
   ThreadPool pool(static_cast<int32_t>(state.range(2)));
   const int64_t blocks = (context + kBenchBlock - 1) / kBenchBlock;
   std::vector<int32_t> block_table(blocks);
   for (int64_t i = 0; i < blocks; ++i) block_table[i] = static_cast<int32_t>((i * 7) % blocks);
-  const std::vector<float> keys =
-      RandomFloats(blocks * kBenchBlock * kBenchKvHeads * kBenchHeadDim);
-  const std::vector<float> values =
-      RandomFloats(blocks * kBenchBlock * kBenchKvHeads * kBenchHeadDim);
+  const std::vector<float> keys = RandomFloats(blocks * kBenchBlock * kv_heads * kBenchHeadDim);
+  const std::vector<float> values = RandomFloats(blocks * kBenchBlock * kv_heads * kBenchHeadDim);
   const std::vector<float> q = RandomFloats(tokens * kBenchHeads * kBenchHeadDim);
   std::vector<float> out(tokens * kBenchHeads * kBenchHeadDim);
-  AttentionBench bench(
-      pool, tokens, context, block_table,
-      AttentionScratchFloats(kBenchHeads, kBenchKvHeads, kBenchHeadDim, kBenchBlock), q.data(),
-      out.data());
+  AttentionBench bench(pool, tokens, context, block_table,
+                       AttentionScratchFloats(kBenchHeads, kv_heads, kBenchHeadDim, kBenchBlock),
+                       q.data(), out.data());
   AttentionArgs& args = bench.args();
   args.key_cache = keys.data();
   args.value_cache = values.data();
-  args.token_stride = kBenchKvHeads * kBenchHeadDim;
+  args.num_kv_heads = kv_heads;
+  args.token_stride = kv_heads * kBenchHeadDim;
   for (auto _ : state) {
     Attention(pool, args);
     benchmark::DoNotOptimize(out.data());
   }
   // K and V of the context, read once per token.
-  state.SetBytesProcessed(state.iterations() * tokens * context * kBenchKvHeads * kBenchHeadDim *
-                          4 * 2);
+  state.SetBytesProcessed(state.iterations() * tokens * context * kv_heads * kBenchHeadDim * 4 * 2);
 }
 BENCHMARK(BM_Attention)
-    ->Args({1, 512, 1})
-    ->Args({1, 2048, 1})
-    ->Args({1, 2048, 2})
-    ->Args({16, 2048, 1})
-    ->Args({128, 512, 1})
-    ->Args({128, 512, 2})
+    ->Args({1, 512, 1, 4})
+    ->Args({1, 2048, 1, 4})
+    ->Args({1, 2048, 2, 4})
+    ->Args({16, 2048, 1, 4})
+    ->Args({128, 512, 1, 4})
+    ->Args({128, 512, 2, 4})
+    ->Args({1, 512, 1, 32})
+    ->Args({1, 2048, 1, 32})
+    ->Args({1, 2048, 2, 32})
+    ->Args({128, 512, 1, 32})
+    ->Args({512, 512, 1, 32})
+    ->Args({512, 512, 2, 32})
+    ->Args({1, 2048, 1, 16})
+    ->Args({512, 512, 1, 16})
     ->UseRealTime();
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/kernels.h"
+#include "runtime/backend/cpu/quant_kv_attention.h"
 #include "runtime/backend/testing/op_program.h"
 #include "runtime/backend/testing/tiny_llama.h"
 #include "runtime/plan/dtype.h"
@@ -576,6 +577,223 @@ TEST(CpuKernelTest, AttentionOnlineSoftmaxMatchesTwoPassReference) {
             ASSERT_NEAR(out[(t * kHeads + head) * kHeadDim + i], expected / total, 2e-5)
                 << "window " << window << " threads " << threads << " token " << t << " head "
                 << head << " i " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A KV cache of each dtype for the keys-in-lanes attention tests: exact f32 rows, the bytes the
+// kernel reads, and each element as the kernel decodes it (the reference's input).
+struct AttentionCache {
+  AttentionCache(plan::DType dtype, int32_t kv_heads, int32_t head_dim, int64_t slots)
+      : dtype(dtype), kv_heads(kv_heads), head_dim(head_dim), stride(int64_t{kv_heads} * head_dim) {
+    const int64_t size = slots * stride;
+    keys.resize(size);
+    values.resize(size);
+    for (int64_t i = 0; i < size; ++i) {
+      // Some heads 50x larger than others, so per-head I8 scales matter.
+      const float magnitude = (i / head_dim) % 2 == 0 ? 1.5f : 0.03f;
+      keys[i] = std::sin(0.11f * static_cast<float>(i) + 0.2f) * magnitude;
+      values[i] = std::cos(0.07f * static_cast<float>(i) + 0.3f) * magnitude;
+    }
+    decoded_keys = keys;
+    decoded_values = values;
+    if (dtype == plan::F16 || dtype == plan::BF16) {
+      key_bits.resize(size);
+      value_bits.resize(size);
+      for (int64_t i = 0; i < size; ++i) {
+        const bool f16 = dtype == plan::F16;
+        key_bits[i] = f16 ? plan::F32ToF16(keys[i]) : plan::F32ToBf16(keys[i]);
+        value_bits[i] = f16 ? plan::F32ToF16(values[i]) : plan::F32ToBf16(values[i]);
+        decoded_keys[i] = f16 ? plan::F16ToF32(key_bits[i]) : plan::Bf16ToF32(key_bits[i]);
+        decoded_values[i] = f16 ? plan::F16ToF32(value_bits[i]) : plan::Bf16ToF32(value_bits[i]);
+      }
+    } else if (dtype == plan::I8) {
+      key_codes.resize(size);
+      value_codes.resize(size);
+      key_scales.resize(slots * kv_heads);
+      value_scales.resize(slots * kv_heads);
+      for (int64_t row = 0; row < slots * kv_heads; ++row) {
+        Quantize(keys, row, key_codes, key_scales, decoded_keys);
+        Quantize(values, row, value_codes, value_scales, decoded_values);
+      }
+    }
+  }
+
+  // Symmetric int8 of one (slot, kv head) row: scale = max |x| / 127.
+  void Quantize(const std::vector<float>& exact, int64_t row, std::vector<int8_t>& codes,
+                std::vector<float>& scales, std::vector<float>& decoded) const {
+    float largest = 0;
+    for (int32_t i = 0; i < head_dim; ++i) {
+      largest = std::max(largest, std::fabs(exact[row * head_dim + i]));
+    }
+    scales[row] = largest / 127.0f;
+    for (int32_t i = 0; i < head_dim; ++i) {
+      const int64_t at = row * head_dim + i;
+      codes[at] = static_cast<int8_t>(std::lround(exact[at] / scales[row]));
+      decoded[at] = static_cast<float>(codes[at]) * scales[row];
+    }
+  }
+
+  // Points `args` at this cache; KvCacheAttention for reduced-precision dtypes.
+  void Run(ThreadPool& pool, AttentionArgs& args) const {
+    args.token_stride = stride;
+    args.kv_dtype = dtype;
+    if (dtype == plan::F32) {
+      args.key_cache = keys.data();
+      args.value_cache = values.data();
+      Attention(pool, args);
+      return;
+    }
+    const bool i8 = dtype == plan::I8;
+    args.key_bytes = i8 ? reinterpret_cast<const uint8_t*>(key_codes.data())
+                        : reinterpret_cast<const uint8_t*>(key_bits.data());
+    args.value_bytes = i8 ? reinterpret_cast<const uint8_t*>(value_codes.data())
+                          : reinterpret_cast<const uint8_t*>(value_bits.data());
+    args.key_scales = i8 ? key_scales.data() : nullptr;
+    args.value_scales = i8 ? value_scales.data() : nullptr;
+    KvCacheAttention(pool, args);
+  }
+
+  plan::DType dtype;
+  int32_t kv_heads, head_dim;
+  int64_t stride;
+  std::vector<float> keys, values, decoded_keys, decoded_values;
+  std::vector<uint16_t> key_bits, value_bits;
+  std::vector<int8_t> key_codes, value_codes;
+  std::vector<float> key_scales, value_scales;
+};
+
+struct AttentionShape {
+  int32_t heads, kv_heads, head_dim, block;
+  int64_t window;
+  float softcap;
+  bool sinks;
+};
+
+// Attention of `tokens` (token t: the sequence's table and index, query row t of `q`), all in
+// one call or, with `alone`, one call per token.
+std::vector<float> RunAttentionRows(const AttentionShape& shape, const AttentionCache& cache,
+                                    const std::vector<const int32_t*>& tables,
+                                    const std::vector<int64_t>& index, const std::vector<float>& q,
+                                    const std::vector<float>& sinks, int32_t threads, bool alone) {
+  ThreadPool pool(threads);
+  const int64_t tokens = static_cast<int64_t>(index.size());
+  const int64_t width = int64_t{shape.heads} * shape.head_dim;
+  std::vector<float> out(q.size(), -1.0f);
+  const int64_t scratch_stride =
+      KvCacheAttentionScratchFloats(shape.heads, shape.kv_heads, shape.head_dim, shape.block);
+  std::vector<float> scratch(scratch_stride * threads);
+  AttentionArgs args;
+  args.num_heads = shape.heads;
+  args.num_kv_heads = shape.kv_heads;
+  args.head_dim = shape.head_dim;
+  args.block_size = shape.block;
+  args.sliding_window = shape.window;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  args.softcap = shape.softcap;
+  args.sinks = shape.sinks ? sinks.data() : nullptr;
+  args.scratch = scratch.data();
+  args.scratch_stride = scratch_stride;
+  const int64_t step = alone ? 1 : tokens;
+  for (int64_t first = 0; first < tokens; first += step) {
+    args.q = q.data() + first * width;
+    args.out = out.data() + first * width;
+    args.num_tokens = step;
+    args.token_block_table = tables.data() + first;
+    args.token_index = index.data() + first;
+    cache.Run(pool, args);
+  }
+  return out;
+}
+
+// Prefill tiles of narrow groups (keys in lanes on AVX-512: MHA as Qwen2-MoE / Phi-3 / OLMo2,
+// groups of 2; at narrower vectors some of these are heads in lanes) against one token at a time
+// to the bit, and against a double reference over the values the cache holds. Tokens: two
+// sequences in one step, 3 tokens of one from index 13 (crossing a block boundary at 16), then
+// 17 of the other from index 30, so tiles start mid-block, straddle the two sequences, and end
+// with a partial tile; a lone token at index 0. Every KV dtype, with a sliding window shorter
+// than a block (a tile's tokens then start their keys in different blocks) and one longer,
+// soft-capping, and sinks.
+TEST(CpuKernelTest, NarrowGroupTilesMatchEachTokenAloneAndTheReference) {
+  constexpr int32_t kBlocks = 8;
+  const std::vector<AttentionShape> shapes = {
+      {4, 4, 64, 16, 0, 0.0f, false}, {4, 2, 64, 16, 0, 0.0f, false},
+      {4, 4, 64, 16, 7, 0.0f, false}, {4, 2, 40, 16, 20, 0.0f, true},
+      {6, 6, 24, 8, 0, 30.0f, true},  {2, 1, 64, 16, 11, 0.0f, true},
+  };
+  // Two sequences' block tables, in scrambled orders over one cache of 2 * kBlocks blocks.
+  std::vector<int32_t> table_a(kBlocks), table_b(kBlocks);
+  for (int32_t i = 0; i < kBlocks; ++i) {
+    table_a[i] = (i * 5 + 3) % (2 * kBlocks);
+    table_b[i] = (i * 5 + 3) % (2 * kBlocks) ^ 1;
+  }
+  std::vector<const int32_t*> tables;
+  std::vector<int64_t> index;
+  for (int64_t i = 13; i < 16; ++i) tables.push_back(table_a.data()), index.push_back(i);
+  for (int64_t i = 30; i < 47; ++i) tables.push_back(table_b.data()), index.push_back(i);
+  tables.push_back(table_a.data());
+  index.push_back(0);
+  const int64_t tokens = static_cast<int64_t>(index.size());
+  for (const AttentionShape& shape : shapes) {
+    const int32_t group = shape.heads / shape.kv_heads;
+    const int64_t width = int64_t{shape.heads} * shape.head_dim;
+    std::vector<float> q(tokens * width);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.05f * static_cast<float>(i) + 1.0f);
+    std::vector<float> sinks(shape.heads);
+    for (int32_t h = 0; h < shape.heads; ++h) sinks[h] = 0.5f * static_cast<float>(h) - 1.0f;
+    for (plan::DType dtype : {plan::F32, plan::F16, plan::BF16, plan::I8}) {
+      const AttentionCache cache(dtype, shape.kv_heads, shape.head_dim,
+                                 int64_t{2} * kBlocks * shape.block);
+      const std::string where = "heads " + std::to_string(shape.heads) + "/" +
+                                std::to_string(shape.kv_heads) + " head_dim " +
+                                std::to_string(shape.head_dim) + " window " +
+                                std::to_string(shape.window) + " " + plan::DType_Name(dtype);
+      const std::vector<float> alone =
+          RunAttentionRows(shape, cache, tables, index, q, sinks, 1, /*alone=*/true);
+      for (int32_t threads : {1, 2}) {
+        const std::vector<float> together =
+            RunAttentionRows(shape, cache, tables, index, q, sinks, threads, /*alone=*/false);
+        for (size_t i = 0; i < together.size(); ++i) {
+          ASSERT_EQ(together[i], alone[i]) << where << " threads " << threads << " token "
+                                           << i / width << " element " << i % width;
+        }
+      }
+      const double scale = 1.0 / std::sqrt(static_cast<double>(shape.head_dim));
+      for (int64_t t = 0; t < tokens; ++t) {
+        const int64_t first =
+            shape.window > 0 ? std::max<int64_t>(0, index[t] - shape.window + 1) : 0;
+        for (int32_t head = 0; head < shape.heads; ++head) {
+          const int64_t kv_offset = int64_t{head / group} * shape.head_dim;
+          const float* query = q.data() + t * width + int64_t{head} * shape.head_dim;
+          std::vector<double> scores;
+          std::vector<int64_t> slots;
+          double max_score = shape.sinks ? sinks[head] : -1e300;
+          for (int64_t key = first; key <= index[t]; ++key) {
+            const int64_t slot =
+                int64_t{tables[t][key / shape.block]} * shape.block + key % shape.block;
+            double dot = 0;
+            for (int32_t i = 0; i < shape.head_dim; ++i) {
+              dot += double{query[i]} * cache.decoded_keys[slot * cache.stride + kv_offset + i];
+            }
+            double score = dot * scale;
+            if (shape.softcap > 0) score = shape.softcap * std::tanh(score / shape.softcap);
+            scores.push_back(score);
+            slots.push_back(slot);
+            max_score = std::max(max_score, score);
+          }
+          double total = shape.sinks ? std::exp(sinks[head] - max_score) : 0.0;
+          for (double& score : scores) total += (score = std::exp(score - max_score));
+          for (int32_t i = 0; i < shape.head_dim; ++i) {
+            double expected = 0;
+            for (size_t k = 0; k < scores.size(); ++k) {
+              expected += scores[k] * cache.decoded_values[slots[k] * cache.stride + kv_offset + i];
+            }
+            ASSERT_NEAR(alone[t * width + int64_t{head} * shape.head_dim + i], expected / total,
+                        2e-5)
+                << where << " token " << t << " head " << head << " i " << i;
           }
         }
       }

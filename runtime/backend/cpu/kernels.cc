@@ -754,115 +754,380 @@ void AttendTileVectorized(const AttentionArgs& args, const KvRows<T>& rows,
   }
 }
 
-// One token (row) and kv head: AttendGroupVectorized when the group fills the lanes, else per
-// query head with scalar dot products. Scratch: acc[group][head_dim], max[group], total[group],
-// scores[group][block_size]; for reduced-precision rows, then one block's keys and values
-// widened to f32, [block_size][head_dim] each, at rows.widened_offset.
+// One token (row) and kv head of a group that fills the lanes: AttendGroupVectorized.
 template <typename T>
 void AttendRow(const AttentionArgs& args, const KvRows<T>& rows, int64_t row, int32_t kv_head,
-               bool vectorized, float* acc) {
+               float* scratch) {
   const int32_t group = args.num_heads / args.num_kv_heads;
   const int64_t head_dim = args.head_dim;
   const int64_t q_width = static_cast<int64_t>(args.num_heads) * head_dim;
-  const int32_t block_size = args.block_size;
-  float* running_max = acc + group * head_dim;
-  float* total = running_max + group;
-  float* scores = total + group;
-  float* block_keys = acc + rows.widened_offset;
-  float* block_values = block_keys + static_cast<int64_t>(block_size) * head_dim;
   const int64_t query_index = args.token_index[row];
   const int64_t first_key =
       args.sliding_window > 0 ? std::max<int64_t>(0, query_index - args.sliding_window + 1) : 0;
-  const int32_t* block_table = args.token_block_table[row];
-  const float* queries = args.q + row * q_width + kv_head * group * head_dim;
   // The group's queries are consumed before any output is written, so the output may share
   // their buffer.
-  float* out = args.out + row * q_width + kv_head * group * head_dim;
-  if (vectorized) {
-    AttendGroupVectorized(args, rows, queries, group, first_key, query_index, block_table, kv_head,
-                          acc, out);
+  AttendGroupVectorized(args, rows, args.q + row * q_width + kv_head * group * head_dim, group,
+                        first_key, query_index, args.token_block_table[row], kv_head, scratch,
+                        args.out + row * q_width + kv_head * group * head_dim);
+}
+
+// Groups narrower than half a vector (MHA's group of 1: Qwen2-MoE, Phi-3, OLMo2; 2 and 4 on
+// AVX-512) put keys in lanes instead of query heads: a vector of L keys (L = 16 on AVX-512) gets
+// one score per lane, so scores, softmax and masks are full vectors whatever the group. A score
+// is one FMA chain over the dimensions, L at a time in the lanes (chunk c of the query times chunk
+// c of the key), then a fixed pairwise tree over the L partial sums: adjacent lanes first, then
+// adjacent pairs, ... (ConcatEven + ConcatOdd of two keys' partial-sum vectors halves both at
+// once, so L keys need L - 1 such steps and land in lane order: key position p of the block in
+// lane p % L). A key's score therefore depends on nothing but its query and key, and its lane on
+// nothing but its position in the cache block, so decode (one token, the group's heads as rows)
+// and a prefill tile (up to kKeyLaneRows rows: consecutive tokens x the group's heads) run this
+// one function and give a token the same bits (batch invariance, kernels.h): the tile only
+// shares each key and value load (and widening) among its rows. Softmax per row and block: max
+// over the visible lanes, p = exp(s - max) (0 in masked lanes), block total by SumOfLanes over
+// the block's vectors in order; values accumulate with d in lanes, in key order; masked keys add
+// p = 0. Measured at Qwen2-MoE's shape (16 heads of 64, blocks of 16, AVX-512): see
+// docs/performance.md's Attention paragraph.
+constexpr int64_t kMaxF32Lanes = static_cast<int64_t>(hn::MaxLanes(DF()));
+// log2(lanes): the pairwise steps that reduce a key's partial sums to one lane.
+constexpr int kKeyLaneLevels = kMaxF32Lanes >= 16  ? 4
+                               : kMaxF32Lanes >= 8 ? 3
+                               : kMaxF32Lanes >= 4 ? 2
+                               : kMaxF32Lanes >= 2 ? 1
+                                                   : 0;
+static_assert(int64_t{1} << kKeyLaneLevels == kMaxF32Lanes, "lanes are a power of two");
+
+// One query row of a keys-in-lanes item: a (token, query head).
+struct KeyLaneRow {
+  const float* query;  // head_dim floats
+  float* out;          // head_dim floats; may be `query` (consumed before any output is written)
+  int64_t first_key;   // keys [first_key, last_key] (sliding window, causal mask)
+  int64_t last_key;
+  float sink;  // args.sinks: the head's sink logit
+};
+
+// One cache block's key or value rows as f32 by position p in the block (key % block_size), at
+// base + p * stride; positions [first, last] are loaded, the others read as `zeros`.
+struct BlockPositions {
+  const float* base;
+  int64_t stride;
+  int64_t first;
+  int64_t last;
+  const float* zeros;
+  const float* Row(int64_t position) const {
+    return position >= first && position <= last ? base + position * stride : zeros;
+  }
+};
+
+// Two keys' partial-sum vectors (lo: the first key) halved into one: lanes [0, L/2) hold the
+// first key's adjacent-lane sums, [L/2, L) the second's.
+// (HWY_SCALAR's one lane needs no halving and has no ConcatEven.)
+#if HWY_TARGET != HWY_SCALAR
+HWY_INLINE VF PairwiseHalve(DF df, VF hi, VF lo) {
+  return hn::Add(hn::ConcatEven(df, hi, lo), hn::ConcatOdd(df, hi, lo));
+}
+#endif
+
+// scores[r] lane i = score of row r's query with the key at position + i, for the 2^kLevel keys
+// from `position` (kLevel = kKeyLaneLevels: a whole vector, key i in lane i). Each level halves
+// two sub-results; the leaves compute two keys' chains sharing every query load.
+template <int kRows, int kLevel>
+HWY_INLINE void ScoreKeys(const float* const* queries, int64_t chunks, const BlockPositions& keys,
+                          int64_t position, VF* scores) {
+  const DF df;
+  constexpr int64_t kLanes = kMaxF32Lanes;
+  constexpr int64_t kKeys = int64_t{1} << kLevel;
+  if (position > keys.last || position + kKeys <= keys.first) {
+    for (int r = 0; r < kRows; ++r) scores[r] = hn::Zero(df);
     return;
   }
-  std::fill(acc, acc + group * head_dim, 0.0f);
-  for (int32_t g = 0; g < group; ++g) {
-    // A sink starts the softmax as a score with no value (see AttendGroupVectorized).
+  if constexpr (kLevel == 0) {  // one lane: the chain is the score
+    const float* key = keys.Row(position);
+    for (int r = 0; r < kRows; ++r) scores[r] = hn::Zero(df);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const VF k = hn::LoadU(df, key + c * kLanes);
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        scores[r] = hn::MulAdd(hn::LoadU(df, queries[r] + c * kLanes), k, scores[r]);
+      }
+    }
+  }
+#if HWY_TARGET != HWY_SCALAR
+  else if constexpr (kLevel == 1) {
+    const float* key0 = keys.Row(position);
+    const float* key1 = keys.Row(position + 1);
+    VF a0[kRows], a1[kRows];
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) a0[r] = a1[r] = hn::Zero(df);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const VF k0 = hn::LoadU(df, key0 + c * kLanes);
+      const VF k1 = hn::LoadU(df, key1 + c * kLanes);
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        const VF q = hn::LoadU(df, queries[r] + c * kLanes);
+        a0[r] = hn::MulAdd(q, k0, a0[r]);
+        a1[r] = hn::MulAdd(q, k1, a1[r]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) scores[r] = PairwiseHalve(df, a1[r], a0[r]);
+  } else {
+    VF low[kRows], high[kRows];
+    ScoreKeys<kRows, kLevel - 1>(queries, chunks, keys, position, low);
+    ScoreKeys<kRows, kLevel - 1>(queries, chunks, keys, position + kKeys / 2, high);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) scores[r] = PairwiseHalve(df, high[r], low[r]);
+  }
+#endif
+}
+
+// acc[r] = acc[r] * correction[r] + sum over loaded positions p (in order) of probs[r][p] *
+// value p, for the kChunks vectors of dimensions from `chunk`: kRows x kChunks accumulators in
+// registers, each value vector loaded once for all rows.
+template <int kRows, int kChunks>
+HWY_INLINE void AccumulateValues(float* const* acc, const float* const* probs,
+                                 const float* correction, const BlockPositions& values,
+                                 int64_t chunk) {
+  const DF df;
+  constexpr int64_t kLanes = kMaxF32Lanes;
+  VF sums[kRows][kChunks];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    const VF scale = hn::Set(df, correction[r]);
+#pragma GCC unroll 4
+    for (int i = 0; i < kChunks; ++i) {
+      sums[r][i] = hn::Mul(hn::LoadU(df, acc[r] + (chunk + i) * kLanes), scale);
+    }
+  }
+  for (int64_t position = values.first; position <= values.last; ++position) {
+    const float* value = values.base + position * values.stride + chunk * kLanes;
+    VF v[kChunks];
+#pragma GCC unroll 4
+    for (int i = 0; i < kChunks; ++i) v[i] = hn::LoadU(df, value + i * kLanes);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const VF p = hn::Set(df, probs[r][position]);
+#pragma GCC unroll 4
+      for (int i = 0; i < kChunks; ++i) sums[r][i] = hn::MulAdd(p, v[i], sums[r][i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int i = 0; i < kChunks; ++i) {
+      hn::StoreU(sums[r][i], df, acc[r] + (chunk + i) * kLanes);
+    }
+  }
+}
+
+// Widens (and scales) `size` elements of `source` to f32 at `out`, for f32 sources a copy.
+template <typename T>
+HWY_INLINE void WidenRow(const T* HWY_RESTRICT source, int64_t size, float scale,
+                         float* HWY_RESTRICT out) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy(source, source + size, out);
+  } else {
+    Widen(source, size, scale, out);
+  }
+}
+
+// kRows query rows of one sequence (the same block table) over one kv head, keys in lanes (see
+// above). The rows' key ranges may differ (a tile's tokens, a sliding window): the blocks of their
+// union are walked once, and each row's softmax sees only its own keys, block by block as it
+// would alone (a block with none of its keys leaves the row untouched). Scratch (floats, from the
+// start of the thread's): per row the scaled query and the accumulator (head_dim rounded up to
+// 16, the widest vector) and the block's scores / probabilities (block_size rounded up to 16); a
+// zero row; then one block of keys and one of values, widened (reduced-precision caches) or
+// copied (f32 rows not a whole number of vectors long) into rows of the rounded head_dim, so
+// every row is read in whole vectors.
+template <typename T, int kRows>
+void AttendKeysInLanes(const AttentionArgs& args, const KvRows<T>& rows,
+                       const KeyLaneRow* query_rows, const int32_t* block_table, int32_t kv_head,
+                       float* scratch) {
+  const DF df;
+  constexpr int64_t kLanes = kMaxF32Lanes;
+  const int64_t head_dim = args.head_dim;
+  const int64_t block_size = args.block_size;
+  const int64_t row_floats = (head_dim + 15) / 16 * 16;
+  const int64_t score_floats = (block_size + 15) / 16 * 16;
+  const int64_t chunks = (head_dim + kLanes - 1) / kLanes;
+  float* queries[kRows];
+  float* acc[kRows];
+  float* probs[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    queries[r] = scratch + r * (2 * row_floats + score_floats);
+    acc[r] = queries[r] + row_floats;
+    probs[r] = acc[r] + row_floats;
+  }
+  float* zeros = scratch + kKeyLaneRows * (2 * row_floats + score_floats);
+  float* block_keys = zeros + row_floats;
+  float* block_values = block_keys + block_size * row_floats;
+  std::fill(zeros, zeros + row_floats, 0.0f);
+  // f32 rows of whole vectors are read in the cache; others go through block_keys / values,
+  // whose padding past head_dim stays 0 (the padded queries are 0 there too).
+  bool in_place = false;
+  if constexpr (KvRows<T>::kInPlace) in_place = head_dim % kLanes == 0;
+  if (!in_place && head_dim < row_floats) {
+    for (int64_t position = 0; position < block_size; ++position) {
+      std::fill(block_keys + position * row_floats + head_dim,
+                block_keys + (position + 1) * row_floats, 0.0f);
+      std::fill(block_values + position * row_floats + head_dim,
+                block_values + (position + 1) * row_floats, 0.0f);
+    }
+  }
+  float running_max[kRows], total[kRows], correction[kRows];
+  int64_t first = query_rows[0].first_key, last = query_rows[0].last_key;
+  for (int r = 0; r < kRows; ++r) {
+    // Scaled here, once per query, rather than once per score: (q * scale) . k.
+    for (int64_t d = 0; d < head_dim; ++d) queries[r][d] = query_rows[r].query[d] * args.scale;
+    std::fill(queries[r] + head_dim, queries[r] + row_floats, 0.0f);
+    std::fill(acc[r], acc[r] + row_floats, 0.0f);
+    // A sink is a score seen before every key with no value: the running max starts at it and
+    // the total at exp(sink - sink) = 1. Without one, the first block's correction is
+    // exp(-inf) = 0, rescaling the zero accumulator.
     const bool sink = args.sinks != nullptr;
-    running_max[g] =
-        sink ? args.sinks[kv_head * group + g] : -std::numeric_limits<float>::infinity();
-    total[g] = sink ? 1.0f : 0.0f;
+    running_max[r] = sink ? query_rows[r].sink : -std::numeric_limits<float>::infinity();
+    total[r] = sink ? 1.0f : 0.0f;
+    first = std::min(first, query_rows[r].first_key);
+    last = std::max(last, query_rows[r].last_key);
   }
-  // Row j of the current block, as f32: in place for f32, else widened below.
-  auto value_row = [&](int64_t slot, int64_t j) -> const float* {
+  const VF negative_infinity = hn::Set(df, -std::numeric_limits<float>::infinity());
+  // hn::Exp is 0 below -104; arguments are floored at -200 (same result) so that -inf (a masked
+  // lane, the first block's -inf running max) never reaches its float-to-int conversion.
+  constexpr float kExpFloor = -200.0f;
+  const VF floor_lanes = hn::Set(df, kExpFloor);
+  for (int64_t key = first; key <= last;) {
+    const int64_t block_start = key - key % block_size;
+    const int64_t first_position = key - block_start;
+    const int64_t last_position = std::min(block_size - 1, last - block_start);
+    const int64_t first_slot = static_cast<int64_t>(block_table[key / block_size]) * block_size;
+    BlockPositions keys{nullptr, row_floats, first_position, last_position, zeros};
+    BlockPositions values = keys;
     if constexpr (KvRows<T>::kInPlace) {
-      return rows.values + slot * args.token_stride + kv_head * head_dim;
-    } else {
-      return block_values + j * head_dim;
+      if (in_place) {
+        keys.base = rows.keys + first_slot * args.token_stride + kv_head * head_dim;
+        values.base = rows.values + first_slot * args.token_stride + kv_head * head_dim;
+        keys.stride = values.stride = args.token_stride;
+      }
     }
+    if (!in_place) {
+      for (int64_t position = first_position; position <= last_position; ++position) {
+        const int64_t slot = first_slot + position;
+        const int64_t offset = slot * args.token_stride + kv_head * head_dim;
+        WidenRow(rows.keys + offset, head_dim, rows.KeyScale(args, slot, kv_head),
+                 block_keys + position * row_floats);
+        WidenRow(rows.values + offset, head_dim, rows.ValueScale(args, slot, kv_head),
+                 block_values + position * row_floats);
+      }
+      keys.base = block_keys;
+      values.base = block_values;
+    }
+    for (int64_t position = 0; position <= last_position; position += kLanes) {
+      VF scores[kRows];
+      ScoreKeys<kRows, kKeyLaneLevels>(queries, chunks, keys, position, scores);
+      for (int r = 0; r < kRows; ++r) hn::StoreU(scores[r], df, probs[r] + position);
+    }
+    for (int r = 0; r < kRows; ++r) {
+      // The row's own keys in this block, as positions.
+      const int64_t low = std::max(query_rows[r].first_key, block_start) - block_start;
+      const int64_t high =
+          std::min(query_rows[r].last_key, block_start + block_size - 1) - block_start;
+      if (low > high) {  // none: no rescale, and p = 0 for the shared value loop
+        correction[r] = 1.0f;
+        std::fill(probs[r] + first_position, probs[r] + last_position + 1, 0.0f);
+        continue;
+      }
+      const VF low_lanes = hn::Set(df, static_cast<float>(low));
+      const VF high_lanes = hn::Set(df, static_cast<float>(high));
+      VF block_max = negative_infinity;
+      for (int64_t position = 0; position <= last_position; position += kLanes) {
+        VF s = hn::LoadU(df, probs[r] + position);
+        if (args.softcap > 0) s = SoftCapVector(df, s, args.softcap);
+        const VF lane_position = hn::Iota(df, static_cast<float>(position));
+        const auto seen =
+            hn::And(hn::Ge(lane_position, low_lanes), hn::Le(lane_position, high_lanes));
+        s = hn::IfThenElse(seen, s, negative_infinity);
+        hn::StoreU(s, df, probs[r] + position);
+        block_max = hn::Max(block_max, s);
+      }
+      const float new_max = std::max(running_max[r], hn::GetLane(hn::MaxOfLanes(df, block_max)));
+      correction[r] =
+          hn::GetLane(hn::Exp(df, hn::Set(df, std::max(running_max[r] - new_max, kExpFloor))));
+      running_max[r] = new_max;
+      const VF max_lanes = hn::Set(df, new_max);
+      VF block_total = hn::Zero(df);
+      for (int64_t position = 0; position <= last_position; position += kLanes) {
+        // Masked lanes: exp(-inf - max), floored, is 0.
+        const VF p = hn::Exp(
+            df, hn::Max(hn::Sub(hn::LoadU(df, probs[r] + position), max_lanes), floor_lanes));
+        hn::StoreU(p, df, probs[r] + position);
+        block_total = hn::Add(block_total, p);
+      }
+      total[r] = total[r] * correction[r] + hn::GetLane(hn::SumOfLanes(df, block_total));
+    }
+    // Values, d in lanes: 4 vectors of dimensions x kRows accumulators at a time where 32
+    // registers hold them (AVX-512), 2 where 16 do.
+    constexpr int64_t kChunks = kLanes >= 16 ? 4 : 2;
+    int64_t chunk = 0;
+    for (; chunk + kChunks <= chunks; chunk += kChunks) {
+      AccumulateValues<kRows, kChunks>(acc, probs, correction, values, chunk);
+    }
+    for (; chunk < chunks; ++chunk)
+      AccumulateValues<kRows, 1>(acc, probs, correction, values, chunk);
+    key = block_start + last_position + 1;
+  }
+  for (int r = 0; r < kRows; ++r) {
+    const float inverse_total = 1.0f / total[r];
+    for (int64_t d = 0; d < head_dim; ++d) query_rows[r].out[d] = acc[r][d] * inverse_total;
+  }
+}
+
+// The (token, query head) rows of tokens [first_row, end_row) for kv head `kv_head`, in
+// AttendKeysInLanes calls of up to kKeyLaneRows rows that share a block table.
+template <typename T>
+void AttendRowsKeysInLanes(const AttentionArgs& args, const KvRows<T>& rows, int64_t first_row,
+                           int64_t end_row, int32_t kv_head, float* scratch) {
+  const int32_t group = args.num_heads / args.num_kv_heads;
+  const int64_t head_dim = args.head_dim;
+  const int64_t q_width = static_cast<int64_t>(args.num_heads) * head_dim;
+  KeyLaneRow batch[kKeyLaneRows];
+  int64_t count = 0;
+  const int32_t* batch_table = nullptr;
+  auto flush = [&] {
+    static_assert(kKeyLaneRows == 4, "one case per row count");
+    switch (count) {
+      case 0:
+        break;
+      case 1:
+        AttendKeysInLanes<T, 1>(args, rows, batch, batch_table, kv_head, scratch);
+        break;
+      case 2:
+        AttendKeysInLanes<T, 2>(args, rows, batch, batch_table, kv_head, scratch);
+        break;
+      case 3:
+        AttendKeysInLanes<T, 3>(args, rows, batch, batch_table, kv_head, scratch);
+        break;
+      default:
+        AttendKeysInLanes<T, 4>(args, rows, batch, batch_table, kv_head, scratch);
+        break;
+    }
+    count = 0;
   };
-  // Online softmax one KV block at a time: one max/rescale per block, not per key.
-  for (int64_t key = first_key; key <= query_index;) {
-    const int64_t offset = key % block_size;
-    const int64_t count = std::min<int64_t>(block_size - offset, query_index - key + 1);
-    const int64_t first_slot =
-        static_cast<int64_t>(block_table[key / block_size]) * block_size + offset;
-    for (int64_t j = 0; j < count; ++j) {
-      const int64_t slot = first_slot + j;
-      const int64_t offset_in_cache = slot * args.token_stride + kv_head * head_dim;
-      const float* key_row;
-      if constexpr (KvRows<T>::kInPlace) {
-        key_row = rows.keys + offset_in_cache;
-      } else {
-        // Each row is widened once and then serves all `group` query heads.
-        Widen(rows.keys + offset_in_cache, head_dim, 1.0f, block_keys + j * head_dim);
-        Widen(rows.values + offset_in_cache, head_dim, 1.0f, block_values + j * head_dim);
-        key_row = block_keys + j * head_dim;
-      }
-      const float factor = rows.KeyScale(args, slot, kv_head) * args.scale;
-      for (int32_t g = 0; g < group; ++g) {
-        scores[g * block_size + j] = Dot(queries + g * head_dim, key_row, head_dim) * factor;
-      }
-    }
-    // This path computes no score with vector code, so its soft-cap is scalar too.
-    if (args.softcap > 0) {
-      for (int32_t g = 0; g < group; ++g) {
-        for (int64_t j = 0; j < count; ++j) {
-          float& score = scores[g * block_size + j];
-          score = args.softcap * std::tanh(score / args.softcap);
-        }
-      }
-    }
+  for (int64_t row = first_row; row < end_row; ++row) {
+    const int32_t* table = args.token_block_table[row];
+    if (table != batch_table) flush();
+    batch_table = table;
+    const int64_t index = args.token_index[row];
+    const int64_t first_key =
+        args.sliding_window > 0 ? std::max<int64_t>(0, index - args.sliding_window + 1) : 0;
     for (int32_t g = 0; g < group; ++g) {
-      float* group_scores = scores + g * block_size;
-      float block_max = running_max[g];
-      for (int64_t j = 0; j < count; ++j) block_max = std::max(block_max, group_scores[j]);
-      // exp(-inf - finite) = 0 on the first block: nothing accumulated yet to rescale.
-      const float correction = std::exp(running_max[g] - block_max);
-      running_max[g] = block_max;
-      float block_total = 0.0f;
-      for (int64_t j = 0; j < count; ++j) {
-        group_scores[j] = std::exp(group_scores[j] - block_max);
-        block_total += group_scores[j];
-      }
-      total[g] = total[g] * correction + block_total;
-      ScaleAndAccumulate(acc + g * head_dim, correction,
-                         group_scores[0] * rows.ValueScale(args, first_slot, kv_head),
-                         value_row(first_slot, 0), head_dim);
+      if (count == kKeyLaneRows) flush();
+      const int64_t head = static_cast<int64_t>(kv_head) * group + g;
+      batch[count++] = {args.q + row * q_width + head * head_dim,
+                        args.out + row * q_width + head * head_dim, first_key, index,
+                        args.sinks != nullptr ? args.sinks[head] : 0.0f};
     }
-    for (int64_t j = 1; j < count; ++j) {
-      const int64_t slot = first_slot + j;
-      const float row_scale = rows.ValueScale(args, slot, kv_head);
-      const float* values = value_row(slot, j);
-      for (int32_t g = 0; g < group; ++g) {
-        Accumulate(acc + g * head_dim, scores[g * block_size + j] * row_scale, values, head_dim);
-      }
-    }
-    key += count;
   }
-  for (int32_t g = 0; g < group; ++g) {
-    const float inverse_total = 1.0f / total[g];
-    for (int64_t i = 0; i < head_dim; ++i)
-      out[g * head_dim + i] = acc[g * head_dim + i] * inverse_total;
-  }
+  flush();
 }
 
 // Attention and KvCacheAttention: the one loop over (token, kv head) items, with rows of T.
@@ -871,13 +1136,15 @@ void AttentionOverRows(ThreadPool& pool, const AttentionArgs& args, const KvRows
   const int32_t group = args.num_heads / args.num_kv_heads;
   const int64_t head_dim = args.head_dim;
   const int64_t q_width = static_cast<int64_t>(args.num_heads) * head_dim;
-  const int32_t block_size = args.block_size;
-  // Query heads in lanes pay off once they fill half a vector (AVX2: groups of 4 or more;
-  // MHA's group of 1 would use one lane in 8 and keeps per-key dot products).
+  // Query heads in lanes pay off once they fill half a vector (AVX2: groups of 4 or more);
+  // narrower groups (MHA's 1 would use one lane in 8) put keys in lanes (AttendKeysInLanes).
   const bool vectorized = 2 * group >= static_cast<int32_t>(hn::Lanes(DF()));
-  // An item is (tile of rows, kv head); a tile of consecutive tokens of one sequence runs
-  // through AttendTileVectorized, any other tile one row at a time.
-  const int64_t tile_rows = vectorized && args.sliding_window == 0 ? kAttentionTile : 1;
+  // An item is (tile of rows, kv head). Heads in lanes: a tile of consecutive tokens of one
+  // sequence runs through AttendTileVectorized, any other tile one row at a time. Keys in lanes:
+  // a tile is as many tokens as fill kKeyLaneRows rows with their group's heads.
+  const int64_t tile_rows = !vectorized                ? std::max<int64_t>(1, kKeyLaneRows / group)
+                            : args.sliding_window == 0 ? kAttentionTile
+                                                       : 1;
   const int64_t num_tiles = (args.num_tokens + tile_rows - 1) / tile_rows;
   // Items are claimed dynamically, the last tokens first: under a causal mask a prefill's later
   // tokens attend to more keys, so two fixed halves of the tokens would give one thread ~3/4 of
@@ -892,6 +1159,10 @@ void AttentionOverRows(ThreadPool& pool, const AttentionArgs& args, const KvRows
       const int64_t first_row = item / args.num_kv_heads * tile_rows;
       const int32_t kv_head = static_cast<int32_t>(item % args.num_kv_heads);
       const int64_t end_row = std::min(args.num_tokens, first_row + tile_rows);
+      if (!vectorized) {
+        AttendRowsKeysInLanes(args, rows, first_row, end_row, kv_head, acc);
+        continue;
+      }
       bool one_sequence = end_row - first_row > 1;
       for (int64_t row = first_row + 1; row < end_row && one_sequence; ++row) {
         one_sequence = args.token_block_table[row] == args.token_block_table[first_row] &&
@@ -924,7 +1195,7 @@ void AttentionOverRows(ThreadPool& pool, const AttentionArgs& args, const KvRows
         continue;
       }
       for (int64_t row = first_row; row < end_row; ++row) {
-        AttendRow(args, rows, row, kv_head, vectorized, acc);
+        AttendRow(args, rows, row, kv_head, acc);
       }
     }
   };
@@ -1008,14 +1279,19 @@ void Rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t num_rows
   (pool, x, positions, num_rows, num_heads, head_dim, rotary_dim, inv_freq, cos_sin_scale, scratch);
 }
 
-int64_t AttentionScratchFloats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+// The head counts do not size anything: heads in lanes hold up to 16 heads per token of a tile,
+// and kKeyLaneRows bounds the rows of a keys-in-lanes call.
+int64_t AttentionScratchFloats(int32_t /*num_heads*/, int32_t /*num_kv_heads*/, int32_t head_dim,
                                int32_t block_size) {
-  const int64_t group = num_heads / std::max(num_kv_heads, 1);
-  // Scalar path: acc, max, total, scores. Vectorized paths (AttendGroupVectorized,
-  // AttendTileVectorized): per token of a tile, queries_t, acc_t, scores, running max and total
-  // of up to 16 lanes (AVX-512).
-  const int64_t floats = std::max(group * head_dim + 2 * group + group * block_size,
-                                  kAttentionTile * 16 * (2 * int64_t{head_dim} + block_size + 2));
+  // Heads in lanes (AttendGroupVectorized, AttendTileVectorized): per token of a tile,
+  // queries_t, acc_t, scores, running max and total of up to 16 lanes (AVX-512). Keys in lanes
+  // (AttendKeysInLanes): per row query, accumulator and block scores, a zero row, a block of keys
+  // and of values, rows rounded up to 16 floats.
+  const int64_t row = (int64_t{head_dim} + 15) / 16 * 16;
+  const int64_t key_lanes =
+      kKeyLaneRows * (2 * row + (block_size + 15) / 16 * 16) + row + 2 * int64_t{block_size} * row;
+  const int64_t floats =
+      std::max(kAttentionTile * 16 * (2 * int64_t{head_dim} + block_size + 2), key_lanes);
   // Rounded to 16 floats so threads do not share cache lines.
   return (floats + 15) / 16 * 16;
 }
