@@ -14,10 +14,12 @@
 // the same logits alone or batched, to the bit), and the ILP comes from independent outputs,
 // never from splitting one dot product.
 //
-// Threads split the panels in whole panel groups (64 output columns = 256 bytes of f32 per
-// row, so no two threads write one cache line): claimed dynamically for decode, in contiguous
-// chunks for more rows (see MatMulPanels); each thread sweeps all token rows over its panels,
-// which stay in its L2 meanwhile, so weights are read from memory exactly once per matmul.
+// Threads split the panels in whole panels (16 output columns = 64 bytes of f32 per row, so no
+// two threads write one cache line of an aligned output): for decode, runs of panels from 4
+// regions of the matrix claimed dynamically, each read as its own stream and prefetched ahead
+// (ForEachRegionCall); for more rows, contiguous chunks of panel groups (see MatMulPanels), each
+// thread sweeping all token rows over its panels, which stay in its L2 meanwhile. Either way
+// the weights are read from memory exactly once per matmul.
 //
 // ROW_MAJOR weights (tied embeddings, hand-built test plans) use per-row dot products.
 //
@@ -84,6 +86,19 @@ constexpr int PanelsFor(int tokens) {
   return std::max(1, std::min(kMaxPanels, kMaxAccumulators / (tokens * kVectorsPerPanel)));
 }
 
+// What a micro-kernel prefetches besides the weights it loads (see PanelKernel).
+enum class Prefetch { kNone, kNext, kAhead };
+
+// How far ahead of its loads a decode micro-kernel prefetches each weight stream. The weights'
+// conversion and FMAs fill the scheduler with uops that wait for their loads, so the core alone
+// keeps only ~1 KiB of each stream in flight and the hardware prefetcher does not make up the
+// rest. Measured (llmrt_kernels_bench BM_DecodeGemvMemory, f16, 512 MiB from a file mapping,
+// Zen 5, 1 thread, GB/s at K = 256 / 1024 / 2048 / 5632): none 27.3 / 28.9 / 30.5 / 33.9;
+// 1 KiB 29.3 / 32.5 / 31.7 / 33.5; 2 KiB 30.4 / 34.4 / 35.3 / 35.9; 3 KiB 28.1 / 31.6 / 33.3 /
+// 34.1; 4 KiB 27.9 / 30.9 / 30.6 / 32.3 (the avx2 tier on the same machine: none 26.4 / 26.7 /
+// 29.6 / 33.0, 2 KiB 29.3 / 33.4 / 36.1 / 37.7).
+constexpr int64_t kPrefetchAheadBytes = 2048;
+
 HWY_INLINE VF LoadWeights(DF df, const float* HWY_RESTRICT p) { return hn::LoadU(df, p); }
 HWY_INLINE VF LoadWeights(DF df, const hwy::float16_t* HWY_RESTRICT p) {
   const hn::Rebind<hwy::float16_t, DF> dh;
@@ -115,10 +130,12 @@ HWY_INLINE float ToFloat(hwy::bfloat16_t value) {
 // registers); with many panels the broadcasts come first and each weight vector is used at
 // once (4 panels: 8 + 1 + 1).
 //
-// kPrefetch: also prefetches `prefetch`, the next kPanels panels this thread will use, at the
-// pace of the weight loads (one panel column per column), so that memory delivers them while
-// this call computes on panels already in L2 (see MatMulPanels).
-template <int kTokens, int kPanels, bool kPrefetch, typename W>
+// kPrefetch: kNext (prefill) also prefetches `prefetch`, the next kPanels panels this thread
+// will use, at the pace of the weight loads (one panel column per column), so that memory
+// delivers them while this call computes on panels already in L2 (see MatMulPanels). kAhead
+// (decode) prefetches each of its panels' own weights kPrefetchAheadBytes ahead of the loads
+// (see ForEachRegionCall).
+template <int kTokens, int kPanels, Prefetch kPrefetch, typename W>
 HWY_NOINLINE void PanelKernel(const W* HWY_RESTRICT panels, int64_t panel_stride, int64_t cols,
                               const float* const* x_rows, const W* prefetch,
                               float* HWY_RESTRICT tile) {
@@ -137,11 +154,22 @@ HWY_NOINLINE void PanelKernel(const W* HWY_RESTRICT panels, int64_t panel_stride
   for (int t = 0; t < kTokens; ++t) x[t] = x_rows[t];
   for (int64_t col = 0; col < cols; ++col) {
     const W* HWY_RESTRICT weights = panels + col * kPanelRows;
-    if constexpr (kPrefetch) {
+    if constexpr (kPrefetch == Prefetch::kNext) {
 #pragma GCC unroll 16
       for (int p = 0; p < kPanels; ++p) {
         __builtin_prefetch(prefetch + p * panel_stride + col * kPanelRows, /*rw=*/0,
                            /*locality=*/3);
+      }
+    }
+    if constexpr (kPrefetch == Prefetch::kAhead) {
+      // One 64-byte line per panel every 64 / (16 x sizeof(W)) columns.
+      if (col % (64 / (kPanelRows * sizeof(W))) == 0) {
+#pragma GCC unroll 16
+        for (int p = 0; p < kPanels; ++p) {
+          __builtin_prefetch(
+              reinterpret_cast<const char*>(weights + p * panel_stride) + kPrefetchAheadBytes,
+              /*rw=*/0, /*locality=*/3);
+        }
       }
     }
     if constexpr (kTokens >= kPanels * kVectorsPerPanel) {
@@ -244,57 +272,60 @@ HWY_INLINE void StorePanelRow(const PanelDestinations& destinations, int64_t row
   }
 }
 
-// Rows [row, row + kTokens) of x times panels [first_panel, end_panel) (at most kMaxPanels),
-// kPanels at a time, results stored through `destinations` (one per panel of the group).
-// `prefetch` (nullptr: none) is the start of as many panels as [first_panel, end_panel) holds,
-// prefetched while these are computed.
+// Rows [row, row + kTokens) of x times `count` panels (PanelsFor(kTokens) in one call, with
+// mode kAhead; else one by one): first_panel, first_panel + spacing, ..., results stored through
+// `destinations` (one per panel). `mode` as PanelKernel's kPrefetch; with kNext, `prefetch` is
+// the start of as many panels, `spacing` apart, prefetched while these are computed.
 template <int kTokens, typename W>
-HWY_INLINE void RunTokenGroup(const W* base, int64_t cols, int64_t first_panel, int64_t end_panel,
-                              int64_t row, const float* const* x_rows, const W* prefetch,
-                              const PanelDestinations* destinations, float* tile) {
+HWY_INLINE void RunTokenGroup(const W* base, int64_t cols, int64_t first_panel, int64_t spacing,
+                              int count, int64_t row, const float* const* x_rows, Prefetch mode,
+                              const W* prefetch, const PanelDestinations* destinations,
+                              float* tile) {
   constexpr int kPanels = PanelsFor(kTokens);
   const int64_t panel_stride = kPanelRows * cols;
-  int64_t panel = first_panel;
-  for (; panel + kPanels <= end_panel; panel += kPanels) {
-    const W* panels = base + panel * panel_stride;
-    if (prefetch != nullptr) {
-      PanelKernel<kTokens, kPanels, true>(panels, panel_stride, cols, x_rows,
-                                          prefetch + (panel - first_panel) * panel_stride, tile);
-    } else {
-      PanelKernel<kTokens, kPanels, false>(panels, panel_stride, cols, x_rows, prefetch, tile);
-    }
+  const W* panels = base + first_panel * panel_stride;
+  if (count == kPanels && mode == Prefetch::kAhead) {
+    PanelKernel<kTokens, kPanels, Prefetch::kAhead>(panels, spacing * panel_stride, cols, x_rows,
+                                                    prefetch, tile);
     for (int t = 0; t < kTokens; ++t) {
       for (int p = 0; p < kPanels; ++p) {
-        StorePanelRow(destinations[panel - first_panel + p], row + t,
-                      tile + (t * kPanels + p) * kPanelRows);
+        StorePanelRow(destinations[p], row + t, tile + (t * kPanels + p) * kPanelRows);
       }
     }
+    return;
   }
-  for (; panel < end_panel; ++panel) {
-    const W* panels = base + panel * panel_stride;
-    if (prefetch != nullptr) {
-      PanelKernel<kTokens, 1, true>(panels, panel_stride, cols, x_rows,
-                                    prefetch + (panel - first_panel) * panel_stride, tile);
-    } else {
-      PanelKernel<kTokens, 1, false>(panels, panel_stride, cols, x_rows, prefetch, tile);
+  for (int p = 0; p < count; ++p) {
+    const W* panel = panels + p * spacing * panel_stride;
+    switch (mode) {
+      case Prefetch::kNext:
+        PanelKernel<kTokens, 1, Prefetch::kNext>(panel, panel_stride, cols, x_rows,
+                                                 prefetch + p * spacing * panel_stride, tile);
+        break;
+      case Prefetch::kAhead:
+        PanelKernel<kTokens, 1, Prefetch::kAhead>(panel, panel_stride, cols, x_rows, prefetch,
+                                                  tile);
+        break;
+      case Prefetch::kNone:
+        PanelKernel<kTokens, 1, Prefetch::kNone>(panel, panel_stride, cols, x_rows, prefetch, tile);
+        break;
     }
     for (int t = 0; t < kTokens; ++t) {
-      StorePanelRow(destinations[panel - first_panel], row + t, tile + t * kPanelRows);
+      StorePanelRow(destinations[p], row + t, tile + t * kPanelRows);
     }
   }
 }
 
 template <typename W>
-void RunTokens(int count, const W* base, int64_t cols, int64_t first_panel, int64_t end_panel,
-               int64_t row, const float* const* x_rows, const W* prefetch,
+void RunTokens(int tokens, const W* base, int64_t cols, int64_t first_panel, int64_t spacing,
+               int count, int64_t row, const float* const* x_rows, Prefetch mode, const W* prefetch,
                const PanelDestinations* destinations, float* tile) {
-  switch (count) {
-#define LLMRT_TOKENS_CASE(n)                                                                    \
-  case n:                                                                                       \
-    if constexpr (n <= kMaxTokens) {                                                            \
-      RunTokenGroup<n>(base, cols, first_panel, end_panel, row, x_rows, prefetch, destinations, \
-                       tile);                                                                   \
-    }                                                                                           \
+  switch (tokens) {
+#define LLMRT_TOKENS_CASE(n)                                                                 \
+  case n:                                                                                    \
+    if constexpr (n <= kMaxTokens) {                                                         \
+      RunTokenGroup<n>(base, cols, first_panel, spacing, count, row, x_rows, mode, prefetch, \
+                       destinations, tile);                                                  \
+    }                                                                                        \
     break;
     LLMRT_TOKENS_CASE(1)
     LLMRT_TOKENS_CASE(2)
@@ -314,14 +345,47 @@ void RunTokens(int count, const W* base, int64_t cols, int64_t first_panel, int6
 // per panel, and a longer step is split so that remains true.
 constexpr int64_t kChunkRows = 256;
 
+// Bytes of each weight stream per decode work item (see ForEachRegionCall): ~4 panels at
+// K = 2048, claimed dynamically so the threads meet at the join within about one item.
+constexpr int64_t kStreamBytesPerItem = int64_t{128} << 10;
+
+// The decode schedule (a few token rows, each weight read once straight from memory): a
+// micro-kernel call takes its `group` panels from `group` regions of the matrix (panels i,
+// i + Q, i + 2Q, ... with Q = num_panels / group), so a thread reads `group` long sequential
+// streams, as the bandwidth probe does and as the quantized GEMVs do (quant_matmul.cc), rather
+// than `group` adjacent panels: 16 x K weights each, short streams the hardware prefetcher
+// learns again at every call. Measured (llmrt_kernels_bench BM_DecodeGemvMemory, f16, Zen 5,
+// 1 thread, 512 MiB from a file mapping): adjacent panels read 21.4 / 27.8 / 30.1 / 31.5 GB/s
+// at K = 256 / 1024 / 2048 / 5632 against the probe's 42; see docs/performance.md for regions.
+// Items are runs of consecutive i, claimed dynamically (ParallelForDynamic), not two fixed
+// halves: nothing of a decode step's weights survives in cache until the next step, so fixed
+// halves buy no locality, and a thread whose memory traffic runs slower then takes fewer items
+// instead of holding the other at each join. The panels past the regions (fewer than `group`)
+// go one at a time as the last item. call(first_panel, spacing, count) computes `count` panels
+// (`group`, or 1 for the rest) `spacing` apart.
+template <typename Call>
+void ForEachRegionCall(ThreadPool& pool, int64_t num_panels, int group, int64_t panel_bytes,
+                       const Call& call) {
+  const int64_t region = num_panels / group;
+  const int64_t per_item = std::max<int64_t>(1, kStreamBytesPerItem / panel_bytes);
+  const int64_t region_items = (region + per_item - 1) / per_item;
+  const bool rest = region * group < num_panels;
+  pool.ParallelForDynamic(
+      region_items + (rest ? 1 : 0),
+      [&](int64_t item, int64_t, int32_t) {
+        if (item == region_items) {
+          for (int64_t panel = region * group; panel < num_panels; ++panel) call(panel, 1, 1);
+          return;
+        }
+        const int64_t end = std::min(region, (item + 1) * per_item);
+        for (int64_t i = item * per_item; i < end; ++i) call(i, region, group);
+      },
+      1);
+}
+
 // Two loop orders, by the number of token rows:
-// - at most kMaxTokens (decode, small batches): one micro-kernel call per group of kMaxPanels
-//   panels reads each weight once, straight from memory, with PanelsFor(rows) weight streams.
-//   The groups go to the threads dynamically (ParallelForDynamic), not in two fixed halves:
-//   nothing of a decode step's weights survives in cache until the next step (2.2 GB against
-//   a 32 MiB L3), so fixed halves buy no locality, and a thread whose memory traffic runs
-//   slower then takes fewer groups instead of holding the other at each of the ~155 joins of
-//   a step;
+// - at most kMaxTokens (decode, small batches): ForEachRegionCall, PanelsFor(rows) weight
+//   streams;
 // - more (prefill, batched decode): each panel is swept by ceil(rows / kMaxTokens) calls, so
 //   it must come from L2, not memory, after the first. The first call over a panel prefetches
 //   the thread's next panel (16 x K weights: 64 KiB at K = 2048, 176 KiB at K = 5632; two of
@@ -344,21 +408,21 @@ void MatMulPanels(ThreadPool& pool, const float* x, int64_t num_rows, const int3
     }
   };
   if (num_rows <= kMaxTokens) {
-    pool.ParallelForDynamic(
-        num_panels,
-        [&](int64_t group, int64_t group_end, int32_t) {
-          const float* x_rows[kMaxTokens];
-          HWY_ALIGN float tile[kMaxTokens * kMaxPanels * kPanelRows];
-          PanelDestinations destinations[kMaxPanels];
-          const int count = static_cast<int>(num_rows);
-          row_pointers(0, count, x_rows);
-          for (int64_t panel = group; panel < group_end; ++panel) {
-            ResolvePanel(panel * kPanelRows, w.rows, bias, outputs, num_outputs,
-                         &destinations[panel - group]);
-          }
-          RunTokens<W>(count, base, cols, group, group_end, 0, x_rows, nullptr, destinations, tile);
-        },
-        kMaxPanels);
+    const int tokens = static_cast<int>(num_rows);
+    const float* x_rows[kMaxTokens];
+    row_pointers(0, tokens, x_rows);
+    ForEachRegionCall(pool, num_panels, PanelsFor(tokens),
+                      panel_stride * static_cast<int64_t>(sizeof(W)),
+                      [&](int64_t first, int64_t spacing, int count) {
+                        HWY_ALIGN float tile[kMaxTokens * kMaxPanels * kPanelRows];
+                        PanelDestinations destinations[kMaxPanels];
+                        for (int p = 0; p < count; ++p) {
+                          ResolvePanel((first + p * spacing) * kPanelRows, w.rows, bias, outputs,
+                                       num_outputs, &destinations[p]);
+                        }
+                        RunTokens<W>(tokens, base, cols, first, spacing, count, 0, x_rows,
+                                     Prefetch::kAhead, nullptr, destinations, tile);
+                      });
     return;
   }
   pool.ParallelFor(
@@ -375,8 +439,10 @@ void MatMulPanels(ThreadPool& pool, const float* x, int64_t num_rows, const int3
             for (int64_t row = chunk; row < chunk_end; row += kMaxTokens) {
               const int count = static_cast<int>(std::min<int64_t>(kMaxTokens, chunk_end - row));
               row_pointers(row, count, x_rows);
-              RunTokens<W>(count, base, cols, panel, panel + 1, row, x_rows,
-                           row == chunk ? next : nullptr, destinations, tile);
+              const bool prefetch_next = row == chunk && next != nullptr;
+              RunTokens<W>(count, base, cols, panel, 1, 1, row, x_rows,
+                           prefetch_next ? Prefetch::kNext : Prefetch::kNone, next, destinations,
+                           tile);
             }
           }
         }
@@ -454,7 +520,7 @@ HWY_INLINE __m512 DotBf16Pairs(__m512 acc, __m512i a, __m512i b) {
 // and one vpermw per panel, shared by the kTokens broadcasts, then kTokens x kPanels vdpbf16ps.
 // Each output is one chain over the pairs in order. kPrefetch: as PanelKernel (one cache line
 // per panel per pair).
-template <int kTokens, int kPanels, bool kPrefetch>
+template <int kTokens, int kPanels, Prefetch kPrefetch>
 HWY_NOINLINE void Bf16PanelKernel(const uint16_t* HWY_RESTRICT panels, int64_t panel_stride,
                                   int64_t cols, const uint32_t* const* x_pairs,
                                   const uint16_t* prefetch, float* HWY_RESTRICT tile) {
@@ -471,11 +537,18 @@ HWY_NOINLINE void Bf16PanelKernel(const uint16_t* HWY_RESTRICT panels, int64_t p
   const int64_t full_pairs = cols / 2;
   for (int64_t pair = 0; pair < full_pairs; ++pair) {
     const uint16_t* HWY_RESTRICT weights = panels + pair * 2 * kPanelRows;
-    if constexpr (kPrefetch) {
+    if constexpr (kPrefetch == Prefetch::kNext) {
 #pragma GCC unroll 16
       for (int p = 0; p < kPanels; ++p) {
         __builtin_prefetch(prefetch + p * panel_stride + pair * 2 * kPanelRows, /*rw=*/0,
                            /*locality=*/3);
+      }
+    } else if constexpr (kPrefetch == Prefetch::kAhead) {
+#pragma GCC unroll 16
+      for (int p = 0; p < kPanels; ++p) {
+        __builtin_prefetch(
+            reinterpret_cast<const char*>(weights + p * panel_stride) + kPrefetchAheadBytes,
+            /*rw=*/0, /*locality=*/3);
       }
     }
     __m512i w[kPanels];
@@ -519,16 +592,22 @@ using Bf16KernelFn = void (*)(const uint16_t*, int64_t, int64_t, const uint32_t*
                               const uint16_t*, float*);
 
 template <int kTokens, int kPanels>
-Bf16KernelFn Bf16KernelOf(bool prefetch) {
+Bf16KernelFn Bf16KernelOf(Prefetch prefetch) {
   if constexpr (kPanels <= Bf16PanelsFor(kTokens)) {
-    return prefetch ? &Bf16PanelKernel<kTokens, kPanels, true>
-                    : &Bf16PanelKernel<kTokens, kPanels, false>;
+    switch (prefetch) {
+      case Prefetch::kNext:
+        return &Bf16PanelKernel<kTokens, kPanels, Prefetch::kNext>;
+      case Prefetch::kAhead:
+        return &Bf16PanelKernel<kTokens, kPanels, Prefetch::kAhead>;
+      case Prefetch::kNone:
+        return &Bf16PanelKernel<kTokens, kPanels, Prefetch::kNone>;
+    }
   }
   return nullptr;
 }
 
 template <int kTokens>
-Bf16KernelFn Bf16KernelOf(int panels, bool prefetch) {
+Bf16KernelFn Bf16KernelOf(int panels, Prefetch prefetch) {
   switch (panels) {
     case 1:
       return Bf16KernelOf<kTokens, 1>(prefetch);
@@ -544,7 +623,7 @@ Bf16KernelFn Bf16KernelOf(int panels, bool prefetch) {
 }
 
 // The micro-kernel for `tokens` (1..kBf16Tokens) x `panels` (1..Bf16PanelsFor(tokens)).
-Bf16KernelFn Bf16KernelOf(int tokens, int panels, bool prefetch) {
+Bf16KernelFn Bf16KernelOf(int tokens, int panels, Prefetch prefetch) {
   switch (tokens) {
 #define LLMRT_BF16_TOKENS_CASE(n)               \
   case n:                                       \
@@ -603,8 +682,8 @@ void Bf16Sweep(const Bf16MatMul& m, int64_t panel_begin, int64_t panel_end, int6
       const int tokens = static_cast<int>(std::min<int64_t>(kBf16Tokens, row_end - row));
       for (int t = 0; t < tokens; ++t) x_rows[t] = m.x_pairs + (row + t) * pairs;
       const bool prefetch_now = next != nullptr && row == row_begin;
-      Bf16KernelOf(tokens, panels, prefetch_now)(m.weights + group * panel_stride, panel_stride,
-                                                 m.cols, x_rows, next, tile);
+      Bf16KernelOf(tokens, panels, prefetch_now ? Prefetch::kNext : Prefetch::kNone)(
+          m.weights + group * panel_stride, panel_stride, m.cols, x_rows, next, tile);
       for (int t = 0; t < tokens; ++t) {
         for (int p = 0; p < panels; ++p) {
           StorePanelRow(destinations[p], row + t, tile + (t * panels + p) * kPanelRows);
@@ -635,12 +714,27 @@ void MatMulPanelsBf16(ThreadPool& pool, const float* x, int64_t num_rows, const 
       reinterpret_cast<const uint16_t*>(w.data), w.rows, cols, x_pairs, bias, outputs, num_outputs};
   const int64_t num_panels = w.rows / kPanelRows;
   if (num_rows <= kBf16Tokens) {
-    pool.ParallelForDynamic(
-        num_panels,
-        [&](int64_t group, int64_t group_end, int32_t) {
-          Bf16Sweep(m, group, group_end, 0, num_rows, /*prefetch=*/false);
-        },
-        kMaxPanels);
+    const int tokens = static_cast<int>(num_rows);
+    const uint32_t* x_rows[kBf16Tokens];
+    for (int t = 0; t < tokens; ++t) x_rows[t] = x_pairs + t * pairs;
+    const int64_t panel_stride = kPanelRows * cols;
+    ForEachRegionCall(pool, num_panels, Bf16PanelsFor(tokens), panel_stride * 2,
+                      [&](int64_t first, int64_t spacing, int count) {
+                        HWY_ALIGN float tile[kBf16Accumulators * kPanelRows];
+                        PanelDestinations destinations[kBf16MaxPanels];
+                        for (int p = 0; p < count; ++p) {
+                          ResolvePanel((first + p * spacing) * kPanelRows, w.rows, bias, outputs,
+                                       num_outputs, &destinations[p]);
+                        }
+                        Bf16KernelOf(tokens, count, Prefetch::kAhead)(
+                            m.weights + first * panel_stride, spacing * panel_stride, cols, x_rows,
+                            nullptr, tile);
+                        for (int t = 0; t < tokens; ++t) {
+                          for (int p = 0; p < count; ++p) {
+                            StorePanelRow(destinations[p], t, tile + (t * count + p) * kPanelRows);
+                          }
+                        }
+                      });
     return;
   }
   pool.ParallelFor(
