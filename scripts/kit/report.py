@@ -196,10 +196,15 @@ def main():
             plan, len(layers), layers[0]["experts"], layers[0]["top_k"],
             layers[0]["bytes_per_expert"] / 1e6))
         for decode in data.get("decode", []):
+            # llmrt-kit bench's sequences decode random tokens: at batch 16 they read the experts
+            # a served batch would, where llmrt bench's identical sessions read top_k.
             active = decode.get("active_experts", [])
-            lines.append("  batch %d (%s): %.1f of %.1f MB a step are experts; active per layer: %s" % (
-                decode["batch"], decode["table"], decode.get("expert_bytes_per_step", 0) / 1e6,
-                decode["bytes_per_step"] / 1e6, " ".join("%.1f" % a for a in active)))
+            lines.append("  batch %d (%s): %.3f ms/step, MBU %s; %.1f of %.1f MB a step are "
+                         "experts; active per layer: %s" % (
+                             decode["batch"], decode["table"], decode["step_ms"],
+                             "%.1f%%" % (100 * decode["mbu"]) if "mbu" in decode else "-",
+                             decode.get("expert_bytes_per_step", 0) / 1e6,
+                             decode["bytes_per_step"] / 1e6, " ".join("%.1f" % a for a in active)))
     for plan, data in kitbench.items():
         for decode in data.get("decode", []):
             if decode["batch"] != 1 or not decode["kernels"]:
