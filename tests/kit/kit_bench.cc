@@ -154,10 +154,6 @@ absl::StatusOr<BenchBackend> CreateBenchBackend(const plan::PlanMeta& meta, cons
   return result;
 }
 
-absl::Status EnableTiming(const BenchBackend& bench, bool enabled) {
-  return bench.device == nullptr ? absl::OkStatus() : bench.device->EnableTiming(enabled);
-}
-
 // The experts of a MoE plan's decode steps: per layer, the sum over steps of experts chosen
 // and their bytes (engine::ActiveExpertBytes, the accounting llmrt bench uses).
 class ExpertTally {
@@ -240,11 +236,13 @@ absl::StatusOr<nlohmann::json> Decode(const plan::PlanMeta& meta, const BlobLook
     seconds.push_back(Since(start));
     if (absl::Status status = experts.Add(backend); !status.ok()) return status;
   }
-  if (absl::Status status = EnableTiming(*bench, true); !status.ok()) return status;
-  for (int i = 0; i < options.steps; ++i) {
-    if (absl::Status status = step(); !status.ok()) return status;
+  if (bench->device != nullptr) {  // the CPU has no kernel times: no second pass
+    if (absl::Status status = bench->device->EnableTiming(true); !status.ok()) return status;
+    for (int i = 0; i < options.steps; ++i) {
+      if (absl::Status status = step(); !status.ok()) return status;
+    }
+    (void)bench->device->EnableTiming(false);
   }
-  (void)EnableTiming(*bench, false);
   const double step_seconds = Median(seconds);
   const double weight_bytes = static_cast<double>(engine::DecodeWeightBytes(meta));
   const double kv_bytes = kv_bytes_per_position * batch_size * context_sum / options.steps;
@@ -304,7 +302,7 @@ absl::StatusOr<nlohmann::json> Prefill(const plan::PlanMeta& meta, const BlobLoo
     if (rep >= 0) seconds.push_back(Since(start));
   }
   if (bench->device != nullptr) {  // the CPU has no kernel times: no second pass
-    if (absl::Status status = EnableTiming(*bench, true); !status.ok()) return status;
+    if (absl::Status status = bench->device->EnableTiming(true); !status.ok()) return status;
     for (int rep = 0; rep < options.reps; ++rep) {
       if (absl::Status status = run(); !status.ok()) return status;
     }
