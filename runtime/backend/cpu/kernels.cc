@@ -7,6 +7,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "hwy/cache_control.h"
 #include "runtime/backend/cpu/quant_kv_attention.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/program_check.h"
@@ -330,6 +331,10 @@ namespace {
 // KvCacheAttention's reduced-precision caches (rows are widened into per-thread scratch, I8
 // rows with a scale per (slot, kv head)).
 template <class D>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const float* HWY_RESTRICT p) {
+  return hn::LoadU(d, p);
+}
+template <class D>
 HWY_INLINE hn::Vec<D> LoadRow(D d, const hwy::float16_t* HWY_RESTRICT p) {
   return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::float16_t, D>(), p));
 }
@@ -343,7 +348,7 @@ HWY_INLINE hn::Vec<D> LoadRow(D d, const int8_t* HWY_RESTRICT p) {
   return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, D>(), p)));
 }
 
-// out = row widened to f32, times `scale`.
+// out = row widened to f32 (f32: as it is), times `scale`.
 template <typename T>
 HWY_INLINE void Widen(const T* HWY_RESTRICT row, int64_t size, float scale,
                       float* HWY_RESTRICT out) {
@@ -919,44 +924,145 @@ HWY_INLINE void AccumulateValues(float* const* acc, const float* const* probs,
   }
 }
 
-// Widens (and scales) `size` elements of `source` to f32 at `out`, for f32 sources a copy.
-template <typename T>
-HWY_INLINE void WidenRow(const T* HWY_RESTRICT source, int64_t size, float scale,
-                         float* HWY_RESTRICT out) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::copy(source, source + size, out);
-  } else {
-    Widen(source, size, scale, out);
+// The state of one query row of AttendKeysInLanes in its scratch: the scaled query and the
+// accumulator (head_dim rounded up to 16 floats, the widest vector), the current block's scores
+// then probabilities (block_size rounded up to 16), the running max and total.
+struct KeyLaneState {
+  float* query;
+  float* acc;
+  float* probs;
+  float running_max;
+  float total;
+};
+
+// One block of keys and values for kRows rows (KeyLaneRow, KeyLaneState) from key position
+// `first_position` to `last_position` of the block starting at key `block_start`: scores,
+// the online-softmax step, and the values. Only the positions some row of these sees are read:
+// rows that see none of them are left as they are.
+template <int kRows>
+HWY_INLINE void KeyLaneBlockStep(const AttentionArgs& args, const KeyLaneRow* query_rows,
+                                 KeyLaneState* states, int64_t block_start, BlockPositions keys,
+                                 BlockPositions values) {
+  const DF df;
+  constexpr int64_t kLanes = kMaxF32Lanes;
+  const int64_t block_size = args.block_size;
+  const int64_t chunks = (args.head_dim + kLanes - 1) / kLanes;
+  int64_t first_seen = block_size, last_seen = -1;
+  for (int r = 0; r < kRows; ++r) {
+    first_seen = std::min(first_seen, query_rows[r].first_key - block_start);
+    last_seen = std::max(last_seen, query_rows[r].last_key - block_start);
   }
+  keys.first = values.first = std::max(keys.first, first_seen);
+  keys.last = values.last = std::min(keys.last, last_seen);
+  if (keys.first > keys.last) return;
+  const float* queries[kRows];
+  float* acc[kRows];
+  float* probs[kRows];
+  float correction[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    queries[r] = states[r].query;
+    acc[r] = states[r].acc;
+    probs[r] = states[r].probs;
+  }
+  for (int64_t position = keys.first - keys.first % kLanes; position <= keys.last;
+       position += kLanes) {
+    VF scores[kRows];
+    ScoreKeys<kRows, kKeyLaneLevels>(queries, chunks, keys, position, scores);
+    for (int r = 0; r < kRows; ++r) hn::StoreU(scores[r], df, probs[r] + position);
+  }
+  const VF negative_infinity = hn::Set(df, -std::numeric_limits<float>::infinity());
+  // hn::Exp is 0 below -104; arguments are floored at -200 (same result) so that -inf (a masked
+  // lane, the first block's -inf running max) never reaches its float-to-int conversion.
+  constexpr float kExpFloor = -200.0f;
+  const VF floor_lanes = hn::Set(df, kExpFloor);
+  const int64_t first_vector = keys.first - keys.first % kLanes;
+  for (int r = 0; r < kRows; ++r) {
+    KeyLaneState& state = states[r];
+    // The row's own keys in this block, as positions.
+    const int64_t low = std::max<int64_t>(query_rows[r].first_key - block_start, 0);
+    const int64_t high = std::min(query_rows[r].last_key - block_start, block_size - 1);
+    if (low > high) {  // none: no rescale, and p = 0 for the shared value loop
+      correction[r] = 1.0f;
+      std::fill(probs[r] + keys.first, probs[r] + keys.last + 1, 0.0f);
+      continue;
+    }
+    const VF low_lanes = hn::Set(df, static_cast<float>(low));
+    const VF high_lanes = hn::Set(df, static_cast<float>(high));
+    VF block_max = negative_infinity;
+    for (int64_t position = first_vector; position <= keys.last; position += kLanes) {
+      VF s = hn::LoadU(df, probs[r] + position);
+      if (args.softcap > 0) s = SoftCapVector(df, s, args.softcap);
+      const VF lane_position = hn::Iota(df, static_cast<float>(position));
+      const auto seen =
+          hn::And(hn::Ge(lane_position, low_lanes), hn::Le(lane_position, high_lanes));
+      s = hn::IfThenElse(seen, s, negative_infinity);
+      hn::StoreU(s, df, probs[r] + position);
+      block_max = hn::Max(block_max, s);
+    }
+    const float new_max = std::max(state.running_max, hn::GetLane(hn::MaxOfLanes(df, block_max)));
+    correction[r] =
+        hn::GetLane(hn::Exp(df, hn::Set(df, std::max(state.running_max - new_max, kExpFloor))));
+    state.running_max = new_max;
+    const VF max_lanes = hn::Set(df, new_max);
+    VF block_total = hn::Zero(df);
+    for (int64_t position = first_vector; position <= keys.last; position += kLanes) {
+      // Masked lanes: exp(-inf - max), floored, is 0.
+      const VF p =
+          hn::Exp(df, hn::Max(hn::Sub(hn::LoadU(df, probs[r] + position), max_lanes), floor_lanes));
+      hn::StoreU(p, df, probs[r] + position);
+      block_total = hn::Add(block_total, p);
+    }
+    state.total = state.total * correction[r] + hn::GetLane(hn::SumOfLanes(df, block_total));
+  }
+  // Values, d in lanes: 4 vectors of dimensions x kRows accumulators at a time where 32
+  // registers hold them (AVX-512), 2 where 16 do.
+  constexpr int64_t kChunks = kLanes >= 16 ? 4 : 2;
+  int64_t chunk = 0;
+  for (; chunk + kChunks <= chunks; chunk += kChunks) {
+    AccumulateValues<kRows, kChunks>(acc, probs, correction, values, chunk);
+  }
+  for (; chunk < chunks; ++chunk) AccumulateValues<kRows, 1>(acc, probs, correction, values, chunk);
 }
 
-// kRows query rows of one sequence (the same block table) over one kv head, keys in lanes (see
-// above). The rows' key ranges may differ (a tile's tokens, a sliding window): the blocks of their
-// union are walked once, and each row's softmax sees only its own keys, block by block as it
-// would alone (a block with none of its keys leaves the row untouched). Scratch (floats, from the
-// start of the thread's): per row the scaled query and the accumulator (head_dim rounded up to
-// 16, the widest vector) and the block's scores / probabilities (block_size rounded up to 16); a
-// zero row; then one block of keys and one of values, widened (reduced-precision caches) or
-// copied (f32 rows not a whole number of vectors long) into rows of the rounded head_dim, so
-// every row is read in whole vectors.
-template <typename T, int kRows>
+// Up to kKeyLaneRows query rows of one sequence (the same block table) over one kv head, keys in
+// lanes (see above). The rows' key ranges may differ (a tile's tokens, a sliding window): the
+// blocks of their union are walked once, each widened once, and each row's softmax sees only its
+// own keys, block by block as it would alone (a block with none of its keys leaves the row
+// untouched). Rows go through KeyLaneBlockStep 4 at a time (4 x 4 accumulators of the values
+// fill AVX-512's registers), each group reading only the keys its rows see, so a tile of 16
+// consecutive tokens shares the widening of every block but computes no more scores than 4
+// tiles of 4. Scratch (floats, from the start of the thread's): KeyLaneState's rows for each
+// query row; a zero row; then one block of keys and one of values, widened (reduced-precision
+// caches) or copied (f32 rows not a whole number of vectors long) into rows of the rounded
+// head_dim, so every row is read in whole vectors.
+template <typename T>
 void AttendKeysInLanes(const AttentionArgs& args, const KvRows<T>& rows,
-                       const KeyLaneRow* query_rows, const int32_t* block_table, int32_t kv_head,
-                       float* scratch) {
-  const DF df;
+                       const KeyLaneRow* query_rows, int64_t num_rows, const int32_t* block_table,
+                       int32_t kv_head, float* scratch) {
   constexpr int64_t kLanes = kMaxF32Lanes;
   const int64_t head_dim = args.head_dim;
   const int64_t block_size = args.block_size;
   const int64_t row_floats = (head_dim + 15) / 16 * 16;
   const int64_t score_floats = (block_size + 15) / 16 * 16;
-  const int64_t chunks = (head_dim + kLanes - 1) / kLanes;
-  float* queries[kRows];
-  float* acc[kRows];
-  float* probs[kRows];
-  for (int r = 0; r < kRows; ++r) {
-    queries[r] = scratch + r * (2 * row_floats + score_floats);
-    acc[r] = queries[r] + row_floats;
-    probs[r] = acc[r] + row_floats;
+  KeyLaneState states[kKeyLaneRows];
+  int64_t first = query_rows[0].first_key, last = query_rows[0].last_key;
+  for (int64_t r = 0; r < num_rows; ++r) {
+    KeyLaneState& state = states[r];
+    state.query = scratch + r * (2 * row_floats + score_floats);
+    state.acc = state.query + row_floats;
+    state.probs = state.acc + row_floats;
+    // Scaled here, once per query, rather than once per score: (q * scale) . k.
+    Widen(query_rows[r].query, head_dim, args.scale, state.query);
+    std::fill(state.query + head_dim, state.query + row_floats, 0.0f);
+    std::fill(state.acc, state.acc + row_floats, 0.0f);
+    // A sink is a score seen before every key with no value: the running max starts at it and
+    // the total at exp(sink - sink) = 1. Without one, the first block's correction is
+    // exp(-inf) = 0, rescaling the zero accumulator.
+    const bool sink = args.sinks != nullptr;
+    state.running_max = sink ? query_rows[r].sink : -std::numeric_limits<float>::infinity();
+    state.total = sink ? 1.0f : 0.0f;
+    first = std::min(first, query_rows[r].first_key);
+    last = std::max(last, query_rows[r].last_key);
   }
   float* zeros = scratch + kKeyLaneRows * (2 * row_floats + score_floats);
   float* block_keys = zeros + row_floats;
@@ -974,34 +1080,13 @@ void AttendKeysInLanes(const AttentionArgs& args, const KvRows<T>& rows,
                 block_values + (position + 1) * row_floats, 0.0f);
     }
   }
-  float running_max[kRows], total[kRows], correction[kRows];
-  int64_t first = query_rows[0].first_key, last = query_rows[0].last_key;
-  for (int r = 0; r < kRows; ++r) {
-    // Scaled here, once per query, rather than once per score: (q * scale) . k.
-    for (int64_t d = 0; d < head_dim; ++d) queries[r][d] = query_rows[r].query[d] * args.scale;
-    std::fill(queries[r] + head_dim, queries[r] + row_floats, 0.0f);
-    std::fill(acc[r], acc[r] + row_floats, 0.0f);
-    // A sink is a score seen before every key with no value: the running max starts at it and
-    // the total at exp(sink - sink) = 1. Without one, the first block's correction is
-    // exp(-inf) = 0, rescaling the zero accumulator.
-    const bool sink = args.sinks != nullptr;
-    running_max[r] = sink ? query_rows[r].sink : -std::numeric_limits<float>::infinity();
-    total[r] = sink ? 1.0f : 0.0f;
-    first = std::min(first, query_rows[r].first_key);
-    last = std::max(last, query_rows[r].last_key);
-  }
-  const VF negative_infinity = hn::Set(df, -std::numeric_limits<float>::infinity());
-  // hn::Exp is 0 below -104; arguments are floored at -200 (same result) so that -inf (a masked
-  // lane, the first block's -inf running max) never reaches its float-to-int conversion.
-  constexpr float kExpFloor = -200.0f;
-  const VF floor_lanes = hn::Set(df, kExpFloor);
   for (int64_t key = first; key <= last;) {
     const int64_t block_start = key - key % block_size;
     const int64_t first_position = key - block_start;
     const int64_t last_position = std::min(block_size - 1, last - block_start);
     const int64_t first_slot = static_cast<int64_t>(block_table[key / block_size]) * block_size;
-    BlockPositions keys{nullptr, row_floats, first_position, last_position, zeros};
-    BlockPositions values = keys;
+    BlockPositions keys{block_keys, row_floats, first_position, last_position, zeros};
+    BlockPositions values{block_values, row_floats, first_position, last_position, zeros};
     if constexpr (KvRows<T>::kInPlace) {
       if (in_place) {
         keys.base = rows.keys + first_slot * args.token_stride + kv_head * head_dim;
@@ -1013,71 +1098,51 @@ void AttendKeysInLanes(const AttentionArgs& args, const KvRows<T>& rows,
       for (int64_t position = first_position; position <= last_position; ++position) {
         const int64_t slot = first_slot + position;
         const int64_t offset = slot * args.token_stride + kv_head * head_dim;
-        WidenRow(rows.keys + offset, head_dim, rows.KeyScale(args, slot, kv_head),
-                 block_keys + position * row_floats);
-        WidenRow(rows.values + offset, head_dim, rows.ValueScale(args, slot, kv_head),
-                 block_values + position * row_floats);
+        Widen(rows.keys + offset, head_dim, rows.KeyScale(args, slot, kv_head),
+              block_keys + position * row_floats);
+        Widen(rows.values + offset, head_dim, rows.ValueScale(args, slot, kv_head),
+              block_values + position * row_floats);
       }
-      keys.base = block_keys;
-      values.base = block_values;
     }
-    for (int64_t position = 0; position <= last_position; position += kLanes) {
-      VF scores[kRows];
-      ScoreKeys<kRows, kKeyLaneLevels>(queries, chunks, keys, position, scores);
-      for (int r = 0; r < kRows; ++r) hn::StoreU(scores[r], df, probs[r] + position);
-    }
-    for (int r = 0; r < kRows; ++r) {
-      // The row's own keys in this block, as positions.
-      const int64_t low = std::max(query_rows[r].first_key, block_start) - block_start;
-      const int64_t high =
-          std::min(query_rows[r].last_key, block_start + block_size - 1) - block_start;
-      if (low > high) {  // none: no rescale, and p = 0 for the shared value loop
-        correction[r] = 1.0f;
-        std::fill(probs[r] + first_position, probs[r] + last_position + 1, 0.0f);
-        continue;
+    const int64_t next_block = block_start + block_size;
+    if (next_block <= last) {
+      // The next block's key and value rows start coming in while this one is computed: its
+      // rows are token_stride apart in a block the table may put anywhere, which the hardware
+      // prefetcher does not follow.
+      const int64_t next_slot =
+          static_cast<int64_t>(block_table[next_block / block_size]) * block_size;
+      const int64_t count = std::min(block_size, last - next_block + 1);
+      constexpr int64_t kRowBytesPerLine = 64;
+      for (int64_t position = 0; position < count; ++position) {
+        const int64_t offset = (next_slot + position) * args.token_stride + kv_head * head_dim;
+        for (int64_t byte = 0; byte < head_dim * static_cast<int64_t>(sizeof(T));
+             byte += kRowBytesPerLine) {
+          hwy::Prefetch(reinterpret_cast<const uint8_t*>(rows.keys + offset) + byte);
+          hwy::Prefetch(reinterpret_cast<const uint8_t*>(rows.values + offset) + byte);
+        }
       }
-      const VF low_lanes = hn::Set(df, static_cast<float>(low));
-      const VF high_lanes = hn::Set(df, static_cast<float>(high));
-      VF block_max = negative_infinity;
-      for (int64_t position = 0; position <= last_position; position += kLanes) {
-        VF s = hn::LoadU(df, probs[r] + position);
-        if (args.softcap > 0) s = SoftCapVector(df, s, args.softcap);
-        const VF lane_position = hn::Iota(df, static_cast<float>(position));
-        const auto seen =
-            hn::And(hn::Ge(lane_position, low_lanes), hn::Le(lane_position, high_lanes));
-        s = hn::IfThenElse(seen, s, negative_infinity);
-        hn::StoreU(s, df, probs[r] + position);
-        block_max = hn::Max(block_max, s);
-      }
-      const float new_max = std::max(running_max[r], hn::GetLane(hn::MaxOfLanes(df, block_max)));
-      correction[r] =
-          hn::GetLane(hn::Exp(df, hn::Set(df, std::max(running_max[r] - new_max, kExpFloor))));
-      running_max[r] = new_max;
-      const VF max_lanes = hn::Set(df, new_max);
-      VF block_total = hn::Zero(df);
-      for (int64_t position = 0; position <= last_position; position += kLanes) {
-        // Masked lanes: exp(-inf - max), floored, is 0.
-        const VF p = hn::Exp(
-            df, hn::Max(hn::Sub(hn::LoadU(df, probs[r] + position), max_lanes), floor_lanes));
-        hn::StoreU(p, df, probs[r] + position);
-        block_total = hn::Add(block_total, p);
-      }
-      total[r] = total[r] * correction[r] + hn::GetLane(hn::SumOfLanes(df, block_total));
     }
-    // Values, d in lanes: 4 vectors of dimensions x kRows accumulators at a time where 32
-    // registers hold them (AVX-512), 2 where 16 do.
-    constexpr int64_t kChunks = kLanes >= 16 ? 4 : 2;
-    int64_t chunk = 0;
-    for (; chunk + kChunks <= chunks; chunk += kChunks) {
-      AccumulateValues<kRows, kChunks>(acc, probs, correction, values, chunk);
+    for (int64_t r = 0; r < num_rows; r += 4) {
+      static_assert(kKeyLaneRows % 4 == 0, "row groups of 4, then the rest");
+      switch (std::min<int64_t>(4, num_rows - r)) {
+        case 1:
+          KeyLaneBlockStep<1>(args, query_rows + r, states + r, block_start, keys, values);
+          break;
+        case 2:
+          KeyLaneBlockStep<2>(args, query_rows + r, states + r, block_start, keys, values);
+          break;
+        case 3:
+          KeyLaneBlockStep<3>(args, query_rows + r, states + r, block_start, keys, values);
+          break;
+        default:
+          KeyLaneBlockStep<4>(args, query_rows + r, states + r, block_start, keys, values);
+          break;
+      }
     }
-    for (; chunk < chunks; ++chunk)
-      AccumulateValues<kRows, 1>(acc, probs, correction, values, chunk);
     key = block_start + last_position + 1;
   }
-  for (int r = 0; r < kRows; ++r) {
-    const float inverse_total = 1.0f / total[r];
-    for (int64_t d = 0; d < head_dim; ++d) query_rows[r].out[d] = acc[r][d] * inverse_total;
+  for (int64_t r = 0; r < num_rows; ++r) {
+    Widen(states[r].acc, head_dim, 1.0f / states[r].total, query_rows[r].out);
   }
 }
 
@@ -1093,23 +1158,7 @@ void AttendRowsKeysInLanes(const AttentionArgs& args, const KvRows<T>& rows, int
   int64_t count = 0;
   const int32_t* batch_table = nullptr;
   auto flush = [&] {
-    static_assert(kKeyLaneRows == 4, "one case per row count");
-    switch (count) {
-      case 0:
-        break;
-      case 1:
-        AttendKeysInLanes<T, 1>(args, rows, batch, batch_table, kv_head, scratch);
-        break;
-      case 2:
-        AttendKeysInLanes<T, 2>(args, rows, batch, batch_table, kv_head, scratch);
-        break;
-      case 3:
-        AttendKeysInLanes<T, 3>(args, rows, batch, batch_table, kv_head, scratch);
-        break;
-      default:
-        AttendKeysInLanes<T, 4>(args, rows, batch, batch_table, kv_head, scratch);
-        break;
-    }
+    if (count > 0) AttendKeysInLanes(args, rows, batch, count, batch_table, kv_head, scratch);
     count = 0;
   };
   for (int64_t row = first_row; row < end_row; ++row) {

@@ -140,9 +140,9 @@ struct AttentionArgs {
 // share each widened key / value block and each broadcast of its elements); sizes its scratch.
 inline constexpr int64_t kAttentionTile = 4;
 // Query rows (token, head) that Attention takes together when a group is narrower than half a
-// vector (keys in lanes): a prefill's 4 consecutive tokens of MHA, 2 of a group of 2. Each
-// widened key / value block and each key or value vector load is shared by the rows.
-inline constexpr int64_t kKeyLaneRows = 4;
+// vector (keys in lanes): a prefill's 16 consecutive tokens of MHA, 8 of a group of 2. Each
+// widened key / value block is shared by the rows, each key or value vector load by 4 of them.
+inline constexpr int64_t kKeyLaneRows = 16;
 // Floats of per-thread scratch Attention needs.
 int64_t AttentionScratchFloats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                                int32_t block_size);
