@@ -444,6 +444,10 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
 //   16 x K bytes that no longer fits L1 next to the tokens;
 // - each weight vector meets the tile's 4 tokens and each activation vector its 4 rows (8
 //   loads per 16 vpdpbusd; TileI4's 1 x 4 tile loaded 8 per 4, and the load ports bounded it);
+// - 4 rows x 4 tokens, not 2 rows x 8 (4 pairs, which halves the nibble ops per MAC): measured
+//   slower, 1 thread, I4 g32 symmetric GMAC/s at M = 16 / 64 / 512: 265 / 287 / 277 against
+//   277 / 311 / 294 at 11264 x 2048, and 172 / 175 / 174 against 273 / 310 / 285 at 2048 x 5632,
+//   where a tile's 8 x 5632 activation codes no longer fit L1 beside the panel's rows;
 // - the activations of each token tile are copied once per call into that order (a pair's
 //   vectors interleaved), next to their scales and the chains' starting values, and a panel's
 //   weight scales are converted to f32 once per panel, so a chunk's loads are fixed offsets
