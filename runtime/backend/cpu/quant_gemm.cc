@@ -448,6 +448,11 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
 //   slower, 1 thread, I4 g32 symmetric GMAC/s at M = 16 / 64 / 512: 265 / 287 / 277 against
 //   277 / 311 / 294 at 11264 x 2048, and 172 / 175 / 174 against 273 / 310 / 285 at 2048 x 5632,
 //   where a tile's 8 x 5632 activation codes no longer fit L1 beside the panel's rows;
+// - the high nibbles by one GFNI affine transform (vgf2p8affineqb) instead of a shift and a mask:
+//   no change beyond the noise (M = 16 / 512: 268-272 / 292-297 against 265-269 / 288-300 at
+//   11264 x 2048, 265-267 / 287 against 263-268 / 283-285 at 2048 x 5632): the operations
+//   beside vpdpbusd are not what bounds the tile (its 64 vpdpbusd, 8 multiplies and 8 FMAs per
+//   chunk share two pipes: >= 40 cycles, against ~57 measured);
 // - the activations of each token tile are copied once per call into that order (a pair's
 //   vectors interleaved), next to their scales and the chains' starting values, and a panel's
 //   weight scales are converted to f32 once per panel, so a chunk's loads are fixed offsets
