@@ -10,11 +10,39 @@
 namespace llmrt::sampling {
 
 int32_t ArgMax(const float* logits, int32_t vocab_size) {
-  int32_t best = 0;
-  for (int32_t id = 1; id < vocab_size; ++id) {
-    if (logits[id] > logits[best]) best = id;
+  // Blocks of 64 reduced by 8 independent maxima (a compare-and-branch per logit was 3.7% of a
+  // Qwen3-MoE-shape int4 decode step at 151,936 logits), then the first index of the best block
+  // holding the best value. Same result as one pass keeping the first strictly larger value:
+  // NaNs never win (a NaN logits[0] returns 0), ties go to the lowest id.
+  constexpr int32_t kBlock = 64, kLanes = 8;
+  float best_value = logits[0];
+  int32_t best_block = 0;
+  int32_t block = 0;
+  for (; block + kBlock <= vocab_size; block += kBlock) {
+    float lanes[kLanes];
+    for (int32_t j = 0; j < kLanes; ++j) lanes[j] = -std::numeric_limits<float>::infinity();
+    for (int32_t i = block; i < block + kBlock; i += kLanes) {
+      for (int32_t j = 0; j < kLanes; ++j) {
+        lanes[j] = logits[i + j] > lanes[j] ? logits[i + j] : lanes[j];
+      }
+    }
+    float block_max = lanes[0];
+    for (int32_t j = 1; j < kLanes; ++j) block_max = std::max(block_max, lanes[j]);
+    if (block_max > best_value) {
+      best_value = block_max;
+      best_block = block;
+    }
   }
-  return best;
+  for (int32_t id = block; id < vocab_size; ++id) {
+    if (logits[id] > best_value) {
+      best_value = logits[id];
+      best_block = id;
+    }
+  }
+  for (int32_t id = best_block; id < vocab_size; ++id) {
+    if (logits[id] == best_value) return id;
+  }
+  return 0;  // best_value is logits[0], a NaN
 }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), random_(params.seed) {}

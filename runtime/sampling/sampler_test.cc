@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -24,6 +25,33 @@ TEST(SamplerTest, GreedyPicksArgmaxAndLowestIdOnTies) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(sampler.Sample(logits.data(), 4), 1);
   std::vector<float> probabilities = sampler.Probabilities(logits.data(), 4);
   EXPECT_EQ(probabilities, (std::vector<float>{0, 1, 0, 0}));
+}
+
+// ArgMax against the definition (the first strictly larger logit wins, scanning up from id 0)
+// over lengths around its block size, with ties, infinities and NaNs placed anywhere.
+TEST(SamplerTest, ArgMaxIsTheFirstLargestLogitAtEveryLengthAndPlacement) {
+  std::mt19937 random(11);
+  const float kSpecial[] = {std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::infinity(), 3.0f, 3.0f};
+  for (int32_t size : {1, 2, 7, 8, 63, 64, 65, 127, 128, 129, 200, 1000, 151936}) {
+    for (int trial = 0; trial < 24; ++trial) {
+      // Few distinct values, so ties are common.
+      std::uniform_int_distribution<int> value(-4, 3);
+      std::vector<float> logits(size);
+      for (float& logit : logits) logit = static_cast<float>(value(random));
+      std::uniform_int_distribution<int32_t> place(0, size - 1);
+      for (int special = 0; special < trial % 4; ++special) {
+        logits[place(random)] = kSpecial[(trial + special) % 5];
+      }
+      if (trial == 23) logits[0] = std::numeric_limits<float>::quiet_NaN();
+      int32_t expected = 0;
+      for (int32_t id = 1; id < size; ++id) {
+        if (logits[id] > logits[expected]) expected = id;
+      }
+      ASSERT_EQ(ArgMax(logits.data(), size), expected) << "size " << size << " trial " << trial;
+    }
+  }
 }
 
 TEST(SamplerTest, TemperatureScalesTheSoftmax) {

@@ -81,6 +81,7 @@
 #include "runtime/engine/model.h"
 #include "runtime/kv/kv_storage.h"
 #include "runtime/plan/plan_reader.h"
+#include "runtime/sampling/sampler.h"
 #include "runtime/threading/thread_pool.h"
 
 namespace llmrt {
@@ -373,8 +374,9 @@ uint64_t PeakRssBytes() {
   return static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
+// Greedy sampling as the runtime's sampler does it.
 int32_t ArgMax(const std::vector<float>& logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  return sampling::ArgMax(logits.data(), static_cast<int32_t>(logits.size()));
 }
 
 // Positions the tg phase needs: BOS, then with -d the context and every repetition's steps
