@@ -941,10 +941,10 @@ struct KeyLaneState {
   float total;
 };
 
-// One block of keys and values for kRows rows (KeyLaneRow, KeyLaneState) from key position
-// `first_position` to `last_position` of the block starting at key `block_start`: scores,
-// the online-softmax step, and the values. Only the positions some row of these sees are read:
-// rows that see none of them are left as they are.
+// One block (from key `block_start`) of keys and values, at the positions `keys` and `values`
+// load, for kRows rows (KeyLaneRow, KeyLaneState): scores, the online-softmax step, and the
+// values. Only the positions some row of these sees are read; a row that sees none of them is
+// left as it is.
 template <int kRows>
 HWY_INLINE void KeyLaneBlockStep(const AttentionArgs& args, const KeyLaneRow* query_rows,
                                  KeyLaneState* states, int64_t block_start, BlockPositions keys,
