@@ -153,50 +153,6 @@ void ElementwiseRange(plan::OpKind op, const float* HWY_RESTRICT a, const float*
   }
 }
 
-HWY_INLINE float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t size) {
-  const DF df;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  VF a0 = hn::Zero(df), a1 = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + 2 * lanes <= size; i += 2 * lanes) {
-    a0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), a0);
-    a1 = hn::MulAdd(hn::LoadU(df, a + i + lanes), hn::LoadU(df, b + i + lanes), a1);
-  }
-  for (; i + lanes <= size; i += lanes) {
-    a0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), a0);
-  }
-  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
-  for (; i < size; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// acc = acc * scale + weight * value over `size` floats.
-HWY_INLINE void ScaleAndAccumulate(float* HWY_RESTRICT acc, float scale, float weight,
-                                   const float* HWY_RESTRICT value, int64_t size) {
-  const DF df;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  const VF vs = hn::Set(df, scale);
-  const VF vw = hn::Set(df, weight);
-  int64_t i = 0;
-  for (; i + lanes <= size; i += lanes) {
-    hn::StoreU(hn::MulAdd(vw, hn::LoadU(df, value + i), hn::Mul(hn::LoadU(df, acc + i), vs)), df,
-               acc + i);
-  }
-  for (; i < size; ++i) acc[i] = acc[i] * scale + weight * value[i];
-}
-
-HWY_INLINE void Accumulate(float* HWY_RESTRICT acc, float weight, const float* HWY_RESTRICT value,
-                           int64_t size) {
-  const DF df;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  const VF vw = hn::Set(df, weight);
-  int64_t i = 0;
-  for (; i + lanes <= size; i += lanes) {
-    hn::StoreU(hn::MulAdd(vw, hn::LoadU(df, value + i), hn::LoadU(df, acc + i)), df, acc + i);
-  }
-  for (; i < size; ++i) acc[i] += weight * value[i];
-}
-
 }  // namespace
 
 void RmsNormImpl(ThreadPool& pool, const float* x, const float* gamma, float eps, int64_t num_rows,
