@@ -184,11 +184,13 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::Open(const std::string& path,
   }
   // MADV_WILLNEED, not MAP_POPULATE: the kernel starts reading the whole file into the page
   // cache in large requests and returns at once; the first step then maps the pages as it
-  // faults on them, 2 MiB at a time where the page cache holds 2 MiB folios (on ext4 here,
-  // ~70% of a warm 2.2 GB plan). Measured here (1.2 GB plan, evicted with
-  // POSIX_FADV_DONTNEED, then one read per 4 KiB page, 2026-11-21, noisy machine): cold,
-  // WILLNEED + faults 1.2-1.5 s wall and 35 ms CPU; MAP_POPULATE returned after 1.6 s having
-  // mapped only what was already cached, and the touches then took another 6-13 s of
+  // faults on them. Not MADV_HUGEPAGE: it makes the kernel read a cold plan into 2 MiB folios
+  // mapped 2 MiB at a time (smaps FilePmdMapped 2.5 of 2.5 GB, ext4, Linux 6.18), but the
+  // Mixtral-shape f16 plan (2.5 GB) then reached its first token after 2.1 s cold against
+  // 0.7 s, and decoded at the same speed (42-44 tok/s, 1 thread, 2026-11-25). Measured here (1.2 GB
+  // plan, evicted with POSIX_FADV_DONTNEED, then one read per 4 KiB page, 2026-11-21, noisy
+  // machine): cold, WILLNEED + faults 1.2-1.5 s wall and 35 ms CPU; MAP_POPULATE returned after 1.6
+  // s having mapped only what was already cached, and the touches then took another 6-13 s of
   // small-readahead faults; plain faults 31 s. Warm (2.2 GB plan): mapping and touching cost
   // ~58 ms CPU by faults against ~80 ms with MAP_POPULATE. Advice is only advice: a failure
   // changes nothing but speed.
