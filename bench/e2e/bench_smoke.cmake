@@ -2,16 +2,20 @@
 # the documented fields, each a positive number. No upper bound on mbu: stories260K's 1 MB of
 # weights stay in cache, so its decode can beat DRAM bandwidth. Timings are never checked.
 #
-#   cmake -DLLMC=... -DLLMRT=... -DMODEL_DIR=... -DWORK_DIR=... -P bench_smoke.cmake
+#   cmake -DLLMC=... -DLLMRT=... -DMODEL_DIR=... -DMOE_MODEL_DIR=... -DWORK_DIR=...
+#         -P bench_smoke.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 set(plan "${WORK_DIR}/stories260K.plan")
 
-execute_process(COMMAND "${LLMC}" compile "${MODEL_DIR}" -o "${plan}" --quiet
-  RESULT_VARIABLE rc ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "llmc compile failed (${rc}): ${err}")
-endif()
+function(compile_plan model plan)
+  execute_process(COMMAND "${LLMC}" compile "${model}" -o "${plan}" --quiet
+    RESULT_VARIABLE rc ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "llmc compile ${model} failed (${rc}): ${err}")
+  endif()
+endfunction()
+compile_plan("${MODEL_DIR}" "${plan}")
 
 # A private bandwidth cache and a 64 MiB buffer: the smoke run must not touch ~/.cache nor
 # spend a second reading 1 GiB.
@@ -47,6 +51,24 @@ foreach(index RANGE 1)
     endif()
   endforeach()
 endforeach()
+
+# --batch on a MoE fixture (8 experts, top-2, one MoE layer): the sessions decode different
+# tokens, so a step's tokens choose more experts than one token's two. Sessions decoding the
+# same tokens (what --batch once ran) would choose exactly 2.
+set(moe_plan "${WORK_DIR}/qwen3_moe.plan")
+compile_plan("${MOE_MODEL_DIR}" "${moe_plan}")
+execute_process(
+  COMMAND "${LLMRT}" bench "${moe_plan}" -p 0 -n 8 -t 1 --reps 1 --batch 8 --bandwidth-mib 64
+          --json
+  RESULT_VARIABLE rc OUTPUT_VARIABLE moe_out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "llmrt bench --batch 8 failed (${rc}): ${err}")
+endif()
+string(JSON active ERROR_VARIABLE json_error GET "${moe_out}" moe_active_experts)
+if(json_error OR NOT active GREATER 2.5)
+  message(FATAL_ERROR "--batch 8: moe_active_experts: expected more than one token's 2 experts "
+                      "per layer and step, found '${active}' ${json_error}\n${moe_out}")
+endif()
 
 if(NOT EXISTS "${WORK_DIR}/bandwidth.txt")
   message(FATAL_ERROR "the bandwidth cache ${WORK_DIR}/bandwidth.txt was not written")

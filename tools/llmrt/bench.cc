@@ -22,7 +22,12 @@
 //              With --batch B, B sessions decode together: each of the n steps appends one
 //              token to every session (Model::AppendBatch, one backend step), tg_tok_s counts
 //              all B * n tokens, and the bytes a step reads are the weights once plus every
-//              session's KV (decode_bytes_per_step).
+//              session's KV (decode_bytes_per_step). Each step appends random tokens, drawn
+//              before the timed steps, not the sessions' greedy choices: sessions started
+//              alike stay alike, and a batch of one repeated row reads a MoE plan's experts
+//              as one token does (Qwen3-MoE preset, batch 16: 8.0 of 64 experts per layer and
+//              step; distinct first tokens then greedy 24.4; random tokens 28.1, the synthetic
+//              router favouring some experts).
 //   mbu        bytes the n decode steps must read (every weight once per step, except that an
 //              untied embedding table contributes one row, plus the KV cache up to each step's
 //              position) / their time / the machine's read bandwidth at this thread count.
@@ -397,16 +402,17 @@ struct ExpertTally {
   }
 };
 
-// `steps` decode steps of one token (the argmax of its last logits) for every request's
-// session together; returns their seconds. Each step's expert load goes to `tally`, if given.
+// `steps` decode steps of one token for every request's session together, step s appending
+// tokens[s * batch + b] to session b; returns their seconds. Each step's expert load goes to
+// `tally`, if given.
 absl::StatusOr<double> DecodeBatch(engine::Model& model,
-                                   std::vector<engine::AppendRequest>& requests, int64_t steps,
+                                   std::vector<engine::AppendRequest>& requests,
+                                   absl::Span<const int32_t> tokens, int64_t steps,
                                    ExpertTally* tally) {
+  const size_t batch = requests.size();
   const Clock::time_point start = Clock::now();
   for (int64_t step = 0; step < steps; ++step) {
-    for (engine::AppendRequest& request : requests) {
-      request.tokens.assign(1, ArgMax(request.logits));
-    }
+    for (size_t b = 0; b < batch; ++b) requests[b].tokens.assign(1, tokens[step * batch + b]);
     if (absl::Status status = model.AppendBatch(absl::MakeSpan(requests)); !status.ok()) {
       return status;
     }
@@ -493,8 +499,10 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
     // Every session starts from BOS (+ the -d context) on each repetition.
     std::vector<std::unique_ptr<engine::Session>> sessions;
     std::vector<engine::AppendRequest> requests(options.batch);
+    std::vector<int32_t> tokens(options.generated_tokens * options.batch);
     for (int32_t b = 0; b < options.batch; ++b) sessions.push_back((*model)->NewSession());
     for (int rep = -1; rep < options.reps; ++rep) {
+      for (int32_t& id : tokens) id = token(random);
       for (int32_t b = 0; b < options.batch; ++b) {
         sessions[b]->Reset();
         std::vector<int32_t> prompt = {bos};
@@ -505,8 +513,8 @@ absl::StatusOr<BenchResult> BenchThreads(const BenchOptions& options, int thread
       if (absl::Status status = (*model)->AppendBatch(absl::MakeSpan(requests)); !status.ok()) {
         return status;
       }
-      absl::StatusOr<double> seconds =
-          DecodeBatch(**model, requests, options.generated_tokens, rep >= 0 ? &tally : nullptr);
+      absl::StatusOr<double> seconds = DecodeBatch(
+          **model, requests, tokens, options.generated_tokens, rep >= 0 ? &tally : nullptr);
       if (!seconds.ok()) return seconds.status();
       if (rep >= 0) tg_seconds.push_back(*seconds);
     }
