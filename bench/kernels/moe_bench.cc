@@ -108,7 +108,7 @@ void BM_ExpertMatMul(benchmark::State& state) {
     singles.push_back(std::make_unique<ThreadPool>(1));
     single_pools.push_back(singles.back().get());
   }
-  const int64_t thread_bytes = ExpertMatMulThreadScratchBytes(k);
+  const int64_t thread_bytes = ExpertMatMulThreadScratchBytes(tokens, pool.num_threads(), k);
   std::vector<uint8_t> thread_scratch(thread_bytes * pool.num_threads() + 64);
   std::vector<uint8_t> quantized(QuantizedActivationBytes(tokens, k) + 64);
   ExpertMatMulArgs args;
@@ -170,6 +170,43 @@ void ExpertShapes(benchmark::internal::Benchmark* b) {
   b->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 BENCHMARK(BM_ExpertMatMul)->Apply(ExpertShapes);
+
+// ROUTER at the Qwen3-MoE shape (64 experts, top-8, renormalised softmax) on random logits.
+// Args: tokens.
+void BM_RouteTokens(benchmark::State& state) {
+  const int64_t tokens = state.range(0);
+  ThreadPool pool(1);
+  std::mt19937 random(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> logits(tokens * kExperts);
+  for (float& v : logits) v = normal(random);
+  std::vector<int32_t> ids(tokens * kTopK);
+  std::vector<float> weights(tokens * kTopK);
+  for (auto _ : state) {
+    RouteTokens(pool, logits.data(), tokens, kExperts, kTopK, plan::RouterAttrs::SOFTMAX_TOPK, true,
+                ids.data(), weights.data(), nullptr);
+    benchmark::DoNotOptimize(ids.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * tokens);
+}
+BENCHMARK(BM_RouteTokens)->Arg(1)->Arg(512)->Unit(benchmark::kMicrosecond);
+
+// MOE_COMBINE at the Qwen3-MoE shape (top-8, hidden 1024). Args: tokens.
+void BM_MoeCombine(benchmark::State& state) {
+  const int64_t tokens = state.range(0), hidden = 1024;
+  ThreadPool pool(1);
+  std::vector<float> y(tokens * kTopK * hidden), weights(tokens * kTopK, 0.125f),
+      out(tokens * hidden);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = std::sin(0.11f * static_cast<float>(i));
+  for (auto _ : state) {
+    MoeCombine(pool, y.data(), weights.data(), nullptr, nullptr, tokens, kTopK, hidden, out.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * tokens);
+}
+BENCHMARK(BM_MoeCombine)->Arg(1)->Arg(512)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace llmrt::cpu

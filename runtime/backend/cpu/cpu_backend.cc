@@ -108,8 +108,8 @@ struct CpuStep {
   // EXPERT_MATMUL's grouping tables and output rows (sized for the widest op at max tokens).
   int32_t* expert_ints = nullptr;
   float* expert_floats = nullptr;
-  // Per thread of the pool: a single-thread pool and the multiplies' scratch, for experts
-  // multiplied one per thread (moe.h).
+  // Per thread of the pool: a single-thread pool and the multiplies' scratch, for EXPERT_MATMUL's
+  // work items (moe.h).
   ThreadPool* const* single_pools = nullptr;
   uint8_t* expert_thread_scratch = nullptr;
   int64_t expert_thread_scratch_bytes = 0;
@@ -729,8 +729,8 @@ absl::Status CpuBackend::Compile(const plan::PlanMeta& meta, const BlobLookup& b
     expert_floats_ = AllocateFloats(
         ExpertMatMulScratchFloats(max_tokens_, compiler.max_expert_rows(), num_threads));
     if (compiler.max_expert_quantized_cols() > 0) {
-      expert_thread_scratch_bytes_ =
-          ExpertMatMulThreadScratchBytes(compiler.max_expert_quantized_cols());
+      expert_thread_scratch_bytes_ = ExpertMatMulThreadScratchBytes(
+          max_tokens_, num_threads, compiler.max_expert_quantized_cols());
       expert_thread_scratch_ = AllocateFloats(expert_thread_scratch_bytes_ * num_threads /
                                               static_cast<int64_t>(sizeof(float)));
     }

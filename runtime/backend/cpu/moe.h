@@ -66,30 +66,29 @@ struct ExpertMatMulArgs {
   int32_t* int_scratch = nullptr;
   float* float_scratch = nullptr;
   void* matmul_scratch = nullptr;  // the multiply's own scratch (quantized activations)
-  // Decode-sized steps (see ExpertMatMul): one single-thread pool per thread of the pool, and
-  // per thread `thread_scratch_bytes` of the multiply's scratch for kExpertParallelRows rows
+  // Steps split into work items (see ExpertMatMul): one single-thread pool per thread of the
+  // pool, and per thread `thread_scratch_bytes` of the multiply's scratch
   // (ExpertMatMulThreadScratchBytes). Null: experts one after another.
   ThreadPool* const* single_pools = nullptr;
   uint8_t* thread_scratch = nullptr;
   int64_t thread_scratch_bytes = 0;
 };
 
-// Experts with at most this many routed rows (decode, small batches) are multiplied one per
-// thread rather than one after another with every thread.
-inline constexpr int32_t kExpertParallelRows = 4;
-
 int64_t ExpertMatMulScratchInts(int64_t num_tokens, int32_t top_k, int32_t num_experts);
+// Sized for steps of up to num_tokens tokens on num_threads threads.
 int64_t ExpertMatMulScratchFloats(int64_t num_tokens, int64_t rows_per_expert, int32_t num_threads);
-// Per thread: the quantized multiplies' scratch for kExpertParallelRows rows of `cols`.
-int64_t ExpertMatMulThreadScratchBytes(int64_t cols);
+// Per thread, for steps of up to max_tokens tokens: the quantized multiplies' scratch for the
+// most rows one work item has, at `cols` columns.
+int64_t ExpertMatMulThreadScratchBytes(int64_t max_tokens, int32_t num_threads, int64_t cols);
 
 // EXPERT_MATMUL: groups the routed rows by expert and multiplies each chosen expert's rows with
 // `multiply` into scratch, then scatters them to their (token, slot) places. Unchosen experts'
-// bytes are never read. When every chosen expert has at most kExpertParallelRows rows and the
-// pool has several threads, the experts are work items of one ParallelForDynamic (largest
-// first), each multiplied on its thread's single-thread pool: one join per op instead of one
-// per expert, and each thread streams whole experts. The multiplies give the same bits on any
-// pool, so both schedules agree to the bit.
+// bytes are never read. With several threads (and single_pools), the op is one
+// ParallelForDynamic over work items, each an expert's rows or, for an expert with many rows,
+// a block of them (about kItemsPerThread items per thread in all, moe.cc), claimed largest
+// first and multiplied on the claiming thread's single-thread pool: one join per op instead of
+// one per expert, decode and prefill alike. A multiply gives a row the same bits whatever rows
+// and pool it runs with, so every split agrees with experts one after another to the bit.
 void ExpertMatMul(ThreadPool& pool, const ExpertMatMulArgs& args, ExpertRowsMatMul multiply);
 
 }  // namespace llmrt::cpu

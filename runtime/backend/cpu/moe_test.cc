@@ -7,7 +7,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -150,9 +153,10 @@ TEST(MoeTest, TokenOutputsDoNotDependOnTheBatch) {
 }
 
 // (d) With skewed routing (one expert chosen by ~80% of the tokens), 2 and 3 threads give the
-// 1-thread outputs to the bit: every routed row computed exactly once, none skipped — with
-// experts one per thread (decode-sized steps) or one after another; quantized weights also in
-// the exact mode (f32 activations).
+// 1-thread outputs to the bit: every routed row computed exactly once, none skipped — with work
+// items of whole experts (1 and 5 tokens) and, at 37 and 300 tokens, the favourite expert cut
+// into blocks (300 tokens x top-4 on 2 threads: blocks of at most 75 rows), against experts one
+// after another on 1 thread; quantized weights also in the exact mode (f32 activations).
 TEST(MoeTest, ThreadCountDoesNotChangeOutputs) {
   std::vector<std::pair<WeightKind, QuantizedActivations>> cases;
   for (const WeightKind& kind : WeightKinds()) {
@@ -193,6 +197,82 @@ TEST(MoeTest, GroupRoutedRowsSortsByExpert) {
   GroupRoutedRows(ids.data(), 4, 2, 5, offsets.data(), rows.data());
   EXPECT_EQ(offsets, (std::vector<int32_t>{0, 3, 5, 5, 8, 8}));
   EXPECT_EQ(rows, (std::vector<int32_t>{1, 2, 6, 3, 5, 0, 4, 7}));
+}
+
+// RouteTokens with many equal logits (values from {0, 1, 2}, and rows all equal): plan.proto's
+// order, descending with ties to the lower index, is a stable sort of the experts by logit;
+// the weights are the softmax of the chosen logits (both scorings' renormalised form).
+TEST(MoeTest, RouterBreaksTiesTowardTheLowerIndex) {
+  ThreadPool pool(1);
+  std::mt19937 random(3);
+  for (int32_t experts : {4, 8, 64, 128}) {
+    for (int32_t top_k : {1, 2, 8}) {
+      if (top_k > experts) continue;
+      SCOPED_TRACE(absl::StrCat("experts ", experts, " top_k ", top_k));
+      constexpr int32_t kTokens = 70;  // above the serial threshold: both paths of RouteTokens
+      std::vector<float> logits(kTokens * experts);
+      for (int32_t t = 0; t < kTokens; ++t) {
+        for (int32_t e = 0; e < experts; ++e) {
+          logits[t * experts + e] = t == 0 ? 1.5f : static_cast<float>(random() % 3);
+        }
+      }
+      std::vector<int32_t> ids(kTokens * top_k);
+      std::vector<float> weights(kTokens * top_k);
+      RouteTokens(pool, logits.data(), kTokens, experts, top_k, plan::RouterAttrs::TOPK_SOFTMAX,
+                  false, ids.data(), weights.data(), nullptr);
+      for (int32_t t = 0; t < kTokens; ++t) {
+        const float* row = &logits[t * experts];
+        std::vector<int32_t> order(experts);
+        for (int32_t e = 0; e < experts; ++e) order[e] = e;
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+        order.resize(top_k);
+        EXPECT_EQ(std::vector<int32_t>(ids.begin() + t * top_k, ids.begin() + (t + 1) * top_k),
+                  order)
+            << "token " << t;
+        double sum = 0;
+        for (int32_t j = 0; j < top_k; ++j) sum += std::exp(row[order[j]] - row[order[0]]);
+        for (int32_t j = 0; j < top_k; ++j) {
+          EXPECT_NEAR(weights[t * top_k + j], std::exp(row[order[j]] - row[order[0]]) / sum, 1e-6);
+        }
+      }
+    }
+  }
+}
+
+// MoeCombine: out[t] = w[0] y[0] + w[1] y[1] + ... accumulated in slot order, then
+// + sigmoid(gate) shared; to the bit against that scalar loop (a summation order other than
+// slot order would change bits), at a width with a tail (100 = 64 + 36), on 1 and 70 tokens
+// (the serial and the parallel split).
+TEST(MoeTest, CombineSumsTheSlotsInOrder) {
+  constexpr int64_t kWidth = 100;
+  constexpr int32_t kTopK = 3;
+  ThreadPool pool(2);
+  std::mt19937 random(9);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  for (int64_t tokens : {1, 70}) {
+    for (bool with_shared : {false, true}) {
+      std::vector<float> y(tokens * kTopK * kWidth), w(tokens * kTopK), shared(tokens * kWidth),
+          gate(tokens);
+      for (float& v : y) v = uniform(random);
+      for (float& v : w) v = uniform(random);
+      for (float& v : shared) v = uniform(random);
+      for (float& v : gate) v = uniform(random);
+      std::vector<float> out(tokens * kWidth);
+      MoeCombine(pool, y.data(), w.data(), with_shared ? shared.data() : nullptr, gate.data(),
+                 tokens, kTopK, kWidth, out.data());
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t i = 0; i < kWidth; ++i) {
+          float sum = w[t * kTopK] * y[(t * kTopK) * kWidth + i];
+          for (int32_t j = 1; j < kTopK; ++j) {
+            sum += w[t * kTopK + j] * y[(t * kTopK + j) * kWidth + i];
+          }
+          if (with_shared) sum += 1.0f / (1.0f + std::exp(-gate[t])) * shared[t * kWidth + i];
+          ASSERT_EQ(out[t * kWidth + i], sum) << "token " << t << " column " << i;
+        }
+      }
+    }
+  }
 }
 
 // (b) The expert stack lies in an mmapped region, one page per expert; the experts no token
