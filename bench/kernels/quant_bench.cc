@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/kernels/attention_bench.h"
@@ -62,9 +63,12 @@ RandomQuantizedMatrix MakeMatrix(plan::DType dtype, bool asymmetric, int32_t gro
 
 // Args: N (output rows), K, M (tokens), threads. kBits 8: I8 per group of 32 (llama.cpp
 // Q8_0's shape of scales) or, kPerChannel, one scale per row (llmc's int8 default); kBits 4:
-// I4 g32, symmetric (like Q4_0) or with zero points.
-template <int kBits, bool kAsymmetric, bool kPerChannel = false>
-void BM_QuantMatMul(benchmark::State& state) {
+// I4 g32, symmetric (like Q4_0) or with zero points. span_bytes: copies of the matrix are added
+// until they span this many bytes, and each iteration reads the next copy (96 MiB: from DRAM, as
+// at decode; 0: one copy, which a 4-12 MiB matrix keeps in the 32 MiB L3, so the kernel's own
+// speed shows rather than the memory's).
+template <int kBits, bool kAsymmetric, bool kPerChannel>
+void RunQuantMatMul(benchmark::State& state, int64_t span_bytes) {
   const int64_t n = state.range(0), k = state.range(1), m = state.range(2);
   ThreadPool pool(static_cast<int32_t>(state.range(3)));
   std::vector<RandomQuantizedMatrix> copies(1);
@@ -72,8 +76,7 @@ void BM_QuantMatMul(benchmark::State& state) {
                          kPerChannel ? static_cast<int32_t>(k) : 32, n, k);
   const int64_t bytes = copies[0].weight_bytes();
   // (Not the L2-sized kernel shape below.)
-  while (bytes > (int64_t{1} << 20) &&
-         static_cast<int64_t>(copies.size()) * bytes < (int64_t{96} << 20)) {
+  while (bytes > (int64_t{1} << 20) && static_cast<int64_t>(copies.size()) * bytes < span_bytes) {
     copies.push_back(copies[0]);
     copies.back().view.data = copies.back().codes.data();
     copies.back().view.scales = copies.back().scales.data();
@@ -95,6 +98,18 @@ void BM_QuantMatMul(benchmark::State& state) {
   state.SetLabel(ActiveCpuTarget());
 }
 
+template <int kBits, bool kAsymmetric, bool kPerChannel = false>
+void BM_QuantMatMul(benchmark::State& state) {
+  RunQuantMatMul<kBits, kAsymmetric, kPerChannel>(state, int64_t{96} << 20);
+}
+
+// The decode GEMV on one matrix that stays in L3: what the kernel reads when memory is not the
+// limit (against BM_QuantMatMul's DRAM rate: whether decode is bound by instructions or bytes).
+template <int kBits, bool kAsymmetric, bool kPerChannel = false>
+void BM_QuantGemvL3(benchmark::State& state) {
+  RunQuantMatMul<kBits, kAsymmetric, kPerChannel>(state, 0);
+}
+
 void QuantShapes(benchmark::internal::Benchmark* b) {
   const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
   // 64 x 2048 I8 = 128 KiB: stays in L2, so it measures the kernel rather than DRAM.
@@ -111,6 +126,29 @@ BENCHMARK_TEMPLATE(BM_QuantMatMul, 8, false)->Apply(QuantShapes);
 BENCHMARK_TEMPLATE(BM_QuantMatMul, 8, false, true)->Apply(QuantShapes);
 BENCHMARK_TEMPLATE(BM_QuantMatMul, 4, false)->Apply(QuantShapes);
 BENCHMARK_TEMPLATE(BM_QuantMatMul, 4, true)->Apply(QuantShapes);
+
+// The decode GEMVs of the Qwen3-MoE preset's attention (qkv 3072 x 1024, o 1024 x 2048: rows of
+// 512 and 1024 I4 bytes, as its experts' gate/up rows of 1024 columns), from DRAM.
+void MoeAttentionShapes(benchmark::internal::Benchmark* b) {
+  for (const auto& shape : {std::pair<int64_t, int64_t>{3072, 1024}, {1024, 2048}}) {
+    for (int64_t threads : {1, 2}) b->Args({shape.first, shape.second, 1, threads});
+  }
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK_TEMPLATE(BM_QuantMatMul, 8, false, true)->Apply(MoeAttentionShapes);
+BENCHMARK_TEMPLATE(BM_QuantMatMul, 4, false)->Apply(MoeAttentionShapes);
+
+// Decode shapes whose matrix (5.5-11 MiB) fits the L3 with room to spare.
+void GemvL3Shapes(benchmark::internal::Benchmark* b) {
+  for (const auto& shape : {std::pair<int64_t, int64_t>{5632, 2048}, {2048, 5632}}) {
+    for (int64_t threads : {1, 2}) b->Args({shape.first, shape.second, 1, threads});
+  }
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK_TEMPLATE(BM_QuantGemvL3, 8, false)->Apply(GemvL3Shapes);
+BENCHMARK_TEMPLATE(BM_QuantGemvL3, 8, false, true)->Apply(GemvL3Shapes);
+BENCHMARK_TEMPLATE(BM_QuantGemvL3, 4, false)->Apply(GemvL3Shapes);
+BENCHMARK_TEMPLATE(BM_QuantGemvL3, 4, true)->Apply(GemvL3Shapes);
 
 // Args: new tokens, context length, threads. Decode attention at TinyLlama's shape (32 query
 // heads, 4 kv heads, head_dim 64, blocks of 16 in a shuffled order) over a cache of `kDtype`;

@@ -459,9 +459,8 @@ HWY_INLINE void GemvInt8(const WeightRow* rows, int64_t cols, int group_shift,
     // Each row's next bytes (in a region: the next row's) prefetched 2 KiB ahead of the loads,
     // as the f16 decode GEMV does (matmul.cc, kPrefetchAheadBytes): Qwen3-MoE-shape int8 tg64,
     // 1 thread, Zen 5, alternating runs: 61.4 / 64.5 tok/s without, 65.4 / 67.6 with. The I4
-    // GEMV (GemvInt4Avx2) gained nothing beyond the noise from the same prefetch (88.7 / 87.8
-    // against 89.7 / 89.0 tok/s): a byte of I4 codes carries twice the work of an I8 byte, so
-    // fewer of its loads wait in the scheduler.
+    // GEMV gained from it only with its scales prefetched too (PrefetchInt4Ahead): groups of 32
+    // make them streams of their own, where the int8 plans have one scale per row.
     vnni::TileI8<kRows, 1, kRowScale>(codes, scales, &x_codes, &x_scales, cols, group_shift, result,
                                       1, /*prefetch_offset=*/2048);
   } else {
@@ -481,9 +480,9 @@ HWY_INLINE void GemvInt8(const WeightRow* rows, int64_t cols, int group_shift,
 // - Zen 5 (AVX-512, llmrt_kernels_bench BM_QuantMatMul<4, false>/5632/2048/1, I4 g32): one row
 //   after another read 29 / 33 GB/s at 1 / 2 threads; see docs/performance.md for 4 regions.
 constexpr int kGemvStreams = 4;
-// Software prefetch only in the AVX-512 VNNI I8 GEMV (GemvInt8): elsewhere, with 4 long streams
-// the hardware prefetcher keeps up (prefetching 256 B - 2 KiB ahead in each stream made no
-// difference beyond the noise on Zen 3, nor for I4 on Zen 5).
+// Software prefetch only in the AVX-512 VNNI GEMVs (GemvInt8, PrefetchInt4Ahead): elsewhere, with
+// 4 long streams the hardware prefetcher keeps up (prefetching 256 B - 2 KiB ahead in each
+// stream made no difference beyond the noise on Zen 3).
 // Bytes of each stream per work item: items of 4 x 128 KiB (~20 us at 25 GB/s) claimed
 // dynamically, so the threads meet at the join within ~one item (64 KiB - 512 KiB: the same
 // decode speed within the noise on Zen 3).
@@ -556,6 +555,27 @@ struct GemvInt8Kernel {
   }
 };
 
+// Software prefetch of the I4 decode GEMV on the AVX-512 VNNI tiers: a row's codes 2 KiB ahead
+// (kInt4PrefetchBlocks blocks; in a region, the next rows') and the scales (and zero points) of
+// the same blocks, which are streams of their own: 4 regions of codes and 4 of scales are 8
+// streams, more than the hardware prefetcher keeps up with. Qwen3-MoE-shape int4 tg64, Zen 5,
+// 1 thread, alternating runs: 83.1 / 86.0 / 88.4 / 86.6 tok/s without, 92.3 / 93.7 / 92.5 / 94.7
+// with both; the codes alone (the I8 GEMV's prefetch) or the scales alone measured no gain, nor
+// did 1 KiB (88.6 / 89.7) or 4 KiB (87.5 / 87.9) ahead. Without AVX-512 VNNI (AVX2, Zen 3) the
+// codes' prefetch made no difference beyond the noise; the scales' was not measured there.
+constexpr int64_t kInt4PrefetchBlocks = 2048 / (kQuantBlock / 2);
+HWY_INLINE void PrefetchInt4Ahead(const WeightRow& row, int64_t block, int group_shift) {
+  const char* codes = reinterpret_cast<const char*>(row.codes + block * (kQuantBlock / 2));
+  _mm_prefetch(codes + 2048, _MM_HINT_T0);
+  _mm_prefetch(codes + 2048 + 64, _MM_HINT_T0);
+  // Past the row's groups these are the next rows' (a prefetch never faults).
+  const int64_t group = (block + kInt4PrefetchBlocks) >> group_shift;
+  _mm_prefetch(reinterpret_cast<const char*>(row.scales + group), _MM_HINT_T0);
+  if (row.zero_points != nullptr) {
+    _mm_prefetch(reinterpret_cast<const char*>(row.zero_points + group), _MM_HINT_T0);
+  }
+}
+
 // result[r] = dot(weight row r, x) for kRows I4 rows, a chunk of 8 blocks at a time: the exact
 // integer sums of the 8 blocks (ChunkSumsInt4), minus zero * sum(q) in int32, times the 8
 // combined scales, into one f32 accumulator per row — the same operations in the same order as
@@ -564,6 +584,15 @@ struct GemvInt8Kernel {
 // (Int4ActivationSums). ~31 instructions per chunk of a row on AVX2 (4 loads, 12 nibble ops, 8
 // maddubs, 8 adds, 1 madd) against ~65 for runs of 32 contiguous columns, which needed a shuffle
 // reduction to bring 8 block sums into 8 lanes.
+// On AVX512-VNNI the same lanes two rows per 512-bit vector (row r in lanes 0-7, r + 1 in 8-15,
+// the activation vectors broadcast to both halves; the same bits) were measured and not kept:
+// faster from L3 (BM_QuantGemvL3<4, false>, 1 thread, 5632 x 2048: 52 -> 59 GB/s; 2048 x 5632:
+// 58 -> 72) but not from DRAM (BM_QuantMatMul: 33-36 GB/s either way), slower on the experts'
+// short rows (BM_ExpertMatMul int4 down, K = 256, 1 thread: 46 -> 64 us: with one chunk a row,
+// two rows share one vpdpbusd chain's latency), and slower end to end (Qwen3-MoE-shape int4
+// tg64, 1 thread: 86.7 / 86.3 against 92.3 / 93.7 tok/s, both with PrefetchInt4Ahead). Eight
+// rows a call (two adjacent rows of each region, 4 zmm) were faster still from cache but read
+// DRAM slower (8 streams): 60.7 against 83.5 tok/s end to end.
 template <int kRows, bool kZeroPoints, bool kVnni>
 void GemvInt4Avx2(const WeightRow* rows, int64_t cols, int group_shift, const int8_t* x_codes,
                   const float* x_scales, const int32_t* x_sums, float* result) {
@@ -589,6 +618,10 @@ void GemvInt4Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
     const __m256 activation_scales = _mm256_loadu_ps(x_scales + block);
     const __m256i activation_sums =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_sums + block));
+    if constexpr (kVnni && LLMRT_QUANT_VNNI512) {
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) PrefetchInt4Ahead(rows[r], block, group_shift);
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       accumulate(r, rows[r].codes + block * (kQuantBlock / 2), block, 8, activation_scales,

@@ -189,6 +189,63 @@ TEST(QuantMatMulTest, DecodeOverManyWorkItemsMatchesReference) {
   }
 }
 
+// The I4 decode GEMV (one token; on AVX-512 VNNI two rows per 512-bit vector) against the same
+// rows of a 5-token matmul (on x86 the GEMM tiles) bit for bit, and against the reference within
+// f32 rounding, at row counts that leave every case of the GEMV's schedule (rows i, i + Q, i + 2Q,
+// i + 3Q with Q = rows / 4, then rows / 4 * 4 .. rows one at a time): fewer rows than 4 regions
+// (1, 2, 3), tails of 0 to 3 rows (8, 17, 38, 43), and regions of several 128 KiB work items
+// (1030 and 1031 rows of 2080 or 2176 columns: 126 or 120 rows an item), for symmetric and
+// zero-point codes and groups of 32, 64 and 128, with a last chunk of 1 (2080) or 4 (2176)
+// blocks, a bias, and the outputs split at an odd column, on 1 and 2 threads.
+TEST(QuantMatMulTest, Int4DecodeEqualsBatchedRowsAtEveryRowTail) {
+  const Scheme schemes[] = {{4, false, 32}, {4, true, 32}, {4, false, 64}, {4, true, 128}};
+  for (const Scheme& scheme : schemes) {
+    const int64_t cols = scheme.group_size == 32 ? 2080 : 2176;
+    for (int64_t rows : {1, 2, 3, 8, 17, 38, 43, 1030, 1031}) {
+      const QuantizedMatrix q =
+          QuantizeReference(Weights(rows, cols, scheme.asymmetric ? 0.05f : 0.0f), rows, cols,
+                            scheme.bits, scheme.asymmetric, scheme.group_size, {});
+      const MatrixView w = q.View();
+      constexpr int64_t kTokens = 5;
+      const std::vector<float> x = RandomActivations(kTokens, cols);
+      std::vector<float> bias(rows);
+      for (int64_t n = 0; n < rows; ++n) bias[n] = 0.01f * static_cast<float>(n % 7) - 0.03f;
+      const int64_t split = rows / 2 + 1;
+      const int32_t num_outputs = rows > split ? 2 : 1;
+      std::vector<uint8_t> scratch(QuantizedActivationBytes(kTokens, cols) + 32);
+      void* aligned = scratch.data() + (32 - reinterpret_cast<uintptr_t>(scratch.data()) % 32) % 32;
+      std::vector<int8_t> codes(QuantizedActivationCols(cols));
+      std::vector<float> scales(codes.size() / 32);
+      for (int32_t threads : {1, 2}) {
+        ThreadPool pool(threads);
+        std::vector<float> first(kTokens * split), second(kTokens * (rows - split));
+        const MatMulOutput batched[2] = {{first.data(), 0, split},
+                                         {second.data(), split, rows - split}};
+        QuantizedMatMul(pool, x.data(), kTokens, nullptr, w, bias.data(), batched, num_outputs,
+                        aligned);
+        for (int32_t t = 0; t < kTokens; ++t) {
+          std::vector<float> one_first(split), one_second(rows - split);
+          const MatMulOutput one[2] = {{one_first.data(), 0, split},
+                                       {one_second.data(), split, rows - split}};
+          QuantizedMatMul(pool, x.data(), 1, &t, w, bias.data(), one, num_outputs, aligned);
+          QuantizeActivationRow(x.data() + t * cols, nullptr, cols, codes.data(), scales.data());
+          for (int64_t n = 0; n < rows; ++n) {
+            const float alone = n < split ? one_first[n] : one_second[n - split];
+            const float many =
+                n < split ? first[t * split + n] : second[t * (rows - split) + n - split];
+            ASSERT_EQ(alone, many) << Name(scheme, cols, false) << " rows " << rows << " threads "
+                                   << threads << " token " << t << " row " << n;
+            double magnitude = 0;
+            const double expected = ReferenceDot(q, n, codes, scales, &magnitude) + bias[n];
+            ASSERT_NEAR(alone, expected, 1e-5 * magnitude + 1e-6)
+                << Name(scheme, cols, false) << " rows " << rows << " token " << t << " row " << n;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The activation quantizer follows its definition: per 32 columns, scale max|x| / 127 and
 // codes round-to-nearest-even(x * 127 / max|x|), permuted order, zero padding.
 TEST(QuantMatMulTest, ActivationQuantizerFollowsDefinition) {
