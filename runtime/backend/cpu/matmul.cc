@@ -51,6 +51,7 @@
 #include "runtime/backend/cpu/cpu_features.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/kernels.h"
+#include "runtime/backend/cpu/region_schedule.h"
 #include "runtime/backend/cpu/thread_buffer.h"
 #include "runtime/plan/dtype.h"
 
@@ -365,42 +366,25 @@ void RunTokens(int tokens, const W* base, int64_t cols, int64_t first_panel, int
 // per panel, and a longer step is split so that remains true.
 constexpr int64_t kChunkRows = 256;
 
-// Bytes of each weight stream per decode work item (see ForEachRegionCall): ~4 panels at
-// K = 2048, claimed dynamically so the threads meet at the join within about one item.
-constexpr int64_t kStreamBytesPerItem = int64_t{128} << 10;
-
-// The decode schedule (a few token rows, each weight read once straight from memory): a
-// micro-kernel call takes its `group` panels from `group` regions of the matrix (panels i,
-// i + Q, i + 2Q, ... with Q = num_panels / group), so a thread reads `group` long sequential
-// streams, as the bandwidth probe does and as the quantized GEMVs do (quant_matmul.cc), rather
-// than `group` adjacent panels: 16 x K weights each, short streams the hardware prefetcher
-// learns again at every call. Measured (llmrt_kernels_bench BM_DecodeGemvMemory, f16, Zen 5,
-// 1 thread, 512 MiB from a file mapping): adjacent panels read 21.4 / 27.8 / 30.1 / 31.5 GB/s
-// at K = 256 / 1024 / 2048 / 5632 against the probe's 42; see docs/performance.md for regions.
-// Items are runs of consecutive i, claimed dynamically (ParallelForDynamic), not two fixed
-// halves: nothing of a decode step's weights survives in cache until the next step, so fixed
-// halves buy no locality, and a thread whose memory traffic runs slower then takes fewer items
-// instead of holding the other at each join. The panels past the regions (fewer than `group`)
-// go one at a time as the last item. call(first_panel, spacing, count) computes `count` panels
-// (`group`, or 1 for the rest) `spacing` apart.
+// The decode schedule (a few token rows, each weight read once straight from memory;
+// region_schedule.h): a micro-kernel call takes its `group` panels from `group` regions of the
+// matrix (panels i, i + Q, i + 2Q, ... with Q = num_panels / group) rather than `group` adjacent
+// panels (16 x K weights each, short streams the hardware prefetcher learns again at every call).
+// Measured (llmrt_kernels_bench BM_DecodeGemvMemory, f16, Zen 5, 1 thread, 512 MiB from a file
+// mapping): adjacent panels read 21.4 / 27.8 / 30.1 / 31.5 GB/s at K = 256 / 1024 / 2048 / 5632
+// against the probe's 42; see docs/performance.md for regions. call(first_panel, spacing, count)
+// computes `count` panels (`group`, or 1 for the panels past the regions) `spacing` apart.
 template <typename Call>
 void ForEachRegionCall(ThreadPool& pool, int64_t num_panels, int group, int64_t panel_bytes,
                        const Call& call) {
-  const int64_t region = num_panels / group;
-  const int64_t per_item = std::max<int64_t>(1, kStreamBytesPerItem / panel_bytes);
-  const int64_t region_items = (region + per_item - 1) / per_item;
-  const bool rest = region * group < num_panels;
-  pool.ParallelForDynamic(
-      region_items + (rest ? 1 : 0),
-      [&](int64_t item, int64_t, int32_t) {
-        if (item == region_items) {
-          for (int64_t panel = region * group; panel < num_panels; ++panel) call(panel, 1, 1);
-          return;
-        }
-        const int64_t end = std::min(region, (item + 1) * per_item);
-        for (int64_t i = item * per_item; i < end; ++i) call(i, region, group);
+  ForEachRegionItem(
+      pool, num_panels, group, panel_bytes,
+      [&](int64_t begin, int64_t end, int64_t spacing) {
+        for (int64_t i = begin; i < end; ++i) call(i, spacing, group);
       },
-      1);
+      [&](int64_t begin, int64_t end) {
+        for (int64_t panel = begin; panel < end; ++panel) call(panel, 1, 1);
+      });
 }
 
 // Two loop orders, by the number of token rows:

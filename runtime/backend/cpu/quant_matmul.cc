@@ -12,6 +12,7 @@
 
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/quant_gemm.h"
+#include "runtime/backend/cpu/region_schedule.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/int4_layout.h"
 #include "runtime/plan/mxfp4.h"
@@ -471,10 +472,11 @@ HWY_INLINE void GemvInt8(const WeightRow* rows, int64_t cols, int group_shift,
 
 #if LLMRT_QUANT_AVX2 || LLMRT_QUANT_NEON
 // The decode GEMVs take the rows of each pass from kGemvStreams separate regions of the matrix
-// (rows i, i + Q, i + 2Q, i + 3Q with Q = rows / 4), so a thread reads 4 long sequential streams,
-// as the bandwidth probe does, rather than 4 adjacent rows (4 streams of one row each, which the
-// hardware prefetcher keeps re-learning) or one row after another (one stream: too few misses in
-// flight for one core to use its bandwidth). Measured:
+// (rows i, i + Q, i + 2Q, i + 3Q with Q = rows / 4; region_schedule.h, shared with the f16 panel
+// matmul), so a thread reads 4 long sequential streams, as the bandwidth probe does, rather than
+// 4 adjacent rows (4 streams of one row each, which the hardware prefetcher keeps re-learning)
+// or one row after another (one stream: too few misses in flight for one core to use its
+// bandwidth). Measured:
 // - Zen 3 (AVX2, scratch program, 1 GiB of I8 rows, K = 2048): 21.0 / 31.3 GB/s at 1 / 2
 //   threads against 12.6 / 17.9 for adjacent rows, and 16.7 / 25.8 for a 4-row panel layout;
 // - Zen 5 (AVX-512, llmrt_kernels_bench BM_QuantMatMul<4, false>/5632/2048/1, I4 g32): one row
@@ -483,24 +485,16 @@ constexpr int kGemvStreams = 4;
 // Software prefetch only in the AVX-512 VNNI GEMVs (GemvInt8, PrefetchInt4Ahead): elsewhere, with
 // 4 long streams the hardware prefetcher keeps up (prefetching 256 B - 2 KiB ahead in each
 // stream made no difference beyond the noise on Zen 3).
-// Bytes of each stream per work item: items of 4 x 128 KiB (~20 us at 25 GB/s) claimed
-// dynamically, so the threads meet at the join within ~one item (64 KiB - 512 KiB: the same
-// decode speed within the noise on Zen 3).
-constexpr int64_t kGemvStreamBytesPerItem = int64_t{128} << 10;
 
-// QuantizedMatMul for one activation row (decode), over rows of `row_bytes` code bytes. Items:
-// rows [i, i + n) of each of the 4 regions, claimed in order by whichever thread is free; the
-// rows past the 4 regions (at most 3) go one at a time as the last item. `kernel.Run<kRows>(rows,
-// result)` computes result[r] = dot(rows[r], x) for kRows rows (kGemvStreams or 1), each row's
-// arithmetic independent of the rows beside it.
+// QuantizedMatMul for one activation row (decode), over rows of `row_bytes` code bytes, on
+// ForEachRegionItem's items (rows [i, i + n) of each of the 4 regions; the rows past the regions,
+// at most 3, one at a time as the last item). `kernel.Run<kRows>(rows, result)` computes
+// result[r] = dot(rows[r], x) for kRows rows (kGemvStreams or 1), each row's arithmetic
+// independent of the rows beside it.
 template <typename Kernel>
 void GemvOverRegions(ThreadPool& pool, const MatrixView& w, int64_t row_bytes, const float* bias,
                      const MatMulOutput* outputs, int32_t num_outputs, const Kernel& kernel) {
   const int64_t groups = w.cols / w.group_size;
-  const int64_t region = w.rows / kGemvStreams;
-  const int64_t rows_per_item = std::max<int64_t>(1, kGemvStreamBytesPerItem / row_bytes);
-  const int64_t region_items = (region + rows_per_item - 1) / rows_per_item;
-  const bool tail = region * kGemvStreams < w.rows;
   // RowOf without its two divisions per row (~5% of the instructions at K = 2048).
   const bool mxfp4 = w.dtype == plan::FP4_E2M1;
   auto row_of = [&](int64_t row) {
@@ -509,34 +503,35 @@ void GemvOverRegions(ThreadPool& pool, const MatrixView& w, int64_t row_bytes, c
     return WeightRow{w.data + row * row_bytes, w.scales + row * groups,
                      w.zero_points != nullptr ? w.zero_points + row * groups : nullptr};
   };
-  pool.ParallelForDynamic(
-      region_items + (tail ? 1 : 0),
-      [&](int64_t item, int64_t, int32_t) {
-        // One output cursor per stream: rows rise within each stream.
+  // Output row `row` = value + bias; `cursor` is the output that held its stream's previous row
+  // (rows rise within each stream of an item).
+  auto store = [&](int32_t& cursor, int64_t row, float value) {
+    while (cursor + 1 < num_outputs && row >= outputs[cursor + 1].begin) ++cursor;
+    outputs[cursor].data[row - outputs[cursor].begin] =
+        value + (bias != nullptr ? bias[row] : 0.0f);
+  };
+  ForEachRegionItem(
+      pool, w.rows, kGemvStreams, row_bytes,
+      [&](int64_t begin, int64_t end, int64_t region) {
         int32_t output[kGemvStreams] = {};
-        auto store = [&](int stream, int64_t row, float value) {
-          int32_t& o = output[stream];
-          while (o + 1 < num_outputs && row >= outputs[o + 1].begin) ++o;
-          outputs[o].data[row - outputs[o].begin] = value + (bias != nullptr ? bias[row] : 0.0f);
-        };
         WeightRow rows[kGemvStreams];
         float result[kGemvStreams];
-        if (item == region_items) {
-          for (int64_t row = region * kGemvStreams; row < w.rows; ++row) {
-            rows[0] = row_of(row);
-            kernel.template Run<1>(rows, result);
-            store(0, row, result[0]);
-          }
-          return;
-        }
-        const int64_t end = std::min(region, (item + 1) * rows_per_item);
-        for (int64_t i = item * rows_per_item; i < end; ++i) {
+        for (int64_t i = begin; i < end; ++i) {
           for (int s = 0; s < kGemvStreams; ++s) rows[s] = row_of(s * region + i);
           kernel.template Run<kGemvStreams>(rows, result);
-          for (int s = 0; s < kGemvStreams; ++s) store(s, s * region + i, result[s]);
+          for (int s = 0; s < kGemvStreams; ++s) store(output[s], s * region + i, result[s]);
         }
       },
-      1);
+      [&](int64_t begin, int64_t end) {
+        int32_t output = 0;
+        WeightRow rows[1];
+        float result[1];
+        for (int64_t row = begin; row < end; ++row) {
+          rows[0] = row_of(row);
+          kernel.template Run<1>(rows, result);
+          store(output, row, result[0]);
+        }
+      });
 }
 #endif  // LLMRT_QUANT_AVX2 || LLMRT_QUANT_NEON
 

@@ -3,6 +3,8 @@
 // LLMRT_CPU_TARGET forces (CMake registers the tests once per runnable target).
 #include "runtime/backend/cpu/quant_matmul.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -13,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/quant_test_util.h"
+#include "runtime/backend/cpu/region_schedule.h"
 #include "runtime/plan/int4_layout.h"
 #include "runtime/plan/mxfp4.h"
 
@@ -239,6 +242,50 @@ TEST(QuantMatMulTest, Int4DecodeEqualsBatchedRowsAtEveryRowTail) {
             const double expected = ReferenceDot(q, n, codes, scales, &magnitude) + bias[n];
             ASSERT_NEAR(alone, expected, 1e-5 * magnitude + 1e-6)
                 << Name(scheme, cols, false) << " rows " << rows << " token " << t << " row " << n;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The decode schedule both weight-streaming GEMVs run on (region_schedule.h): every unit once,
+// unit i of each of the `group` regions in one call (units i + k * Q, Q = num_units / group),
+// items no longer than 128 KiB of each stream, and the units past the regions in the last item,
+// whatever the thread count.
+TEST(RegionScheduleTest, EveryUnitOnceInRegionsThenTheRest) {
+  for (int32_t threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int group : {1, 4, 6}) {
+      for (int64_t num_units : {0, 1, 3, 4, 7, 64, 1031}) {
+        for (int64_t unit_bytes : {int64_t{128}, int64_t{4096}, int64_t{1} << 20}) {
+          std::vector<std::atomic<int>> visits(num_units);
+          const int64_t region = num_units / group;
+          const int64_t per_item = std::max<int64_t>(1, kRegionStreamBytesPerItem / unit_bytes);
+          std::atomic<int> rest_items{0};
+          std::atomic<bool> ok{true};
+          ForEachRegionItem(
+              pool, num_units, group, unit_bytes,
+              [&](int64_t begin, int64_t end, int64_t spacing) {
+                if (spacing != region || begin >= end || end - begin > per_item ||
+                    begin % per_item != 0 || end > region) {
+                  ok = false;
+                }
+                for (int64_t i = begin; i < end; ++i) {
+                  for (int k = 0; k < group; ++k) ++visits[i + k * spacing];
+                }
+              },
+              [&](int64_t begin, int64_t end) {
+                ++rest_items;
+                if (begin != region * group || end != num_units) ok = false;
+                for (int64_t unit = begin; unit < end; ++unit) ++visits[unit];
+              });
+          const std::string name = absl::StrFormat("%d threads, group %d, %d units of %d bytes",
+                                                   threads, group, num_units, unit_bytes);
+          EXPECT_TRUE(ok.load()) << name;
+          EXPECT_EQ(rest_items.load(), region * group < num_units ? 1 : 0) << name;
+          for (int64_t unit = 0; unit < num_units; ++unit) {
+            ASSERT_EQ(visits[unit].load(), 1) << name << ": unit " << unit;
           }
         }
       }
