@@ -31,10 +31,12 @@ struct RandomQuantizedMatrix {
   std::vector<uint8_t> codes;
   std::vector<uint16_t> scales;
   std::vector<uint8_t> zero_points;
+  std::vector<uint8_t> exponents;  // MXFP4
   MatrixView view;
 
   int64_t weight_bytes() const {
-    return static_cast<int64_t>(codes.size() + scales.size() * 2 + zero_points.size());
+    return static_cast<int64_t>(codes.size() + scales.size() * 2 + zero_points.size() +
+                                exponents.size());
   }
 };
 
@@ -47,6 +49,15 @@ RandomQuantizedMatrix MakeMatrix(plan::DType dtype, bool asymmetric, int32_t gro
   auto next = [&state] { return (state = state * 1664525u + 1013904223u) >> 8; };
   for (uint8_t& code : m.codes) {
     code = static_cast<uint8_t>(dtype == plan::I8 ? next() % 255 - 127 : next());
+  }
+  if (dtype == plan::FP4_E2M1) {
+    // E8M0 scales 2^-10 .. 2^-7 (bytes 117-120), one per block of 32.
+    m.exponents.resize(rows * (cols / 32));
+    for (uint8_t& exponent : m.exponents) exponent = static_cast<uint8_t>(117 + next() % 4);
+    m.view = MatrixView{m.codes.data(), dtype, rows, cols, 0};
+    m.view.group_size = 32;
+    m.view.exponents = m.exponents.data();
+    return m;
   }
   m.scales.resize(rows * (cols / group_size));
   for (uint16_t& scale : m.scales) scale = plan::F32ToF16(1e-3f * (1 + next() % 100));
@@ -67,20 +78,21 @@ RandomQuantizedMatrix MakeMatrix(plan::DType dtype, bool asymmetric, int32_t gro
 // until they span this many bytes, and each iteration reads the next copy (96 MiB: from DRAM, as
 // at decode; 0: one copy, which a 4-12 MiB matrix keeps in the 32 MiB L3, so the kernel's own
 // speed shows rather than the memory's).
-template <int kBits, bool kAsymmetric, bool kPerChannel>
-void RunQuantMatMul(benchmark::State& state, int64_t span_bytes) {
+void RunQuantMatMul(benchmark::State& state, plan::DType dtype, bool asymmetric, bool per_channel,
+                    int64_t span_bytes) {
   const int64_t n = state.range(0), k = state.range(1), m = state.range(2);
   ThreadPool pool(static_cast<int32_t>(state.range(3)));
   std::vector<RandomQuantizedMatrix> copies(1);
-  copies[0] = MakeMatrix(kBits == 8 ? plan::I8 : plan::I4, kAsymmetric,
-                         kPerChannel ? static_cast<int32_t>(k) : 32, n, k);
+  copies[0] = MakeMatrix(dtype, asymmetric, per_channel ? static_cast<int32_t>(k) : 32, n, k);
   const int64_t bytes = copies[0].weight_bytes();
   // (Not the L2-sized kernel shape below.)
   while (bytes > (int64_t{1} << 20) && static_cast<int64_t>(copies.size()) * bytes < span_bytes) {
     copies.push_back(copies[0]);
     copies.back().view.data = copies.back().codes.data();
-    copies.back().view.scales = copies.back().scales.data();
-    copies.back().view.zero_points = kAsymmetric ? copies.back().zero_points.data() : nullptr;
+    copies.back().view.scales = dtype == plan::FP4_E2M1 ? nullptr : copies.back().scales.data();
+    copies.back().view.zero_points = asymmetric ? copies.back().zero_points.data() : nullptr;
+    copies.back().view.exponents =
+        dtype == plan::FP4_E2M1 ? copies.back().exponents.data() : nullptr;
   }
   QuantMatMulBuffers buffers(m, n, k);
   void* scratch = buffers.aligned_scratch();
@@ -100,14 +112,15 @@ void RunQuantMatMul(benchmark::State& state, int64_t span_bytes) {
 
 template <int kBits, bool kAsymmetric, bool kPerChannel = false>
 void BM_QuantMatMul(benchmark::State& state) {
-  RunQuantMatMul<kBits, kAsymmetric, kPerChannel>(state, int64_t{96} << 20);
+  RunQuantMatMul(state, kBits == 8 ? plan::I8 : plan::I4, kAsymmetric, kPerChannel,
+                 int64_t{96} << 20);
 }
 
 // The decode GEMV on one matrix that stays in L3: what the kernel reads when memory is not the
 // limit (against BM_QuantMatMul's DRAM rate: whether decode is bound by instructions or bytes).
 template <int kBits, bool kAsymmetric, bool kPerChannel = false>
 void BM_QuantGemvL3(benchmark::State& state) {
-  RunQuantMatMul<kBits, kAsymmetric, kPerChannel>(state, 0);
+  RunQuantMatMul(state, kBits == 8 ? plan::I8 : plan::I4, kAsymmetric, kPerChannel, 0);
 }
 
 void QuantShapes(benchmark::internal::Benchmark* b) {
@@ -137,6 +150,19 @@ void MoeAttentionShapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK_TEMPLATE(BM_QuantMatMul, 8, false, true)->Apply(MoeAttentionShapes);
 BENCHMARK_TEMPLATE(BM_QuantMatMul, 4, false)->Apply(MoeAttentionShapes);
+
+// The MXFP4 decode GEMV (FP4_E2M1 codes in I4's layout, an E8M0 byte per block of 32) from DRAM,
+// at the decode shapes of BM_QuantMatMul.
+void BM_Mxfp4Gemv(benchmark::State& state) {
+  RunQuantMatMul(state, plan::FP4_E2M1, false, false, int64_t{96} << 20);
+}
+BENCHMARK(BM_Mxfp4Gemv)
+    ->Args({5632, 2048, 1, 1})
+    ->Args({5632, 2048, 1, 2})
+    ->Args({2048, 5632, 1, 1})
+    ->Args({2048, 5632, 1, 2})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // Decode shapes whose matrix (5.5-11 MiB) fits the L3 with room to spare.
 void GemvL3Shapes(benchmark::internal::Benchmark* b) {
