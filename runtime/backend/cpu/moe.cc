@@ -251,6 +251,7 @@ void ExpertMatMul(ThreadPool& pool, const ExpertMatMulArgs& args, ExpertRowsMatM
       std::min(capacity, std::max<int64_t>(kMinItemRows, (routed + threads * kItemsPerThread - 1) /
                                                              (threads * kItemsPerThread)));
   int32_t num_items = 0;
+  int32_t largest_item = 0;
   for (int32_t e = 0; e < args.num_experts; ++e) {
     const int32_t count = offsets[e + 1] - offsets[e];
     if (count == 0) continue;
@@ -260,11 +261,19 @@ void ExpertMatMul(ThreadPool& pool, const ExpertMatMulArgs& args, ExpertRowsMatM
       const int32_t end = static_cast<int32_t>(int64_t{count} * (piece + 1) / pieces);
       item_first[num_items] = offsets[e] + begin;
       item_count[num_items] = end - begin;
+      largest_item = std::max(largest_item, end - begin);
       order[num_items] = num_items;
       ++num_items;
     }
   }
-  if (threads > 1 && num_items > 1 && args.single_pools != nullptr) {
+  // Items on single threads only where they are many against the threads: whole items cannot
+  // share a thread's idle time, so a thread may finish up to one item after the others, and
+  // with fewer rows than 4 largest items per thread (a 1-token decode of a top-2 model on 2 or
+  // more threads: one expert per thread, or none) that wait outweighs the joins it saves;
+  // there each expert runs over the whole pool instead.
+  const bool items_per_thread =
+      threads > 1 && routed >= int64_t{4} * threads * largest_item && args.single_pools != nullptr;
+  if (items_per_thread) {
     // One ParallelForDynamic over every item of the op, each multiplied on its thread's
     // single-thread pool: one join per op instead of one per expert (in a 512-token Qwen3-MoE
     // prefill, 128 per layer, each waiting for the slower half of a ~64-row GEMM). Largest
