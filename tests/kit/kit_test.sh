@@ -26,8 +26,8 @@ if ! grep -q "device: " "$WORK/run.log"; then
 fi
 # The MoE skeleton's CPU bench (llmrt-kit bench --backend cpu): one token chooses exactly top_k
 # distinct experts, so batch 1 reads top_k a layer; 16 sequences of random tokens spread over
-# more; the experts' bytes are those experts' (bytes_per_expert each). llmrt bench's batch-16
-# sessions decode the same sequence, so its union stays at top_k.
+# more; the experts' bytes are those experts' (bytes_per_expert each). llmrt bench feeds its
+# batch-16 sessions random tokens too, so its union exceeds top_k as well.
 python3 - "$WORK/report/report.json" << 'EOF' || { echo "kit_test: the MoE bench figures are wrong"; exit 1; }
 import json
 import sys
@@ -49,6 +49,7 @@ for decode in bench["decode"]:
     assert decode["bytes_per_step"] > decode["expert_bytes_per_step"] and decode["mbu"] > 0, decode
 rows = [r for r in report["bench"] if r["plan"] == "qwen3_moe-f16-synthetic"]
 assert sorted(r["batch"] for r in rows) == [1, 16], rows
-assert all(r["active_experts"] == top_k for r in rows), rows
+assert all((r["active_experts"] == top_k) == (r["batch"] == 1) for r in rows), rows
+assert all(r["active_experts"] >= top_k for r in rows), rows
 EOF
 echo "kit_test: passed"

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -241,9 +242,9 @@ TEST(MoeTest, RouterBreaksTiesTowardTheLowerIndex) {
 }
 
 // MoeCombine: out[t] = w[0] y[0] + w[1] y[1] + ... accumulated in slot order, then
-// + sigmoid(gate) shared; to the bit against that scalar loop (a summation order other than
-// slot order would change bits), at a width with a tail (100 = 64 + 36), on 1 and 70 tokens
-// (the serial and the parallel split).
+// + sigmoid(gate) shared; to the bit against that scalar loop on x86 (a summation order other
+// than slot order would change bits; arm64: within the FMA contraction's rounding), at a width with
+// a tail (100 = 64 + 36), on 1 and 70 tokens (the serial and the parallel split).
 TEST(MoeTest, CombineSumsTheSlotsInOrder) {
   constexpr int64_t kWidth = 100;
   constexpr int32_t kTopK = 3;
@@ -264,11 +265,28 @@ TEST(MoeTest, CombineSumsTheSlotsInOrder) {
       for (int64_t t = 0; t < tokens; ++t) {
         for (int64_t i = 0; i < kWidth; ++i) {
           float sum = w[t * kTopK] * y[(t * kTopK) * kWidth + i];
+          float magnitude = std::abs(sum);
           for (int32_t j = 1; j < kTopK; ++j) {
-            sum += w[t * kTopK + j] * y[(t * kTopK + j) * kWidth + i];
+            const float term = w[t * kTopK + j] * y[(t * kTopK + j) * kWidth + i];
+            sum += term;
+            magnitude += std::abs(term);
           }
-          if (with_shared) sum += 1.0f / (1.0f + std::exp(-gate[t])) * shared[t * kWidth + i];
+          if (with_shared) {
+            const float term = 1.0f / (1.0f + std::exp(-gate[t])) * shared[t * kWidth + i];
+            sum += term;
+            magnitude += std::abs(term);
+          }
+#if defined(__x86_64__)
           ASSERT_EQ(out[t * kWidth + i], sum) << "token " << t << " column " << i;
+#else
+          // arm64 compilers contract a multiply and an add into one FMA (GCC's default
+          // -ffp-contract=fast), in the kernel's vector loop and this scalar one alike but not
+          // always at the same terms: each of the kTopK + 1 products may then skip its rounding,
+          // at most half an ulp of that product each.
+          ASSERT_NEAR(out[t * kWidth + i], sum,
+                      (kTopK + 1) * std::numeric_limits<float>::epsilon() * magnitude)
+              << "token " << t << " column " << i;
+#endif
         }
       }
     }
@@ -292,10 +310,10 @@ TEST(MoeTest, ReadsOnlyTheChosenExperts) {
         WeightKind{plan::I4, 32, true}, WeightKind{plan::FP4_E2M1, 32}}) {
     SCOPED_TRACE(kind.Name());
     const int64_t cols = 64;
-    const int64_t rows = kind.dtype == plan::F32   ? 16
+    const int64_t rows = kind.dtype == plan::F32 ? 16
                          : kind.dtype == plan::F16 ? 32
-                         : kind.dtype == plan::I8  ? 64
-                                                   : 128;
+                         : kind.dtype == plan::I8 ? 64
+                                                  : 128;
     OpProgram p(kTokens, 3);
     // Every token's two largest logits are experts 2 and 5.
     std::vector<std::vector<float>> logit_rows(kTokens, std::vector<float>(kExperts, 0.0f));
