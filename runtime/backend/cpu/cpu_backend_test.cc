@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "hwy/targets.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/kernels.h"
 #include "runtime/backend/cpu/quant_kv_attention.h"
@@ -837,9 +838,14 @@ std::string Bf16TierSkipReason() {
   if (!status.ok()) return status.ToString();
   if (Bf16TierActive()) return "";
   const char* selected = std::getenv("LLMRT_CPU_TARGET");
-  return std::string("needs AVX512-BF16 (this CPU: ") +
-         (DetectCpuExtensions().avx512_bf16 ? "has it" : "lacks it") + "; target " +
-         ActiveCpuTarget() + (selected != nullptr ? " from LLMRT_CPU_TARGET" : "") + ")";
+  std::string cpu = "lacks it";
+  if (DetectCpuExtensions().avx512_bf16) {
+    cpu = Bf16DotOutrunsFma() ? "has it"
+                              : "has it, but the default target leaves it out (vdpbf16ps slower "
+                                "than the FMA path here); the avx3_zen4 run of this test uses it";
+  }
+  return "needs AVX512-BF16 (this CPU: " + cpu + "; target " + ActiveCpuTarget() +
+         (selected != nullptr ? " from LLMRT_CPU_TARGET" : "") + ")";
 }
 
 // Restores the environment's target selection when a test that selected another one ends.
@@ -853,6 +859,24 @@ class RestoreCpuTarget {
     EXPECT_TRUE(SelectCpuTarget(selected != nullptr ? selected : "").ok());
   }
 };
+
+// The default selection takes the AVX512-BF16 matmul only where vdpbf16ps outruns the FMA
+// path; forcing avx3_zen4 takes it on any CPU that has the instruction.
+TEST(CpuDispatchTest, DefaultTargetUsesBf16OnlyWhereItIsTheFasterPath) {
+  const RestoreCpuTarget restore;
+  ASSERT_TRUE(SelectCpuTarget("best").ok());
+  const bool machine_bf16 =
+      DetectCpuExtensions().avx512_bf16 && (hwy::SupportedTargets() & HWY_AVX3) != 0;
+  EXPECT_EQ(ActiveCpuExtensions().avx512_bf16, machine_bf16 && Bf16DotOutrunsFma())
+      << ActiveCpuTarget();
+  if (machine_bf16) {
+    ASSERT_TRUE(SelectCpuTarget("avx3_zen4").ok());
+    EXPECT_TRUE(ActiveCpuExtensions().avx512_bf16);
+    EXPECT_EQ(ActiveCpuTarget(), "AVX3_ZEN4");
+  } else {
+    EXPECT_FALSE(SelectCpuTarget("avx3_zen4").ok());
+  }
+}
 
 // Weights of mixed scale (|w| up to 2^-5 .. 2, both signs) as ROW_PANELS of BF16, and what they
 // are exactly.

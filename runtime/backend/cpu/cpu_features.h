@@ -73,6 +73,24 @@ inline CpuExtensions DetectCpuExtensions() {
   return found;
 }
 
+// Whether the default dispatch should take the AVX512-BF16 matmul (avx3_zen4) on this CPU:
+// vdpbf16ps does 32 multiply-adds against an f32 FMA's 16, but only AMD's cores (Zen 4, Zen 5)
+// issue it as fast as an FMA. Intel's issue it at a quarter of the FMA rate: measured on an Intel
+// Xeon with AVX512-FP16 (12 independent chains, 1 thread) vfmadd231ps zmm 5.2 per ns, vdpbf16ps
+// zmm 1.25 per ns, so its bf16 matmul ran at 57-64 GFLOPS against the f32 FMA path's 80-100
+// (llmrt_kernels_bench BM_MatMul<BF16>, M = 16 and 512) while rounding the activations too.
+// There the default is avx3_vnni; LLMRT_CPU_TARGET=avx3_zen4 still selects the BF16 path.
+inline bool Bf16DotOutrunsFma() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  __cpuid(0, eax, ebx, ecx, edx);
+  // "AuthenticAMD" in EBX, EDX, ECX.
+  return ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
+#else
+  return false;
+#endif
+}
+
 }  // namespace llmrt::cpu
 
 // The function attribute for code that uses AVX512-BF16 intrinsics, added to the AVX3 target's

@@ -100,12 +100,20 @@ CpuExtensions MachineExtensions() {
   return found;
 }
 
+// What the default ("best") selection uses: the machine's extensions, without AVX512-BF16 where
+// its matmul is slower than the f32 FMA path (cpu_features.h, Bf16DotOutrunsFma).
+CpuExtensions PreferredExtensions() {
+  CpuExtensions preferred = MachineExtensions();
+  if (!Bf16DotOutrunsFma()) preferred.avx512_bf16 = false;
+  return preferred;
+}
+
 }  // namespace
 
 CpuExtensions ActiveCpuExtensions() {
   uint32_t bits = active_extension_bits.load(std::memory_order_relaxed);
   if (bits == kUnset) {
-    bits = ToBits(MachineExtensions());
+    bits = ToBits(PreferredExtensions());
     active_extension_bits.store(bits, std::memory_order_relaxed);
   }
   return FromBits(bits);
@@ -116,7 +124,7 @@ absl::Status SelectCpuTarget(absl::string_view name) {
   // Back to what the CPU really supports before checking a new restriction (and so after a
   // refused one).
   hwy::SetSupportedTargetsForTest(0);
-  active_extension_bits.store(ToBits(MachineExtensions()), std::memory_order_relaxed);
+  active_extension_bits.store(ToBits(PreferredExtensions()), std::memory_order_relaxed);
   if (lower.empty() || lower == "best") return absl::OkStatus();
   for (const NamedTarget& target : kTargets) {
     if (lower != target.name) continue;

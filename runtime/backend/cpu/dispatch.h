@@ -39,7 +39,9 @@ absl::Status SelectCpuTargetFromEnvironment();
 std::string ActiveCpuTarget();
 
 // The extensions kernels in AVX2 / AVX3 / NEON bodies may use now: the CPU's, restricted by the
-// selected target (none at "avx2", "avx3" or "neon").
+// selected target (none at "avx2", "avx3" or "neon"). The default selection leaves out
+// AVX512-BF16 where its matmul is the slower path (cpu_features.h, Bf16DotOutrunsFma): on Intel
+// CPUs the best target is avx3_vnni, and only LLMRT_CPU_TARGET=avx3_zen4 uses vdpbf16ps.
 CpuExtensions ActiveCpuExtensions();
 
 }  // namespace llmrt::cpu

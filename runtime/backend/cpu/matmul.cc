@@ -87,6 +87,15 @@ constexpr int PanelsFor(int tokens) {
   return std::max(1, std::min(kMaxPanels, kMaxAccumulators / (tokens * kVectorsPerPanel)));
 }
 
+// Adjacent panels a prefill tile of kMaxTokens rows covers: AVX-512 2 (8 tokens x 2 panels = 16
+// accumulators, 2 weight conversions and 8 broadcasts per 16 FMAs), every other target 1 (its
+// accumulators are full at one panel). On AVX-512 one panel left 8 FMA chains, just enough for
+// the FMA latency, and a vcvtph2ps (two of the FMA ports' uops on Intel) per 8 FMAs. Measured
+// (llmrt_kernels_bench BM_MatMul<F16>, M = 512, 1 thread, Intel Xeon with AVX512-FP16, GFLOPS at
+// 2560 x 2048 / 2048 x 5632): 1 panel 79-86 / 91-100, 2 panels 96-104 / 108-110, 3 panels
+// 96 / 109 (and a larger L2 footprint: the thread's panels plus the next ones it prefetches).
+constexpr int kPrefillPanels = std::min(2, PanelsFor(kMaxTokens));
+
 // What a micro-kernel prefetches besides the weights it loads (see PanelKernel).
 enum class Prefetch { kNone, kNext, kAhead };
 
@@ -293,10 +302,25 @@ HWY_INLINE void StorePanelRow(const PanelDestinations& destinations, int64_t row
   }
 }
 
-// Rows [row, row + kTokens) of x times `count` panels (PanelsFor(kTokens) in one call, with
-// mode kAhead; else one by one): first_panel, first_panel + spacing, ..., results stored through
-// `destinations` (one per panel). `mode` as PanelKernel's kPrefetch; with kNext, `prefetch` is
-// the start of as many panels, `spacing` apart, prefetched while these are computed.
+// One prefill tile: PanelKernel with mode kNext or kNone.
+template <int kTokens, int kPanels, typename W>
+HWY_INLINE void PrefillTile(const W* panels, int64_t panel_stride, int64_t cols,
+                            const float* const* x_rows, Prefetch mode, const W* prefetch,
+                            float* tile) {
+  if (mode == Prefetch::kNext) {
+    PanelKernel<kTokens, kPanels, Prefetch::kNext>(panels, panel_stride, cols, x_rows, prefetch,
+                                                   tile);
+  } else {
+    PanelKernel<kTokens, kPanels, Prefetch::kNone>(panels, panel_stride, cols, x_rows, prefetch,
+                                                   tile);
+  }
+}
+
+// Rows [row, row + kTokens) of x times `count` panels first_panel, first_panel + spacing, ...,
+// results stored through `destinations` (one per panel). Decode (mode kAhead) covers
+// PanelsFor(kTokens) panels in one call, a shorter run one by one. Prefill (kNext, kNone) covers
+// its group of up to kPrefillPanels adjacent panels in one call; with kNext, `prefetch` is the
+// start of as many panels, `spacing` apart, prefetched while these are computed.
 template <int kTokens, typename W>
 HWY_INLINE void RunTokenGroup(const W* base, int64_t cols, int64_t first_panel, int64_t spacing,
                               int count, int64_t row, const float* const* x_rows, Prefetch mode,
@@ -305,35 +329,39 @@ HWY_INLINE void RunTokenGroup(const W* base, int64_t cols, int64_t first_panel, 
   constexpr int kPanels = PanelsFor(kTokens);
   const int64_t panel_stride = kPanelRows * cols;
   const W* panels = base + first_panel * panel_stride;
-  if (count == kPanels && mode == Prefetch::kAhead) {
-    PanelKernel<kTokens, kPanels, Prefetch::kAhead>(panels, spacing * panel_stride, cols, x_rows,
-                                                    prefetch, tile);
+  auto store = [&](int panels_in_tile) {
     for (int t = 0; t < kTokens; ++t) {
-      for (int p = 0; p < kPanels; ++p) {
-        StorePanelRow(destinations[p], row + t, tile + (t * kPanels + p) * kPanelRows);
+      for (int p = 0; p < panels_in_tile; ++p) {
+        StorePanelRow(destinations[p], row + t, tile + (t * panels_in_tile + p) * kPanelRows);
+      }
+    }
+  };
+  if (mode == Prefetch::kAhead) {
+    if (count == kPanels) {
+      PanelKernel<kTokens, kPanels, Prefetch::kAhead>(panels, spacing * panel_stride, cols, x_rows,
+                                                      prefetch, tile);
+      store(kPanels);
+      return;
+    }
+    for (int p = 0; p < count; ++p) {
+      PanelKernel<kTokens, 1, Prefetch::kAhead>(panels + p * spacing * panel_stride, panel_stride,
+                                                cols, x_rows, prefetch, tile);
+      for (int t = 0; t < kTokens; ++t) {
+        StorePanelRow(destinations[p], row + t, tile + t * kPanelRows);
       }
     }
     return;
   }
-  for (int p = 0; p < count; ++p) {
-    const W* panel = panels + p * spacing * panel_stride;
-    switch (mode) {
-      case Prefetch::kNext:
-        PanelKernel<kTokens, 1, Prefetch::kNext>(panel, panel_stride, cols, x_rows,
-                                                 prefetch + p * spacing * panel_stride, tile);
-        break;
-      case Prefetch::kAhead:
-        PanelKernel<kTokens, 1, Prefetch::kAhead>(panel, panel_stride, cols, x_rows, prefetch,
-                                                  tile);
-        break;
-      case Prefetch::kNone:
-        PanelKernel<kTokens, 1, Prefetch::kNone>(panel, panel_stride, cols, x_rows, prefetch, tile);
-        break;
-    }
-    for (int t = 0; t < kTokens; ++t) {
-      StorePanelRow(destinations[p], row + t, tile + t * kPanelRows);
+  static_assert(kPrefillPanels <= 2, "prefill tiles are instantiated for 1 and 2 panels");
+  if constexpr (kPrefillPanels == 2) {
+    if (count == 2) {
+      PrefillTile<kTokens, 2>(panels, spacing * panel_stride, cols, x_rows, mode, prefetch, tile);
+      store(2);
+      return;
     }
   }
+  PrefillTile<kTokens, 1>(panels, panel_stride, cols, x_rows, mode, prefetch, tile);
+  store(1);
 }
 
 template <typename W>
@@ -390,11 +418,12 @@ void ForEachRegionCall(ThreadPool& pool, int64_t num_panels, int group, int64_t 
 // Two loop orders, by the number of token rows:
 // - at most kMaxTokens (decode, small batches): ForEachRegionCall, PanelsFor(rows) weight
 //   streams;
-// - more (prefill, batched decode): each panel is swept by ceil(rows / kMaxTokens) calls, so
-//   it must come from L2, not memory, after the first. The first call over a panel prefetches
-//   the thread's next panel (16 x K weights: 64 KiB at K = 2048, 176 KiB at K = 5632; two of
-//   them fit the 512 KiB L2 with room for x), so memory streams the next panel while the
-//   calls compute on this one, and no call waits for DRAM. Without it the first 6-row call of
+// - more (prefill, batched decode): each group of kPrefillPanels adjacent panels is swept by
+//   ceil(rows / kMaxTokens) calls, so it must come from L2, not memory, after the first. The
+//   first call over a group prefetches the thread's next group (a panel is 16 x K weights:
+//   64 KiB at K = 2048, 176 KiB at K = 5632 in f16; two groups of two fit a 1 MiB L2 with room
+//   for x), so memory streams the next group while the calls compute on this one, and no call
+//   waits for DRAM. Without it the first 6-row call of
 //   every panel (a third of the work at 16 rows) ran at the speed of one DRAM stream
 //   (measured: M = 16 at ~60% of the FMA peak against ~80% at M = 512).
 template <typename W>
@@ -437,14 +466,20 @@ void MatMulPanels(ThreadPool& pool, const float* x, int64_t num_rows, const int3
         PanelDestinations destinations[kMaxPanels];
         for (int64_t chunk = 0; chunk < num_rows; chunk += kChunkRows) {
           const int64_t chunk_end = std::min(num_rows, chunk + kChunkRows);
-          for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
-            ResolvePanel(panel * kPanelRows, w.rows, bias, outputs, num_outputs, &destinations[0]);
-            const W* next = panel + 1 < panel_end ? base + (panel + 1) * panel_stride : nullptr;
+          for (int64_t group = panel_begin; group < panel_end; group += kPrefillPanels) {
+            const int panels =
+                static_cast<int>(std::min<int64_t>(kPrefillPanels, panel_end - group));
+            for (int p = 0; p < panels; ++p) {
+              ResolvePanel((group + p) * kPanelRows, w.rows, bias, outputs, num_outputs,
+                           &destinations[p]);
+            }
+            const W* next =
+                group + 2 * panels <= panel_end ? base + (group + panels) * panel_stride : nullptr;
             for (int64_t row = chunk; row < chunk_end; row += kMaxTokens) {
               const int count = static_cast<int>(std::min<int64_t>(kMaxTokens, chunk_end - row));
               row_pointers(row, count, x_rows);
               const bool prefetch_next = row == chunk && next != nullptr;
-              RunTokens<W>(count, base, cols, panel, 1, 1, row, x_rows,
+              RunTokens<W>(count, base, cols, group, 1, panels, row, x_rows,
                            prefetch_next ? Prefetch::kNext : Prefetch::kNone, next, destinations,
                            tile);
             }
