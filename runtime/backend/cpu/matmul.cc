@@ -423,9 +423,9 @@ void ForEachRegionCall(ThreadPool& pool, int64_t num_panels, int group, int64_t 
 //   first call over a group prefetches the thread's next group (a panel is 16 x K weights:
 //   64 KiB at K = 2048, 176 KiB at K = 5632 in f16; two groups of two fit a 1 MiB L2 with room
 //   for x), so memory streams the next group while the calls compute on this one, and no call
-//   waits for DRAM. Without it the first 6-row call of
-//   every panel (a third of the work at 16 rows) ran at the speed of one DRAM stream
-//   (measured: M = 16 at ~60% of the FMA peak against ~80% at M = 512).
+//   waits for DRAM. Without it the first 6-row call of every panel (a third of the work at 16
+//   rows) ran at the speed of one DRAM stream (measured: M = 16 at ~60% of the FMA peak against
+//   ~80% at M = 512).
 template <typename W>
 void MatMulPanels(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
                   const MatrixView& w, const float* bias, const MatMulOutput* outputs,
