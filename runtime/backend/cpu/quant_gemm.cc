@@ -42,15 +42,10 @@ constexpr int64_t kChunk = 64;
 // 2 magnitudes + activation + product + scale = 16 ymm registers.
 constexpr int kGemmRows = 2;
 constexpr int kGemmTokens = 4;
-// With AVX512-VNNI an I8 pair costs dpbusd, convert and FMA per two blocks (quant_vnni-inl.h)
-// and the 32 zmm registers hold 4 x 4 accumulators, 4 weight vectors and the token's operands.
-// (AVX-VNNI in the AVX2 body keeps AVX2's 2 x 4 tile in 16 ymm registers.)
-constexpr int kGemmRowsVnni = 4;
-constexpr int kMaxGemmRows = kGemmRowsVnni;
-// Weight rows per register tile of kind kKind (below).
-constexpr int GemmRowsFor(int kind, bool vnni) {
-  return vnni && kind < 2 && LLMRT_QUANT_VNNI512 ? kGemmRowsVnni : kGemmRows;
-}
+// (AVX-VNNI in the AVX2 body keeps AVX2's 2 x 4 tile in 16 ymm registers; AVX512-VNNI has the
+// 4-row tiles of vnni512 below.)
+constexpr int kGemmRowsVnni512 = 4;
+constexpr int kMaxGemmRows = kGemmRowsVnni512;
 // Weight rows per work item: 16 rows of K = 5632 I8 codes are 88 KiB, which stay in L2 while
 // all token tiles pass over them; each token tile (4 x K bytes) stays in L1 for the 8 passes.
 constexpr int64_t kPanelRows = 16;
@@ -214,17 +209,6 @@ void TileI8(const GemmRow* rows, const TokenTile& tile, int64_t cols, int group_
   }
 }
 
-// The f32 weight scales of blocks [block, block + count) (count <= 8; lanes past count 0).
-HWY_INLINE __m256 WeightScales8(const uint16_t* scales, int64_t block, int64_t count,
-                                int group_shift) {
-  if (group_shift == 0 && count == 8) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + block)));
-  }
-  alignas(16) uint16_t halves[8] = {};
-  for (int64_t i = 0; i < count; ++i) halves[i] = scales[(block + i) >> group_shift];
-  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(halves)));
-}
-
 // The zero points of blocks [block, block + count) as int32 lanes (lanes past count 0).
 HWY_INLINE __m256i Zeros8(const uint8_t* zero_points, int64_t block, int64_t count,
                           int group_shift) {
@@ -241,12 +225,9 @@ HWY_INLINE __m256i Zeros8(const uint8_t* zero_points, int64_t block, int64_t cou
 // vector v holding columns 4v..4v+3 of block j in its 32-bit lane j. A maddubs of two such
 // vectors leaves each block's products in its own lane, so the 8 blocks' sums need no shuffle
 // (LaneSums8). From natural order (block j's 32 codes at 32j) it is the transpose of the 8 x 8
-// matrix of 32-bit words (row j = block j).
-HWY_INLINE void LaneOrderChunk(uint8_t* chunk) {
-  __m256i r[8];
-#pragma GCC unroll 8
-  for (int j = 0; j < 8; ++j)
-    r[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(chunk + 32 * j));
+// matrix of 32-bit words (row j = block j): LaneOrderWords in registers (r[j] = block j's codes
+// in, r[v] = vector v out), LaneOrderChunk in memory.
+HWY_INLINE void LaneOrderWords(__m256i* r) {
   __m256i t[8];
 #pragma GCC unroll 4
   for (int j = 0; j < 8; j += 2) {
@@ -265,11 +246,20 @@ HWY_INLINE void LaneOrderChunk(uint8_t* chunk) {
 #pragma GCC unroll 4
   for (int v = 0; v < 4; ++v) {
     // Word v of rows 0..3 and 4..7 (low halves), then word v + 4 (high halves).
-    _mm256_store_si256(reinterpret_cast<__m256i*>(chunk + 32 * v),
-                       _mm256_permute2x128_si256(u[v], u[v + 4], 0x20));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(chunk + 32 * (v + 4)),
-                       _mm256_permute2x128_si256(u[v], u[v + 4], 0x31));
+    r[v] = _mm256_permute2x128_si256(u[v], u[v + 4], 0x20);
+    r[v + 4] = _mm256_permute2x128_si256(u[v], u[v + 4], 0x31);
   }
+}
+
+HWY_INLINE void LaneOrderChunk(uint8_t* chunk) {
+  __m256i r[8];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(chunk + 32 * j));
+  }
+  LaneOrderWords(r);
+#pragma GCC unroll 8
+  for (int v = 0; v < 8; ++v) _mm256_store_si256(reinterpret_cast<__m256i*>(chunk + 32 * v), r[v]);
 }
 
 // I4 codes of a panel row unpacked to one byte per code in lane order, the row padded with zero
@@ -369,7 +359,7 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
     constexpr bool kFull = decltype(full)::value;
     const __m256 weight_scales =
         kMxfp4 ? Mxfp4Scales8(row.exponents, block, kFull ? 8 : count)
-               : WeightScales8(row.scales, block, kFull ? 8 : count, group_shift);
+               : ScaleLanes8(row.scales, block, kFull ? 8 : count, group_shift);
     __m256i zeros = _mm256_setzero_si256();
     if constexpr (kZeroPoints) {
       zeros = Zeros8(row.zero_points, block, kFull ? 8 : count, group_shift);
@@ -426,7 +416,7 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
 }
 
 #if LLMRT_QUANT_VNNI512
-// ---- I4 on AVX512-VNNI: a 4 rows x 4 tokens register tile on the plan's packed codes.
+// ---- I4, MXFP4 and I8 on AVX512-VNNI: a 4 rows x 4 tokens register tile.
 //
 // Every (row, token) pair keeps TileI4's arithmetic, so the GEMV's (GemvInt4Avx2): per chunk of
 // 8 blocks the exact int32 block sums, block j in lane j, minus the zero-point correction, one
@@ -458,10 +448,31 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
 //   weight scales are converted to f32 once per panel, so a chunk's loads are fixed offsets
 //   from a few pointers (with a pointer per row and token the compiler spilled them) and the
 //   tile converts no scale.
-namespace i4vnni {
+// I8 takes the same tile and arithmetic (its chains start at -128 x sum(q), its codes go in as
+// code ^ 0x80): each panel row is laid out once per call in lane order, unsigned (PackInt8Row),
+// so that 4 vpdpbusd sum a block's 32 columns into one lane and a chunk of 8 blocks costs one
+// convert and one FMA per (row, token) where the plan's natural order costs one per block pair.
+// Measured on an Intel Xeon (Emerald Rapids; 512-bit integer and FP operations share ports 0
+// and 5), 1 thread, I8 one scale per row, GMAC/s at M = 16 / 512: 57 / 57 -> 114 / 162 at
+// 11264 x 2048 and 70 / 63 -> 110 / 128 at 2048 x 5632 (docs/performance.md).
+namespace vnni512 {
 
-constexpr int kGroupRows = kGemmRowsVnni;    // weight rows per register tile
-constexpr int64_t kChunkCodes = 8 * kBlock;  // codes of a chunk (8 blocks)
+// Prefetches kBytes bytes (whole cache lines) of each of kRows rows `stride` apart from `first`.
+// Always inlined: as a function of its own GCC's pure-const analysis takes the prefetches for no
+// effect and deletes the calls (the GEMM's next-panel prefetch was once lost that way).
+template <int kRows, int64_t kBytes>
+HWY_INLINE void PrefetchRows(const uint8_t* first, int64_t stride) {
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int64_t line = 0; line < kBytes; line += 64) {
+      _mm_prefetch(first + r * stride + line, _MM_HINT_T0);
+    }
+  }
+}
+
+constexpr int kGroupRows = kGemmRowsVnni512;  // weight rows per register tile
+constexpr int64_t kChunkCodes = 8 * kBlock;   // codes of a chunk (8 blocks)
 // Per chunk and token pair: 16 f32 activation scales, then 16 int32 lanes (symmetric: the
 // start of the pair's int32 chains, -8 x sum(q), so that they end at the block sums minus the
 // correction zero x sum(q) of zero point 8 with no instruction of their own; with zero points:
@@ -475,36 +486,101 @@ struct TokenTiles;
 
 // A panel's weight scales and zero points as the tiles read them. A tile of `rows` rows
 // (kGroupRows, or 1 for the panel's last rows) starting at panel row `first` keeps the 8 lanes
-// of chunk c of its row r at lane 8 x (first * chunks + c * rows + r); `tails` holds each
-// row's last chunk expanded when it is shorter than 8 blocks (plan::ExpandInt4Chunk).
+// of chunk c of its row r at lane 8 x (first * chunks + c * rows + r); I4: `tails` holds each
+// row's last chunk expanded when it is shorter than 8 blocks (plan::ExpandInt4Chunk); I8:
+// `codes` holds the rows' codes, chunks x kChunkCodes bytes a row (PackInt8Row).
 struct PanelOperands {
   float* scales;
   int32_t* zeros;  // nullptr: symmetric
-  uint8_t* tails;  // kInt4ChunkBytes per panel row
+  uint8_t* tails;  // I4: kInt4ChunkBytes per panel row
+  uint8_t* codes;  // I8; nullptr for the others
   int64_t chunks;
 };
 
+// Dword indices of PackInt8Row's two rounds of vpermt2d (permutex2var: index < 16 the first
+// operand's dword, else the second's). Natural order: dword w of block j at 8 j + w, so a 64-byte
+// vector k holds blocks 2k and 2k + 1. Round 1 takes vectors (0, 1) and (2, 3) to words 0-3 and
+// 4-7 of their 4 blocks (position 4 x block + word); round 2 takes those to lane order, vector
+// pair s (vectors 2s, 2s + 1) holding word 2s + p / 8 of block p % 8 at position p.
+struct PackInt8Indices {
+  alignas(64) int32_t round1[2][16];  // [words 0-3, words 4-7]
+  alignas(64) int32_t round2[2][16];  // [vector pair 0 of a half, vector pair 1]
+  PackInt8Indices() {
+    for (int half = 0; half < 2; ++half) {
+      for (int block = 0; block < 4; ++block) {
+        for (int word = 0; word < 4; ++word) {
+          round1[half][4 * block + word] = (block / 2) * 16 + (block % 2) * 8 + 4 * half + word;
+        }
+      }
+      for (int p = 0; p < 16; ++p) {
+        const int block = p % 8, word = 2 * half + p / 8;  // word within the round-1 half
+        round2[half][p] = (block / 4) * 16 + (block % 4) * 4 + word;
+      }
+    }
+  }
+};
+inline const PackInt8Indices kPackInt8Indices{};
+
+// An I8 row's codes as the tiles read them: chunk by chunk in lane order (LaneOrderChunk's), each
+// code as vpdpbusd's unsigned operand code ^ 0x80, past the row code 0 (never read: the end of
+// the mapped plan may follow). 8 vpermt2d a chunk (LaneOrderWords' 24 256-bit shuffles made the
+// layout a quarter of a 16-token GEMM on Intel, whose shuffles all take port 5).
+void PackInt8Row(const uint8_t* codes, int64_t cols, int64_t chunks, uint8_t* out) {
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i words_low = _mm512_load_si512(kPackInt8Indices.round1[0]);
+  const __m512i words_high = _mm512_load_si512(kPackInt8Indices.round1[1]);
+  const __m512i pair_even = _mm512_load_si512(kPackInt8Indices.round2[0]);
+  const __m512i pair_odd = _mm512_load_si512(kPackInt8Indices.round2[1]);
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const uint8_t* in = codes + chunk * kChunkCodes;
+    __m512i v[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const int64_t present = std::clamp<int64_t>(cols - chunk * kChunkCodes - 64 * k, 0, 64);
+      v[k] = present == 64 ? _mm512_loadu_si512(in + 64 * k)
+                           : _mm512_maskz_loadu_epi8(
+                                 present == 0 ? 0 : ~uint64_t{0} >> (64 - present), in + 64 * k);
+    }
+    // Words 0-3 / 4-7 of blocks 0-3 (vectors 0, 1) and of blocks 4-7 (vectors 2, 3).
+    const __m512i low03 = _mm512_permutex2var_epi32(v[0], words_low, v[1]);
+    const __m512i high03 = _mm512_permutex2var_epi32(v[0], words_high, v[1]);
+    const __m512i low47 = _mm512_permutex2var_epi32(v[2], words_low, v[3]);
+    const __m512i high47 = _mm512_permutex2var_epi32(v[2], words_high, v[3]);
+    const __m512i pairs[4] = {_mm512_permutex2var_epi32(low03, pair_even, low47),
+                              _mm512_permutex2var_epi32(low03, pair_odd, low47),
+                              _mm512_permutex2var_epi32(high03, pair_even, high47),
+                              _mm512_permutex2var_epi32(high03, pair_odd, high47)};
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      _mm512_store_si512(out + chunk * kChunkCodes + 64 * s, _mm512_xor_si512(pairs[s], bias));
+    }
+  }
+}
+
 // Fills panel row `panel_row`'s places in `panel` (the tile of `rows` rows starting at `first`):
 // the f32 block scales of each chunk (MXFP4: Mxfp4Scales8's) and, with zero points, the zero
-// points as int32 (lanes past the row's last block 0, as TileI4 gets them).
+// points as int32 (lanes past the row's last block 0, as TileI4 gets them); I8: its codes
+// (PackInt8Row).
 void PreparePanelRow(const GemmRow& row, int64_t cols, int group_shift, int64_t first, int64_t rows,
                      int64_t panel_row, const PanelOperands& panel) {
-  const int64_t blocks = cols / kBlock;
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
   const int64_t base = first * panel.chunks + (panel_row - first);
   for (int64_t chunk = 0; chunk < panel.chunks; ++chunk) {
     const int64_t block = chunk * 8;
     const int64_t count = std::min<int64_t>(8, blocks - block);
     const int64_t at = base + chunk * rows;
     _mm256_storeu_ps(panel.scales + at * 8,
-                     row.exponents != nullptr
-                         ? Mxfp4Scales8(row.exponents, block, count)
-                         : WeightScales8(row.scales, block, count, group_shift));
+                     row.exponents != nullptr ? Mxfp4Scales8(row.exponents, block, count)
+                                              : ScaleLanes8(row.scales, block, count, group_shift));
     if (panel.zeros != nullptr) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel.zeros + at * 8),
                           Zeros8(row.zero_points, block, count, group_shift));
     }
   }
-  if (blocks % 8 != 0) {
+  if (panel.codes != nullptr) {
+    PackInt8Row(row.codes, cols, panel.chunks,
+                panel.codes + panel_row * panel.chunks * kChunkCodes);
+  } else if (blocks % 8 != 0) {
     plan::ExpandInt4Chunk(row.codes, cols, blocks / 8 * 8,
                           panel.tails + panel_row * plan::kInt4ChunkBytes);
   }
@@ -516,9 +592,11 @@ void PreparePanelRow(const GemmRow& row, int64_t cols, int group_shift, int64_t 
 // (32 codes, LaneOrderInt4Activations) of token 2p, then that of token 2p + 1; at
 // meta[(c * pairs + p) * kPairMetaBytes] kPairMetaBytes's lanes (past the row's last block zero,
 // as TileI4 sets them), the int32 lanes sum_factor x sum(q): 1 with zero points, -8 for symmetric
-// I4, -kMxfp4Bias for MXFP4.
+// I4, -kMxfp4Bias for MXFP4, -128 for I8. natural_order: x's codes are not in lane order yet
+// (I8's), and each chunk is reordered on the way.
 void LayOutTokenTile(const QuantizedActivationRows& x, int64_t blocks, int64_t chunks, int64_t tile,
-                     int tokens, int32_t sum_factor, uint8_t* codes, uint8_t* meta) {
+                     int tokens, int32_t sum_factor, bool natural_order, uint8_t* codes,
+                     uint8_t* meta) {
   const int pairs = (tokens + 1) / 2;
   const int64_t x_blocks = x.padded_cols / kBlock;
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
@@ -529,6 +607,12 @@ void LayOutTokenTile(const QuantizedActivationRows& x, int64_t blocks, int64_t c
       const int64_t token = kGemmTokens * tile + t;
       const uint8_t* in =
           reinterpret_cast<const uint8_t*>(x.codes) + token * x.padded_cols + block * kBlock;
+      alignas(32) uint8_t lane_order[kChunkCodes];
+      if (natural_order && t < tokens) {
+        std::copy_n(in, kChunkCodes, lane_order);
+        LaneOrderChunk(lane_order);
+        in = lane_order;
+      }
       for (int k = 0; k < 8; ++k) {
         uint8_t* vector = codes + (pair * 8 + k) * 64 + 32 * (t % 2);
         if (t < tokens) {
@@ -549,19 +633,23 @@ void LayOutTokenTile(const QuantizedActivationRows& x, int64_t blocks, int64_t c
   }
 }
 
-// result[r][t] for kRows rows x kPairs token pairs, kKind 2, 3 or kKindMxfp4 (GemmRow's kinds;
-// MXFP4: each nibble through the kMxfp4BiasedTable shuffle, the chains starting at
-// -kMxfp4Bias x sum(q)). packed: the tile's first row in the plan,
-// rows `row_bytes` apart; tails: their expanded last chunks (PanelOperands) when the rows end in
-// a shorter one; scales, zeros: the tile's first lanes in the panel (PanelOperands); x, meta: its
-// token tile's (LayOutTokenTile). prefetch_offset (0: none): bytes past each row to prefetch at
-// the pace of the chunks (the same rows of the thread's next panel).
+// result[r][t] for kRows rows x kPairs token pairs, kKind 0 (I8, any scales), 2, 3 or
+// kKindMxfp4 (GemmRow's kinds; MXFP4: each nibble through the kMxfp4BiasedTable shuffle, the
+// chains starting at -kMxfp4Bias x sum(q)). packed: the tile's first row in the plan (I8: in
+// PanelOperands::codes), rows `row_bytes` apart; tails: I4's expanded last chunks
+// (PanelOperands) when the rows end in a shorter one; scales, zeros: the tile's first lanes in
+// the panel (PanelOperands); x, meta: its token tile's (LayOutTokenTile). prefetch (nullptr:
+// none): rows in the plan, `row_bytes` (I8: `cols`) apart, to prefetch (the same rows of the
+// thread's next panel), spread over the panel's `tiles` token tiles of which this is `tile`: a
+// chunk of the rows every `tiles` chunk steps, so that the reads from memory keep pace with the
+// compute rather than queue up at one tile.
 template <int kRows, int kPairs, int kKind>
 void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_t cols,
           const float* scales, const int32_t* zeros, const int8_t* x, const uint8_t* meta,
-          int64_t prefetch_offset, float (*result)[kGemmTokens]) {
+          const uint8_t* prefetch, int64_t tile, int64_t tiles, float (*result)[kGemmTokens]) {
   constexpr bool kZeroPoints = kKind == 3;
   constexpr bool kMxfp4 = kKind == kKindMxfp4;
+  constexpr bool kBytes = kKind < 2;  // I8: a byte per code, no nibbles
   const __m512i mask = _mm512_set1_epi8(0x0f);
   const __m512i table = _mm512_broadcast_i32x4(
       _mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4BiasedTable.bytes)));
@@ -595,13 +683,22 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
       }
 #pragma GCC unroll 4
       for (int r = 0; r < kRows; ++r) {
-        const __m512i bytes = _mm512_broadcast_i64x4(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * stride + 32 * slice)));
-        __m512i low = _mm512_and_si512(bytes, mask);
-        __m512i high = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask);
-        if constexpr (kMxfp4) {
-          low = _mm512_shuffle_epi8(table, low);
-          high = _mm512_shuffle_epi8(table, high);
+        __m512i low, high;
+        if constexpr (kBytes) {
+          const uint8_t* vectors = codes + r * stride + 64 * slice;
+          low =
+              _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(vectors)));
+          high = _mm512_broadcast_i64x4(
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(vectors + 32)));
+        } else {
+          const __m512i bytes = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(codes + r * stride + 32 * slice)));
+          low = _mm512_and_si512(bytes, mask);
+          high = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask);
+          if constexpr (kMxfp4) {
+            low = _mm512_shuffle_epi8(table, low);
+            high = _mm512_shuffle_epi8(table, high);
+          }
         }
 #pragma GCC unroll 2
         for (int p = 0; p < kPairs; ++p) {
@@ -632,18 +729,21 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
     x += kPairs * 2 * kChunkCodes;
     meta += kPairs * kPairMetaBytes;
   };
-  const int64_t blocks = cols / kBlock;
-  for (int64_t chunk = 0; chunk < blocks / 8; ++chunk) {
-    const uint8_t* codes = packed + chunk * plan::kInt4ChunkBytes;
-    if (prefetch_offset != 0) {
-#pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r) {
-        _mm_prefetch(codes + r * row_bytes + prefetch_offset, _MM_HINT_T0);
-        _mm_prefetch(codes + r * row_bytes + prefetch_offset + 64, _MM_HINT_T0);
-      }
+  // A chunk's bytes in the plan: 256 I8 codes, or 128 bytes of I4 nibbles.
+  constexpr int64_t kPlanChunkBytes = kBytes ? kChunkCodes : plan::kInt4ChunkBytes;
+  const int64_t plan_row_bytes = kBytes ? cols : row_bytes;
+  // Chunks read from `packed` (I4: the whole ones; a shorter last one comes from `tails`).
+  const int64_t chunks = kBytes ? (cols + kChunkCodes - 1) / kChunkCodes : cols / kBlock / 8;
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    // Chunk step `step` of the panel's tiles prefetches chunk step / tiles of the next panel.
+    const int64_t step = tile * chunks + chunk;
+    if (prefetch != nullptr && step % tiles == 0) {
+      PrefetchRows<kRows, kPlanChunkBytes>(prefetch + step / tiles * kPlanChunkBytes,
+                                           plan_row_bytes);
     }
-    chunk_step(codes, row_bytes);
+    chunk_step(packed + chunk * (kBytes ? kChunkCodes : plan::kInt4ChunkBytes), row_bytes);
   }
+  const int64_t blocks = kBytes ? 0 : cols / kBlock;
   if (blocks % 8 != 0) chunk_step(tails, plan::kInt4ChunkBytes);
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
@@ -655,46 +755,32 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
   }
 }
 
-}  // namespace i4vnni
+}  // namespace vnni512
 #endif  // LLMRT_QUANT_VNNI512
 
-// kKind: GemmRow's kinds. kVnni: the VNNI arithmetic of this body (quant_vnni-inl.h: AVX512-VNNI
-// tiles on AVX3, AVX-VNNI lanes in the AVX2 tiles). prefetch_offset: as vnni::TileI8's (I8 on VNNI;
-// the I4 kinds prefetch while unpacking).
+// kKind: GemmRow's kinds. kVnni: the VNNI arithmetic of this body (AVX-VNNI lanes in the AVX2
+// tiles; AVX512-VNNI runs vnni512's tiles instead).
 template <int kRows, int kTokens, int kKind, bool kVnni>
 void Tile(const GemmRow* rows, const uint8_t* const* unpacked, const TokenTile& tile, int64_t cols,
-          int group_shift, float (*result)[kGemmTokens], int64_t prefetch_offset) {
+          int group_shift, float (*result)[kGemmTokens]) {
   if constexpr (kKind >= 2) {
     for (int r = 0; r < kRows; ++r) {
       TileI4<kTokens, kKind, kVnni>(rows[r], unpacked[r], tile, cols, group_shift, result[r]);
     }
-  } else if constexpr (kVnni && LLMRT_QUANT_VNNI512) {
-    const uint8_t* codes[kRows];
-    const uint16_t* scales[kRows];
-    for (int r = 0; r < kRows; ++r) {
-      codes[r] = rows[r].codes;
-      scales[r] = rows[r].scales;
-    }
-    vnni::TileI8<kRows, kTokens, kKind == 1>(codes, scales, tile.codes, tile.scales, cols,
-                                             group_shift, &result[0][0], kGemmTokens,
-                                             prefetch_offset);
   } else {
     TileI8<kRows, kTokens, kKind == 1, kVnni>(rows, tile, cols, group_shift, result);
   }
 }
 
-// A tile of `num_rows` (GemmRowsFor(kKind, kVnni), or 1 for a panel's last rows) x `tokens`
-// (1 to kGemmTokens: the last token tile may be short).
+// A tile of `num_rows` (kGemmRows, or 1 for a panel's last rows) x `tokens` (1 to kGemmTokens:
+// the last token tile may be short).
 template <int kKind, bool kVnni>
 void RunTile(int num_rows, int tokens, const GemmRow* rows, const uint8_t* const* unpacked,
-             const TokenTile& tile, int64_t cols, int group_shift, float (*result)[kGemmTokens],
-             int64_t prefetch_offset) {
-  constexpr int kRows = GemmRowsFor(kKind, kVnni);
-#define LLMRT_GEMM_TILE(kTokens)                                                                   \
-  (num_rows == kRows ? Tile<kRows, kTokens, kKind, kVnni>(rows, unpacked, tile, cols, group_shift, \
-                                                          result, prefetch_offset)                 \
-                     : Tile<1, kTokens, kKind, kVnni>(rows, unpacked, tile, cols, group_shift,     \
-                                                      result, prefetch_offset))
+             const TokenTile& tile, int64_t cols, int group_shift, float (*result)[kGemmTokens]) {
+#define LLMRT_GEMM_TILE(kTokens)                                                                 \
+  (num_rows == kGemmRows                                                                         \
+       ? Tile<kGemmRows, kTokens, kKind, kVnni>(rows, unpacked, tile, cols, group_shift, result) \
+       : Tile<1, kTokens, kKind, kVnni>(rows, unpacked, tile, cols, group_shift, result))
   static_assert(kGemmTokens == 4, "one case per token count");
   switch (tokens) {
     case 1:
@@ -755,7 +841,6 @@ template <int kKind, bool kVnni>
 void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
   constexpr bool kInt4 = kKind >= 2;
-  constexpr int kRows = GemmRowsFor(kKind, kVnni);
   const int64_t blocks = x.padded_cols / kBlock;
   const int64_t groups = w.cols / w.group_size;
   const int64_t row_bytes = kInt4 ? w.cols / 2 : w.cols;
@@ -773,8 +858,7 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
     for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
       const int64_t row_begin = panel * kPanelRows;
       const int64_t row_end = std::min(w.rows, row_begin + kPanelRows);
-      // The thread's next panel is prefetched while this one starts (I4: while it is unpacked;
-      // I8 on VNNI: during its first token tile).
+      // I4: the thread's next panel is prefetched while this one is unpacked.
       const int64_t next_panel_offset =
           NextPanelOffset(panel, panel_end, row_end, w.rows, row_bytes);
       columns.Resolve(outputs, num_outputs, &output, row_begin, row_end);
@@ -796,7 +880,7 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
           tile.sums[t] = x.sums + (token + t) * blocks;
         }
         for (int64_t n = row_begin; n < row_end;) {
-          const int num_rows = row_end - n >= kRows ? kRows : 1;
+          const int num_rows = row_end - n >= kGemmRows ? kGemmRows : 1;
           GemmRow rows[kMaxGemmRows];
           const uint8_t* unpacked[kMaxGemmRows];
           for (int r = 0; r < num_rows; ++r) {
@@ -807,8 +891,8 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
                               : nullptr;
           }
           float result[kMaxGemmRows][kGemmTokens];
-          RunTile<kKind, kVnni>(num_rows, tokens, rows, unpacked, tile, w.cols, group_shift, result,
-                                token == 0 ? next_panel_offset : 0);
+          RunTile<kKind, kVnni>(num_rows, tokens, rows, unpacked, tile, w.cols, group_shift,
+                                result);
           columns.Store(result, num_rows, tokens, row_begin, n - row_begin, token, bias);
           n += num_rows;
         }
@@ -826,45 +910,54 @@ HWY_INLINE void PrefetchLines(const void* data, int64_t bytes) {
   }
 }
 
-// QuantizedGemm for I4 and MXFP4 (kKind 2, 3, kKindMxfp4) on AVX512-VNNI (i4vnni above): the
-// token tiles laid out once per call, then, per panel, its scales converted and every token tile
-// passed over its 4-row tiles (a panel's last rows one at a time).
+// QuantizedGemm on AVX512-VNNI (vnni512 above) for I8 (kKind 0, any scales), I4 and MXFP4 (2, 3,
+// kKindMxfp4): the token tiles laid out once per call, then, per panel, its scales converted (I8:
+// its codes laid out) and every token tile passed over its 4-row tiles (a panel's last rows one
+// at a time).
 template <int kKind>
-void GemmI4Vnni(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
-                const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
-  using i4vnni::kChunkCodes;
-  using i4vnni::kGroupRows;
-  using i4vnni::kPairMetaBytes;
+void GemmVnni512(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
+                 const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
+  using vnni512::kChunkCodes;
+  using vnni512::kGroupRows;
+  using vnni512::kPairMetaBytes;
+  constexpr bool kInt8 = kKind < 2;
   constexpr bool kZeroPoints = kKind == 3;
-  constexpr int32_t kSumFactor = kZeroPoints ? 1 : kKind == kKindMxfp4 ? -kMxfp4Bias : -8;
-  const int64_t blocks = w.cols / kBlock;
+  constexpr int32_t kSumFactor = kInt8                 ? -128
+                                 : kZeroPoints         ? 1
+                                 : kKind == kKindMxfp4 ? -kMxfp4Bias
+                                                       : -8;
+  // I8 rows may end in a partial block (one scale per row), which the tiles take as a block.
+  const int64_t blocks = (w.cols + kBlock - 1) / kBlock;
   const int64_t chunks = (blocks + 7) / 8;
   const int64_t groups = w.cols / w.group_size;
-  const int64_t row_bytes = w.cols / 2;
+  const int64_t row_bytes = kInt8 ? w.cols : w.cols / 2;
   const int group_shift = QuantGroupShift(w.group_size, w.cols);
   const int64_t tiles = (x.num_rows + kGemmTokens - 1) / kGemmTokens;
   const int64_t tile_codes = chunks * kGemmTokens * kChunkCodes;
   const int64_t tile_meta = chunks * (kGemmTokens / 2) * kPairMetaBytes;
   // Read by every thread: the calling thread's buffer, which no panel uses.
   uint8_t* token_tiles =
-      ThreadLocalBuffer<i4vnni::TokenTiles, uint8_t>(tiles * (tile_codes + tile_meta));
+      ThreadLocalBuffer<vnni512::TokenTiles, uint8_t>(tiles * (tile_codes + tile_meta));
   uint8_t* token_meta = token_tiles + tiles * tile_codes;
   auto tile_tokens = [&](int64_t tile) {
     return static_cast<int>(std::min<int64_t>(kGemmTokens, x.num_rows - tile * kGemmTokens));
   };
   for (int64_t tile = 0; tile < tiles; ++tile) {
-    i4vnni::LayOutTokenTile(x, blocks, chunks, tile, tile_tokens(tile), kSumFactor,
-                            token_tiles + tile * tile_codes, token_meta + tile * tile_meta);
+    vnni512::LayOutTokenTile(x, blocks, chunks, tile, tile_tokens(tile), kSumFactor, kInt8,
+                             token_tiles + tile * tile_codes, token_meta + tile * tile_meta);
   }
   const int64_t num_panels = (w.rows + kPanelRows - 1) / kPanelRows;
   pool.ParallelFor(num_panels, [&](int64_t panel_begin, int64_t panel_end, int32_t) {
+    // Scales (and zero points) of 8 lanes a chunk, then I4's tails or I8's codes.
     const int64_t lanes = kPanelRows * chunks * 8;
-    uint8_t* buffer = ThreadLocalBuffer<i4vnni::PanelScales, uint8_t>(
-        lanes * 4 * (kZeroPoints ? 2 : 1) + kPanelRows * plan::kInt4ChunkBytes);
-    const i4vnni::PanelOperands operands{
+    const int64_t lane_bytes = lanes * 4 * (kZeroPoints ? 2 : 1);
+    const int64_t code_bytes = kInt8 ? kPanelRows * chunks * kChunkCodes : 0;
+    uint8_t* buffer = ThreadLocalBuffer<vnni512::PanelScales, uint8_t>(
+        lane_bytes + kPanelRows * plan::kInt4ChunkBytes + code_bytes);
+    const vnni512::PanelOperands operands{
         reinterpret_cast<float*>(buffer),
-        kZeroPoints ? reinterpret_cast<int32_t*>(buffer + lanes * 4) : nullptr,
-        buffer + lanes * 4 * (kZeroPoints ? 2 : 1), chunks};
+        kZeroPoints ? reinterpret_cast<int32_t*>(buffer + lanes * 4) : nullptr, buffer + lane_bytes,
+        kInt8 ? buffer + lane_bytes + kPanelRows * plan::kInt4ChunkBytes : nullptr, chunks};
     PanelColumns columns;
     int32_t output = 0;
     for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
@@ -892,8 +985,8 @@ void GemmI4Vnni(ThreadPool& pool, const QuantizedActivationRows& x, const Matrix
       }
       for (int64_t row = 0; row < rows; ++row) {
         const int64_t n = row_begin + row;
-        i4vnni::PreparePanelRow(GemmRowOf(w, n, row_bytes, groups), w.cols, group_shift,
-                                group_of(row), group_rows(group_of(row)), row, operands);
+        vnni512::PreparePanelRow(GemmRowOf(w, n, row_bytes, groups), w.cols, group_shift,
+                                 group_of(row), group_rows(group_of(row)), row, operands);
       }
       for (int64_t tile = 0; tile < tiles; ++tile) {
         const int tokens = tile_tokens(tile);
@@ -903,20 +996,23 @@ void GemmI4Vnni(ThreadPool& pool, const QuantizedActivationRows& x, const Matrix
           const int num_rows = static_cast<int>(group_rows(first));
           const float* scales = operands.scales + first * chunks * 8;
           const int32_t* zeros = kZeroPoints ? operands.zeros + first * chunks * 8 : nullptr;
-          const uint8_t* packed = w.data + (row_begin + first) * row_bytes;
+          const int64_t stride = kInt8 ? chunks * kChunkCodes : row_bytes;
+          const uint8_t* packed =
+              kInt8 ? operands.codes + first * stride : w.data + (row_begin + first) * row_bytes;
           const uint8_t* tails = operands.tails + first * plan::kInt4ChunkBytes;
-          // The next panel is prefetched during the first token tile, at the pace of the chunks.
-          const int64_t prefetch = tile == 0 ? next_panel_offset : 0;
+          const uint8_t* prefetch =
+              next_panel_offset != 0 ? w.data + (row_begin + first) * row_bytes + next_panel_offset
+                                     : nullptr;
           float result[kMaxGemmRows][kGemmTokens];
-#define LLMRT_I4_TILE(kRows, kPairs)                                                          \
-  i4vnni::Tile<kRows, kPairs, kKind>(packed, row_bytes, tails, w.cols, scales, zeros, tile_x, \
-                                     meta, prefetch, result)
+#define LLMRT_VNNI512_TILE(kRows, kPairs)                                                         \
+  vnni512::Tile<kRows, kPairs, kKind>(packed, stride, tails, w.cols, scales, zeros, tile_x, meta, \
+                                      prefetch, tile, tiles, result)
           if (num_rows == kGroupRows) {
-            tokens > 2 ? LLMRT_I4_TILE(kGroupRows, 2) : LLMRT_I4_TILE(kGroupRows, 1);
+            tokens > 2 ? LLMRT_VNNI512_TILE(kGroupRows, 2) : LLMRT_VNNI512_TILE(kGroupRows, 1);
           } else {
-            tokens > 2 ? LLMRT_I4_TILE(1, 2) : LLMRT_I4_TILE(1, 1);
+            tokens > 2 ? LLMRT_VNNI512_TILE(1, 2) : LLMRT_VNNI512_TILE(1, 1);
           }
-#undef LLMRT_I4_TILE
+#undef LLMRT_VNNI512_TILE
           columns.Store(result, num_rows, tokens, row_begin, first, tile * kGemmTokens, bias);
         }
       }
@@ -930,12 +1026,16 @@ void GemmKinds(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
                const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
 #if LLMRT_QUANT_VNNI512
   if (kVnni && w.dtype == plan::FP4_E2M1) {
-    GemmI4Vnni<kKindMxfp4>(pool, x, w, bias, outputs, num_outputs);
+    GemmVnni512<kKindMxfp4>(pool, x, w, bias, outputs, num_outputs);
     return;
   }
   if (kVnni && w.dtype == plan::I4) {
-    w.zero_points != nullptr ? GemmI4Vnni<3>(pool, x, w, bias, outputs, num_outputs)
-                             : GemmI4Vnni<2>(pool, x, w, bias, outputs, num_outputs);
+    w.zero_points != nullptr ? GemmVnni512<3>(pool, x, w, bias, outputs, num_outputs)
+                             : GemmVnni512<2>(pool, x, w, bias, outputs, num_outputs);
+    return;
+  }
+  if (kVnni) {
+    GemmVnni512<0>(pool, x, w, bias, outputs, num_outputs);
     return;
   }
 #endif

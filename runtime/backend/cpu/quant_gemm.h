@@ -54,7 +54,7 @@ inline int QuantGroupShift(int32_t group_size, int64_t cols) {
 
 // Activation rows as QuantizedMatMul quantized them (quant_matmul.h): per row `padded_cols`
 // (QuantizedActivationCols) int8 codes (I4: in lane order, LaneOrderInt4Activations),
-// padded_cols / 32 scales and, for I4 and MXFP4, the int32 sum of each block's codes.
+// padded_cols / 32 scales and the int32 sum of each block's codes.
 struct QuantizedActivationRows {
   const int8_t* codes = nullptr;
   const float* scales = nullptr;

@@ -453,8 +453,8 @@ void GemvInt8Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
 }
 
 // result[r] = dot(rows[r], x) for kRows I8 rows: GemvInt8Avx2 (with AVX-VNNI sums on the AVX2
-// body's kVnni), or on the AVX3 body's kVnni the 512-bit tile the GEMM uses too
-// (quant_vnni-inl.h).
+// body's kVnni), or on the AVX3 body's kVnni vnni::GemvI8, in the arithmetic of the GEMM's
+// 512-bit tiles (quant_vnni-inl.h).
 template <int kRows, bool kRowScale, bool kVnni>
 HWY_INLINE void GemvInt8(const WeightRow* rows, int64_t cols, int group_shift,
                          const int8_t* x_codes, const float* x_scales, float* result) {
@@ -470,8 +470,8 @@ HWY_INLINE void GemvInt8(const WeightRow* rows, int64_t cols, int group_shift,
     // 1 thread, Zen 5, alternating runs: 61.4 / 64.5 tok/s without, 65.4 / 67.6 with. The I4
     // GEMV gained from it only with its scales prefetched too (PrefetchInt4Ahead): groups of 32
     // make them streams of their own, where the int8 plans have one scale per row.
-    vnni::TileI8<kRows, 1, kRowScale>(codes, scales, &x_codes, &x_scales, cols, group_shift, result,
-                                      1, /*prefetch_offset=*/2048);
+    vnni::GemvI8<kRows>(codes, scales, x_codes, x_scales, cols, group_shift, result,
+                        /*prefetch_offset=*/2048);
   } else {
     GemvInt8Avx2<kRows, kRowScale, kVnni>(rows, cols, group_shift, x_codes, x_scales, result);
   }
@@ -592,7 +592,7 @@ HWY_INLINE void PrefetchInt4Ahead(const WeightRow& row, int64_t block, int group
 // combined scales, into one f32 accumulator per row — the same operations in the same order as
 // QuantizedGemm's per (row, token), so a token's result does not depend on the batch around it
 // nor on the rows computed beside it. x_codes are in lane order, x_sums int32
-// (Int4ActivationSums). ~31 instructions per chunk of a row on AVX2 (4 loads, 12 nibble ops, 8
+// (ActivationBlockSums). ~31 instructions per chunk of a row on AVX2 (4 loads, 12 nibble ops, 8
 // maddubs, 8 adds, 1 madd) against ~65 for runs of 32 contiguous columns, which needed a shuffle
 // reduction to bring 8 block sums into 8 lanes.
 // On AVX512-VNNI the same lanes two rows per 512-bit vector (row r in lanes 0-7, r + 1 in 8-15,
@@ -677,7 +677,7 @@ struct GemvInt4Kernel {
 
 // result[r] = dot(weight row r, x) for kRows MXFP4 rows, a chunk of 8 blocks at a time: the
 // exact block sums (Mxfp4ChunkSums; kVnni: Mxfp4BiasedChunkSumsVnni minus kMxfp4Bias x sum(q),
-// x_sums as Int4ActivationSums gives them), one convert and one FMA with the 8 weight x activation
+// x_sums as ActivationBlockSums gives them), one convert and one FMA with the 8 weight x activation
 // scales into one 8-lane f32 chain per row, as QuantizedGemm's MXFP4 tiles compute each (row,
 // token) (quant_vnni-inl.h), so a token's result does not depend on the batch around it. x_codes
 // are in lane order, x_scales padded with zero blocks to whole chunks (QuantizedMatMulImpl).
@@ -1070,7 +1070,7 @@ void QuantizeActivationRowImpl(const float* x, const int32_t* permutation, int64
 
 // sums[b] = the int32 sum of block b's codes, stored in the f32 slot the scratch layout gives it
 // (the I4 AVX2 kernels subtract zero * sum(q) in int32).
-void Int4ActivationSums(const int8_t* codes, int64_t blocks, float* sums) {
+void ActivationBlockSums(const int8_t* codes, int64_t blocks, float* sums) {
   for (int64_t block = 0; block < blocks; ++block) {
     int32_t sum = 0;
     for (int64_t c = 0; c < kQuantBlock; ++c) sum += codes[block * kQuantBlock + c];
@@ -1097,8 +1097,10 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
   const bool mxfp4 = w.dtype == plan::FP4_E2M1;
   const bool x86_tiles = LLMRT_QUANT_AVX2 && (mxfp4 || QuantGroupShift(w.group_size, w.cols) >= 0);
   // I4 and MXFP4 there: block sums (the GEMM's zero-point / bias correction), and the codes in
-  // lane order (the GEMV's and the GEMM's layout).
+  // lane order (the GEMV's and the GEMM's layout). I8 in the GEMM: block sums (the AVX-512
+  // VNNI tiles start each block's chains at -128 x its sum).
   const bool int4_lanes = x86_tiles && (w.dtype == plan::I4 || mxfp4);
+  const bool block_sums = int4_lanes || (x86_tiles && num_rows >= kQuantGemmMinRows);
   auto quantize = [&](int64_t begin, int64_t end, int32_t) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t source = input_rows != nullptr ? input_rows[row] : row;
@@ -1110,10 +1112,8 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
       const int64_t used = (w.cols + kQuantBlock - 1) / kQuantBlock;
       std::memset(row_codes + used * kQuantBlock, 0, (blocks - used) * kQuantBlock);
       std::fill(row_scales + used, row_scales + blocks, 0.0f);
-      if (int4_lanes) {
-        Int4ActivationSums(row_codes, blocks, sums + row * blocks);
-        LaneOrderInt4Activations(row_codes, padded);
-      }
+      if (block_sums) ActivationBlockSums(row_codes, blocks, sums + row * blocks);
+      if (int4_lanes) LaneOrderInt4Activations(row_codes, padded);
 #if !LLMRT_QUANT_AVX2
       // The layout Mxfp4RowTile reads on this target.
       if (mxfp4) SplitMxfp4Activations(row_codes, padded);

@@ -19,15 +19,16 @@
 //   steps after them are the AVX2 kernels' own, so VNNI and AVX2 agree to the bit.
 // - I8 on AVX2: per block the same 8 int32 lanes as maddubs + madd, then AVX2's own f32 steps:
 //   AVX-VNNI and AVX2 agree to the bit.
-// - I8 on AVX3: two blocks per 512-bit step (block b in lanes 0-7, block b + 1 in lanes 8-15,
-//   4 columns a lane as on AVX2), one FMA with [scale b x 8, scale b+1 x 8] into a 16-lane
-//   accumulator, then SumLanes16. The lane sums are AVX2's; only the f32 accumulation is
-//   regrouped (even and odd blocks in separate halves), so results differ from AVX2's by f32
-//   reassociation alone (~1e-7 relative to the sum of the terms' magnitudes) and GEMV = GEMM to
-//   the bit.
+// - I8 on AVX3: per chunk of 8 blocks the exact int32 block sums, one convert and one FMA with
+//   weight scale x activation scale per lane into an 8-lane f32 chain, then SumLanes8: I4's
+//   arithmetic, in the decode GEMV (GemvI8, from the plan's codes) and the GEMM (quant_gemm.cc,
+//   from panels in lane order) alike, so GEMV = GEMM to the bit. AVX2 instead converts and
+//   scales each block's 8 lane sums of 4 columns, so the two differ by f32 rounding alone
+//   (~1e-7 relative to the sum of the terms' magnitudes).
 // I8 codes are signed; vpdpbusd multiplies unsigned by signed bytes, so the weights go in as
 // code ^ 0x80 = code + 128 (unsigned) and each lane starts from -128 x (its 4 activation codes'
-// sum), which leaves exactly sum(code x q) (|lane| <= 4 * 255 * 127 + 128 * 4 * 127: no overflow).
+// sum), which leaves exactly sum(code x q) (a lane of a block's 32 columns stays within
+// 32 * 255 * 127 + 128 * 32 * 127: no overflow).
 
 #if defined(LLMRT_BACKEND_CPU_QUANT_VNNI_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef LLMRT_BACKEND_CPU_QUANT_VNNI_INL_H_
@@ -36,6 +37,7 @@
 #define LLMRT_BACKEND_CPU_QUANT_VNNI_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstdint>
 
 #include "hwy/highway.h"
@@ -123,6 +125,25 @@ struct Mxfp4BiasedTable {
 };
 inline constexpr Mxfp4BiasedTable kMxfp4BiasedTable{};
 
+// The f32 weight scales of blocks [block, block + count) of a row whose F16 scales are `scales`
+// (groups of 32 << group_shift, 63: one per row; count <= 8): lanes past count 0, nothing past
+// the row read. F16C is exact, so every kernel that takes a row's scales this way agrees.
+HWY_INLINE __m256 ScaleLanes8(const uint16_t* scales, int64_t block, int64_t count,
+                              int group_shift) {
+  if (group_shift == 0 && count == 8) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + block)));
+  }
+  if (group_shift == 63) {
+    // Not through memory: 16-bit stores read back as one vector stall the store forwarding.
+    const __m256i present = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(count)),
+                                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_and_ps(_mm256_set1_ps(_cvtsh_ss(scales[0])), _mm256_castsi256_ps(present));
+  }
+  alignas(16) uint16_t halves[8] = {};
+  for (int64_t i = 0; i < count; ++i) halves[i] = scales[(block + i) >> group_shift];
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(halves)));
+}
+
 namespace vnni {
 
 // Whether this body's VNNI path may run now (dispatch.h's tiers avx3_vnni / avx2_vnni).
@@ -182,16 +203,6 @@ HWY_INLINE __m512i DotBytes(__m512i acc, __m512i unsigned_bytes, __m512i signed_
   return acc;
 }
 
-// The 16 lanes summed in one fixed order (halves, then SumLanes8).
-HWY_INLINE float SumLanes16(__m512 v) {
-  return SumLanes8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
-}
-
-// [a x 8, b x 8] for a block pair.
-HWY_INLINE __m512 PairLanes(float a, float b) {
-  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(a)), _mm256_set1_ps(b), 1);
-}
-
 // The 8 exact sums of an I4 chunk (8 blocks), block j in lane j, from codes unpacked to one byte
 // each in lane order (quant_gemm.h's LaneOrderInt4Activations layout: 8 vectors of 32 bytes) and
 // activations in the same order: 4 x 64 bytes, lanes j and 8 + j both hold block j and are
@@ -208,90 +219,90 @@ HWY_INLINE __m256i ChunkSumsUnpacked(const uint8_t* w, const int8_t* x) {
   return _mm256_add_epi32(_mm512_castsi512_si256(sums), _mm512_extracti64x4_epi64(sums, 1));
 }
 
-// result[r * result_stride + t] = the I8 dot product of weight row r (row_codes[r], its F16
-// scales row_scales[r]) with activation row t (x_codes[t], its block scales x_scales[t]) over
-// `cols` columns, for kRows x kTokens pairs; the arithmetic of the file comment. kRowScale: one
-// weight scale per row (group_shift 63), applied to the lane sum at the end; else each block's
-// FMA takes weight x activation scale. Activation rows are padded with zero blocks to whole
-// chunks (QuantizedActivationCols), so a pair step may read the block after a row's last one;
-// weight rows are not, and a row's odd last block is loaded with a mask (zero codes past it,
-// which with the -128 x sum(q) start contribute exactly 0). prefetch_offset (0: none): bytes
-// past each weight row to prefetch at the pace of the loads, e.g. the same row of the GEMM's next
-// panel, which then arrives from memory while this panel computes.
-template <int kRows, int kTokens, bool kRowScale>
-void TileI8(const uint8_t* const* row_codes, const uint16_t* const* row_scales,
-            const int8_t* const* x_codes, const float* const* x_scales, int64_t cols,
-            int group_shift, float* result, int result_stride, int64_t prefetch_offset) {
-  const int8_t* x[kTokens];
-  const float* xs[kTokens];
+// The 8 exact int32 block sums of a chunk from 4 vectors of lane sums in natural order (vector
+// k: blocks 2k and 2k + 1 in lanes 0-7 and 8-15, 4 columns a lane), block j in lane j: three
+// rounds of adding even lanes to odd ones, each halving the lanes per block.
+HWY_INLINE __m256i ReduceBlockLanes(__m512i s0, __m512i s1, __m512i s2, __m512i s3) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  auto fold = [&](__m512i a, __m512i b) HWY_ATTR {
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b),
+                            _mm512_permutex2var_epi32(a, odd, b));
+  };
+  // 4 lanes a block for blocks 0-3 and 4-7, then 2 lanes a block for blocks 0-7.
+  const __m512i pairs = fold(fold(s0, s1), fold(s2, s3));
+  return _mm512_cvtepi64_epi32(_mm512_add_epi32(pairs, _mm512_srli_epi64(pairs, 32)));
+}
+
+// The I8 decode GEMV on AVX512-VNNI: result[r] = the dot product of weight row r (row_codes[r],
+// its F16 scales row_scales[r], groups of 32 << group_shift or one per row at 63) with one
+// activation row (x_codes in natural order, padded with zero blocks to whole chunks; x_scales
+// zero past the row's blocks), in the I8 GEMM's arithmetic (quant_gemm.cc, GemmVnni512): per
+// chunk of 8 blocks the exact int32 block sums, one convert and one FMA with weight scale x
+// activation scale per lane into an 8-lane f32 chain, then SumLanes8. The sums come from 4
+// vpdpbusd per row and chunk on the plan's codes (code ^ 0x80, the lanes started at -128 x
+// their activations' sum) and ReduceBlockLanes; a row's last chunk is loaded with a mask, so
+// nothing past the row is read and a partial last block sums its columns alone.
+// prefetch_offset (0: none): bytes past each row's loads to prefetch.
+template <int kRows>
+void GemvI8(const uint8_t* const* row_codes, const uint16_t* const* row_scales,
+            const int8_t* x_codes, const float* x_scales, int64_t cols, int group_shift,
+            float* result, int64_t prefetch_offset) {
   const uint8_t* w[kRows];
-  __m512 acc[kRows][kTokens];
-#pragma GCC unroll 8
-  for (int t = 0; t < kTokens; ++t) {
-    x[t] = x_codes[t];
-    xs[t] = x_scales[t];
-  }
+  __m256 acc[kRows];
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
     w[r] = row_codes[r];
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) acc[r][t] = _mm512_setzero_ps();
+    acc[r] = _mm256_setzero_ps();
   }
-  const int64_t full_blocks = cols / 32;
-  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  auto step = [&](int64_t block, bool pair) HWY_ATTR {
-    __m512i weights[kRows];
-    __m512 weight_scales[kRows];
-#pragma GCC unroll 4
-    for (int r = 0; r < kRows; ++r) {
-      const uint8_t* codes = w[r] + block * 32;
-      if (prefetch_offset != 0) _mm_prefetch(codes + prefetch_offset, _MM_HINT_T0);
-      weights[r] = _mm512_xor_si512(
-          bias, pair ? _mm512_loadu_si512(codes) : _mm512_maskz_loadu_epi8(0xffffffffull, codes));
-      if constexpr (!kRowScale) {
-        const uint16_t* scales = row_scales[r];
-        weight_scales[r] = PairLanes(_cvtsh_ss(scales[block >> group_shift]),
-                                     pair ? _cvtsh_ss(scales[(block + 1) >> group_shift]) : 0.0f);
-      }
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) {
-      const __m512i activations = _mm512_loadu_si512(x[t] + block * 32);
-      // -128 x the sum of each lane's 4 activation codes.
-      const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                             DotBytes(_mm512_setzero_si512(), bias, activations));
-      const __m512 activation_scales = PairLanes(xs[t][block], xs[t][block + 1]);
-#pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r) {
-        const __m512 sums = _mm512_cvtepi32_ps(DotBytes(start, weights[r], activations));
-        acc[r][t] = _mm512_fmadd_ps(
-            sums,
-            kRowScale ? activation_scales : _mm512_mul_ps(weight_scales[r], activation_scales),
-            acc[r][t]);
-      }
-    }
-  };
-  int64_t block = 0;
-  for (; block + 2 <= full_blocks; block += 2) step(block, true);
-  if (block < full_blocks) step(block, false);
+  const int64_t blocks = (cols + 31) / 32;
+  // One scale per row: its 8 lanes converted once.
+  __m256 row_scales8[kRows];
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
-    const float row_scale = kRowScale ? _cvtsh_ss(row_scales[r][0]) : 1.0f;
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) {
-      float value = SumLanes16(acc[r][t]);
-      if constexpr (kRowScale) value *= row_scale;
-      // One scale per row and cols not a multiple of 32: the partial last block.
-      if (full_blocks * 32 < cols) {
-        int32_t isum = 0;
-        for (int64_t c = full_blocks * 32; c < cols; ++c) {
-          isum += static_cast<int8_t>(w[r][c]) * x[t][c];
-        }
-        value += row_scale * xs[t][full_blocks] * static_cast<float>(isum);
+    row_scales8[r] = group_shift == 63 ? ScaleLanes8(row_scales[r], 0, 8, 63) : _mm256_setzero_ps();
+  }
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t block = 0; block < blocks; block += 8) {
+    const int64_t count = std::min<int64_t>(8, blocks - block);
+    const int64_t column = block * 32;
+    // Bytes of the row in each of the chunk's 4 vectors.
+    __mmask64 masks[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const int64_t present = std::clamp<int64_t>(cols - column - 64 * k, 0, 64);
+      masks[k] = present == 64 ? ~__mmask64{0} : (__mmask64{1} << present) - 1;
+    }
+    __m512i x[4], start[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      x[k] = _mm512_loadu_si512(x_codes + column + 64 * k);
+      start[k] =
+          _mm512_sub_epi32(_mm512_setzero_si512(), DotBytes(_mm512_setzero_si512(), bias, x[k]));
+    }
+    const __m256 activation_scales = _mm256_loadu_ps(x_scales + block);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const uint8_t* codes = w[r] + column;
+      __m512i lanes[4];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        if (prefetch_offset != 0) _mm_prefetch(codes + 64 * k + prefetch_offset, _MM_HINT_T0);
+        lanes[k] = DotBytes(
+            start[k], _mm512_xor_si512(bias, _mm512_maskz_loadu_epi8(masks[k], codes + 64 * k)),
+            x[k]);
       }
-      result[r * result_stride + t] = value;
+      const __m256i sums = ReduceBlockLanes(lanes[0], lanes[1], lanes[2], lanes[3]);
+      acc[r] = _mm256_fmadd_ps(
+          _mm256_cvtepi32_ps(sums),
+          _mm256_mul_ps(group_shift == 63 ? _mm256_maskz_mov_ps((1u << count) - 1, row_scales8[r])
+                                          : ScaleLanes8(row_scales[r], block, count, group_shift),
+                        activation_scales),
+          acc[r]);
     }
   }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) result[r] = SumLanes8(acc[r]);
 }
 
 }  // namespace vnni
@@ -300,10 +311,10 @@ void TileI8(const uint8_t* const* row_codes, const uint16_t* const* row_scales,
 // (`if constexpr`): declarations only, so those branches name something.
 namespace vnni {
 __m256i ChunkSumsUnpacked(const uint8_t* w, const int8_t* x);
-template <int kRows, int kTokens, bool kRowScale>
-void TileI8(const uint8_t* const* row_codes, const uint16_t* const* row_scales,
-            const int8_t* const* x_codes, const float* const* x_scales, int64_t cols,
-            int group_shift, float* result, int result_stride, int64_t prefetch_offset);
+template <int kRows>
+void GemvI8(const uint8_t* const* row_codes, const uint16_t* const* row_scales,
+            const int8_t* x_codes, const float* x_scales, int64_t cols, int group_shift,
+            float* result, int64_t prefetch_offset);
 }  // namespace vnni
 #endif  // LLMRT_QUANT_VNNI512
 
