@@ -15,9 +15,10 @@
 // every weight block is unpacked once per tile of kGemmTokens tokens and every activation block
 // loaded once per kGemmRows weight rows, the activation scale products are precomputed per
 // chunk of 64 blocks (vectorized, whatever the group size), and threads split the rows into
-// panels whose weights stay in L2 while all token tiles pass over them. I4 on AVX512-VNNI runs
-// a 4 rows x 4 tokens tile on the packed codes instead, two tokens per 512-bit vector
-// (quant_gemm.cc's i4vnni; docs/performance.md has the measurements).
+// panels whose weights stay in L2 while all token tiles pass over them. On AVX512-VNNI I4 runs
+// a 4 rows x 4 tokens tile on the packed codes instead, two tokens per 512-bit vector, and I8
+// the same tile on panels laid out once per call in lane order (quant_gemm.cc's vnni512;
+// docs/performance.md has the measurements).
 //
 // MXFP4 (FP4_E2M1 codes in I4's LANE_CHUNKS layout, one E8M0 scale per block) runs the I4 tiles:
 // each code becomes 2 x its E2M1 value + 12 (0..24, unsigned for maddubs / vpdpbusd) by a byte
