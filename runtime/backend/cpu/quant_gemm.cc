@@ -1024,29 +1024,29 @@ void GemmVnni512(ThreadPool& pool, const QuantizedActivationRows& x, const Matri
 template <bool kVnni>
 void GemmKinds(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
+  // AVX512-VNNI: the vnni512 tiles for every kind (its AVX2-form tiles are not even built).
 #if LLMRT_QUANT_VNNI512
-  if (kVnni && w.dtype == plan::FP4_E2M1) {
-    GemmVnni512<kKindMxfp4>(pool, x, w, bias, outputs, num_outputs);
-    return;
-  }
-  if (kVnni && w.dtype == plan::I4) {
-    w.zero_points != nullptr ? GemmVnni512<3>(pool, x, w, bias, outputs, num_outputs)
-                             : GemmVnni512<2>(pool, x, w, bias, outputs, num_outputs);
-    return;
-  }
-  if (kVnni) {
-    GemmVnni512<0>(pool, x, w, bias, outputs, num_outputs);
-    return;
-  }
+  if constexpr (kVnni) {
+    if (w.dtype == plan::FP4_E2M1) {
+      GemmVnni512<kKindMxfp4>(pool, x, w, bias, outputs, num_outputs);
+    } else if (w.dtype == plan::I4) {
+      w.zero_points != nullptr ? GemmVnni512<3>(pool, x, w, bias, outputs, num_outputs)
+                               : GemmVnni512<2>(pool, x, w, bias, outputs, num_outputs);
+    } else {
+      GemmVnni512<0>(pool, x, w, bias, outputs, num_outputs);
+    }
+  } else
 #endif
-  if (w.dtype == plan::FP4_E2M1) {
-    GemmTyped<kKindMxfp4, kVnni>(pool, x, w, bias, outputs, num_outputs);
-  } else if (w.dtype == plan::I4) {
-    w.zero_points != nullptr ? GemmTyped<3, kVnni>(pool, x, w, bias, outputs, num_outputs)
-                             : GemmTyped<2, kVnni>(pool, x, w, bias, outputs, num_outputs);
-  } else {
-    w.group_size == w.cols ? GemmTyped<1, kVnni>(pool, x, w, bias, outputs, num_outputs)
-                           : GemmTyped<0, kVnni>(pool, x, w, bias, outputs, num_outputs);
+  {
+    if (w.dtype == plan::FP4_E2M1) {
+      GemmTyped<kKindMxfp4, kVnni>(pool, x, w, bias, outputs, num_outputs);
+    } else if (w.dtype == plan::I4) {
+      w.zero_points != nullptr ? GemmTyped<3, kVnni>(pool, x, w, bias, outputs, num_outputs)
+                               : GemmTyped<2, kVnni>(pool, x, w, bias, outputs, num_outputs);
+    } else {
+      w.group_size == w.cols ? GemmTyped<1, kVnni>(pool, x, w, bias, outputs, num_outputs)
+                             : GemmTyped<0, kVnni>(pool, x, w, bias, outputs, num_outputs);
+    }
   }
 }
 

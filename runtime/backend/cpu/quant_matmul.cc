@@ -1097,10 +1097,11 @@ void QuantizedMatMulImpl(ThreadPool& pool, const float* x, int64_t num_rows,
   const bool mxfp4 = w.dtype == plan::FP4_E2M1;
   const bool x86_tiles = LLMRT_QUANT_AVX2 && (mxfp4 || QuantGroupShift(w.group_size, w.cols) >= 0);
   // I4 and MXFP4 there: block sums (the GEMM's zero-point / bias correction), and the codes in
-  // lane order (the GEMV's and the GEMM's layout). I8 in the GEMM: block sums (the AVX-512
-  // VNNI tiles start each block's chains at -128 x its sum).
+  // lane order (the GEMV's and the GEMM's layout). I8 in the AVX-512 VNNI GEMM: block sums (its
+  // tiles start each block's chains at -128 x its sum).
   const bool int4_lanes = x86_tiles && (w.dtype == plan::I4 || mxfp4);
-  const bool block_sums = int4_lanes || (x86_tiles && num_rows >= kQuantGemmMinRows);
+  const bool block_sums =
+      int4_lanes || (x86_tiles && LLMRT_QUANT_VNNI512 && num_rows >= kQuantGemmMinRows);
   auto quantize = [&](int64_t begin, int64_t end, int32_t) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t source = input_rows != nullptr ? input_rows[row] : row;
