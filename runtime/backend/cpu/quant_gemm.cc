@@ -209,18 +209,6 @@ void TileI8(const GemmRow* rows, const TokenTile& tile, int64_t cols, int group_
   }
 }
 
-// The zero points of blocks [block, block + count) as int32 lanes (lanes past count 0).
-HWY_INLINE __m256i Zeros8(const uint8_t* zero_points, int64_t block, int64_t count,
-                          int group_shift) {
-  if (group_shift == 0 && count == 8) {
-    return _mm256_cvtepu8_epi32(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(zero_points + block)));
-  }
-  alignas(32) int32_t zeros[8] = {};
-  for (int64_t i = 0; i < count; ++i) zeros[i] = zero_points[(block + i) >> group_shift];
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(zeros));
-}
-
 // Lane order, the I4 GEMM's layout of a chunk of 8 blocks (256 codes, one byte each): 8 vectors,
 // vector v holding columns 4v..4v+3 of block j in its 32-bit lane j. A maddubs of two such
 // vectors leaves each block's products in its own lane, so the 8 blocks' sums need no shuffle
@@ -362,7 +350,7 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
                : ScaleLanes8(row.scales, block, kFull ? 8 : count, group_shift);
     __m256i zeros = _mm256_setzero_si256();
     if constexpr (kZeroPoints) {
-      zeros = Zeros8(row.zero_points, block, kFull ? 8 : count, group_shift);
+      zeros = ZeroLanes8(row.zero_points, block, kFull ? 8 : count, group_shift);
     }
     const uint8_t* w = unpacked + block * kBlock;
 #pragma GCC unroll 8
@@ -574,7 +562,7 @@ void PreparePanelRow(const GemmRow& row, int64_t cols, int group_shift, int64_t 
                                               : ScaleLanes8(row.scales, block, count, group_shift));
     if (panel.zeros != nullptr) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel.zeros + at * 8),
-                          Zeros8(row.zero_points, block, count, group_shift));
+                          ZeroLanes8(row.zero_points, block, count, group_shift));
     }
   }
   if (panel.codes != nullptr) {

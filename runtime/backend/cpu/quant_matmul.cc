@@ -326,30 +326,6 @@ HWY_INLINE void CombineScales(const WeightRow& row, int64_t begin, int64_t end, 
 //   integer as the scalar kernel's), then one convert and one FMA with the 8 combined scales
 //   per 8 blocks.
 
-// The f32 weight scales of blocks [block, block + count) of `row` (count <= 8; lanes beyond
-// count are 0, and nothing past the row is read).
-HWY_INLINE __m256 BlockScales8(const WeightRow& row, int64_t block, int64_t count,
-                               int group_shift) {
-  if (group_shift == 0 && count == 8) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.scales + block)));
-  }
-  alignas(16) uint16_t halves[8] = {};
-  for (int64_t i = 0; i < count; ++i) halves[i] = row.scales[(block + i) >> group_shift];
-  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(halves)));
-}
-
-// The zero points of blocks [block, block + count) of `row` as int32 lanes (see BlockScales8).
-HWY_INLINE __m256i BlockZeros8(const WeightRow& row, int64_t block, int64_t count,
-                               int group_shift) {
-  if (group_shift == 0 && count == 8) {
-    return _mm256_cvtepu8_epi32(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.zero_points + block)));
-  }
-  alignas(32) int32_t zeros[8] = {};
-  for (int64_t i = 0; i < count; ++i) zeros[i] = row.zero_points[(block + i) >> group_shift];
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(zeros));
-}
-
 // The 8 exact block sums sum_c code_c * q_c of a chunk of 8 I4 blocks, one per 32-bit lane:
 // codes in plan.proto's LANE_CHUNKS layout (4 slices of 32 bytes, block j in lane j), activation
 // codes in lane order (LaneOrderInt4Activations: the low nibbles of slice v meet vector 2v, the
@@ -617,12 +593,13 @@ void GemvInt4Avx2(const WeightRow* rows, int64_t cols, int group_shift, const in
                         __m256 activation_scales, __m256i activation_sums) HWY_ATTR {
     const __m256i isums = ChunkSumsInt4<kVnni>(chunk, x_codes + block * kQuantBlock);
     const __m256i corrections =
-        kZeroPoints
-            ? _mm256_mullo_epi32(BlockZeros8(rows[r], block, count, group_shift), activation_sums)
-            : _mm256_slli_epi32(activation_sums, 3);  // zero point 8
+        kZeroPoints ? _mm256_mullo_epi32(ZeroLanes8(rows[r].zero_points, block, count, group_shift),
+                                         activation_sums)
+                    : _mm256_slli_epi32(activation_sums, 3);  // zero point 8
     acc[r] = _mm256_fmadd_ps(
         _mm256_cvtepi32_ps(_mm256_sub_epi32(isums, corrections)),
-        _mm256_mul_ps(BlockScales8(rows[r], block, count, group_shift), activation_scales), acc[r]);
+        _mm256_mul_ps(ScaleLanes8(rows[r].scales, block, count, group_shift), activation_scales),
+        acc[r]);
   };
   int64_t block = 0;
   for (; block + 8 <= blocks; block += 8) {

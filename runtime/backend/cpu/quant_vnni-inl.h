@@ -144,6 +144,18 @@ HWY_INLINE __m256 ScaleLanes8(const uint16_t* scales, int64_t block, int64_t cou
   return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(halves)));
 }
 
+// The zero points of blocks [block, block + count) of a row as int32 lanes (as ScaleLanes8).
+HWY_INLINE __m256i ZeroLanes8(const uint8_t* zero_points, int64_t block, int64_t count,
+                              int group_shift) {
+  if (group_shift == 0 && count == 8) {
+    return _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(zero_points + block)));
+  }
+  alignas(32) int32_t zeros[8] = {};
+  for (int64_t i = 0; i < count; ++i) zeros[i] = zero_points[(block + i) >> group_shift];
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(zeros));
+}
+
 namespace vnni {
 
 // Whether this body's VNNI path may run now (dispatch.h's tiers avx3_vnni / avx2_vnni).
