@@ -939,13 +939,14 @@ void GemmVnni512(ThreadPool& pool, const QuantizedActivationRows& x, const Matri
     // Scales (and zero points) of 8 lanes a chunk, then I4's tails or I8's codes.
     const int64_t lanes = kPanelRows * chunks * 8;
     const int64_t lane_bytes = lanes * 4 * (kZeroPoints ? 2 : 1);
+    const int64_t tail_bytes = kInt8 ? 0 : kPanelRows * plan::kInt4ChunkBytes;
     const int64_t code_bytes = kInt8 ? kPanelRows * chunks * kChunkCodes : 0;
-    uint8_t* buffer = ThreadLocalBuffer<vnni512::PanelScales, uint8_t>(
-        lane_bytes + kPanelRows * plan::kInt4ChunkBytes + code_bytes);
+    uint8_t* buffer =
+        ThreadLocalBuffer<vnni512::PanelScales, uint8_t>(lane_bytes + tail_bytes + code_bytes);
     const vnni512::PanelOperands operands{
         reinterpret_cast<float*>(buffer),
         kZeroPoints ? reinterpret_cast<int32_t*>(buffer + lanes * 4) : nullptr, buffer + lane_bytes,
-        kInt8 ? buffer + lane_bytes + kPanelRows * plan::kInt4ChunkBytes : nullptr, chunks};
+        kInt8 ? buffer + lane_bytes + tail_bytes : nullptr, chunks};
     PanelColumns columns;
     int32_t output = 0;
     for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
