@@ -136,6 +136,12 @@ class Agents(unittest.TestCase):
                     failures.append("agent %d, turn %d: %r (cause %r)" %
                                     (index, turn, error, error.__cause__))
 
+        # The SDK builds its pydantic response models on first use, and 32 threads doing it at once
+        # can meet a half-built one (PydanticUserError "Pydantic models should inherit from
+        # BaseModel"): one streamed turn here builds them before the agents start.
+        warm_up = openai.OpenAI(base_url=self.server.url + "/v1", api_key="unused", max_retries=0,
+                                timeout=600)
+        self.stream_turn(warm_up, [{"role": "user", "content": "Warm-up: weather?"}], seed=5000)
         threads = [threading.Thread(target=agent, args=(i,)) for i in range(AGENTS)]
         for thread in threads:
             thread.start()
