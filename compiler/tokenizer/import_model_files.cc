@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "compiler/importer/json_util.h"
 #include "compiler/tokenizer/import_internal.h"
 #include "compiler/tokenizer/import_tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -30,6 +31,7 @@ namespace llmc {
 namespace {
 
 using Json = nlohmann::json;
+using importer_internal::ParseJson;
 using llmrt::plan::TokenizerSpec;
 
 // The pre-tokenizer regexes, as transformers' Qwen2Tokenizer and TikTokenConverter set them.
@@ -56,18 +58,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 
 bool FileExists(const std::string& path) { return std::ifstream(path).good(); }
 
-absl::StatusOr<Json> ParseJson(std::string_view text, absl::string_view name) {
-  try {
-    return Json::parse(text.begin(), text.end());
-  } catch (const Json::parse_error& error) {
-    return Invalid(name, absl::StrCat("invalid JSON: ", error.what()));
-  }
-}
-
 // tokenizer_config.json, or an empty object when there is none.
 absl::StatusOr<Json> ParseConfig(std::string_view config_json, absl::string_view name) {
   if (config_json.empty()) return Json::object();
-  LLMRT_ASSIGN_OR_RETURN(Json config, ParseJson(config_json, name));
+  LLMRT_ASSIGN_OR_RETURN(Json config, ParseJson(config_json, std::string(name)));
   if (!config.is_object()) return Invalid(name, "expected an object");
   return config;
 }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "compiler/importer/json_util.h"
 #include "compiler/tokenizer/import_internal.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
@@ -20,6 +21,7 @@ namespace llmc {
 namespace {
 
 using Json = nlohmann::json;
+using importer_internal::ParseJson;
 using llmrt::plan::TokenizerSpec;
 
 // Each component family's supported "type"s, listed in errors so the user sees the alternatives.
@@ -596,15 +598,6 @@ absl::Status ImportModel(const Reader& reader, const Json& root, TokenizerSpec* 
   return absl::OkStatus();
 }
 
-absl::StatusOr<Json> ParseJson(absl::string_view text, absl::string_view name) {
-  try {
-    return Json::parse(text.begin(), text.end());
-  } catch (const Json::parse_error& error) {
-    // nlohmann's message carries "at line L, column C".
-    return absl::InvalidArgumentError(absl::StrCat(name, ": invalid JSON: ", error.what()));
-  }
-}
-
 // bos_token / eos_token are a string or an AddedToken object {"content": ...}.
 absl::StatusOr<int32_t> SpecialTokenId(const Reader& reader, const Json& config, const char* key,
                                        const absl::flat_hash_map<std::string, int32_t>& ids) {
@@ -632,11 +625,8 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerFromJson(std::string_view tokenizer
                                                       std::string_view config_json_std,
                                                       std::string_view tokenizer_json_name_std,
                                                       std::string_view config_json_name_std) {
-  // Debian's abseil is built with its own string_view type.
-  const absl::string_view tokenizer_json(tokenizer_json_std.data(), tokenizer_json_std.size());
-  const absl::string_view tokenizer_json_name(tokenizer_json_name_std.data(),
-                                              tokenizer_json_name_std.size());
-  LLMRT_ASSIGN_OR_RETURN(Json root, ParseJson(tokenizer_json, tokenizer_json_name));
+  LLMRT_ASSIGN_OR_RETURN(Json root,
+                         ParseJson(tokenizer_json_std, std::string(tokenizer_json_name_std)));
   return tokenizer_internal::ImportTokenizerDocument(root, config_json_std, tokenizer_json_name_std,
                                                      config_json_name_std);
 }
@@ -687,7 +677,8 @@ absl::StatusOr<TokenizerSpec> ImportTokenizerDocument(const nlohmann::json& root
   }
 
   if (config_json.empty()) return spec;
-  LLMRT_ASSIGN_OR_RETURN(Json config, ParseJson(config_json, config_json_name));
+  LLMRT_ASSIGN_OR_RETURN(Json config,
+                         ParseJson(config_json_std, std::string(config_json_name_std)));
   const Reader config_reader(config_json_name);
   if (!config.is_object()) return config_reader.Error("(root)", "expected an object");
   LLMRT_ASSIGN_OR_RETURN(bool add_bos,

@@ -174,6 +174,20 @@ TEST(ImportTokenizerTest, BadJsonGivesLineAndColumn) {
             std::string::npos);
 }
 
+// nlohmann reports a number too large for a double as out_of_range, not parse_error; found by
+// llmc_tokenizer_fuzzer. Both files, and nesting deep enough to overflow the stack, are errors.
+TEST(ImportTokenizerTest, OverflowingNumbersAndDeepNestingAreErrors) {
+  const std::string huge = ErrorOf(R"({"model": {"vocab": {"a": 1e99999}}})");
+  EXPECT_NE(huge.find("tokenizer.json: invalid JSON"), std::string::npos) << huge;
+  EXPECT_NE(huge.find("number overflow"), std::string::npos) << huge;
+  const std::string deep = ErrorOf(std::string(100000, '['));
+  EXPECT_NE(deep.find("nested deeper than"), std::string::npos) << deep;
+  auto vocab = ImportVocabMerges(R"({"a": 0, "b": 1, "ab": 1e99999})", "a b\n", "", "");
+  ASSERT_FALSE(vocab.ok());
+  EXPECT_NE(vocab.status().message().find("(vocab.json): invalid JSON"), std::string::npos)
+      << vocab.status();
+}
+
 TEST(ImportTokenizerTest, MissingFilesAreNamed) {
   const std::string dir = testing::TempDir() + "/import_tokenizer_missing";
   std::remove((dir + "/vocab.json").c_str());
