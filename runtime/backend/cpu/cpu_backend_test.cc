@@ -829,6 +829,48 @@ TEST(CpuKernelTest, PackedMatMulIsBatchInvariant) {
   }
 }
 
+// F16/BF16 prefill of 64 rows or more runs on f32 copies of the panels, 1024 columns at a time
+// (matmul.cc, SweepWidened): 300 rows (a 256-row chunk that is widened and a 44-row one that is
+// not), K = 2500 (two whole slices and a partial one), 3 panels (a group of two and one alone)
+// on 1 and 2 threads. Every row must equal its decode (one row alone, never widened) to the bit,
+// and both the decoded weights' f64 reference.
+TEST(CpuKernelTest, WidenedPrefillMatchesDecodeBitForBit) {
+  constexpr int64_t kRows = 300, kCols = 2500, kOut = 48;
+  for (plan::DType dtype : {plan::F16, plan::BF16}) {
+    std::vector<float> w_data(kOut * kCols);
+    for (size_t i = 0; i < w_data.size(); ++i) w_data[i] = std::cos(0.61f * i);
+    const std::vector<uint8_t> encoded = ::llmrt::testing::EncodeAs(dtype, w_data);
+    const std::vector<float> decoded = ::llmrt::testing::DecodeFrom(dtype, encoded);
+    const std::vector<uint8_t> packed = PackPanels(encoded, kOut, kCols, 2, kPanelRows);
+    const MatrixView w{packed.data(), dtype, kOut, kCols, kPanelRows};
+    std::vector<float> x(kRows * kCols);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.3f * i) * 3.0f;
+    for (int32_t threads : {1, 2}) {
+      ThreadPool pool(threads);
+      std::vector<float> batched(kRows * kOut);
+      const MatMulOutput all{batched.data(), 0, kOut};
+      MatMul(pool, x.data(), kRows, nullptr, w, nullptr, &all, 1);
+      for (int32_t row = 0; row < kRows; row += 13) {
+        std::vector<float> alone(kOut);
+        const MatMulOutput one{alone.data(), 0, kOut};
+        MatMul(pool, x.data(), 1, &row, w, nullptr, &one, 1);
+        for (int64_t c = 0; c < kOut; ++c) {
+          ASSERT_EQ(alone[c], batched[row * kOut + c])
+              << "dtype " << dtype << " threads " << threads << " row " << row << " col " << c;
+          double expected = 0, magnitude = 0;
+          for (int64_t k = 0; k < kCols; ++k) {
+            const double product = static_cast<double>(x[row * kCols + k]) * decoded[c * kCols + k];
+            expected += product;
+            magnitude += std::abs(product);
+          }
+          ASSERT_NEAR(batched[row * kOut + c], expected, 1e-5 * magnitude)
+              << "dtype " << dtype << " row " << row << " col " << c;
+        }
+      }
+    }
+  }
+}
+
 // ---- Packed BF16 weights on the AVX512-BF16 tier (matmul.cc: vdpbf16ps) ----
 
 // Applies LLMRT_CPU_TARGET as the backend does (these tests call MatMul directly) and returns
