@@ -15,8 +15,9 @@
 # (default /work/llamacpp, with build/bin/llama-bench) and its converter's Python packages
 # (numpy torch safetensors sentencepiece transformers; $PYTHON, default python3). Writes everything
 # under $WORK_DIR (default /tmp/llmrt-side-by-side): the synthetic checkpoint of `llmc synth
-# --preset` (TinyLlama-1.1B by default), our plan, the GGUF, and results-PRESET-FORMAT.jsonl (one line per program, rep and thread count, with the load average at
-# the start). llama.cpp and its outputs never go into the repository.
+# --preset` (TinyLlama-1.1B by default), our plan, the GGUF, and results-PRESET-FORMAT.jsonl (this
+# run's: one line per program, rep and thread count, with the load average at the start).
+# llama.cpp and its outputs never go into the repository.
 #
 # The machine is shared and has 2 cores: each rep waits (up to 10 minutes) for the 1-minute load
 # average to fall below --max-load, then runs llama-bench and llmrt bench back to back, so both
@@ -106,6 +107,9 @@ wait_for_quiet() {
 }
 
 "$BUILD/bin/llmrt" bench --bandwidth -t "$THREADS"
+
+# This run's rows only: the medians below must not mix in an earlier run's (another build's).
+: > "$RESULTS"
 
 run_llama() {
   local load=$1 rep=$2
