@@ -448,9 +448,9 @@ void ForEachRegionCall(ThreadPool& pool, int64_t num_panels, int group, int64_t 
 // so that a slice of the group (kPrefillPanels x 16 x 1024 f32: 128 KiB on AVX-512) stays in
 // L2 beside the next group being prefetched, whatever K. Measured (llmrt bench -p 512 on the
 // synthetic TinyLlama f16 plan, Intel Xeon avx3_vnni, interleaved runs, tok/s): 1 thread
-// 50.8-55.2 -> 59.2-66.0, 2 threads 84.1-104.4 -> 86.7-115.7; avx2 tier 32.4-34.9 ->
+// 56.8-57.8 -> 68.0-69.3, 2 threads 109.6-115.0 -> 116.5-127.4; avx2 tier 32.4-34.9 ->
 // 34.0-38.4 (1 thread), 63.8-68.9 -> 67.9-76.6 (2). Below kWidenMinRows rows a chunk's few
-// tiles do not pay for the copy (M = 16: 75-100 against 105-125 GFLOPS).
+// tiles do not pay for the copy (M = 16, 1 thread, best of 4: 98-104 against 123-128 GFLOPS).
 constexpr int64_t kWidenColumns = 1024;
 constexpr int64_t kWidenMinRows = 64;
 
