@@ -1,5 +1,5 @@
 // JSON helpers shared by the importer's readers (safetensors headers, config.json,
-// generation_config.json, the shard index).
+// generation_config.json, the shard index) and the tokenizer import (compiler/tokenizer).
 #ifndef LLMC_COMPILER_IMPORTER_JSON_UTIL_H_
 #define LLMC_COMPILER_IMPORTER_JSON_UTIL_H_
 
