@@ -410,18 +410,23 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
 // 8 blocks the exact int32 block sums, block j in lane j, minus the zero-point correction, one
 // convert and one FMA with weight scale x activation scale per lane, one f32 chain of 8 lanes
 // over the chunks. What differs is how the operands reach the registers:
-// - two tokens share each 512-bit vector: lanes 0-7 are token 2p's and 8-15 token 2p + 1's, so
-//   a chain of 8 vpdpbusd per (row, token pair) and chunk, on LANE_CHUNKS slice v of the row
-//   broadcast to both halves (its low nibbles are lane-order vector 2v, its high nibbles 2v + 1)
-//   against those vectors of the two tokens, leaves each token's 8 block sums in its own half;
-//   the f32 steps then run on both tokens at once, each lane seeing TileI4's operations on its
-//   own values (so the results are its bits);
+// - two rows share each 512-bit vector: lanes 0-7 are row 2q's and 8-15 row 2q + 1's, so a
+//   chain of 8 vpdpbusd per (row pair, token) and chunk, on LANE_CHUNKS slice v of the two rows
+//   (one in each half; its low nibbles are lane-order vector 2v, its high nibbles 2v + 1)
+//   against those vectors of the token broadcast to both halves, leaves each row's 8 block sums
+//   in its own half; the f32 steps then run on both rows at once, each lane seeing TileI4's
+//   operations on its own values (so the results are its bits). A pair of rows rather than a
+//   pair of tokens (the tile's former layout, one row's 32 codes broadcast to both halves)
+//   unpacks 64 distinct codes per mask instead of 32 twice: per chunk 64 vpdpbusd, 8 inserts and
+//   24 nibble operations against 48, and the synthetic chunk 65 -> 58 cycles; measured in the
+//   GEMM, 1 thread, I4 g32 symmetric M = 16 GMAC/s 118-130 -> 133-139 at 2560 / 11264 x 2048 and
+//   136-141 -> 147-150 at 2048 x 5632 (a slower host than the figures below);
 // - the codes come straight from the plan: one mask (low nibbles) or shift and mask (high) per
 //   32 codes, shared by the tile's 4 tokens; unpacking each panel once instead (as TileI4's
 //   callers do) was 15-30% slower at 16 tokens: the unpack's stores, and an unpacked panel of
 //   16 x K bytes that no longer fits L1 next to the tokens;
-// - each weight vector meets the tile's 4 tokens and each activation vector its 4 rows (8
-//   loads per 16 vpdpbusd; TileI4's 1 x 4 tile loaded 8 per 4, and the load ports bounded it);
+// - each weight vector meets the tile's 4 tokens and each activation vector its 2 row pairs
+//   (TileI4's 1 x 4 tile loaded 8 vectors per 4 vpdpbusd, and the load ports bounded it);
 // - 4 rows x 4 tokens, not 2 rows x 8 (4 pairs, which halves the nibble ops per MAC): measured
 //   slower, 1 thread, I4 g32 symmetric GMAC/s at M = 16 / 64 / 512: 265 / 287 / 277 against
 //   277 / 311 / 294 at 11264 x 2048, and 172 / 175 / 174 against 273 / 310 / 285 at 2048 x 5632,
@@ -431,13 +436,14 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
 //   11264 x 2048, 265-267 / 287 against 263-268 / 283-285 at 2048 x 5632): the operations
 //   beside vpdpbusd are not what bounds the tile (its 64 vpdpbusd, 8 multiplies and 8 FMAs per
 //   chunk share two pipes: >= 40 cycles, against ~57 measured);
-// - the activations of each token tile are copied once per call into that order (a pair's
+// - the activations of each token tile are copied once per call into lane order (a token pair's
 //   vectors interleaved), next to their scales and the chains' starting values, and a panel's
 //   weight scales are converted to f32 once per panel, so a chunk's loads are fixed offsets
 //   from a few pointers (with a pointer per row and token the compiler spilled them) and the
 //   tile converts no scale.
 // I8 takes the same tile and arithmetic (its chains start at -128 x sum(q), its codes go in as
-// code ^ 0x80): each panel row is laid out once per call in lane order, unsigned (PackInt8Row),
+// code ^ 0x80): each panel row is laid out once per call in lane order, unsigned, the rows of a
+// pair interleaved so that a pair's vector is one load (PackInt8Row),
 // so that 4 vpdpbusd sum a block's 32 columns into one lane and a chunk of 8 blocks costs one
 // convert and one FMA per (row, token) where the plan's natural order costs one per block pair.
 // Measured on an Intel Xeon (Emerald Rapids; 512-bit integer and FP operations share ports 0
@@ -512,8 +518,12 @@ inline const PackInt8Indices kPackInt8Indices{};
 // An I8 row's codes as the tiles read them: chunk by chunk in lane order (LaneOrderChunk's), each
 // code as vpdpbusd's unsigned operand code ^ 0x80, past the row code 0 (never read: the end of
 // the mapped plan may follow). 8 vpermt2d a chunk (LaneOrderWords' 24 256-bit shuffles made the
-// layout a quarter of a 16-token GEMM on Intel, whose shuffles all take port 5).
-void PackInt8Row(const uint8_t* codes, int64_t cols, int64_t chunks, uint8_t* out) {
+// layout a quarter of a 16-token GEMM on Intel, whose shuffles all take port 5). half < 0: the
+// row alone, slice s of chunk c at out + c x kChunkCodes + 64 s as (low vector, high vector);
+// half 0 or 1: the row of a pair whose 2 x chunks x kChunkCodes bytes start at `out`, slice s of
+// chunk c at 2 c x kChunkCodes + 128 s as (low vector of row 0, of row 1, high of row 0, of row 1),
+// so that a tile loads each pair's 64 bytes whole (Tile).
+void PackInt8Row(const uint8_t* codes, int64_t cols, int64_t chunks, int half, uint8_t* out) {
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i words_low = _mm512_load_si512(kPackInt8Indices.round1[0]);
   const __m512i words_high = _mm512_load_si512(kPackInt8Indices.round1[1]);
@@ -540,7 +550,16 @@ void PackInt8Row(const uint8_t* codes, int64_t cols, int64_t chunks, uint8_t* ou
                               _mm512_permutex2var_epi32(high03, pair_odd, high47)};
 #pragma GCC unroll 4
     for (int s = 0; s < 4; ++s) {
-      _mm512_store_si512(out + chunk * kChunkCodes + 64 * s, _mm512_xor_si512(pairs[s], bias));
+      const __m512i vectors = _mm512_xor_si512(pairs[s], bias);
+      if (half < 0) {
+        _mm512_store_si512(out + chunk * kChunkCodes + 64 * s, vectors);
+      } else {
+        // Beside the pair's other row: its low vector, then 32 bytes on its high one.
+        uint8_t* at = out + 2 * chunk * kChunkCodes + 128 * s + 32 * half;
+        _mm256_store_si256(reinterpret_cast<__m256i*>(at), _mm512_castsi512_si256(vectors));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(at + 64),
+                           _mm512_extracti64x4_epi64(vectors, 1));
+      }
     }
   }
 }
@@ -566,8 +585,15 @@ void PreparePanelRow(const GemmRow& row, int64_t cols, int group_shift, int64_t 
     }
   }
   if (panel.codes != nullptr) {
-    PackInt8Row(row.codes, cols, panel.chunks,
-                panel.codes + panel_row * panel.chunks * kChunkCodes);
+    // A tile's rows in pairs (rows 2q and 2q + 1 interleaved), a single row alone.
+    const int64_t row_codes = panel.chunks * kChunkCodes;
+    if (rows == 1) {
+      PackInt8Row(row.codes, cols, panel.chunks, -1, panel.codes + panel_row * row_codes);
+    } else {
+      const int64_t in_tile = panel_row - first;
+      PackInt8Row(row.codes, cols, panel.chunks, static_cast<int>(in_tile % 2),
+                  panel.codes + (first + in_tile / 2 * 2) * row_codes);
+    }
   } else if (blocks % 8 != 0) {
     plan::ExpandInt4Chunk(row.codes, cols, blocks / 8 * 8,
                           panel.tails + panel_row * plan::kInt4ChunkBytes);
@@ -621,95 +647,120 @@ void LayOutTokenTile(const QuantizedActivationRows& x, int64_t blocks, int64_t c
   }
 }
 
-// result[r][t] for kRows rows x kPairs token pairs, kKind 0 (I8, any scales), 2, 3 or
-// kKindMxfp4 (GemmRow's kinds; MXFP4: each nibble through the kMxfp4BiasedTable shuffle, the
-// chains starting at -kMxfp4Bias x sum(q)). packed: the tile's first row in the plan (I8: in
-// PanelOperands::codes), rows `row_bytes` apart; tails: I4's expanded last chunks
+// result[r][t] for kRows rows (kGroupRows, or 1) x kTokens tokens (2 or 4; a short token tile's
+// missing tokens are zeros in its layout), kKind 0 (I8, any scales), 2, 3 or kKindMxfp4
+// (GemmRow's kinds; MXFP4: each nibble through the kMxfp4BiasedTable shuffle, the chains
+// starting at -kMxfp4Bias x sum(q)). A 512-bit vector holds a pair of rows, row 2q in lanes 0-7
+// and 2q + 1 in 8-15 (a single row: lanes 0-7 alone count), against one token's activations in
+// both halves. packed: the tile's first row in the plan, rows `row_bytes` apart (I8: its first
+// pair in PanelOperands::codes, PackInt8Row's layout); tails: I4's expanded last chunks
 // (PanelOperands) when the rows end in a shorter one; scales, zeros: the tile's first lanes in
 // the panel (PanelOperands); x, meta: its token tile's (LayOutTokenTile). prefetch (nullptr:
 // none): rows in the plan, `row_bytes` (I8: `cols`) apart, to prefetch (the same rows of the
 // thread's next panel), spread over the panel's `tiles` token tiles of which this is `tile`: a
 // chunk of the rows every `tiles` chunk steps, so that the reads from memory keep pace with the
 // compute rather than queue up at one tile.
-template <int kRows, int kPairs, int kKind>
+template <int kRows, int kTokens, int kKind>
 void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_t cols,
           const float* scales, const int32_t* zeros, const int8_t* x, const uint8_t* meta,
           const uint8_t* prefetch, int64_t tile, int64_t tiles, float (*result)[kGemmTokens]) {
+  static_assert(kRows == kGroupRows || kRows == 1, "a tile is two row pairs or one row");
+  constexpr int kRowPairs = kRows == 1 ? 1 : kRows / 2;
+  constexpr int kPairs = kTokens / 2;  // token pairs of the layout
   constexpr bool kZeroPoints = kKind == 3;
   constexpr bool kMxfp4 = kKind == kKindMxfp4;
   constexpr bool kBytes = kKind < 2;  // I8: a byte per code, no nibbles
   const __m512i mask = _mm512_set1_epi8(0x0f);
   const __m512i table = _mm512_broadcast_i32x4(
       _mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4BiasedTable.bytes)));
-  __m512 acc[kRows][kPairs];
-#pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) {
+  __m512 acc[kRowPairs][kTokens];
 #pragma GCC unroll 2
-    for (int p = 0; p < kPairs; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (int q = 0; q < kRowPairs; ++q) {
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) acc[q][t] = _mm512_setzero_ps();
   }
-  // One chunk whose row r starts at codes + r * stride. Per (row, pair) one chain of 8
-  // vpdpbusd, vector k of the row broadcast to both halves against vector k of the pair's two
-  // tokens, so that lanes j and 8 + j end at block j's sums of tokens 2p and 2p + 1.
+  // Token t's 8 lanes at `base` (its pair's vector or meta), in both halves.
+  auto token_bytes = [&](const uint8_t* base, int t) HWY_ATTR {
+    return _mm512_broadcast_i64x4(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 32 * (t % 2))));
+  };
+  // One chunk whose row r starts at codes + r * stride. Per (row pair, token) one chain of 8
+  // vpdpbusd, vector k of the two rows (one in each half) against vector k of the token in both
+  // halves, so that lanes j and 8 + j end at block j's sums of rows 2q and 2q + 1.
   auto chunk_step = [&](const uint8_t* codes, int64_t stride) HWY_ATTR {
-    __m512i isums[kRows][kPairs];
+    __m512i isums[kRowPairs][kTokens];
 #pragma GCC unroll 4
-    for (int r = 0; r < kRows; ++r) {
+    for (int t = 0; t < kTokens; ++t) {
+      const __m512i start =
+          kZeroPoints ? _mm512_setzero_si512() : token_bytes(meta + t / 2 * kPairMetaBytes + 64, t);
 #pragma GCC unroll 2
-      for (int p = 0; p < kPairs; ++p) {
-        isums[r][p] = kZeroPoints ? _mm512_setzero_si512()
-                                  : _mm512_loadu_si512(meta + p * kPairMetaBytes + 64);
-      }
+      for (int q = 0; q < kRowPairs; ++q) isums[q][t] = start;
     }
 #pragma GCC unroll 4
     for (int slice = 0; slice < 4; ++slice) {
-      // Lane-order vectors 2 slice (low nibbles) and 2 slice + 1 (high) of each pair.
-      __m512i low_x[kPairs], high_x[kPairs];
+      // Lane-order vectors 2 slice (low nibbles) and 2 slice + 1 (high) of each row pair.
+      __m512i low[kRowPairs], high[kRowPairs];
 #pragma GCC unroll 2
-      for (int p = 0; p < kPairs; ++p) {
-        low_x[p] = _mm512_loadu_si512(x + (p * 8 + 2 * slice) * 64);
-        high_x[p] = _mm512_loadu_si512(x + (p * 8 + 2 * slice + 1) * 64);
-      }
-#pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r) {
-        __m512i low, high;
+      for (int q = 0; q < kRowPairs; ++q) {
         if constexpr (kBytes) {
-          const uint8_t* vectors = codes + r * stride + 64 * slice;
-          low =
-              _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(vectors)));
-          high = _mm512_broadcast_i64x4(
-              _mm256_load_si256(reinterpret_cast<const __m256i*>(vectors + 32)));
+          // PackInt8Row's layout: per slice the pair's low vectors, then its high ones.
+          const uint8_t* vectors = codes + 2 * q * stride + 128 * slice;
+          if constexpr (kRows == 1) {
+            low[q] = token_bytes(codes + 64 * slice, 0);
+            high[q] = token_bytes(codes + 64 * slice + 32, 0);
+          } else {
+            low[q] = _mm512_load_si512(vectors);
+            high[q] = _mm512_load_si512(vectors + 64);
+          }
         } else {
-          const __m512i bytes = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(codes + r * stride + 32 * slice)));
-          low = _mm512_and_si512(bytes, mask);
-          high = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask);
+          const uint8_t* row = codes + 2 * q * stride + 32 * slice;
+          const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
+          const __m512i bytes =
+              kRows == 1
+                  ? _mm512_broadcast_i64x4(first)
+                  : _mm512_inserti64x4(
+                        _mm512_castsi256_si512(first),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + stride)), 1);
+          low[q] = _mm512_and_si512(bytes, mask);
+          high[q] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask);
           if constexpr (kMxfp4) {
-            low = _mm512_shuffle_epi8(table, low);
-            high = _mm512_shuffle_epi8(table, high);
+            low[q] = _mm512_shuffle_epi8(table, low[q]);
+            high[q] = _mm512_shuffle_epi8(table, high[q]);
           }
         }
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < kTokens; ++t) {
+        const uint8_t* vectors = reinterpret_cast<const uint8_t*>(x) + (t / 2 * 8 + 2 * slice) * 64;
+        const __m512i low_x = token_bytes(vectors, t);
+        const __m512i high_x = token_bytes(vectors + 64, t);
 #pragma GCC unroll 2
-        for (int p = 0; p < kPairs; ++p) {
-          isums[r][p] = vnni::DotBytes(vnni::DotBytes(isums[r][p], low, low_x[p]), high, high_x[p]);
+        for (int q = 0; q < kRowPairs; ++q) {
+          isums[q][t] = vnni::DotBytes(vnni::DotBytes(isums[q][t], low[q], low_x), high[q], high_x);
         }
       }
     }
-#pragma GCC unroll 2
-    for (int p = 0; p < kPairs; ++p) {
-      const __m512 activation_scales = _mm512_loadu_ps(meta + p * kPairMetaBytes);
+    // The pair's 16 lanes of weight scales (zero points): rows 2q and 2q + 1, or the row twice.
+    auto pair_lanes = [&](const auto* lanes, int q) HWY_ATTR {
+      return kRows == 1 ? _mm512_broadcast_i64x4(
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes)))
+                        : _mm512_loadu_si512(lanes + 16 * q);
+    };
 #pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r) {
-        // The row's 8 lanes in both halves.
-        const __m512 weight_scales = _mm512_broadcast_f32x8(_mm256_loadu_ps(scales + 8 * r));
-        __m512i sums = isums[r][p];
+    for (int t = 0; t < kTokens; ++t) {
+      const uint8_t* pair_meta = meta + t / 2 * kPairMetaBytes;
+      const __m512 activation_scales = _mm512_castsi512_ps(token_bytes(pair_meta, t));
+#pragma GCC unroll 2
+      for (int q = 0; q < kRowPairs; ++q) {
+        __m512i sums = isums[q][t];
         if constexpr (kZeroPoints) {
           sums = _mm512_sub_epi32(
-              sums, _mm512_mullo_epi32(_mm512_broadcast_i32x8(_mm256_loadu_si256(
-                                           reinterpret_cast<const __m256i*>(zeros + 8 * r))),
-                                       _mm512_loadu_si512(meta + p * kPairMetaBytes + 64)));
+              sums, _mm512_mullo_epi32(pair_lanes(zeros, q), token_bytes(pair_meta + 64, t)));
         }
-        acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
-                                    _mm512_mul_ps(weight_scales, activation_scales), acc[r][p]);
+        acc[q][t] = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(sums),
+            _mm512_mul_ps(_mm512_castsi512_ps(pair_lanes(scales, q)), activation_scales),
+            acc[q][t]);
       }
     }
     scales += kRows * 8;
@@ -720,8 +771,10 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
   // A chunk's bytes in the plan: 256 I8 codes, or 128 bytes of I4 nibbles.
   constexpr int64_t kPlanChunkBytes = kBytes ? kChunkCodes : plan::kInt4ChunkBytes;
   const int64_t plan_row_bytes = kBytes ? cols : row_bytes;
-  // Chunks read from `packed` (I4: the whole ones; a shorter last one comes from `tails`).
+  // Chunks read from `packed` (I4: the whole ones; a shorter last one comes from `tails`). I8's
+  // pairs interleave their two rows chunk by chunk.
   const int64_t chunks = kBytes ? (cols + kChunkCodes - 1) / kChunkCodes : cols / kBlock / 8;
+  const int64_t chunk_bytes = kBytes ? (kRows == 1 ? 1 : 2) * kChunkCodes : plan::kInt4ChunkBytes;
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     // Chunk step `step` of the panel's tiles prefetches chunk step / tiles of the next panel.
     const int64_t step = tile * chunks + chunk;
@@ -729,16 +782,17 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
       PrefetchRows<kRows, kPlanChunkBytes>(prefetch + step / tiles * kPlanChunkBytes,
                                            plan_row_bytes);
     }
-    chunk_step(packed + chunk * (kBytes ? kChunkCodes : plan::kInt4ChunkBytes), row_bytes);
+    chunk_step(packed + chunk * chunk_bytes, row_bytes);
   }
   const int64_t blocks = kBytes ? 0 : cols / kBlock;
   if (blocks % 8 != 0) chunk_step(tails, plan::kInt4ChunkBytes);
-#pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 2
-    for (int p = 0; p < kPairs; ++p) {
-      result[r][2 * p] = SumLanes8(_mm512_castps512_ps256(acc[r][p]));
-      result[r][2 * p + 1] = SumLanes8(_mm512_extractf32x8_ps(acc[r][p], 1));
+  for (int q = 0; q < kRowPairs; ++q) {
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) {
+      result[2 * q][t] = SumLanes8(_mm512_castps512_ps256(acc[q][t]));
+      if constexpr (kRows > 1)
+        result[2 * q + 1][t] = SumLanes8(_mm512_extractf32x8_ps(acc[q][t], 1));
     }
   }
 }
@@ -993,13 +1047,13 @@ void GemmVnni512(ThreadPool& pool, const QuantizedActivationRows& x, const Matri
               next_panel_offset != 0 ? w.data + (row_begin + first) * row_bytes + next_panel_offset
                                      : nullptr;
           float result[kMaxGemmRows][kGemmTokens];
-#define LLMRT_VNNI512_TILE(kRows, kPairs)                                                         \
-  vnni512::Tile<kRows, kPairs, kKind>(packed, stride, tails, w.cols, scales, zeros, tile_x, meta, \
-                                      prefetch, tile, tiles, result)
+#define LLMRT_VNNI512_TILE(kRows, kTokens)                                                         \
+  vnni512::Tile<kRows, kTokens, kKind>(packed, stride, tails, w.cols, scales, zeros, tile_x, meta, \
+                                       prefetch, tile, tiles, result)
           if (num_rows == kGroupRows) {
-            tokens > 2 ? LLMRT_VNNI512_TILE(kGroupRows, 2) : LLMRT_VNNI512_TILE(kGroupRows, 1);
+            tokens > 2 ? LLMRT_VNNI512_TILE(kGroupRows, 4) : LLMRT_VNNI512_TILE(kGroupRows, 2);
           } else {
-            tokens > 2 ? LLMRT_VNNI512_TILE(1, 2) : LLMRT_VNNI512_TILE(1, 1);
+            tokens > 2 ? LLMRT_VNNI512_TILE(1, 4) : LLMRT_VNNI512_TILE(1, 2);
           }
 #undef LLMRT_VNNI512_TILE
           columns.Store(result, num_rows, tokens, row_begin, first, tile * kGemmTokens, bias);
