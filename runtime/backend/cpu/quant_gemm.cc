@@ -647,6 +647,48 @@ void LayOutTokenTile(const QuantizedActivationRows& x, int64_t blocks, int64_t c
   }
 }
 
+// Lane order of SumTileLanes' sums: lane 4 j + m holds the sum of block j of step 1's pair m
+// (blocks: vector 2m's rows 2q and 2q + 1, then vector 2m + 1's), that is row 2 (m / 2) + j % 2
+// and token 2 (m % 2) + j / 2; kTileSumLanes[4 row + token] is that lane.
+struct TileSumLanes {
+  alignas(64) int32_t lanes[16] = {};
+  constexpr TileSumLanes() {
+    for (int row = 0; row < 4; ++row) {
+      for (int token = 0; token < 4; ++token) {
+        lanes[4 * row + token] = 4 * (row % 2 + 2 * (token % 2)) + 2 * (row / 2) + token / 2;
+      }
+    }
+  }
+};
+inline constexpr TileSumLanes kTileSumLanes{};
+
+// result[r][t] = SumLanes8 of acc[r / 2][t]'s half r % 2, for a whole tile (2 row pairs x 4
+// tokens) at once: the same additions in the same pairs as SumLanes8 (lanes i and i + 4, then
+// 0 + 2 and 1 + 3 of those, then the two), 16 sums in 7 vector additions and 15 shuffles where
+// SumLanes8 one at a time takes ~7 operations a sum, most of them shuffles on the one port.
+HWY_INLINE void SumTileLanes(const __m512 (&acc)[2][4], float (*result)[kGemmTokens]) {
+  // Step 1, vectors v = acc[i / 4][i % 4] in pairs (2m, 2m + 1): 128-bit blocks 0 + 1 and 2 + 3
+  // of each, giving pair m's four 256-bit halves as four 4-lane sums.
+  __m512 fours[4];
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    const __m512 a = acc[m / 2][2 * (m % 2)], b = acc[m / 2][2 * (m % 2) + 1];
+    fours[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xdd));
+  }
+  // Step 2: lanes 0 + 2 and 1 + 3 of each block, pairs (0, 1) and (2, 3).
+  __m512 twos[2];
+#pragma GCC unroll 2
+  for (int k = 0; k < 2; ++k) {
+    const __m512 a = fours[2 * k], b = fours[2 * k + 1];
+    twos[k] = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xee));
+  }
+  // Step 3: lanes 0 + 1 of each half block.
+  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(twos[0], twos[1], 0x88),
+                                    _mm512_shuffle_ps(twos[0], twos[1], 0xdd));
+  _mm512_storeu_ps(&result[0][0],
+                   _mm512_permutexvar_ps(_mm512_load_si512(kTileSumLanes.lanes), sums));
+}
+
 // result[r][t] for kRows rows (kGroupRows, or 1) x kTokens tokens (2 or 4; a short token tile's
 // missing tokens are zeros in its layout), kKind 0 (I8, any scales), 2, 3 or kKindMxfp4
 // (GemmRow's kinds; MXFP4: each nibble through the kMxfp4BiasedTable shuffle, the chains
@@ -786,13 +828,18 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
   }
   const int64_t blocks = kBytes ? 0 : cols / kBlock;
   if (blocks % 8 != 0) chunk_step(tails, plan::kInt4ChunkBytes);
+  if constexpr (kRows == kGroupRows && kTokens == kGemmTokens) {
+    SumTileLanes(acc, result);
+  } else {
 #pragma GCC unroll 2
-  for (int q = 0; q < kRowPairs; ++q) {
+    for (int q = 0; q < kRowPairs; ++q) {
 #pragma GCC unroll 4
-    for (int t = 0; t < kTokens; ++t) {
-      result[2 * q][t] = SumLanes8(_mm512_castps512_ps256(acc[q][t]));
-      if constexpr (kRows > 1)
-        result[2 * q + 1][t] = SumLanes8(_mm512_extractf32x8_ps(acc[q][t], 1));
+      for (int t = 0; t < kTokens; ++t) {
+        result[2 * q][t] = SumLanes8(_mm512_castps512_ps256(acc[q][t]));
+        if constexpr (kRows > 1) {
+          result[2 * q + 1][t] = SumLanes8(_mm512_extractf32x8_ps(acc[q][t], 1));
+        }
+      }
     }
   }
 }
