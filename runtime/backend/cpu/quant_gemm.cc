@@ -404,7 +404,7 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
 }
 
 #if LLMRT_QUANT_VNNI512
-// ---- I4, MXFP4 and I8 on AVX512-VNNI: a 4 rows x 4 tokens register tile.
+// ---- I4, MXFP4 and I8 on AVX512-VNNI: tiles of 4 rows x 8 tokens (4 at the end of a batch).
 //
 // Every (row, token) pair keeps TileI4's arithmetic, so the GEMV's (GemvInt4Avx2): per chunk of
 // 8 blocks the exact int32 block sums, block j in lane j, minus the zero-point correction, one
@@ -425,12 +425,16 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
 //   32 codes, shared by the tile's 4 tokens; unpacking each panel once instead (as TileI4's
 //   callers do) was 15-30% slower at 16 tokens: the unpack's stores, and an unpacked panel of
 //   16 x K bytes that no longer fits L1 next to the tokens;
-// - each weight vector meets the tile's 4 tokens and each activation vector its 2 row pairs
-//   (TileI4's 1 x 4 tile loaded 8 vectors per 4 vpdpbusd, and the load ports bounded it);
-// - 4 rows x 4 tokens, not 2 rows x 8 (4 pairs, which halves the nibble ops per MAC): measured
-//   slower, 1 thread, I4 g32 symmetric GMAC/s at M = 16 / 64 / 512: 265 / 287 / 277 against
-//   277 / 311 / 294 at 11264 x 2048, and 172 / 175 / 174 against 273 / 310 / 285 at 2048 x 5632,
-//   where a tile's 8 x 5632 activation codes no longer fit L1 beside the panel's rows;
+// - each weight vector meets the tile's 8 tokens and each activation vector its 2 row pairs
+//   (TileI4's 1 x 4 tile loaded 8 vectors per 4 vpdpbusd, and the load ports bounded it). The
+//   16 int32 chains of 2 row pairs x 8 tokens fill half the registers, so the f32 chains live in
+//   L1, loaded and stored once a chunk (Tile): per 4096 multiply-adds 4 inserts and 12 nibble
+//   operations against 8 and 24 with 4 tokens and the chains in registers; measured, 1 thread,
+//   M = 16 GMAC/s, I4 g32 symmetric 134-146 -> 150-167 at 2560 / 11264 x 2048 and 141-150 ->
+//   150-167 at 2048 x 5632, I8 one scale per row 113-120 -> 120-132; the batch-16 decode step of
+//   the TinyLlama-shaped int4 plan 73-74 -> 68-71 ms (2 threads). An earlier 2 rows x 8 tokens
+//   tile of token pairs in registers (4 pairs) was slower than 4 x 4 (at 2048 x 5632, 172 against
+//   273 GMAC/s on a faster host): 26 live vectors, and its loads from 8 x 5632 activation codes;
 // - the high nibbles by one GFNI affine transform (vgf2p8affineqb) instead of a shift and a mask:
 //   no change beyond the noise (M = 16 / 512: 268-272 / 292-297 against 265-269 / 288-300 at
 //   11264 x 2048, 265-267 / 287 against 263-268 / 283-285 at 2048 x 5632): the operations
@@ -647,26 +651,33 @@ void LayOutTokenTile(const QuantizedActivationRows& x, int64_t blocks, int64_t c
   }
 }
 
-// Lane order of SumTileLanes' sums: lane 4 j + m holds the sum of block j of step 1's pair m
-// (blocks: vector 2m's rows 2q and 2q + 1, then vector 2m + 1's), that is row 2 (m / 2) + j % 2
-// and token 2 (m % 2) + j / 2; kTileSumLanes[4 row + token] is that lane.
-struct TileSumLanes {
-  alignas(64) int32_t lanes[16] = {};
-  constexpr TileSumLanes() {
-    for (int row = 0; row < 4; ++row) {
-      for (int token = 0; token < 4; ++token) {
-        lanes[4 * row + token] = 4 * (row % 2 + 2 * (token % 2)) + 2 * (row / 2) + token / 2;
+// A tile's results a row: up to 8 tokens (two token tiles of the layout, Tile's widest).
+constexpr int kTileTokens = 2 * kGemmTokens;
+
+// Lane order of TileLaneSums: lane 4 j + m holds the sum of block j of step 1's pair m (blocks:
+// vector 2m's rows 2q and 2q + 1, then vector 2m + 1's), that is row 2 (m / 2) + j % 2 and token
+// 2 (m % 2) + j / 2. StoreTileSums' vpermt2ps indices: rows 0-1 and 2-3 of tokens 0-3 (the first
+// sums) and 4-7 (the second, index + 16), kTileTokens lanes a row.
+struct TileSumIndices {
+  alignas(64) int32_t rows[2][16] = {};
+  constexpr TileSumIndices() {
+    for (int half = 0; half < 2; ++half) {
+      for (int p = 0; p < 16; ++p) {
+        const int row = 2 * half + p / 8, token = p % 8 % 4;
+        rows[half][p] =
+            (p % 8 >= 4 ? 16 : 0) + 4 * (row % 2 + 2 * (token % 2)) + 2 * (row / 2) + token / 2;
       }
     }
   }
 };
-inline constexpr TileSumLanes kTileSumLanes{};
+inline constexpr TileSumIndices kTileSumIndices{};
 
-// result[r][t] = SumLanes8 of acc[r / 2][t]'s half r % 2, for a whole tile (2 row pairs x 4
-// tokens) at once: the same additions in the same pairs as SumLanes8 (lanes i and i + 4, then
-// 0 + 2 and 1 + 3 of those, then the two), 16 sums in 7 vector additions and 15 shuffles where
-// SumLanes8 one at a time takes ~7 operations a sum, most of them shuffles on the one port.
-HWY_INLINE void SumTileLanes(const __m512 (&acc)[2][4], float (*result)[kGemmTokens]) {
+// SumLanes8 of every half of a tile's 2 row pairs x 4 tokens (acc[q][t]: rows 2q, 2q + 1 in its
+// halves) at once, in TileSumIndices' lane order: the same additions in the same pairs as
+// SumLanes8 (lanes i and i + 4, then 0 + 2 and 1 + 3 of those, then the two), 16 sums in 7 vector
+// additions and 14 shuffles where SumLanes8 one at a time takes ~7 operations a sum, most of them
+// shuffles on the one port.
+HWY_INLINE __m512 TileLaneSums(const __m512 (&acc)[2][4]) {
   // Step 1, vectors v = acc[i / 4][i % 4] in pairs (2m, 2m + 1): 128-bit blocks 0 + 1 and 2 + 3
   // of each, giving pair m's four 256-bit halves as four 4-lane sums.
   __m512 fours[4];
@@ -683,58 +694,87 @@ HWY_INLINE void SumTileLanes(const __m512 (&acc)[2][4], float (*result)[kGemmTok
     twos[k] = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xee));
   }
   // Step 3: lanes 0 + 1 of each half block.
-  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(twos[0], twos[1], 0x88),
-                                    _mm512_shuffle_ps(twos[0], twos[1], 0xdd));
-  _mm512_storeu_ps(&result[0][0],
-                   _mm512_permutexvar_ps(_mm512_load_si512(kTileSumLanes.lanes), sums));
+  return _mm512_add_ps(_mm512_shuffle_ps(twos[0], twos[1], 0x88),
+                       _mm512_shuffle_ps(twos[0], twos[1], 0xdd));
 }
 
-// result[r][t] for kRows rows (kGroupRows, or 1) x kTokens tokens (2 or 4; a short token tile's
-// missing tokens are zeros in its layout), kKind 0 (I8, any scales), 2, 3 or kKindMxfp4
+// result[r][t] for 4 rows and tokens 0-3 (`first`, TileLaneSums') and 4-7 (`second`; for a
+// 4-token tile anything, those columns then unread).
+HWY_INLINE void StoreTileSums(__m512 first, __m512 second, float (*result)[kTileTokens]) {
+#pragma GCC unroll 2
+  for (int half = 0; half < 2; ++half) {
+    _mm512_storeu_ps(
+        &result[2 * half][0],
+        _mm512_permutex2var_ps(first, _mm512_load_si512(kTileSumIndices.rows[half]), second));
+  }
+}
+
+// result[r][t] for kRows rows (kGroupRows, or 1) x kTokens tokens (2, 4, or 8 as two token
+// tiles, the second `tile_x_bytes` / `tile_meta_bytes` past the first in the layout; a short
+// token tile's missing tokens are zeros there), kKind 0 (I8, any scales), 2, 3 or kKindMxfp4
 // (GemmRow's kinds; MXFP4: each nibble through the kMxfp4BiasedTable shuffle, the chains
 // starting at -kMxfp4Bias x sum(q)). A 512-bit vector holds a pair of rows, row 2q in lanes 0-7
 // and 2q + 1 in 8-15 (a single row: lanes 0-7 alone count), against one token's activations in
 // both halves. packed: the tile's first row in the plan, rows `row_bytes` apart (I8: its first
 // pair in PanelOperands::codes, PackInt8Row's layout); tails: I4's expanded last chunks
 // (PanelOperands) when the rows end in a shorter one; scales, zeros: the tile's first lanes in
-// the panel (PanelOperands); x, meta: its token tile's (LayOutTokenTile). prefetch (nullptr:
+// the panel (PanelOperands); x, meta: its first token tile's (LayOutTokenTile). prefetch (nullptr:
 // none): rows in the plan, `row_bytes` (I8: `cols`) apart, to prefetch (the same rows of the
-// thread's next panel), spread over the panel's `tiles` token tiles of which this is `tile`: a
-// chunk of the rows every `tiles` chunk steps, so that the reads from memory keep pace with the
-// compute rather than queue up at one tile.
+// thread's next panel), spread over the `calls` tiles that pass over these rows, of which this is
+// `call`: a chunk of the rows every `calls` chunk steps, so that the reads from memory keep pace
+// with the compute rather than queue up at one tile.
+// With 8 tokens the f32 chains live in memory (L1), each loaded and stored once a chunk: the 16
+// int32 chains of 2 row pairs x 8 tokens take half the registers, and each unpacked weight vector
+// then meets 8 tokens (per 4096 multiply-adds 4 inserts and 12 nibble operations against 8 and
+// 24 at 4 tokens; measured in a synthetic panel with the weights streaming, 1 thread, 183 -> 203
+// GMAC/s at K = 2048 and 186 -> 206 at 5632).
 template <int kRows, int kTokens, int kKind>
 void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_t cols,
           const float* scales, const int32_t* zeros, const int8_t* x, const uint8_t* meta,
-          const uint8_t* prefetch, int64_t tile, int64_t tiles, float (*result)[kGemmTokens]) {
+          int64_t tile_x_bytes, int64_t tile_meta_bytes, const uint8_t* prefetch, int64_t call,
+          int64_t calls, float (*result)[kTileTokens]) {
   static_assert(kRows == kGroupRows || kRows == 1, "a tile is two row pairs or one row");
+  static_assert(kTokens == 2 || kTokens == kGemmTokens || kTokens == kTileTokens,
+                "a tile is a token pair, a token tile or two");
   constexpr int kRowPairs = kRows == 1 ? 1 : kRows / 2;
-  constexpr int kPairs = kTokens / 2;  // token pairs of the layout
+  // Token pairs a chunk of each token tile of the layout has (LayOutTokenTile).
+  constexpr int kLayoutPairs = std::min(kTokens, kGemmTokens) / 2;
   constexpr bool kZeroPoints = kKind == 3;
   constexpr bool kMxfp4 = kKind == kKindMxfp4;
   constexpr bool kBytes = kKind < 2;  // I8: a byte per code, no nibbles
+  constexpr bool kChainsInMemory = kTokens > kGemmTokens;
   const __m512i mask = _mm512_set1_epi8(0x0f);
   const __m512i table = _mm512_broadcast_i32x4(
       _mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4BiasedTable.bytes)));
-  __m512 acc[kRowPairs][kTokens];
+  // The f32 chains: in registers, or (kChainsInMemory) in `chains`.
+  __m512 acc[kRowPairs][kChainsInMemory ? 1 : kTokens];
+  alignas(64) float chains[kChainsInMemory ? kRowPairs : 1][kChainsInMemory ? kTokens : 1][16];
 #pragma GCC unroll 2
   for (int q = 0; q < kRowPairs; ++q) {
+    if constexpr (kChainsInMemory) {
+#pragma GCC unroll 8
+      for (int t = 0; t < kTokens; ++t) _mm512_store_ps(chains[q][t], _mm512_setzero_ps());
+    } else {
 #pragma GCC unroll 4
-    for (int t = 0; t < kTokens; ++t) acc[q][t] = _mm512_setzero_ps();
+      for (int t = 0; t < kTokens; ++t) acc[q][t] = _mm512_setzero_ps();
+    }
   }
-  // Token t's 8 lanes at `base` (its pair's vector or meta), in both halves.
-  auto token_bytes = [&](const uint8_t* base, int t) HWY_ATTR {
-    return _mm512_broadcast_i64x4(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 32 * (t % 2))));
+  // Token t's 32 bytes at `offset` in its pair's vectors or meta, in both halves.
+  auto token_bytes = [&](const uint8_t* base, int64_t tile_bytes, int64_t offset, int t) HWY_ATTR {
+    const uint8_t* at = base + t / kGemmTokens * tile_bytes + offset + 32 * (t % 2);
+    return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
   };
   // One chunk whose row r starts at codes + r * stride. Per (row pair, token) one chain of 8
   // vpdpbusd, vector k of the two rows (one in each half) against vector k of the token in both
   // halves, so that lanes j and 8 + j end at block j's sums of rows 2q and 2q + 1.
   auto chunk_step = [&](const uint8_t* codes, int64_t stride) HWY_ATTR {
+    const auto* x_bytes = reinterpret_cast<const uint8_t*>(x);
     __m512i isums[kRowPairs][kTokens];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < kTokens; ++t) {
       const __m512i start =
-          kZeroPoints ? _mm512_setzero_si512() : token_bytes(meta + t / 2 * kPairMetaBytes + 64, t);
+          kZeroPoints ? _mm512_setzero_si512()
+                      : token_bytes(meta, tile_meta_bytes, t % 4 / 2 * kPairMetaBytes + 64, t);
 #pragma GCC unroll 2
       for (int q = 0; q < kRowPairs; ++q) isums[q][t] = start;
     }
@@ -746,11 +786,11 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
       for (int q = 0; q < kRowPairs; ++q) {
         if constexpr (kBytes) {
           // PackInt8Row's layout: per slice the pair's low vectors, then its high ones.
-          const uint8_t* vectors = codes + 2 * q * stride + 128 * slice;
           if constexpr (kRows == 1) {
-            low[q] = token_bytes(codes + 64 * slice, 0);
-            high[q] = token_bytes(codes + 64 * slice + 32, 0);
+            low[q] = token_bytes(codes, 0, 64 * slice, 0);
+            high[q] = token_bytes(codes, 0, 64 * slice + 32, 0);
           } else {
+            const uint8_t* vectors = codes + 2 * q * stride + 128 * slice;
             low[q] = _mm512_load_si512(vectors);
             high[q] = _mm512_load_si512(vectors + 64);
           }
@@ -771,11 +811,11 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
           }
         }
       }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int t = 0; t < kTokens; ++t) {
-        const uint8_t* vectors = reinterpret_cast<const uint8_t*>(x) + (t / 2 * 8 + 2 * slice) * 64;
-        const __m512i low_x = token_bytes(vectors, t);
-        const __m512i high_x = token_bytes(vectors + 64, t);
+        const int64_t vector = (t % 4 / 2 * 8 + 2 * slice) * 64;
+        const __m512i low_x = token_bytes(x_bytes, tile_x_bytes, vector, t);
+        const __m512i high_x = token_bytes(x_bytes, tile_x_bytes, vector + 64, t);
 #pragma GCC unroll 2
         for (int q = 0; q < kRowPairs; ++q) {
           isums[q][t] = vnni::DotBytes(vnni::DotBytes(isums[q][t], low[q], low_x), high[q], high_x);
@@ -788,27 +828,33 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes)))
                         : _mm512_loadu_si512(lanes + 16 * q);
     };
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < kTokens; ++t) {
-      const uint8_t* pair_meta = meta + t / 2 * kPairMetaBytes;
-      const __m512 activation_scales = _mm512_castsi512_ps(token_bytes(pair_meta, t));
+      const int64_t pair_meta = t % 4 / 2 * kPairMetaBytes;
+      const __m512 activation_scales =
+          _mm512_castsi512_ps(token_bytes(meta, tile_meta_bytes, pair_meta, t));
 #pragma GCC unroll 2
       for (int q = 0; q < kRowPairs; ++q) {
         __m512i sums = isums[q][t];
         if constexpr (kZeroPoints) {
           sums = _mm512_sub_epi32(
-              sums, _mm512_mullo_epi32(pair_lanes(zeros, q), token_bytes(pair_meta + 64, t)));
+              sums, _mm512_mullo_epi32(pair_lanes(zeros, q),
+                                       token_bytes(meta, tile_meta_bytes, pair_meta + 64, t)));
         }
-        acc[q][t] = _mm512_fmadd_ps(
-            _mm512_cvtepi32_ps(sums),
-            _mm512_mul_ps(_mm512_castsi512_ps(pair_lanes(scales, q)), activation_scales),
-            acc[q][t]);
+        const __m512 products =
+            _mm512_mul_ps(_mm512_castsi512_ps(pair_lanes(scales, q)), activation_scales);
+        if constexpr (kChainsInMemory) {
+          _mm512_store_ps(chains[q][t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), products,
+                                                        _mm512_load_ps(chains[q][t])));
+        } else {
+          acc[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), products, acc[q][t]);
+        }
       }
     }
     scales += kRows * 8;
     if constexpr (kZeroPoints) zeros += kRows * 8;
-    x += kPairs * 2 * kChunkCodes;
-    meta += kPairs * kPairMetaBytes;
+    x += kLayoutPairs * 2 * kChunkCodes;
+    meta += kLayoutPairs * kPairMetaBytes;
   };
   // A chunk's bytes in the plan: 256 I8 codes, or 128 bytes of I4 nibbles.
   constexpr int64_t kPlanChunkBytes = kBytes ? kChunkCodes : plan::kInt4ChunkBytes;
@@ -818,26 +864,44 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
   const int64_t chunks = kBytes ? (cols + kChunkCodes - 1) / kChunkCodes : cols / kBlock / 8;
   const int64_t chunk_bytes = kBytes ? (kRows == 1 ? 1 : 2) * kChunkCodes : plan::kInt4ChunkBytes;
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    // Chunk step `step` of the panel's tiles prefetches chunk step / tiles of the next panel.
-    const int64_t step = tile * chunks + chunk;
-    if (prefetch != nullptr && step % tiles == 0) {
-      PrefetchRows<kRows, kPlanChunkBytes>(prefetch + step / tiles * kPlanChunkBytes,
+    // Chunk step `step` of the rows' calls prefetches chunk step / calls of the next panel.
+    const int64_t step = call * chunks + chunk;
+    if (prefetch != nullptr && step % calls == 0) {
+      PrefetchRows<kRows, kPlanChunkBytes>(prefetch + step / calls * kPlanChunkBytes,
                                            plan_row_bytes);
     }
     chunk_step(packed + chunk * chunk_bytes, row_bytes);
   }
   const int64_t blocks = kBytes ? 0 : cols / kBlock;
   if (blocks % 8 != 0) chunk_step(tails, plan::kInt4ChunkBytes);
-  if constexpr (kRows == kGroupRows && kTokens == kGemmTokens) {
-    SumTileLanes(acc, result);
+  if constexpr (kRows == kGroupRows && kTokens >= kGemmTokens) {
+    __m512 sums[2];
+#pragma GCC unroll 2
+    for (int half = 0; half < kTokens / kGemmTokens; ++half) {
+      __m512 four[2][4];
+#pragma GCC unroll 2
+      for (int q = 0; q < 2; ++q) {
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) {
+          if constexpr (kChainsInMemory) {
+            four[q][t] = _mm512_load_ps(chains[q][4 * half + t]);
+          } else {
+            four[q][t] = acc[q][t];
+          }
+        }
+      }
+      sums[half] = TileLaneSums(four);
+    }
+    StoreTileSums(sums[0], kTokens > kGemmTokens ? sums[1] : sums[0], result);
   } else {
 #pragma GCC unroll 2
     for (int q = 0; q < kRowPairs; ++q) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int t = 0; t < kTokens; ++t) {
-        result[2 * q][t] = SumLanes8(_mm512_castps512_ps256(acc[q][t]));
+        const __m512 chain = kChainsInMemory ? _mm512_load_ps(chains[q][t]) : acc[q][t];
+        result[2 * q][t] = SumLanes8(_mm512_castps512_ps256(chain));
         if constexpr (kRows > 1) {
-          result[2 * q + 1][t] = SumLanes8(_mm512_extractf32x8_ps(acc[q][t], 1));
+          result[2 * q + 1][t] = SumLanes8(_mm512_extractf32x8_ps(chain, 1));
         }
       }
     }
@@ -906,8 +970,9 @@ struct PanelColumns {
 
   // Stores a tile's result[r][t] (+ bias) for panel rows [first, first + rows) and tokens
   // [token, token + tokens).
-  void Store(const float (*result)[kGemmTokens], int rows, int tokens, int64_t row_begin,
-             int64_t first, int64_t token, const float* bias) const {
+  template <int kWidth>
+  void Store(const float (*result)[kWidth], int rows, int tokens, int64_t row_begin, int64_t first,
+             int64_t token, const float* bias) const {
     for (int r = 0; r < rows; ++r) {
       const float row_bias = bias != nullptr ? bias[row_begin + first + r] : 0.0f;
       float* column = columns[first + r];
@@ -1031,6 +1096,11 @@ void GemmVnni512(ThreadPool& pool, const QuantizedActivationRows& x, const Matri
   auto tile_tokens = [&](int64_t tile) {
     return static_cast<int>(std::min<int64_t>(kGemmTokens, x.num_rows - tile * kGemmTokens));
   };
+  // Whether tiles `tile` and `tile` + 1 are whole and pass as one 8-token tile (Tile).
+  const int64_t wide_tiles = x.num_rows / kGemmTokens / 2;
+  auto wide_tile = [&](int64_t tile) { return tile < 2 * wide_tiles; };
+  // Tile calls over each row of a panel: the prefetch of the next panel is spread over them.
+  const int64_t calls = wide_tiles + (tiles - 2 * wide_tiles);
   for (int64_t tile = 0; tile < tiles; ++tile) {
     vnni512::LayOutTokenTile(x, blocks, chunks, tile, tile_tokens(tile), kSumFactor, kInt8,
                              token_tiles + tile * tile_codes, token_meta + tile * tile_meta);
@@ -1078,8 +1148,10 @@ void GemmVnni512(ThreadPool& pool, const QuantizedActivationRows& x, const Matri
         vnni512::PreparePanelRow(GemmRowOf(w, n, row_bytes, groups), w.cols, group_shift,
                                  group_of(row), group_rows(group_of(row)), row, operands);
       }
-      for (int64_t tile = 0; tile < tiles; ++tile) {
-        const int tokens = tile_tokens(tile);
+      // Whole token tiles two at a time (8-token tiles), then the rest one at a time.
+      for (int64_t tile = 0, call = 0; tile < tiles; tile += wide_tile(tile) ? 2 : 1, ++call) {
+        const bool wide = wide_tile(tile);
+        const int tokens = wide ? vnni512::kTileTokens : tile_tokens(tile);
         const int8_t* tile_x = reinterpret_cast<const int8_t*>(token_tiles + tile * tile_codes);
         const uint8_t* meta = token_meta + tile * tile_meta;
         for (int64_t first = 0; first < rows; first += group_rows(first)) {
@@ -1093,15 +1165,16 @@ void GemmVnni512(ThreadPool& pool, const QuantizedActivationRows& x, const Matri
           const uint8_t* prefetch =
               next_panel_offset != 0 ? w.data + (row_begin + first) * row_bytes + next_panel_offset
                                      : nullptr;
-          float result[kMaxGemmRows][kGemmTokens];
+          float result[kMaxGemmRows][vnni512::kTileTokens];
 #define LLMRT_VNNI512_TILE(kRows, kTokens)                                                         \
   vnni512::Tile<kRows, kTokens, kKind>(packed, stride, tails, w.cols, scales, zeros, tile_x, meta, \
-                                       prefetch, tile, tiles, result)
-          if (num_rows == kGroupRows) {
-            tokens > 2 ? LLMRT_VNNI512_TILE(kGroupRows, 4) : LLMRT_VNNI512_TILE(kGroupRows, 2);
-          } else {
-            tokens > 2 ? LLMRT_VNNI512_TILE(1, 4) : LLMRT_VNNI512_TILE(1, 2);
-          }
+                                       tile_codes, tile_meta, prefetch, call, calls, result)
+#define LLMRT_VNNI512_TILES(kRows)                                        \
+  (tokens > kGemmTokens ? LLMRT_VNNI512_TILE(kRows, vnni512::kTileTokens) \
+   : tokens > 2         ? LLMRT_VNNI512_TILE(kRows, kGemmTokens)          \
+                        : LLMRT_VNNI512_TILE(kRows, 2))
+          num_rows == kGroupRows ? LLMRT_VNNI512_TILES(kGroupRows) : LLMRT_VNNI512_TILES(1);
+#undef LLMRT_VNNI512_TILES
 #undef LLMRT_VNNI512_TILE
           columns.Store(result, num_rows, tokens, row_begin, first, tile * kGemmTokens, bias);
         }
