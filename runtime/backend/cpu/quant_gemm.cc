@@ -1153,20 +1153,6 @@ void GemmVnni512(ThreadPool& pool, const QuantizedActivationRows& x, const Matri
       const int64_t next_panel_offset =
           NextPanelOffset(panel, panel_end, row_begin + rows, w.rows, row_bytes);
       columns.Resolve(outputs, num_outputs, &output, row_begin, row_begin + rows);
-      // The scales (MXFP4: E8M0 bytes) and zero points of the next panel's rows [first, first +
-      // count), which its PreparePanelRow reads first: not prefetched they cost ~8% of a 16-token
-      // GEMM in waits on memory; prefetched a row group at a time, beside the first token tile's
-      // pass over this panel's group, rather than all at the panel's start (where ~7% remained).
-      auto prefetch_next_scales = [&](int64_t first, int64_t count) {
-        if (next_panel_offset == 0) return;
-        const int64_t next = (row_begin + kPanelRows + first) * groups;
-        if constexpr (kKind == kKindMxfp4) {
-          PrefetchLines(w.exponents + next, count * groups);
-        } else {
-          PrefetchLines(w.scales + next, count * groups * sizeof(uint16_t));
-        }
-        if (kZeroPoints) PrefetchLines(w.zero_points + next, count * groups);
-      };
       for (int64_t row = 0; row < rows; ++row) {
         const int64_t n = row_begin + row;
         vnni512::PreparePanelRow(GemmRowOf(w, n, row_bytes, groups), w.cols, group_shift,
@@ -1189,8 +1175,20 @@ void GemmVnni512(ThreadPool& pool, const QuantizedActivationRows& x, const Matri
           const uint8_t* prefetch =
               next_panel_offset != 0 ? w.data + (row_begin + first) * row_bytes + next_panel_offset
                                      : nullptr;
-          // (A next panel is prefetched only when it is whole, and then so is this one.)
-          if (call == 0) prefetch_next_scales(first, num_rows);
+          if (call == 0 && next_panel_offset != 0) {
+            // The scales (MXFP4: E8M0 bytes) and zero points of the next panel's rows in this
+            // group, which its PreparePanelRow reads first: not prefetched they cost ~8% of a
+            // 16-token GEMM in waits on memory; prefetched a row group at a time beside the
+            // first token tile rather than all at the panel's start. (Written out here: in a
+            // lambda of its own GCC's pure-const analysis deleted the prefetches.)
+            const int64_t next = (row_begin + kPanelRows + first) * groups;
+            if constexpr (kKind == kKindMxfp4) {
+              PrefetchLines(w.exponents + next, num_rows * groups);
+            } else {
+              PrefetchLines(w.scales + next, num_rows * groups * sizeof(uint16_t));
+            }
+            if (kZeroPoints) PrefetchLines(w.zero_points + next, num_rows * groups);
+          }
           float result[kMaxGemmRows][vnni512::kTileTokens];
 #define LLMRT_VNNI512_TILE(kRows, kTokens)                                                         \
   vnni512::Tile<kRows, kTokens, kKind>(packed, stride, tails, w.cols, scales, zeros, tile_x, meta, \
