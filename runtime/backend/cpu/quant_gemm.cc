@@ -577,7 +577,21 @@ void PreparePanelRow(const GemmRow& row, int64_t cols, int group_shift, int64_t 
   const int64_t blocks = (cols + kBlock - 1) / kBlock;
   const int64_t base = first * panel.chunks + (panel_row - first);
   int64_t chunk = 0;
-  if (row.exponents == nullptr && group_shift == 0) {
+  if (row.exponents == nullptr && group_shift == 63) {
+    // One scale (and zero point) per row, llmc's int8 default: the same 8 lanes for every whole
+    // chunk (ScaleLanes8's), converted once.
+    const __m256 lanes = ScaleLanes8(row.scales, 0, 8, group_shift);
+    const __m256i zeros = panel.zeros != nullptr
+                              ? _mm256_set1_epi32(static_cast<int32_t>(row.zero_points[0]))
+                              : _mm256_setzero_si256();
+    for (; chunk < blocks / 8; ++chunk) {
+      _mm256_storeu_ps(panel.scales + (base + chunk * rows) * 8, lanes);
+      if (panel.zeros != nullptr) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel.zeros + (base + chunk * rows) * 8),
+                            zeros);
+      }
+    }
+  } else if (row.exponents == nullptr && group_shift == 0) {
     // A scale per block (llmc's g32): 16 of them converted at once, two chunks' lanes (the same
     // F16C conversion as ScaleLanes8's); at 16 tokens the general loop below took ~7% of the GEMM.
     for (; chunk + 2 <= blocks / 8; chunk += 2) {
