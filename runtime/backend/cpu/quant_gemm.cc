@@ -794,10 +794,13 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
       for (int t = 0; t < kTokens; ++t) acc[q][t] = _mm512_setzero_ps();
     }
   }
+  // The 32 bytes at `at` in both halves of a vector.
+  auto both_halves = [&](const uint8_t* at) HWY_ATTR {
+    return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+  };
   // Token t's 32 bytes at `offset` in its pair's vectors or meta, in both halves.
   auto token_bytes = [&](const uint8_t* base, int64_t tile_bytes, int64_t offset, int t) HWY_ATTR {
-    const uint8_t* at = base + t / kGemmTokens * tile_bytes + offset + 32 * (t % 2);
-    return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+    return both_halves(base + t / kGemmTokens * tile_bytes + offset + 32 * (t % 2));
   };
   // One chunk whose row r starts at codes + r * stride. Per (row pair, token) one chain of 8
   // vpdpbusd, vector k of the two rows (one in each half) against vector k of the token in both
@@ -822,8 +825,8 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
         if constexpr (kBytes) {
           // PackInt8Row's layout: per slice the pair's low vectors, then its high ones.
           if constexpr (kRows == 1) {
-            low[q] = token_bytes(codes, 0, 64 * slice, 0);
-            high[q] = token_bytes(codes, 0, 64 * slice + 32, 0);
+            low[q] = both_halves(codes + 64 * slice);
+            high[q] = both_halves(codes + 64 * slice + 32);
           } else {
             const uint8_t* vectors = codes + 2 * q * stride + 128 * slice;
             low[q] = _mm512_load_si512(vectors);
@@ -859,8 +862,7 @@ void Tile(const uint8_t* packed, int64_t row_bytes, const uint8_t* tails, int64_
     }
     // The pair's 16 lanes of weight scales (zero points): rows 2q and 2q + 1, or the row twice.
     auto pair_lanes = [&](const auto* lanes, int q) HWY_ATTR {
-      return kRows == 1 ? _mm512_broadcast_i64x4(
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes)))
+      return kRows == 1 ? both_halves(reinterpret_cast<const uint8_t*>(lanes))
                         : _mm512_loadu_si512(lanes + 16 * q);
     };
 #pragma GCC unroll 8
