@@ -422,9 +422,9 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
 //   GEMM, 1 thread, I4 g32 symmetric M = 16 GMAC/s 118-130 -> 133-139 at 2560 / 11264 x 2048 and
 //   136-141 -> 147-150 at 2048 x 5632 (a slower host than the figures below);
 // - the codes come straight from the plan: one mask (low nibbles) or shift and mask (high) per
-//   32 codes, shared by the tile's 4 tokens; unpacking each panel once instead (as TileI4's
-//   callers do) was 15-30% slower at 16 tokens: the unpack's stores, and an unpacked panel of
-//   16 x K bytes that no longer fits L1 next to the tokens;
+//   64 codes (a slice of two rows), shared by the tile's tokens; unpacking each panel once instead
+//   (as TileI4's callers do) was 15-30% slower at 16 tokens: the unpack's stores, and an unpacked
+//   panel of 16 x K bytes that no longer fits L1 next to the tokens;
 // - each weight vector meets the tile's 8 tokens and each activation vector its 2 row pairs
 //   (TileI4's 1 x 4 tile loaded 8 vectors per 4 vpdpbusd, and the load ports bounded it). The
 //   16 int32 chains of 2 row pairs x 8 tokens fill half the registers, so the f32 chains live in
@@ -439,7 +439,8 @@ void TileI4(const GemmRow& row, const uint8_t* unpacked, const TokenTile& tile, 
 //   no change beyond the noise (M = 16 / 512: 268-272 / 292-297 against 265-269 / 288-300 at
 //   11264 x 2048, 265-267 / 287 against 263-268 / 283-285 at 2048 x 5632): the operations
 //   beside vpdpbusd are not what bounds the tile (its 64 vpdpbusd, 8 multiplies and 8 FMAs per
-//   chunk share two pipes: >= 40 cycles, against ~57 measured);
+//   chunk share two pipes: >= 40 cycles, against ~57 measured); measured with the former 4 x 4
+//   tile, and again in the present one (2026-11-29, Intel Xeon): no change either;
 // - the activations of each token tile are copied once per call into lane order (a token pair's
 //   vectors interleaved), next to their scales and the chains' starting values, and a panel's
 //   weight scales are converted to f32 once per panel, so a chunk's loads are fixed offsets
