@@ -25,6 +25,10 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #elif defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
@@ -39,6 +43,7 @@ struct CpuExtensions {
   bool avx_vnni = false;      // vpdpbusd (VEX, 256-bit): AVX2 machines such as Sierra Forest
   bool neon_dotprod = false;  // sdot/udot (FEAT_DotProd): s8 dot products of 4 into int32 lanes
   bool neon_i8mm = false;     // smmla (FEAT_I8MM): a 2x8 by 8x2 s8 product into 2x2 int32
+  bool amx_int8 = false;      // AMX-TILE and AMX-INT8 (tdpbssd: 16x64 by 64x16 s8 into int32)
 };
 
 #if defined(__aarch64__) && defined(__linux__)
@@ -47,6 +52,29 @@ struct CpuExtensions {
 // Linux 5.10).
 inline constexpr unsigned long kHwcapAsimdDp = 1ul << 20;  // AT_HWCAP: HWCAP_ASIMDDP
 inline constexpr unsigned long kHwcap2I8mm = 1ul << 13;    // AT_HWCAP2: HWCAP2_I8MM
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+// Whether this process may use the AMX tile registers: the OS enables their state in XCR0 (bits
+// 17 XTILECFG and 18 XTILEDATA), and Linux (5.16 on) hands the 8 KiB tile data state to a process
+// only once it asks: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), which holds for all its
+// threads. A refusal (an older kernel, a hypervisor or seccomp policy) leaves AMX unused; a tile
+// instruction without it would raise SIGILL. Asking is idempotent, so detecting twice is harmless.
+inline bool AmxTileStateUsable() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  __cpuid(1, eax, ebx, ecx, edx);
+  if (((ecx >> 27) & 1) == 0) return false;  // OSXSAVE: xgetbv available
+  unsigned xcr0_low = 0, xcr0_high = 0;
+  asm volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  if (((xcr0_low >> 17) & 3) != 3) return false;
+#if defined(__linux__) && defined(__x86_64__)
+  constexpr int kArchReqXcompPerm = 0x1023;
+  constexpr int kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
 #endif
 
 // What this processor supports (the OS must save the AVX / AVX-512 state; the extensions are used
@@ -66,6 +94,7 @@ inline CpuExtensions DetectCpuExtensions() {
     found.avx512_bf16 = avx512f && ((eax1 >> 5) & 1);
     found.avx_vnni = (eax1 >> 4) & 1;
   }
+  found.amx_int8 = avx512f && ((edx >> 24) & 1) && ((edx >> 25) & 1) && AmxTileStateUsable();
 #elif defined(__aarch64__) && defined(__linux__)
   found.neon_dotprod = (getauxval(AT_HWCAP) & kHwcapAsimdDp) != 0;
   found.neon_i8mm = (getauxval(AT_HWCAP2) & kHwcap2I8mm) != 0;

@@ -3,15 +3,16 @@
 // Highway compiles every kernel for SCALAR, SSE4, AVX2 and AVX3 (AVX-512) on x86 (NEON and SVE
 // on arm64) and HWY_DYNAMIC_DISPATCH picks the best one the CPU supports. Tiers add instructions
 // that Highway 1.0.3 has no target for (cpu_features.h says why): above AVX3, AVX3_VNNI
-// (AVX512-VNNI int8 dot products) and AVX3_ZEN4 (VNNI and AVX512-BF16; Highway's later name for
-// that level); above AVX2, AVX2_VNNI (the VEX AVX-VNNI of AVX2-only CPUs such as Sierra Forest);
-// on arm64 above NEON, NEON_DOTPROD (sdot) and NEON_I8MM (smmla and sdot). Kernels in AVX3 / AVX2
-// / NEON bodies branch on ActiveCpuExtensions() once per call.
+// (AVX512-VNNI int8 dot products), AVX3_ZEN4 (VNNI and AVX512-BF16; Highway's later name for
+// that level) and AVX3_AMX (VNNI and the AMX-INT8 tiles, for the quantized GEMM); above AVX2,
+// AVX2_VNNI (the VEX AVX-VNNI of AVX2-only CPUs such as Sierra Forest); on arm64 above NEON,
+// NEON_DOTPROD (sdot) and NEON_I8MM (smmla and sdot). Kernels in AVX3 / AVX2 / NEON bodies branch
+// on ActiveCpuExtensions() once per call.
 //
-// The environment variable LLMRT_CPU_TARGET=scalar|sse4|avx2|avx2_vnni|avx3|avx3_vnni|avx3_zen4
-// (x86) or scalar|neon|neon_dotprod|neon_i8mm|sve (arm64) restricts the choice to one target
-// (avx2, avx3, neon: without the extensions) so tests can run every code path on one machine; a
-// target the CPU cannot run is an error naming what is missing, not a silent fallback.
+// The environment variable LLMRT_CPU_TARGET=scalar|sse4|avx2|avx2_vnni|avx3|avx3_vnni|avx3_zen4|
+// avx3_amx (x86) or scalar|neon|neon_dotprod|neon_i8mm|sve (arm64) restricts the choice to one
+// target (avx2, avx3, neon: without the extensions) so tests can run every code path on one
+// machine; a target the CPU cannot run is an error naming what is missing, not a silent fallback.
 //
 // Thread-safety: the selection is process-wide; call SelectCpuTargetFromEnvironment before
 // kernels run (CreateCpuBackend does).
@@ -27,9 +28,9 @@
 namespace llmrt::cpu {
 
 // Restricts dispatch to the target named `name` ("scalar", "sse4", "avx2", "avx2_vnni", "avx3",
-// "avx3_vnni", "avx3_zen4", "neon", "neon_dotprod", "neon_i8mm", "sve"); "" or "best" lifts the
-// restriction. InvalidArgument for an unknown name, FailedPrecondition when this CPU (or this
-// build) cannot run it.
+// "avx3_vnni", "avx3_zen4", "avx3_amx", "neon", "neon_dotprod", "neon_i8mm", "sve"); "" or "best"
+// lifts the restriction. InvalidArgument for an unknown name, FailedPrecondition when this CPU (or
+// this build) cannot run it.
 absl::Status SelectCpuTarget(absl::string_view name);
 
 // SelectCpuTarget(getenv("LLMRT_CPU_TARGET")) when the variable is set; OK otherwise.

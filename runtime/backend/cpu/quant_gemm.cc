@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "runtime/backend/cpu/dispatch.h"
+#include "runtime/backend/cpu/panel_columns.h"
 #include "runtime/backend/cpu/thread_buffer.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/int4_layout.h"
@@ -990,36 +991,6 @@ void RunTile(int num_rows, int tokens, const GemmRow* rows, const uint8_t* const
 #undef LLMRT_GEMM_TILE
 }
 
-// Where a panel's results go: output row n of the call lands at columns[n - row_begin] + token
-// x strides[n - row_begin] (`outputs` split the rows; *output is the cursor into them, rising
-// with the panels of a thread).
-struct PanelColumns {
-  float* columns[kPanelRows];
-  int64_t strides[kPanelRows];
-
-  void Resolve(const MatMulOutput* outputs, int32_t num_outputs, int32_t* output, int64_t row_begin,
-               int64_t row_end) {
-    for (int64_t n = row_begin; n < row_end; ++n) {
-      while (*output + 1 < num_outputs && n >= outputs[*output + 1].begin) ++*output;
-      columns[n - row_begin] = outputs[*output].data + (n - outputs[*output].begin);
-      strides[n - row_begin] = outputs[*output].width;
-    }
-  }
-
-  // Stores a tile's result[r][t] (+ bias) for panel rows [first, first + rows) and tokens
-  // [token, token + tokens).
-  template <int kWidth>
-  void Store(const float (*result)[kWidth], int rows, int tokens, int64_t row_begin, int64_t first,
-             int64_t token, const float* bias) const {
-    for (int r = 0; r < rows; ++r) {
-      const float row_bias = bias != nullptr ? bias[row_begin + first + r] : 0.0f;
-      float* column = columns[first + r];
-      const int64_t stride = strides[first + r];
-      for (int t = 0; t < tokens; ++t) column[(token + t) * stride] = result[r][t] + row_bias;
-    }
-  }
-};
-
 // Bytes past a panel's rows to its thread's next panel (0 when this is the thread's last or the
 // next one is shorter): the prefetch distance, so that the next panel's weights arrive from
 // memory while this panel computes (at a batch of 16 tokens a panel's compute and its memory read
@@ -1045,7 +1016,7 @@ void GemmTyped(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixV
     // step allocates only when a matrix is wider than any before.
     uint8_t* unpacked_panel =
         kInt4 ? ThreadLocalBuffer<UnpackedPanels, uint8_t>(kPanelRows * unpacked_bytes) : nullptr;
-    PanelColumns columns;
+    PanelColumns<kPanelRows> columns;
     int32_t output = 0;
     for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
       const int64_t row_begin = panel * kPanelRows;
@@ -1156,7 +1127,7 @@ void GemmVnni512(ThreadPool& pool, const QuantizedActivationRows& x, const Matri
         reinterpret_cast<float*>(buffer),
         kZeroPoints ? reinterpret_cast<int32_t*>(buffer + lanes * 4) : nullptr, buffer + lane_bytes,
         kInt8 ? buffer + lane_bytes + tail_bytes : nullptr, chunks};
-    PanelColumns columns;
+    PanelColumns<kPanelRows> columns;
     int32_t output = 0;
     for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
       const int64_t row_begin = panel * kPanelRows;
@@ -1303,6 +1274,7 @@ void LaneOrderInt4Activations(int8_t* codes, int64_t padded_cols) {
 void QuantizedGemm(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                    const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
   if (x.num_rows <= 0 || w.rows <= 0) return;
+  if (QuantizedGemmOnAmx(pool, x, w, bias, outputs, num_outputs)) return;
   HWY_DYNAMIC_DISPATCH(QuantizedGemmImpl)(pool, x, w, bias, outputs, num_outputs);
 }
 

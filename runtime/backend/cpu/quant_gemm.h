@@ -78,6 +78,23 @@ void LaneOrderInt4Activations(int8_t* codes, int64_t padded_cols);
 void QuantizedGemm(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                    const float* bias, const MatMulOutput* outputs, int32_t num_outputs);
 
+// Activation rows from which QuantizedGemm runs on AMX-INT8 tiles where the tier has them
+// (dispatch.h's avx3_amx; quant_gemm_amx.cc): each call lays out every 16-row panel for the tiles
+// once, which a few tokens do not repay. A first choice, not yet measured on AMX hardware.
+inline constexpr int64_t kAmxMinTokens = 64;
+
+// QuantizedGemm on AMX tiles (quant_gemm_amx.cc), bit-identical to the avx3_vnni tier's decode
+// GEMVs: runs and returns true on the avx3_amx tier from kAmxMinTokens rows on (or with emulated
+// tiles on any AVX3 tier with VNNI, below); false, having done nothing, otherwise.
+bool QuantizedGemmOnAmx(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
+                        const float* bias, const MatMulOutput* outputs, int32_t num_outputs);
+
+// Tests: the AMX path runs with its tile instructions emulated in C++ (on AVX3 tiers with VNNI,
+// whether or not the CPU has AMX), so its layout and arithmetic are checked on every such
+// machine; EmulatedAmxTileProducts counts the tdpbssd instructions emulated so far.
+void SetAmxTileEmulationForTesting(bool on);
+int64_t EmulatedAmxTileProducts();
+
 }  // namespace llmrt::cpu
 
 #endif  // LLMRT_BACKEND_CPU_QUANT_GEMM_H_

@@ -162,5 +162,24 @@ TEST(QuantGemmTest, OddShapesMatchSingleRowsAndReference) {
   }
 }
 
+// The AMX tiles (quant_gemm_amx.cc; emulated where the CPU has none): every scheme against single
+// rows (bit for bit) and the reference, at the smallest batch they take, a batch ending in a short
+// token tile, a prefill of 512, and an I8 row ending in a partial block; panels of 16 rows, a
+// short one and a lone row; permuted and not.
+TEST(QuantGemmTest, AmxTilesMatchSingleRowsBitForBit) {
+  if (const std::string reason = testing::AmxGemmScope::SkipReason(); !reason.empty()) {
+    GTEST_SKIP() << reason;
+  }
+  testing::AmxGemmScope amx;
+  for (const Case& c : kCases) {
+    const int64_t cols = c.group_size > 32 ? 2176 : 2080;
+    CheckBatchedRowsMatchSingleRows(c, 37, cols, /*permuted=*/c.bits == 4, kAmxMinTokens);
+    CheckBatchedRowsMatchSingleRows(c, 17, 384, /*permuted=*/c.bits == 8, kAmxMinTokens + 7);
+  }
+  CheckBatchedRowsMatchSingleRows({4, false, 32}, 21, 256, false, 512);
+  CheckBatchedRowsMatchSingleRows({8, false, 0}, 19, 172, true, kAmxMinTokens + 1);
+  EXPECT_TRUE(amx.Ran()) << "the AMX path never ran";
+}
+
 }  // namespace
 }  // namespace llmrt::cpu

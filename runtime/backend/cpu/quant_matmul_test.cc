@@ -507,7 +507,7 @@ TEST(Mxfp4MatMulTest, EveryScaleByteMatchesTheDefinition) {
 
 // A row's result is the same to the bit computed alone (GEMV), among 16 or among 512 rows, on
 // any thread count.
-TEST(Mxfp4MatMulTest, OneRowEqualsManyRowsBitForBit) {
+void CheckOneRowEqualsManyRows() {
   constexpr int64_t kRows = 40, kCols = 608;
   const Mxfp4Weights w = MakeMxfp4(kRows, kCols, {118, 119, 120, 121, 122, 123, 124}, 9);
   const MatrixView view = w.View(kRows, kCols);
@@ -535,6 +535,19 @@ TEST(Mxfp4MatMulTest, OneRowEqualsManyRowsBitForBit) {
       }
     }
   }
+}
+
+TEST(Mxfp4MatMulTest, OneRowEqualsManyRowsBitForBit) { CheckOneRowEqualsManyRows(); }
+
+// The same on the AMX tiles (quant_gemm_amx.cc; emulated where the CPU has none), which take the
+// 512-row matmul.
+TEST(Mxfp4MatMulTest, OneRowEqualsManyRowsOnAmxTilesBitForBit) {
+  if (const std::string reason = testing::AmxGemmScope::SkipReason(); !reason.empty()) {
+    GTEST_SKIP() << reason;
+  }
+  testing::AmxGemmScope amx;
+  CheckOneRowEqualsManyRows();
+  EXPECT_TRUE(amx.Ran()) << "the AMX path never ran";
 }
 
 // Odd shapes through the multi-row path (QuantizedGemm on x86): 1 and 3 weight rows (short of a

@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/kernels.h"
+#include "runtime/backend/cpu/quant_gemm.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/int4_layout.h"
 
@@ -129,6 +132,37 @@ inline double ReferenceDot(const QuantizedMatrix& q, int64_t row, const std::vec
   }
   return sum;
 }
+
+// While it lives, QuantizedGemm takes its AMX path (quant_gemm_amx.cc) from kAmxMinTokens rows on:
+// on the CPU's tiles where the active tier is avx3_amx, elsewhere on tiles emulated in C++. The
+// path reproduces the AVX512-VNNI GEMVs, so it exists on AVX3 tiers with VNNI alone:
+// SkipReason() says why not where it does not. Ran() tells whether emulated tiles did work
+// meanwhile (on hardware tiles: whether the tier is avx3_amx), so that a test shows the path ran.
+class AmxGemmScope {
+ public:
+  AmxGemmScope()
+      : hardware_(ActiveCpuExtensions().amx_int8), products_before_(EmulatedAmxTileProducts()) {
+    if (!hardware_ && SkipReason().empty()) SetAmxTileEmulationForTesting(true);
+  }
+  ~AmxGemmScope() { SetAmxTileEmulationForTesting(false); }
+  AmxGemmScope(const AmxGemmScope&) = delete;
+  AmxGemmScope& operator=(const AmxGemmScope&) = delete;
+
+  static std::string SkipReason() {
+    const std::string target = ActiveCpuTarget();
+    if (target.rfind("AVX3", 0) != 0 || !ActiveCpuExtensions().avx512_vnni) {
+      return "the AMX GEMM reproduces the AVX512-VNNI GEMVs, and target " + target +
+             " has no AVX512-VNNI";
+    }
+    return "";
+  }
+  bool hardware() const { return hardware_; }
+  bool Ran() const { return hardware_ || EmulatedAmxTileProducts() > products_before_; }
+
+ private:
+  bool hardware_;
+  int64_t products_before_;
+};
 
 }  // namespace llmrt::cpu::testing
 
