@@ -4,7 +4,7 @@
 // AVX512-VNNI the tiles of quant_vnni-inl.h).
 //
 // Numerics: exactly those of quant_matmul.h's decode GEMVs on the same tier, to the bit (on the
-// VNNI tier I8 accumulates two blocks per 512-bit step; quant_vnni-inl.h). On AVX2: each (weight
+// AVX512-VNNI tiers I8 takes I4's per-chunk block sums; quant_vnni-inl.h). On AVX2: each (weight
 // row, token) result is one f32 chain of 8 lanes over the blocks in column order, each block (I4:
 // each chunk of 8 blocks, one per lane) contributing fma(float(exact int32 lane sums), weight_scale
 // * act_scale) with the same lane layout, then the same horizontal sum, so a token's output is the

@@ -17,8 +17,8 @@
 // a chunk of 8 keeps its exact sum in its own 32-bit lane (activations laid out alike),
 // subtracts zero * sum(q) in int32 (the same integer as the scalar kernel's) and takes one FMA
 // with the 8 combined scales. With AVX512-VNNI (dispatch.h's avx3_vnni tier) vpdpbusd computes
-// the same exact lane sums (quant_vnni-inl.h: I4 to the bit like AVX2, I8 two blocks per 512-bit
-// step). On arm64 the NEON tier sums each block in 4 int32 lanes (widening multiplies) for every
+// the same exact lane sums (quant_vnni-inl.h: I4 to the bit like AVX2, I8 as I4's per-chunk block
+// sums; the avx3_amx tier's GEMM gets the same sums from tdpbssd, quant_gemm_amx.cc). On arm64 the NEON tier sums each block in 4 int32 lanes (widening multiplies) for every
 // row count; the NEON_DOTPROD and NEON_I8MM tiers run quant_neon-inl.h (sdot GEMV, sdot or smmla
 // row tiles), one lane and one f32 chain per (row, token), so GEMV and multi-row agree to the bit
 // there too. Other targets run the portable scalar loop, which is the reference. The integer
