@@ -13,7 +13,7 @@
 #
 # Needs: llmc and llmrt built in $BUILD (default build/), a CPU build of llama.cpp in $LLAMA_CPP
 # (default /work/llamacpp, with build/bin/llama-bench) and its converter's Python packages
-# (numpy torch safetensors sentencepiece transformers; $PYTHON, default python3). Writes everything
+# (numpy torch safetensors sentencepiece protobuf transformers; $PYTHON, default python3). Writes everything
 # under $WORK_DIR (default /tmp/llmrt-side-by-side): the synthetic checkpoint of `llmc synth
 # --preset` (TinyLlama-1.1B by default), our plan, the GGUF, and results-PRESET-FORMAT.jsonl (this
 # run's: one line per program, rep and thread count, with the load average at the start).
