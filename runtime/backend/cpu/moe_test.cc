@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/cpu/quant_test_util.h"
 #include "runtime/backend/testing/op_program.h"
 #include "runtime/plan/plan_reader.h"
 
@@ -123,14 +124,14 @@ int64_t ReadOutWidth(OpProgram& p) {
 
 // (a) A token's gate/up, down and combined outputs are bit-identical alone, in a batch of 16 and
 // in a batch of 512, at every weight dtype, on the current tier.
-TEST(MoeTest, TokenOutputsDoNotDependOnTheBatch) {
+void CheckTokenOutputsDoNotDependOnTheBatch(int32_t threads) {
   constexpr int32_t kTokens = 512;
   for (const WeightKind& kind : WeightKinds()) {
     for (Output output : {Output::kGateUp, Output::kDown, Output::kCombine}) {
       SCOPED_TRACE(absl::StrCat(kind.Name(), " output ", static_cast<int>(output)));
       OpProgram p(kTokens, 7);
       BuildMoeBlock(p, kTokens, 8, 2, 0.5, kind, output);
-      auto backend = Create(p, kTokens, 2);
+      auto backend = Create(p, kTokens, threads);
       ASSERT_NE(backend, nullptr);
       const int64_t width = ReadOutWidth(p);
       std::vector<int32_t> all(kTokens);
@@ -151,6 +152,20 @@ TEST(MoeTest, TokenOutputsDoNotDependOnTheBatch) {
       }
     }
   }
+}
+
+TEST(MoeTest, TokenOutputsDoNotDependOnTheBatch) { CheckTokenOutputsDoNotDependOnTheBatch(2); }
+
+// The same with the quantized experts' GEMMs on AMX tiles (quant_gemm_amx.cc; emulated where the
+// CPU has none), on 1 thread, where each of the 8 experts takes its ~128 rows of the batch of 512
+// whole, past kAmxMinTokens (2 threads cut them into blocks of ~64 rows, moe.cc).
+TEST(MoeTest, TokenOutputsDoNotDependOnTheBatchOnAmxTiles) {
+  if (const std::string reason = testing::AmxGemmScope::SkipReason(); !reason.empty()) {
+    GTEST_SKIP() << reason;
+  }
+  testing::AmxGemmScope amx;
+  CheckTokenOutputsDoNotDependOnTheBatch(1);
+  EXPECT_TRUE(amx.Ran()) << "the AMX path never ran";
 }
 
 // (d) With skewed routing (one expert chosen by ~80% of the tokens), 2 and 3 threads give the
