@@ -149,6 +149,9 @@ class AmxGemmScope {
   AmxGemmScope& operator=(const AmxGemmScope&) = delete;
 
   static std::string SkipReason() {
+    // The tier LLMRT_CPU_TARGET forces, as the backend would select it (its errors are the
+    // backend's to report).
+    (void)SelectCpuTargetFromEnvironment();
     const std::string target = ActiveCpuTarget();
     if (target.rfind("AVX3", 0) != 0 || !ActiveCpuExtensions().avx512_vnni) {
       return "the AMX GEMM reproduces the AVX512-VNNI GEMVs, and target " + target +
