@@ -181,5 +181,22 @@ TEST(QuantGemmTest, AmxTilesMatchSingleRowsBitForBit) {
   EXPECT_TRUE(amx.Ran()) << "the AMX path never ran";
 }
 
+// The odd shapes of OddShapesMatchSingleRowsAndReference on the AMX tiles: 1 and 3 weight rows (a
+// panel of mostly missing rows), 17 (a panel and a lone row), 1000 (many panels, the last short).
+TEST(QuantGemmTest, AmxTilesAtOddShapesMatchSingleRowsAndReference) {
+  if (const std::string reason = testing::AmxGemmScope::SkipReason(); !reason.empty()) {
+    GTEST_SKIP() << reason;
+  }
+  testing::AmxGemmScope amx;
+  for (const Case& c : kCases) {
+    for (int64_t out_rows : {1, 3, 17, 1000}) {
+      const int64_t cols = out_rows == 1000 ? 384 : c.group_size > 32 ? 2176 : 2080;
+      CheckBatchedRowsMatchSingleRows(c, out_rows, cols, /*permuted=*/out_rows % 2 == 1,
+                                      kAmxMinTokens + 3);
+    }
+  }
+  EXPECT_TRUE(amx.Ran()) << "the AMX path never ran";
+}
+
 }  // namespace
 }  // namespace llmrt::cpu

@@ -553,16 +553,16 @@ TEST(Mxfp4MatMulTest, OneRowEqualsManyRowsOnAmxTilesBitForBit) {
 // Odd shapes through the multi-row path (QuantizedGemm on x86): 1 and 3 weight rows (short of a
 // register tile), 17 (a 16-row panel and a lone row), 37 (two panels and a short one); K = 64 (one
 // chunk of 2 blocks) and 608 (two chunks of 8 and one of 3); 2 to 17 tokens (every short token
-// tile). Each token's row equals the same token alone (the decode GEMV) to the bit and the
-// definition to f32 rounding, with a bias and the outputs split at an odd column, on 1 and 2
-// threads.
-TEST(Mxfp4MatMulTest, ManyRowsEqualOneRowAtOddShapes) {
+// tile; the token counts are the caller's). Each token's row equals the same token alone (the
+// decode GEMV) to the bit and the definition to f32 rounding, with a bias and the outputs split at
+// an odd column, on 1 and 2 threads.
+void CheckManyRowsEqualOneRowAtOddShapes(const std::vector<int64_t>& token_counts) {
   for (int64_t rows : {1, 3, 17, 37}) {
     for (int64_t cols : {64, 608}) {
       const Mxfp4Weights w =
           MakeMxfp4(rows, cols, {119, 127, 121, 130, 116}, static_cast<uint32_t>(5 + rows));
       const MatrixView view = w.View(rows, cols);
-      constexpr int64_t kTokens = 17;
+      const int64_t kTokens = token_counts.back();
       std::vector<float> x(kTokens * cols);
       for (size_t i = 0; i < x.size(); ++i) {
         // Some all-zero blocks (activation scale 0) among blocks of spread magnitudes.
@@ -580,7 +580,7 @@ TEST(Mxfp4MatMulTest, ManyRowsEqualOneRowAtOddShapes) {
       std::vector<float> one(rows);
       for (int32_t threads : {1, 2}) {
         ThreadPool pool(threads);
-        for (int64_t tokens : {int64_t{2}, int64_t{3}, int64_t{5}, kTokens}) {
+        for (int64_t tokens : token_counts) {
           std::vector<float> first(tokens * split), second(tokens * (rows - split));
           const MatMulOutput outputs[2] = {{first.data(), 0, split},
                                            {second.data(), split, rows - split}};
@@ -606,6 +606,21 @@ TEST(Mxfp4MatMulTest, ManyRowsEqualOneRowAtOddShapes) {
       }
     }
   }
+}
+
+TEST(Mxfp4MatMulTest, ManyRowsEqualOneRowAtOddShapes) {
+  CheckManyRowsEqualOneRowAtOddShapes({2, 3, 5, 17});
+}
+
+// The same on the AMX tiles (quant_gemm_amx.cc; emulated where the CPU has none): the smallest
+// batch they take and one ending in a short token tile.
+TEST(Mxfp4MatMulTest, ManyRowsEqualOneRowAtOddShapesOnAmxTiles) {
+  if (const std::string reason = testing::AmxGemmScope::SkipReason(); !reason.empty()) {
+    GTEST_SKIP() << reason;
+  }
+  testing::AmxGemmScope amx;
+  CheckManyRowsEqualOneRowAtOddShapes({kAmxMinTokens, kAmxMinTokens + 5});
+  EXPECT_TRUE(amx.Ran()) << "the AMX path never ran";
 }
 
 }  // namespace
