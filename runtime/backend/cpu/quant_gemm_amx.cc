@@ -314,16 +314,16 @@ void LayOutTokenTile(const QuantizedActivationRows& x, int64_t tile, int tokens,
       const int64_t token = tile * kTileTokens + t;
       const bool present = t < tokens && block < blocks;
       block_scales[t] = present ? x.scales[token * x_blocks + block] : 0.0f;
-      const auto* row = reinterpret_cast<const uint8_t*>(x.codes) + token * x.padded_cols;
       for (int k = 0; k < 8; ++k) {
+        uint8_t* out = rows + 64 * k + 4 * t;
+        if (!present) {
+          std::memset(out, 0, 4);
+          continue;
+        }
         const int64_t offset =
             lane_order ? block / 8 * 256 + 32 * k + 4 * (block % 8) : block * kBlock + 4 * k;
-        uint8_t* out = rows + 64 * k + 4 * t;
-        if (present) {
-          std::memcpy(out, row + offset, 4);
-        } else {
-          std::memset(out, 0, 4);
-        }
+        std::memcpy(out, reinterpret_cast<const uint8_t*>(x.codes) + token * x.padded_cols + offset,
+                    4);
       }
     }
   }
@@ -429,7 +429,7 @@ void GemmAmx(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixVie
       const int rows = static_cast<int>(std::min<int64_t>(kTileRows, w.rows - row_begin));
       columns.Resolve(outputs, num_outputs, &output, row_begin, row_begin + rows);
       for (int r = 0; r < kTileRows; ++r) {
-        // Rows past the matrix: zero codes and scales, their results unread.
+        // Rows past the matrix repeat its last row with zero scales: results 0, never stored.
         LayOutPanelRow<kKind>(w, std::min<int64_t>(row_begin + r, w.rows - 1), group_shift, blocks,
                               padded_blocks, r, panel_codes, panel_scales);
       }
