@@ -924,6 +924,28 @@ TEST(CpuDispatchTest, DefaultTargetUsesBf16OnlyWhereItIsTheFasterPath) {
   }
 }
 
+// The default selection takes the AMX tiles wherever the CPU and the OS allow them (with
+// AVX512-VNNI, whose GEMVs' bits they reproduce); forcing avx3_amx elsewhere is refused by name.
+TEST(CpuDispatchTest, DefaultTargetUsesAmxWhereTheMachineHasIt) {
+  const RestoreCpuTarget restore;
+  ASSERT_TRUE(SelectCpuTarget("best").ok());
+  const CpuExtensions detected = DetectCpuExtensions();
+  const bool machine_amx =
+      detected.amx_int8 && detected.avx512_vnni && (hwy::SupportedTargets() & HWY_AVX3) != 0;
+  EXPECT_EQ(ActiveCpuExtensions().amx_int8, machine_amx) << ActiveCpuTarget();
+  const absl::Status forced = SelectCpuTarget("avx3_amx");
+  if (machine_amx) {
+    ASSERT_TRUE(forced.ok()) << forced;
+    EXPECT_EQ(ActiveCpuTarget(), "AVX3_AMX");
+    EXPECT_TRUE(ActiveCpuExtensions().avx512_vnni);
+  } else {
+    EXPECT_EQ(forced.code(), absl::StatusCode::kFailedPrecondition) << forced;
+    EXPECT_NE(std::string(forced.message()).find("AMX"), std::string::npos) << forced;
+  }
+  // avx3_vnni stays the VNNI kernels alone, AMX or not.
+  if (SelectCpuTarget("avx3_vnni").ok()) EXPECT_FALSE(ActiveCpuExtensions().amx_int8);
+}
+
 // Weights of mixed scale (|w| up to 2^-5 .. 2, both signs) as ROW_PANELS of BF16, and what they
 // are exactly.
 struct Bf16Panels {
