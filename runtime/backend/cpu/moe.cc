@@ -274,7 +274,7 @@ void ExpertMatMul(ThreadPool& pool, const ExpertMatMulArgs& args, ExpertRowsMatM
   // A 1-token decode whose experts split evenly among the threads, at least 2 each (top-4 or
   // top-8 on 2 threads), leaves no thread waiting either: every item is one row of an expert of
   // the same shape. There whole experts per thread save a join per expert (Qwen2-MoE int4, top-4
-  // of 60 small experts, 2 threads, Intel Xeon, alternating runs: 61-64 -> 76-81 tok/s). Top-2 on
+  // of 60 small experts, 2 threads, Intel Xeon, alternating runs: 59-64 -> 76-81 tok/s). Top-2 on
   // 2 threads, one expert each, keeps the whole pool per expert, as chosen above.
   const bool even_decode =
       largest_item == 1 && routed % threads == 0 && routed >= int64_t{2} * threads;

@@ -140,9 +140,11 @@ inline double ReferenceDot(const QuantizedMatrix& q, int64_t row, const std::vec
 // meanwhile (on hardware tiles: whether the tier is avx3_amx), so that a test shows the path ran.
 class AmxGemmScope {
  public:
-  AmxGemmScope()
-      : hardware_(ActiveCpuExtensions().amx_int8), products_before_(EmulatedAmxTileProducts()) {
-    if (!hardware_ && SkipReason().empty()) SetAmxTileEmulationForTesting(true);
+  AmxGemmScope() {
+    const bool available = SkipReason().empty();  // first: it selects the forced tier
+    hardware_ = ActiveCpuExtensions().amx_int8;
+    products_before_ = EmulatedAmxTileProducts();
+    if (!hardware_ && available) SetAmxTileEmulationForTesting(true);
   }
   ~AmxGemmScope() { SetAmxTileEmulationForTesting(false); }
   AmxGemmScope(const AmxGemmScope&) = delete;
@@ -159,12 +161,11 @@ class AmxGemmScope {
     }
     return "";
   }
-  bool hardware() const { return hardware_; }
   bool Ran() const { return hardware_ || EmulatedAmxTileProducts() > products_before_; }
 
  private:
-  bool hardware_;
-  int64_t products_before_;
+  bool hardware_ = false;
+  int64_t products_before_ = 0;
 };
 
 }  // namespace llmrt::cpu::testing
