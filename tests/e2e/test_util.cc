@@ -33,9 +33,35 @@ std::string SourcePath(const std::string& relative) {
   return std::string(LLMC_SOURCE_DIR) + "/" + relative;
 }
 
+namespace {
+
+// The process's scratch root, removed when the process exits: ctest runs every test in a process
+// of its own, so a root left behind per process fills /tmp (thousands of directories, tens of GB
+// per suite run). LLMC_KEEP_TEST_SCRATCH=1 keeps them for a failure's inspection. Only the process
+// that created the root removes it (not a forked child that exits).
+const fs::path& ScratchRoot() {
+  // Never destroyed: the exit handler below reads it after static destructors may have run.
+  static const fs::path* const root = [] {
+    const char* tmp = std::getenv("TMPDIR");
+    static const pid_t owner = getpid();
+    auto* path = new fs::path(fs::path(tmp ? tmp : "/tmp") / ("llmc-e2e-" + std::to_string(owner)));
+    const char* keep = std::getenv("LLMC_KEEP_TEST_SCRATCH");
+    if (keep == nullptr || std::string(keep) != "1") {
+      std::atexit([] {
+        if (getpid() != owner) return;
+        std::error_code ignored;
+        fs::remove_all(*root, ignored);
+      });
+    }
+    return path;
+  }();
+  return *root;
+}
+
+}  // namespace
+
 std::string MakeScratchDir(const std::string& name) {
-  const char* tmp = std::getenv("TMPDIR");
-  fs::path base = fs::path(tmp ? tmp : "/tmp") / ("llmc-e2e-" + std::to_string(getpid()));
+  const fs::path& base = ScratchRoot();
   static int counter = 0;
   fs::path dir = base / (name + "-" + std::to_string(counter++));
   fs::remove_all(dir);
