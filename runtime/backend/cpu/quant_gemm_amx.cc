@@ -27,7 +27,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <type_traits>
 
 #include "runtime/backend/cpu/dispatch.h"
@@ -50,8 +52,14 @@
 #define LLMRT_BACKEND_CPU_QUANT_GEMM_AMX_STATE_
 namespace llmrt::cpu {
 namespace {
-// Whether the AMX path runs on emulated tiles (tests), and how many tdpbssd they executed.
-std::atomic<bool> amx_emulation{false};
+// Whether the AMX path runs on emulated tiles, and how many tdpbssd they executed. Tests turn the
+// emulation on around a kernel (SetAmxTileEmulationForTesting); LLMRT_AMX_EMULATION=1 turns it on
+// for a whole process, so that ctest runs every suite through the AMX path on a CPU without AMX.
+bool AmxEmulationRequested() {
+  const char* value = std::getenv("LLMRT_AMX_EMULATION");
+  return value != nullptr && std::string_view(value) == "1";
+}
+std::atomic<bool> amx_emulation{AmxEmulationRequested()};
 std::atomic<int64_t> emulated_tile_products{0};
 }  // namespace
 }  // namespace llmrt::cpu
@@ -502,7 +510,9 @@ bool QuantizedGemmOnAmx(ThreadPool& pool, const QuantizedActivationRows& x, cons
   return HWY_DYNAMIC_DISPATCH(QuantizedGemmOnAmxImpl)(pool, x, w, bias, outputs, num_outputs);
 }
 
-void SetAmxTileEmulationForTesting(bool on) { amx_emulation.store(on, std::memory_order_relaxed); }
+bool SetAmxTileEmulationForTesting(bool on) {
+  return amx_emulation.exchange(on, std::memory_order_relaxed);
+}
 
 int64_t EmulatedAmxTileProducts() { return emulated_tile_products.load(std::memory_order_relaxed); }
 

@@ -144,9 +144,9 @@ class AmxGemmScope {
     const bool available = SkipReason().empty();  // first: it selects the forced tier
     hardware_ = ActiveCpuExtensions().amx_int8;
     products_before_ = EmulatedAmxTileProducts();
-    if (!hardware_ && available) SetAmxTileEmulationForTesting(true);
+    emulating_before_ = SetAmxTileEmulationForTesting(!hardware_ && available);
   }
-  ~AmxGemmScope() { SetAmxTileEmulationForTesting(false); }
+  ~AmxGemmScope() { SetAmxTileEmulationForTesting(emulating_before_); }
   AmxGemmScope(const AmxGemmScope&) = delete;
   AmxGemmScope& operator=(const AmxGemmScope&) = delete;
 
@@ -165,6 +165,7 @@ class AmxGemmScope {
 
  private:
   bool hardware_ = false;
+  bool emulating_before_ = false;
   int64_t products_before_ = 0;
 };
 
