@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/backend/cpu/quant_gemm.h"
+#include "runtime/backend/cpu/amx_tiles.h"
 #include "runtime/plan/plan_reader.h"
 #include "tests/e2e/test_util.h"
 

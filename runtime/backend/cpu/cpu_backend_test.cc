@@ -931,8 +931,8 @@ TEST(CpuDispatchTest, DefaultTargetUsesAmxWhereTheMachineHasIt) {
   ASSERT_TRUE(SelectCpuTarget("best").ok());
   const CpuExtensions detected = DetectCpuExtensions();
   const bool machine_amx =
-      detected.amx_int8 && detected.avx512_vnni && (hwy::SupportedTargets() & HWY_AVX3) != 0;
-  EXPECT_EQ(ActiveCpuExtensions().amx_int8, machine_amx) << ActiveCpuTarget();
+      detected.amx && detected.avx512_vnni && (hwy::SupportedTargets() & HWY_AVX3) != 0;
+  EXPECT_EQ(ActiveCpuExtensions().amx, machine_amx) << ActiveCpuTarget();
   const absl::Status forced = SelectCpuTarget("avx3_amx");
   if (machine_amx) {
     ASSERT_TRUE(forced.ok()) << forced;
@@ -945,7 +945,7 @@ TEST(CpuDispatchTest, DefaultTargetUsesAmxWhereTheMachineHasIt) {
     EXPECT_EQ(forced.code(), absl::StatusCode::kInvalidArgument) << forced;  // an x86 tier
   }
   // avx3_vnni stays the VNNI kernels alone, AMX or not.
-  if (SelectCpuTarget("avx3_vnni").ok()) EXPECT_FALSE(ActiveCpuExtensions().amx_int8);
+  if (SelectCpuTarget("avx3_vnni").ok()) EXPECT_FALSE(ActiveCpuExtensions().amx);
 }
 
 // Weights of mixed scale (|w| up to 2^-5 .. 2, both signs) as ROW_PANELS of BF16, and what they

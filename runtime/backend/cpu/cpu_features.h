@@ -43,7 +43,10 @@ struct CpuExtensions {
   bool avx_vnni = false;      // vpdpbusd (VEX, 256-bit): AVX2 machines such as Sierra Forest
   bool neon_dotprod = false;  // sdot/udot (FEAT_DotProd): s8 dot products of 4 into int32 lanes
   bool neon_i8mm = false;     // smmla (FEAT_I8MM): a 2x8 by 8x2 s8 product into 2x2 int32
-  bool amx_int8 = false;      // AMX-TILE and AMX-INT8 (tdpbssd: 16x64 by 64x16 s8 into int32)
+  // AMX-TILE, AMX-INT8 (tdpbssd: 16x64 by 64x16 s8 into int32) and AMX-BF16 (tdpbf16ps: 16x32
+  // by 32x16 bf16 into f32), and the OS's permission for the tile state (every AMX CPU so far
+  // has both kinds: Sapphire Rapids on).
+  bool amx = false;
 };
 
 #if defined(__aarch64__) && defined(__linux__)
@@ -94,7 +97,9 @@ inline CpuExtensions DetectCpuExtensions() {
     found.avx512_bf16 = avx512f && ((eax1 >> 5) & 1);
     found.avx_vnni = (eax1 >> 4) & 1;
   }
-  found.amx_int8 = avx512f && ((edx >> 24) & 1) && ((edx >> 25) & 1) && AmxTileStateUsable();
+  // Leaf 7 EDX: bit 22 AMX-BF16, 24 AMX-TILE, 25 AMX-INT8.
+  found.amx = avx512f && ((edx >> 22) & 1) && ((edx >> 24) & 1) && ((edx >> 25) & 1) &&
+              AmxTileStateUsable();
 #elif defined(__aarch64__) && defined(__linux__)
   found.neon_dotprod = (getauxval(AT_HWCAP) & kHwcapAsimdDp) != 0;
   found.neon_i8mm = (getauxval(AT_HWCAP2) & kHwcap2I8mm) != 0;

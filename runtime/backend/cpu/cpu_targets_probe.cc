@@ -22,7 +22,7 @@ int main() {
     {"avx3", HWY_AVX3, true},
     {"avx3_vnni", HWY_AVX3, extensions.avx512_vnni},
     {"avx3_zen4", HWY_AVX3, extensions.avx512_vnni && extensions.avx512_bf16},
-    {"avx3_amx", HWY_AVX3, extensions.avx512_vnni && extensions.amx_int8},
+    {"avx3_amx", HWY_AVX3, extensions.avx512_vnni && extensions.amx},
 #elif HWY_ARCH_ARM
     {"neon", HWY_NEON, true},
     {"neon_dotprod", HWY_NEON, extensions.neon_dotprod},

@@ -36,8 +36,7 @@ struct NamedTarget {
   CpuExtensions extensions;  // required on top of `mask`, and the only ones kernels then use
 };
 
-// In CpuExtensions' order: avx512_vnni, avx512_bf16, avx_vnni, neon_dotprod, neon_i8mm,
-// amx_int8.
+// In CpuExtensions' order: avx512_vnni, avx512_bf16, avx_vnni, neon_dotprod, neon_i8mm, amx.
 constexpr CpuExtensions kVnni = {true, false, false, false, false};
 constexpr CpuExtensions kVnniAmx = {true, false, false, false, false, true};
 constexpr CpuExtensions kVnniBf16 = {true, true, false, false, false};
@@ -64,7 +63,7 @@ constexpr NamedTarget kTargets[] = {
 };
 
 // The extensions kernels may use, as bits (avx512_vnni 1, avx512_bf16 2, avx_vnni 4,
-// neon_dotprod 8, neon_i8mm 16, amx_int8 32), or kUnset before the first selection: then every
+// neon_dotprod 8, neon_i8mm 16, amx 32), or kUnset before the first selection: then every
 // extension the CPU has (MachineExtensions). Atomic because kernels read it on pool threads; it
 // changes only between steps (SelectCpuTarget).
 constexpr uint32_t kUnset = ~uint32_t{0};
@@ -73,7 +72,7 @@ std::atomic<uint32_t> active_extension_bits{kUnset};
 uint32_t ToBits(const CpuExtensions& extensions) {
   return (extensions.avx512_vnni ? 1u : 0u) | (extensions.avx512_bf16 ? 2u : 0u) |
          (extensions.avx_vnni ? 4u : 0u) | (extensions.neon_dotprod ? 8u : 0u) |
-         (extensions.neon_i8mm ? 16u : 0u) | (extensions.amx_int8 ? 32u : 0u);
+         (extensions.neon_i8mm ? 16u : 0u) | (extensions.amx ? 32u : 0u);
 }
 
 CpuExtensions FromBits(uint32_t bits) {
@@ -88,8 +87,8 @@ const char* MissingExtension(const CpuExtensions& have, const CpuExtensions& nee
   if (need.avx_vnni && !have.avx_vnni) return "AVX-VNNI";
   if (need.neon_dotprod && !have.neon_dotprod) return "the dot product instructions (asimddp)";
   if (need.neon_i8mm && !have.neon_i8mm) return "the int8 matrix multiply instructions (i8mm)";
-  if (need.amx_int8 && !have.amx_int8) {
-    return "AMX-TILE / AMX-INT8 (or the kernel's permission for the AMX tile state)";
+  if (need.amx && !have.amx) {
+    return "AMX-TILE / AMX-INT8 / AMX-BF16 (or the kernel's permission for the AMX tile state)";
   }
   return nullptr;
 }
@@ -99,7 +98,7 @@ CpuExtensions MachineExtensions() {
   CpuExtensions found = DetectCpuExtensions();
   if ((supported & HWY_AVX3) == 0) found.avx512_vnni = found.avx512_bf16 = false;
   // The AMX GEMM reproduces the AVX512-VNNI GEMVs' bits (quant_gemm_amx.cc).
-  if (!found.avx512_vnni) found.amx_int8 = false;
+  if (!found.avx512_vnni) found.amx = false;
   if ((supported & HWY_AVX2) == 0) found.avx_vnni = false;
   // The arm64 kernels that use them live in the NEON target's body; i8mm's also use sdot
   // (every core with FEAT_I8MM has FEAT_DotProd; Armv8.6 makes both mandatory).
@@ -171,7 +170,7 @@ std::string ActiveCpuTarget() {
   if (name == "NEON" && extensions.neon_i8mm) return "NEON_I8MM";
   if (name == "NEON" && extensions.neon_dotprod) return "NEON_DOTPROD";
   if (name != "AVX3") return name;
-  if (extensions.amx_int8) return "AVX3_AMX";
+  if (extensions.amx) return "AVX3_AMX";
   if (extensions.avx512_bf16) return "AVX3_ZEN4";
   if (extensions.avx512_vnni) return "AVX3_VNNI";
   return name;

@@ -4,7 +4,8 @@
 // on arm64) and HWY_DYNAMIC_DISPATCH picks the best one the CPU supports. Tiers add instructions
 // that Highway 1.0.3 has no target for (cpu_features.h says why): above AVX3, AVX3_VNNI
 // (AVX512-VNNI int8 dot products), AVX3_ZEN4 (VNNI and AVX512-BF16; Highway's later name for
-// that level) and AVX3_AMX (VNNI and the AMX-INT8 tiles, for the quantized GEMM); above AVX2,
+// that level) and AVX3_AMX (VNNI and the AMX tiles: AMX-INT8 for the quantized GEMM, AMX-BF16 for
+// the F16 / BF16 matmul); above AVX2,
 // AVX2_VNNI (the VEX AVX-VNNI of AVX2-only CPUs such as Sierra Forest); on arm64 above NEON,
 // NEON_DOTPROD (sdot) and NEON_I8MM (smmla and sdot). Kernels in AVX3 / AVX2 / NEON bodies branch
 // on ActiveCpuExtensions() once per call.

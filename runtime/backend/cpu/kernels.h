@@ -62,6 +62,14 @@ void MatMul(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* i
             const MatrixView& w, const float* bias, const MatMulOutput* outputs,
             int32_t num_outputs);
 
+// MatMul of F16 / BF16 ROW_PANELS weights on AMX-BF16 tiles with exactly split operands
+// (matmul_amx.cc: f32-class results, every token count): runs and returns true on the avx3_amx
+// tier, or with emulated tiles (amx_tiles.h) on any AVX3 tier with AVX512-VNNI; false, having
+// done nothing, otherwise. MatMul takes it first.
+bool MatMulOnAmx(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
+                 const MatrixView& w, const float* bias, const MatMulOutput* outputs,
+                 int32_t num_outputs);
+
 // y = x * rsqrt(mean(x^2) + eps) * gamma, per row. y may alias x.
 void RmsNorm(ThreadPool& pool, const float* x, const float* gamma, float eps, int64_t num_rows,
              int64_t width, float* y);

@@ -972,6 +972,7 @@ void MatMul(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* i
             const MatrixView& w, const float* bias, const MatMulOutput* outputs,
             int32_t num_outputs) {
   if (num_rows <= 0 || w.rows <= 0) return;
+  if (MatMulOnAmx(pool, x, num_rows, input_rows, w, bias, outputs, num_outputs)) return;
   HWY_DYNAMIC_DISPATCH(MatMulImpl)(pool, x, num_rows, input_rows, w, bias, outputs, num_outputs);
 }
 

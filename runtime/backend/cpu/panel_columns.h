@@ -1,4 +1,5 @@
-// Where the quantized GEMMs (quant_gemm.cc, quant_gemm_amx.cc) write a panel of weight rows'
+// Where the quantized GEMMs (quant_gemm.cc, quant_gemm_amx.cc) and the AMX-BF16 matmul
+// (matmul_amx.cc) write a panel of weight rows'
 // results: a matmul's outputs split its rows among destinations (a fused matmul's parts), each
 // with its own row width.
 //
@@ -40,6 +41,18 @@ struct PanelColumns {
       for (int r = 0; r < rows; ++r) {
         const float row_bias = bias != nullptr ? bias[row_begin + first + r] : 0.0f;
         columns[first + r][(token + t) * strides[first + r]] = result[r][t] + row_bias;
+      }
+    }
+  }
+
+  // The same for a tile whose rows are tokens, result[t][r] (AMX-BF16's C, matmul_amx.cc).
+  template <int kWidth>
+  void StoreTokenMajor(const float (*result)[kWidth], int rows, int tokens, int64_t row_begin,
+                       int64_t first, int64_t token, const float* bias) const {
+    for (int t = 0; t < tokens; ++t) {
+      for (int r = 0; r < rows; ++r) {
+        const float row_bias = bias != nullptr ? bias[row_begin + first + r] : 0.0f;
+        columns[first + r][(token + t) * strides[first + r]] = result[t][r] + row_bias;
       }
     }
   }

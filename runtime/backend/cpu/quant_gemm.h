@@ -89,14 +89,6 @@ inline constexpr int64_t kAmxMinTokens = 64;
 bool QuantizedGemmOnAmx(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                         const float* bias, const MatMulOutput* outputs, int32_t num_outputs);
 
-// Tests: the AMX path runs with its tile instructions emulated in C++ (on AVX3 tiers with VNNI,
-// whether or not the CPU has AMX), so its layout and arithmetic are checked on every such
-// machine; EmulatedAmxTileProducts counts the tdpbssd instructions emulated so far. Returns whether
-// the emulation was on before. LLMRT_AMX_EMULATION=1 in the environment turns it on from the start
-// (ctest's avx3_amx_emulated runs).
-bool SetAmxTileEmulationForTesting(bool on);
-int64_t EmulatedAmxTileProducts();
-
 }  // namespace llmrt::cpu
 
 #endif  // LLMRT_BACKEND_CPU_QUANT_GEMM_H_

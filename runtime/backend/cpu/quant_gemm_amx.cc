@@ -1,6 +1,6 @@
 // QuantizedGemm on AMX-INT8 tiles (quant_gemm.h, QuantizedGemmOnAmx), compiled per SIMD target by
 // Highway; only the AVX3 body has a kernel, and it runs on the avx3_amx tier (dispatch.h) or,
-// for tests, with the tile instructions emulated (SetAmxTileEmulationForTesting).
+// for tests, with the tile instructions emulated (amx_tiles.h).
 //
 // Numerics: those of the avx3_vnni tier's decode GEMVs, to the bit. There I8, I4 and MXFP4 all
 // reduce a chunk of 8 blocks to its 8 exact int32 block sums (block j in lane j), convert them,
@@ -25,13 +25,11 @@
 // bytes). A block's sums are stored (1 KiB) and folded into the f32 chains by AVX-512 while the
 // next block's tdpbssd runs.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <type_traits>
 
+#include "runtime/backend/cpu/amx_tiles.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/panel_columns.h"
 #include "runtime/backend/cpu/quant_gemm.h"
@@ -46,25 +44,6 @@
 #include "hwy/highway.h"
 #include "runtime/backend/cpu/quant_vnni-inl.h"
 
-// Once, before the per-target bodies that read them (foreach_target includes this file again
-// for each target).
-#ifndef LLMRT_BACKEND_CPU_QUANT_GEMM_AMX_STATE_
-#define LLMRT_BACKEND_CPU_QUANT_GEMM_AMX_STATE_
-namespace llmrt::cpu {
-namespace {
-// Whether the AMX path runs on emulated tiles, and how many tdpbssd they executed. Tests turn the
-// emulation on around a kernel (SetAmxTileEmulationForTesting); LLMRT_AMX_EMULATION=1 turns it on
-// for a whole process, so that ctest runs every suite through the AMX path on a CPU without AMX.
-bool AmxEmulationRequested() {
-  const char* value = std::getenv("LLMRT_AMX_EMULATION");
-  return value != nullptr && std::string_view(value) == "1";
-}
-std::atomic<bool> amx_emulation{AmxEmulationRequested()};
-std::atomic<int64_t> emulated_tile_products{0};
-}  // namespace
-}  // namespace llmrt::cpu
-#endif
-
 HWY_BEFORE_NAMESPACE();
 namespace llmrt::cpu {
 namespace HWY_NAMESPACE {
@@ -77,117 +56,17 @@ constexpr int kTileRows = 16;                            // weight rows of a pan
 constexpr int kTileTokens = 16;                          // tokens of a token tile: N
 constexpr int64_t kTileBlockBytes = kTileRows * kBlock;  // A or B of one block: 512 bytes
 
-// tdpbssd and its tile moves, on the hardware: one instruction each, the tile register an
-// immediate (%c prints it bare). Memory clobbers keep the stores of C before the loads that read
-// them back, and the layout's stores before the tile loads.
-struct HardwareTiles {
-  static void Configure(const uint8_t* config) {
-    asm volatile("ldtilecfg %0" ::"m"(*reinterpret_cast<const uint8_t(*)[64]>(config)));
+// Tiles 0-1 C, 2-3 A, 4-5 B (the file's comment).
+AmxTileConfig MakeTileConfig() {
+  AmxTileConfig config;
+  for (int set = 0; set < 2; ++set) {
+    config.Set(set, kTileRows, 4 * kTileTokens);       // C: 16 rows of 16 int32
+    config.Set(2 + set, kTileRows, kBlock);            // A: 16 rows of a block's 32 codes
+    config.Set(4 + set, kBlock / 4, 4 * kTileTokens);  // B: 8 rows of 16 tokens x 4 codes
   }
-  static void Release() { asm volatile("tilerelease" ::: "memory"); }
-  template <int kTile>
-  static void Zero() {
-    asm volatile("tilezero %%tmm%c0" ::"i"(kTile));
-  }
-  template <int kTile>
-  static void Load(const void* base, int64_t stride) {
-    asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(stride), "i"(kTile) : "memory");
-  }
-  template <int kTile>
-  static void Store(void* base, int64_t stride) {
-    asm volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(base), "r"(stride), "i"(kTile) : "memory");
-  }
-  // C += A x B, signed bytes, int32 sums.
-  template <int kC, int kA, int kB>
-  static void DotSigned() {
-    asm volatile("tdpbssd %%tmm%c0, %%tmm%c1, %%tmm%c2" ::"i"(kB), "i"(kA), "i"(kC));
-  }
-};
-
-// The same instructions in C++ (Intel's pseudocode for LDTILECFG, TILELOADD, TILESTORED,
-// TILEZERO and TDPBSSD), so that the AMX path's layout and arithmetic are tested on machines
-// without AMX. Per thread, as the hardware's tile state is.
-struct EmulatedTiles {
-  struct State {
-    uint8_t bytes[8][16][64];
-    int rows[8];
-    int row_bytes[8];
-  };
-  static State& state() {
-    static thread_local State tiles;
-    return tiles;
-  }
-  static void Configure(const uint8_t* config) {
-    State& s = state();
-    std::memset(s.bytes, 0, sizeof(s.bytes));
-    for (int t = 0; t < 8; ++t) {
-      uint16_t colsb;
-      std::memcpy(&colsb, config + 16 + 2 * t, 2);
-      s.row_bytes[t] = colsb;
-      s.rows[t] = config[48 + t];
-    }
-  }
-  static void Release() {}
-  template <int kTile>
-  static void Zero() {
-    std::memset(state().bytes[kTile], 0, sizeof(state().bytes[kTile]));
-  }
-  template <int kTile>
-  static void Load(const void* base, int64_t stride) {
-    State& s = state();
-    std::memset(s.bytes[kTile], 0, sizeof(s.bytes[kTile]));
-    for (int r = 0; r < s.rows[kTile]; ++r) {
-      std::memcpy(s.bytes[kTile][r], static_cast<const uint8_t*>(base) + r * stride,
-                  s.row_bytes[kTile]);
-    }
-  }
-  template <int kTile>
-  static void Store(void* base, int64_t stride) {
-    const State& s = state();
-    for (int r = 0; r < s.rows[kTile]; ++r) {
-      std::memcpy(static_cast<uint8_t*>(base) + r * stride, s.bytes[kTile][r], s.row_bytes[kTile]);
-    }
-  }
-  template <int kC, int kA, int kB>
-  static void DotSigned() {
-    State& s = state();
-    for (int m = 0; m < s.rows[kC]; ++m) {
-      for (int n = 0; n < s.row_bytes[kC] / 4; ++n) {
-        int32_t sum;
-        std::memcpy(&sum, s.bytes[kC][m] + 4 * n, 4);
-        uint32_t total = static_cast<uint32_t>(sum);  // wraps, as the hardware's int32 adds
-        for (int k = 0; k < s.row_bytes[kA] / 4; ++k) {
-          for (int i = 0; i < 4; ++i) {
-            total += static_cast<uint32_t>(static_cast<int8_t>(s.bytes[kA][m][4 * k + i]) *
-                                           static_cast<int8_t>(s.bytes[kB][k][4 * n + i]));
-          }
-        }
-        sum = static_cast<int32_t>(total);
-        std::memcpy(s.bytes[kC][m] + 4 * n, &sum, 4);
-      }
-    }
-    emulated_tile_products.fetch_add(1, std::memory_order_relaxed);
-  }
-};
-
-// LDTILECFG's 64 bytes: palette 1; tiles 0-1 C, 2-3 A, 4-5 B (above).
-struct TileConfig {
-  alignas(64) uint8_t bytes[64] = {};
-  TileConfig() {
-    bytes[0] = 1;
-    auto set = [&](int tile, int rows, int row_bytes) {
-      bytes[16 + 2 * tile] = static_cast<uint8_t>(row_bytes);
-      bytes[16 + 2 * tile + 1] = static_cast<uint8_t>(row_bytes >> 8);
-      bytes[48 + tile] = static_cast<uint8_t>(rows);
-    };
-    for (int set_index = 0; set_index < 2; ++set_index) {
-      set(set_index, kTileRows, 4 * kTileTokens);       // C: 16 rows of 16 int32
-      set(2 + set_index, kTileRows, kBlock);            // A: 16 rows of a block's 32 codes
-      set(4 + set_index, kBlock / 4, 4 * kTileTokens);  // B: 8 rows of 16 tokens x 4 codes
-    }
-  }
-};
-const TileConfig kTileConfig{};
+  return config;
+}
+const AmxTileConfig kTileConfig = MakeTileConfig();
 
 // kKind as quant_gemm.cc's GemmRow kinds: 0 I8, 2 I4 symmetric, 3 I4 with zero points, 4 MXFP4.
 constexpr int kKindI8 = 0;
@@ -483,11 +362,11 @@ bool QuantizedGemmOnAmxImpl(ThreadPool& pool, const QuantizedActivationRows& x, 
   // The GEMV whose bits the tiles reproduce is the VNNI one (block sums in every kind).
   const CpuExtensions extensions = ActiveCpuExtensions();
   if (!extensions.avx512_vnni || x.num_rows < kAmxMinTokens) return false;
-  if (amx_emulation.load(std::memory_order_relaxed)) {
+  if (AmxTileEmulation()) {
     GemmAmxKinds<EmulatedTiles>(pool, x, w, bias, outputs, num_outputs);
     return true;
   }
-  if (!extensions.amx_int8) return false;
+  if (!extensions.amx) return false;
   GemmAmxKinds<HardwareTiles>(pool, x, w, bias, outputs, num_outputs);
   return true;
 #else
@@ -509,12 +388,6 @@ bool QuantizedGemmOnAmx(ThreadPool& pool, const QuantizedActivationRows& x, cons
                         const float* bias, const MatMulOutput* outputs, int32_t num_outputs) {
   return HWY_DYNAMIC_DISPATCH(QuantizedGemmOnAmxImpl)(pool, x, w, bias, outputs, num_outputs);
 }
-
-bool SetAmxTileEmulationForTesting(bool on) {
-  return amx_emulation.exchange(on, std::memory_order_relaxed);
-}
-
-int64_t EmulatedAmxTileProducts() { return emulated_tile_products.load(std::memory_order_relaxed); }
 
 }  // namespace llmrt::cpu
 #endif  // HWY_ONCE

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/cpu/amx_tiles.h"
 #include "runtime/backend/cpu/dispatch.h"
 #include "runtime/backend/cpu/kernels.h"
 #include "runtime/backend/cpu/quant_gemm.h"
@@ -142,7 +143,7 @@ class AmxGemmScope {
  public:
   AmxGemmScope() {
     const bool available = SkipReason().empty();  // first: it selects the forced tier
-    hardware_ = ActiveCpuExtensions().amx_int8;
+    hardware_ = ActiveCpuExtensions().amx;
     products_before_ = EmulatedAmxTileProducts();
     emulating_before_ = SetAmxTileEmulationForTesting(!hardware_ && available);
   }
