@@ -16,6 +16,14 @@
 
 namespace llmrt::cpu {
 
+// Activation rows from which the AMX paths run (QuantizedGemm on AMX-INT8, MatMul of F16 / BF16
+// on AMX-BF16) where the tier has them (dispatch.h's avx3_amx): each call lays out every 16-row
+// panel for the tiles once, which a few tokens do not repay. For F16 that layout (splitting each
+// weight into two bf16 values) alone takes ~1.4x the f32 FMA decode GEMV's time per weight on an
+// Emerald Rapids core (matmul_amx.cc), so decode keeps the FMA path. A first choice, not yet
+// measured on AMX hardware.
+inline constexpr int64_t kAmxMinTokens = 64;
+
 // Whether the AMX paths run on emulated tiles; returns whether they did before.
 bool SetAmxTileEmulationForTesting(bool on);
 bool AmxTileEmulation();

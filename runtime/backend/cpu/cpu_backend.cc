@@ -597,10 +597,22 @@ void RunExpertMatmul(const CpuStep& step, const CompiledOp& op) {
   args.matmul_scratch = step.quantized_activations;
   ExpertRowsMatMul multiply;
   if (!IsQuantizedMatrix(op.weight.dtype)) {
-    multiply = [](ThreadPool& pool, const float* x, int64_t rows, const int32_t* input_rows,
-                  const MatrixView& w, const float* bias, const MatMulOutput* outputs,
-                  int32_t num_outputs,
-                  void*) { MatMul(pool, x, rows, input_rows, w, bias, outputs, num_outputs); };
+    // Whether an expert's rows take the AMX-BF16 path follows the step's tokens, as a dense
+    // matmul's would, not the rows of the expert or of its share on a thread (kernels.h).
+    if (args.num_tokens >= kAmxMinTokens) {
+      multiply = [](ThreadPool& pool, const float* x, int64_t rows, const int32_t* input_rows,
+                    const MatrixView& w, const float* bias, const MatMulOutput* outputs,
+                    int32_t num_outputs, void*) {
+        MatMul(pool, x, rows, input_rows, w, bias, outputs, num_outputs, /*amx_min_rows=*/1);
+      };
+    } else {
+      multiply = [](ThreadPool& pool, const float* x, int64_t rows, const int32_t* input_rows,
+                    const MatrixView& w, const float* bias, const MatMulOutput* outputs,
+                    int32_t num_outputs, void*) {
+        MatMul(pool, x, rows, input_rows, w, bias, outputs, num_outputs,
+               /*amx_min_rows=*/std::numeric_limits<int64_t>::max());
+      };
+    }
   } else if (step.quantized_mode == QuantizedActivations::kF32) {
     multiply = QuantizedMatMulExact;
   } else {

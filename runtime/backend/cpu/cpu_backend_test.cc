@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -835,7 +836,9 @@ TEST(CpuKernelTest, PackedMatMulIsBatchInvariant) {
 // not), K = 2500 (two whole slices and a partial one), 3 panels (a group of two and one alone)
 // on 1 and 2 threads. Every row must equal its decode (one row alone, never widened) to the bit,
 // and both the decoded weights' f64 reference (BF16 on the AVX512-BF16 tier, which rounds the
-// activations to bf16 and does not widen: within 2^-8 of it, matmul.cc).
+// activations to bf16 and does not widen: within 2^-8 of it, matmul.cc). The batch keeps off the
+// AMX-BF16 path (amx_min_rows), which matmul_amx_test.cc checks, so the widened FMA kernels are
+// checked on every tier.
 TEST(CpuKernelTest, WidenedPrefillMatchesDecodeBitForBit) {
   ASSERT_TRUE(SelectCpuTargetFromEnvironment().ok());
   constexpr int64_t kRows = 300, kCols = 2500, kOut = 48;
@@ -853,7 +856,8 @@ TEST(CpuKernelTest, WidenedPrefillMatchesDecodeBitForBit) {
       ThreadPool pool(threads);
       std::vector<float> batched(kRows * kOut);
       const MatMulOutput all{batched.data(), 0, kOut};
-      MatMul(pool, x.data(), kRows, nullptr, w, nullptr, &all, 1);
+      MatMul(pool, x.data(), kRows, nullptr, w, nullptr, &all, 1,
+             /*amx_min_rows=*/std::numeric_limits<int64_t>::max());
       for (int32_t row = 0; row < kRows; row += 13) {
         std::vector<float> alone(kOut);
         const MatMulOutput one{alone.data(), 0, kOut};

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "runtime/backend/cpu/amx_tiles.h"
 #include "runtime/plan/proto/plan.pb.h"
 #include "runtime/threading/thread_pool.h"
 
@@ -58,17 +59,20 @@ struct MatMulOutput {
 // out[r, n] = dot(x[input_rows[r]], w[n]) + bias[n] for every row r < num_rows (input_rows
 // nullptr: input row r; rows of x are w.cols floats), columns split across `outputs` (sorted
 // by begin, covering [0, w.rows)). bias may be nullptr.
+// amx_min_rows: from how many rows F16 / BF16 weights take the AMX-BF16 path where the tier has
+// it (MatMulOnAmx). A MoE expert's rows pass 1 or never instead, after their step's token count
+// (cpu_backend.cc), so that how the threads cut an expert's rows does not change its arithmetic.
 void MatMul(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
             const MatrixView& w, const float* bias, const MatMulOutput* outputs,
-            int32_t num_outputs);
+            int32_t num_outputs, int64_t amx_min_rows = kAmxMinTokens);
 
 // MatMul of F16 / BF16 ROW_PANELS weights on AMX-BF16 tiles with exactly split operands
-// (matmul_amx.cc: f32-class results, every token count): runs and returns true on the avx3_amx
-// tier, or with emulated tiles (amx_tiles.h) on any AVX3 tier with AVX512-VNNI; false, having
-// done nothing, otherwise. MatMul takes it first.
+// (matmul_amx.cc: f32-class results, not the FMA chains' bits): runs and returns true from
+// amx_min_rows rows on the avx3_amx tier, or with emulated tiles (amx_tiles.h) on any AVX3 tier
+// with AVX512-VNNI; false, having done nothing, otherwise. MatMul takes it first.
 bool MatMulOnAmx(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
                  const MatrixView& w, const float* bias, const MatMulOutput* outputs,
-                 int32_t num_outputs);
+                 int32_t num_outputs, int64_t amx_min_rows = kAmxMinTokens);
 
 // y = x * rsqrt(mean(x^2) + eps) * gamma, per row. y may alias x.
 void RmsNorm(ThreadPool& pool, const float* x, const float* gamma, float eps, int64_t num_rows,

@@ -970,9 +970,11 @@ HWY_EXPORT(MatMulImpl);
 
 void MatMul(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
             const MatrixView& w, const float* bias, const MatMulOutput* outputs,
-            int32_t num_outputs) {
+            int32_t num_outputs, int64_t amx_min_rows) {
   if (num_rows <= 0 || w.rows <= 0) return;
-  if (MatMulOnAmx(pool, x, num_rows, input_rows, w, bias, outputs, num_outputs)) return;
+  if (MatMulOnAmx(pool, x, num_rows, input_rows, w, bias, outputs, num_outputs, amx_min_rows)) {
+    return;
+  }
   HWY_DYNAMIC_DISPATCH(MatMulImpl)(pool, x, num_rows, input_rows, w, bias, outputs, num_outputs);
 }
 

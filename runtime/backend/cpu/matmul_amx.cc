@@ -16,10 +16,14 @@
 // (BF16: 3K 2^-24), the f32 FMA path's K 2^-24 class: f32 activations, weights as stored, no
 // rounding beyond f32 accumulation. Five products for one cost a third of the tiles' rate.
 //
-// Every output element is one accumulation over the blocks in order, the same instructions
-// whatever the number of tokens: on this tier a token's result never depends on the tokens of
-// its step, and decode (one token) takes this path too. Results differ from the other tiers'
-// f32 FMA chains by f32 rounding.
+// The path runs from kAmxMinTokens (64) tokens (amx_tiles.h); fewer take the f32 FMA kernels
+// (matmul.cc), decode included: laying out F16 weights as split B tiles costs more per weight than
+// the FMA GEMV does. Every output element here is one accumulation over the blocks in order, the
+// same instructions whatever the tile, so among steps of 64 tokens or more a token's result does
+// not depend on the others; between a step below 64 tokens and one above, a token's result moves
+// by f32 rounding, at most (6K + 1) 2^-24 sum|x w| (this bound plus the FMA chain's K 2^-24). That
+// is the avx3_amx tier's contract for F16 / BF16 weights, where every other tier keeps one FMA
+// chain per output for every step.
 //
 // Layout, once per call: the activations of each tile of up to 16 tokens as A operands (per block
 // three 16 x 32 bf16 tiles: hi, mid, lo); per pair of panels, once per panel, the weights as B
@@ -59,18 +63,18 @@ constexpr int kActivationParts = 3;  // hi, mid, lo
 constexpr int kGroupPanels = 2;      // panels sharing each activation tile load
 constexpr int kTileC = 0, kTileA = 2, kTileHi = 4, kTileLo = 6;
 
-// Rows of the A and C tiles: the tokens of a tile when a call has fewer than 16 (decode), else
-// 16 (a last, shorter tile is padded with zero rows).
-AmxTileConfig MakeTileConfig(int token_rows) {
+// A last token tile of fewer than 16 tokens is padded with zero rows.
+AmxTileConfig MakeTileConfig() {
   AmxTileConfig config;
   for (int i = 0; i < 2; ++i) {
-    config.Set(kTileC + i, token_rows, 64);  // C: tokens x 16 f32
-    config.Set(kTileA + i, token_rows, 64);  // A: tokens x 32 bf16
-    config.Set(kTileHi + i, 16, 64);         // B: 16 k-pairs x 16 weight rows x 2 bf16
+    config.Set(kTileC + i, kTileTokens, 64);  // C: 16 tokens x 16 f32
+    config.Set(kTileA + i, kTileTokens, 64);  // A: 16 tokens x 32 bf16
+    config.Set(kTileHi + i, 16, 64);          // B: 16 k-pairs x 16 weight rows x 2 bf16
     config.Set(kTileLo + i, 16, 64);
   }
   return config;
 }
+const AmxTileConfig kTileConfig = MakeTileConfig();
 
 // The top 16 bits of each f32 lane (a bf16 value, exactly when the low 16 bits are zero).
 HWY_INLINE __m256i UpperHalves(__m512 v) {
@@ -251,20 +255,14 @@ void MatMulAmx(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t
       }
     }
   };
-  if (tiles == 1) {
-    split_tiles(0, 1);
-  } else {
-    pool.ParallelFor(tiles, [&](int64_t begin, int64_t end, int32_t) { split_tiles(begin, end); });
-  }
-  const AmxTileConfig config =
-      MakeTileConfig(static_cast<int>(std::min<int64_t>(kTileTokens, num_rows)));
+  pool.ParallelFor(tiles, [&](int64_t begin, int64_t end, int32_t) { split_tiles(begin, end); });
   const uint16_t* weights = reinterpret_cast<const uint16_t*>(w.data);
   const int64_t num_panels = w.rows / kPanelRows;
   const int64_t num_groups = (num_panels + kGroupPanels - 1) / kGroupPanels;
   pool.ParallelFor(num_groups, [&](int64_t group_begin, int64_t group_end, int32_t) {
     uint8_t* weight_tiles = ThreadLocalBuffer<AmxBf16Weights, uint8_t>(blocks * kGroupPanels *
                                                                        (kF16 ? 2 : 1) * kTileBytes);
-    Tiles::Configure(config.bytes);
+    Tiles::Configure(kTileConfig.bytes);
     for (int64_t group = group_begin; group < group_end; ++group) {
       if ((group + 1) * kGroupPanels <= num_panels) {
         GroupAgainstTokens<Tiles, kF16, 2>(weights, cols, blocks, group, activations, num_rows,
@@ -295,9 +293,12 @@ void MatMulAmxTyped(ThreadPool& pool, const float* x, int64_t num_rows, const in
 
 bool MatMulOnAmxImpl(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
                      const MatrixView& w, const float* bias, const MatMulOutput* outputs,
-                     int32_t num_outputs) {
+                     int32_t num_outputs, int64_t amx_min_rows) {
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
-  if (w.panel_rows != kPanelRows || (w.dtype != plan::F16 && w.dtype != plan::BF16)) return false;
+  if (num_rows < amx_min_rows || w.panel_rows != kPanelRows ||
+      (w.dtype != plan::F16 && w.dtype != plan::BF16)) {
+    return false;
+  }
   // The emulation runs where the quantized GEMM's does: AVX3 tiers with AVX512-VNNI.
   const CpuExtensions extensions = ActiveCpuExtensions();
   if (!extensions.avx512_vnni) return false;
@@ -310,7 +311,7 @@ bool MatMulOnAmxImpl(ThreadPool& pool, const float* x, int64_t num_rows, const i
   return true;
 #else
   (void)pool, (void)x, (void)num_rows, (void)input_rows, (void)w, (void)bias, (void)outputs,
-      (void)num_outputs;
+      (void)num_outputs, (void)amx_min_rows;
   return false;
 #endif
 }
@@ -326,9 +327,9 @@ HWY_EXPORT(MatMulOnAmxImpl);
 
 bool MatMulOnAmx(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
                  const MatrixView& w, const float* bias, const MatMulOutput* outputs,
-                 int32_t num_outputs) {
+                 int32_t num_outputs, int64_t amx_min_rows) {
   return HWY_DYNAMIC_DISPATCH(MatMulOnAmxImpl)(pool, x, num_rows, input_rows, w, bias, outputs,
-                                               num_outputs);
+                                               num_outputs, amx_min_rows);
 }
 
 }  // namespace llmrt::cpu

@@ -1,6 +1,7 @@
 // The AMX-BF16 matmul (matmul_amx.cc) on emulated tiles where the CPU has no AMX (on the CPU's
 // tiles at avx3_amx): F16 and BF16 panels, against exact dot products within the bound its
-// operand split gives, and every token alone against the same token in a batch, bit for bit.
+// operand split gives, and each token in one batch against the same token in another, bit for
+// bit.
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -26,11 +27,10 @@ struct Shape {
 };
 
 // Rows of 3 panels (a pair and one alone) and of 1; K below one block, odd, and a few blocks with
-// a partial one; 1 token (decode: tiles of 1 row), 3, 17 (a full tile and a padded one), 40.
-const Shape kShapes[] = {{1, 24, 48},  {3, 75, 16},    {17, 24, 48},
-                         {40, 75, 48}, {17, 2061, 32}, {1, 2061, 48}};
+// a partial one; 64 tokens (whole tiles) and 83 (a padded last tile).
+const Shape kShapes[] = {{64, 24, 48}, {83, 75, 16}, {64, 2061, 48}, {83, 2061, 32}};
 
-TEST(MatMulAmxTest, SplitOperandsMatchExactDotProductsAndEachTokenAlone) {
+TEST(MatMulAmxTest, SplitOperandsMatchExactDotProductsInAnyBatch) {
   AmxGemmScope amx;
   if (!AmxGemmScope::SkipReason().empty()) GTEST_SKIP() << AmxGemmScope::SkipReason();
   for (plan::DType dtype : {plan::F16, plan::BF16}) {
@@ -79,14 +79,20 @@ TEST(MatMulAmxTest, SplitOperandsMatchExactDotProductsAndEachTokenAlone) {
                       int64_t n) {
           return n < split ? a[t * split + n] : b[t * (shape.rows - split) + n - split];
         };
+        // The same tokens again in another batch: reversed, beside kAmxMinTokens others.
+        std::vector<int32_t> other_rows(input_rows.rbegin(), input_rows.rend());
+        for (int64_t t = 0; t < kAmxMinTokens; ++t) {
+          other_rows.push_back(static_cast<int32_t>((t * 3) % stored_rows));
+        }
+        const int64_t other_tokens = static_cast<int64_t>(other_rows.size());
+        std::vector<float> first_other(other_tokens * split),
+            second_other(other_tokens * (shape.rows - split));
+        const MatMulOutput others[2] = {{first_other.data(), 0, split},
+                                        {second_other.data(), split, shape.rows - split}};
+        ASSERT_TRUE(MatMulOnAmx(pool, x.data(), other_tokens, other_rows.data(), w, bias.data(),
+                                others, num_outputs));
         for (int64_t t = 0; t < shape.tokens; ++t) {
           const float* x_row = x.data() + input_rows[t] * shape.cols;
-          // Alone: one token, the decode shape.
-          std::vector<float> first_alone(split), second_alone(shape.rows - split);
-          const MatMulOutput alone[2] = {{first_alone.data(), 0, split},
-                                         {second_alone.data(), split, shape.rows - split}};
-          ASSERT_TRUE(
-              MatMulOnAmx(pool, x.data(), 1, &input_rows[t], w, bias.data(), alone, num_outputs));
           for (int64_t n = 0; n < shape.rows; ++n) {
             double exact = 0, magnitude = 0;
             for (int64_t k = 0; k < shape.cols; ++k) {
@@ -97,8 +103,8 @@ TEST(MatMulAmxTest, SplitOperandsMatchExactDotProductsAndEachTokenAlone) {
             const double bound = (terms * shape.cols + 1) * 0x1p-24 * magnitude + 1e-30;
             const float batched = at(first, second, t, n);
             ASSERT_NEAR(batched - bias[n], exact, bound) << "token " << t << " row " << n;
-            ASSERT_EQ(at(first_alone, second_alone, 0, n), batched)
-                << "token " << t << " row " << n << " alone and in the batch";
+            ASSERT_EQ(at(first_other, second_other, shape.tokens - 1 - t, n), batched)
+                << "token " << t << " row " << n << " in the other batch";
           }
         }
       }
@@ -110,7 +116,7 @@ TEST(MatMulAmxTest, SplitOperandsMatchExactDotProductsAndEachTokenAlone) {
 TEST(MatMulAmxTest, MatMulTakesTheAmxPath) {
   AmxGemmScope amx;
   if (!AmxGemmScope::SkipReason().empty()) GTEST_SKIP() << AmxGemmScope::SkipReason();
-  constexpr int64_t kTokens = 5, kCols = 70, kRows = 32;
+  constexpr int64_t kTokens = kAmxMinTokens + 6, kCols = 70, kRows = 32;
   std::vector<float> w_values(kRows * kCols), x(kTokens * kCols);
   for (size_t i = 0; i < w_values.size(); ++i) w_values[i] = std::cos(0.37f * i);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.53f * i);
@@ -127,26 +133,32 @@ TEST(MatMulAmxTest, MatMulTakesTheAmxPath) {
   EXPECT_EQ(via_matmul, direct);
 }
 
-// Without the tiles (no AMX, no emulation) or for other weights, the call declines and writes
-// nothing: MatMul then takes its f32 FMA kernels.
-TEST(MatMulAmxTest, DeclinesWithoutTilesAndForOtherWeights) {
-  (void)SelectCpuTargetFromEnvironment();
-  const bool emulating = SetAmxTileEmulationForTesting(false);
-  std::vector<float> values(16 * 8, 1.0f), x(8, 1.0f), out(16, -1.0f);
-  const std::vector<uint8_t> f32 = ::llmrt::testing::EncodeAs(plan::F32, values);
-  const std::vector<uint8_t> packed = ::llmrt::testing::PackPanels(f32, 16, 8, 4, kPanelRows);
+// Below kAmxMinTokens, for F32 weights, and without the tiles (no AMX, no emulation) the call
+// declines and writes nothing: MatMul then takes its f32 FMA kernels.
+TEST(MatMulAmxTest, DeclinesBelowItsTokensForOtherWeightsAndWithoutTiles) {
+  AmxGemmScope amx;
+  if (!AmxGemmScope::SkipReason().empty()) GTEST_SKIP() << AmxGemmScope::SkipReason();
+  constexpr int64_t kTokens = kAmxMinTokens, kCols = 8, kRows = 16;
+  std::vector<float> values(kRows * kCols, 1.0f), x(kTokens * kCols, 1.0f);
+  std::vector<float> out(kTokens * kRows, -1.0f);
   ThreadPool pool(1);
-  const MatMulOutput output{out.data(), 0, 16};
-  const MatrixView f32_panels{packed.data(), plan::F32, 16, 8, kPanelRows};
-  EXPECT_FALSE(MatMulOnAmx(pool, x.data(), 1, nullptr, f32_panels, nullptr, &output, 1));
+  const MatMulOutput output{out.data(), 0, kRows};
+  const std::vector<uint8_t> f32 = ::llmrt::testing::PackPanels(
+      ::llmrt::testing::EncodeAs(plan::F32, values), kRows, kCols, 4, kPanelRows);
+  const MatrixView f32_panels{f32.data(), plan::F32, kRows, kCols, kPanelRows};
+  EXPECT_FALSE(MatMulOnAmx(pool, x.data(), kTokens, nullptr, f32_panels, nullptr, &output, 1));
+  const std::vector<uint8_t> f16 = ::llmrt::testing::PackPanels(
+      ::llmrt::testing::EncodeAs(plan::F16, values), kRows, kCols, 2, kPanelRows);
+  const MatrixView f16_panels{f16.data(), plan::F16, kRows, kCols, kPanelRows};
+  EXPECT_FALSE(MatMulOnAmx(pool, x.data(), kTokens - 1, nullptr, f16_panels, nullptr, &output, 1));
   if (!ActiveCpuExtensions().amx) {
-    const std::vector<uint8_t> f16 = ::llmrt::testing::PackPanels(
-        ::llmrt::testing::EncodeAs(plan::F16, values), 16, 8, 2, kPanelRows);
-    const MatrixView f16_panels{f16.data(), plan::F16, 16, 8, kPanelRows};
-    EXPECT_FALSE(MatMulOnAmx(pool, x.data(), 1, nullptr, f16_panels, nullptr, &output, 1));
+    const bool emulating = SetAmxTileEmulationForTesting(false);
+    EXPECT_FALSE(MatMulOnAmx(pool, x.data(), kTokens, nullptr, f16_panels, nullptr, &output, 1));
+    SetAmxTileEmulationForTesting(emulating);
   }
-  EXPECT_EQ(out, std::vector<float>(16, -1.0f));
-  SetAmxTileEmulationForTesting(emulating);
+  EXPECT_EQ(out, std::vector<float>(kTokens * kRows, -1.0f));
+  EXPECT_TRUE(MatMulOnAmx(pool, x.data(), kTokens, nullptr, f16_panels, nullptr, &output, 1));
+  EXPECT_EQ(out, std::vector<float>(kTokens * kRows, static_cast<float>(kCols)));
 }
 
 }  // namespace

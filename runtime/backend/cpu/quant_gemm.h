@@ -33,6 +33,7 @@
 
 #include <cstdint>
 
+#include "runtime/backend/cpu/amx_tiles.h"
 #include "runtime/backend/cpu/kernels.h"
 
 namespace llmrt::cpu {
@@ -77,11 +78,6 @@ void LaneOrderInt4Activations(int8_t* codes, int64_t padded_cols);
 // QuantizedMatMul calls it from those bodies alone (elsewhere it aborts).
 void QuantizedGemm(ThreadPool& pool, const QuantizedActivationRows& x, const MatrixView& w,
                    const float* bias, const MatMulOutput* outputs, int32_t num_outputs);
-
-// Activation rows from which QuantizedGemm runs on AMX-INT8 tiles where the tier has them
-// (dispatch.h's avx3_amx; quant_gemm_amx.cc): each call lays out every 16-row panel for the tiles
-// once, which a few tokens do not repay. A first choice, not yet measured on AMX hardware.
-inline constexpr int64_t kAmxMinTokens = 64;
 
 // QuantizedGemm on AMX tiles (quant_gemm_amx.cc), bit-identical to the avx3_vnni tier's decode
 // GEMVs: runs and returns true on the avx3_amx tier from kAmxMinTokens rows on (or with emulated
