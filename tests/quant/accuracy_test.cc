@@ -7,13 +7,12 @@
 // makes, so their KL is 1.1-4x the dense fixtures'.
 #include "tests/quant/accuracy.h"
 
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/backend/cpu/amx_tiles.h"
+#include "runtime/backend/cpu/amx_emulation_test_env.h"
 #include "runtime/plan/plan_reader.h"
 #include "tests/e2e/test_util.h"
 
@@ -361,21 +360,6 @@ INSTANTIATE_TEST_SUITE_P(Models, QuantAccuracyTest, ::testing::ValuesIn(ModelDir
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return std::filesystem::path(info.param).filename().string();
                          });
-
-// Under LLMRT_AMX_EMULATION=1 (ctest's quant_accuracy.amx_emulated, on CPUs with AVX512-VNNI and
-// no AMX) the quantized GEMMs of 64 tokens or more run the AMX path on emulated tiles; these
-// bounds then hold for that path, and the run fails if the path never ran.
-class AmxEmulationRan : public ::testing::Environment {
- public:
-  void TearDown() override {
-    const char* emulation = std::getenv("LLMRT_AMX_EMULATION");
-    if (emulation == nullptr || std::string(emulation) != "1") return;
-    EXPECT_GT(llmrt::cpu::EmulatedAmxTileProducts(), 0)
-        << "LLMRT_AMX_EMULATION=1, yet no quantized GEMM ran on the emulated AMX tiles";
-  }
-};
-const ::testing::Environment* const amx_emulation_ran =
-    ::testing::AddGlobalTestEnvironment(new AmxEmulationRan);
 
 }  // namespace
 }  // namespace llmc::quant_testing
