@@ -4,8 +4,9 @@
 //
 // Tests turn the emulation on around a kernel (SetAmxTileEmulationForTesting);
 // LLMRT_AMX_EMULATION=1 in the environment turns it on for a whole process, so that ctest runs
-// suites through the AMX paths on a CPU without AMX. With the emulation on, the AMX paths run on
-// every AVX3 tier with AVX512-VNNI (the quantized GEMM reproduces its GEMVs' bits).
+// suites through the AMX paths on a CPU without AMX. With the emulation on, the AMX-INT8 GEMM runs
+// on every AVX3 tier with AVX512-VNNI (it reproduces those GEMVs' bits), the AMX-BF16 matmul on
+// those without AVX512-BF16 (avx3_zen4 keeps its vdpbf16ps path).
 #ifndef LLMRT_BACKEND_CPU_AMX_TILES_H_
 #define LLMRT_BACKEND_CPU_AMX_TILES_H_
 

@@ -68,8 +68,9 @@ void MatMul(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* i
 
 // MatMul of F16 / BF16 ROW_PANELS weights on AMX-BF16 tiles with exactly split operands
 // (matmul_amx.cc: f32-class results, not the FMA chains' bits): runs and returns true from
-// amx_min_rows rows on the avx3_amx tier, or with emulated tiles (amx_tiles.h) on any AVX3 tier
-// with AVX512-VNNI; false, having done nothing, otherwise. MatMul takes it first.
+// amx_min_rows rows on the avx3_amx tier, or with emulated tiles (amx_tiles.h) on AVX3 tiers
+// with AVX512-VNNI and without AVX512-BF16; false, having done nothing, otherwise. MatMul takes it
+// first.
 bool MatMulOnAmx(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
                  const MatrixView& w, const float* bias, const MatMulOutput* outputs,
                  int32_t num_outputs, int64_t amx_min_rows = kAmxMinTokens);

@@ -299,10 +299,11 @@ bool MatMulOnAmxImpl(ThreadPool& pool, const float* x, int64_t num_rows, const i
       (w.dtype != plan::F16 && w.dtype != plan::BF16)) {
     return false;
   }
-  // The emulation runs where the quantized GEMM's does: AVX3 tiers with AVX512-VNNI.
+  // The emulated tiles stand in for avx3_amx's: on AVX3 tiers with AVX512-VNNI, as the quantized
+  // GEMM's do, but not on avx3_zen4, whose BF16 matmul is vdpbf16ps (no real tier has both).
   const CpuExtensions extensions = ActiveCpuExtensions();
   if (!extensions.avx512_vnni) return false;
-  if (AmxTileEmulation()) {
+  if (AmxTileEmulation() && !extensions.avx512_bf16) {
     MatMulAmxTyped<EmulatedTiles>(pool, x, num_rows, input_rows, w, bias, outputs, num_outputs);
     return true;
   }

@@ -140,7 +140,7 @@ inline double ReferenceDot(const QuantizedMatrix& q, int64_t row, const std::vec
 inline bool AmxMatMulActive() {
   const CpuExtensions extensions = ActiveCpuExtensions();
   return ActiveCpuTarget().rfind("AVX3", 0) == 0 && extensions.avx512_vnni &&
-         (extensions.amx || AmxTileEmulation());
+         (extensions.amx || (AmxTileEmulation() && !extensions.avx512_bf16));
 }
 
 // While it lives, QuantizedGemm takes its AMX path (quant_gemm_amx.cc) from kAmxMinTokens rows on:
