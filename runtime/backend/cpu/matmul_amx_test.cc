@@ -28,8 +28,10 @@ struct Shape {
 };
 
 // Rows of 3 panels (a pair and one alone) and of 1; K below one block, odd, and a few blocks with
-// a partial one; 64 tokens (whole tiles) and 83 (a padded last tile).
-const Shape kShapes[] = {{64, 24, 48}, {83, 75, 16}, {64, 2061, 48}, {83, 2061, 32}};
+// a partial one; 64 tokens (whole tiles) and 83 (a padded last tile). 17 panels of K = 1100 are 9
+// pairs, laid out 7 to a pass (kWeightTileBytesPerPass) for F16 on 1 thread: two passes.
+const Shape kShapes[] = {
+    {64, 24, 48}, {83, 75, 16}, {64, 2061, 48}, {83, 2061, 32}, {70, 1100, 272}};
 
 // Why the AMX-BF16 path does not run on this tier, or "" (call with an AmxGemmScope alive).
 std::string SkipReason() {
