@@ -576,6 +576,14 @@ absl::Status BindExpertMatmul(OpBinder& binder, const plan::Op& op, CompiledOp& 
   return absl::OkStatus();
 }
 
+// ExpertRowsMatMul for F16 / BF16 / F32 experts, the AMX-BF16 path from kAmxMinRows rows.
+template <int64_t kAmxMinRows>
+void MatMulExpertRows(ThreadPool& pool, const float* x, int64_t rows, const int32_t* input_rows,
+                      const MatrixView& w, const float* bias, const MatMulOutput* outputs,
+                      int32_t num_outputs, void*) {
+  MatMul(pool, x, rows, input_rows, w, bias, outputs, num_outputs, kAmxMinRows);
+}
+
 void RunExpertMatmul(const CpuStep& step, const CompiledOp& op) {
   ExpertMatMulArgs args;
   args.x = op.input[0];
@@ -599,20 +607,9 @@ void RunExpertMatmul(const CpuStep& step, const CompiledOp& op) {
   if (!IsQuantizedMatrix(op.weight.dtype)) {
     // Whether an expert's rows take the AMX-BF16 path follows the step's tokens, as a dense
     // matmul's would, not the rows of the expert or of its share on a thread (kernels.h).
-    if (args.num_tokens >= kAmxMinTokens) {
-      multiply = [](ThreadPool& pool, const float* x, int64_t rows, const int32_t* input_rows,
-                    const MatrixView& w, const float* bias, const MatMulOutput* outputs,
-                    int32_t num_outputs, void*) {
-        MatMul(pool, x, rows, input_rows, w, bias, outputs, num_outputs, /*amx_min_rows=*/1);
-      };
-    } else {
-      multiply = [](ThreadPool& pool, const float* x, int64_t rows, const int32_t* input_rows,
-                    const MatrixView& w, const float* bias, const MatMulOutput* outputs,
-                    int32_t num_outputs, void*) {
-        MatMul(pool, x, rows, input_rows, w, bias, outputs, num_outputs,
-               /*amx_min_rows=*/std::numeric_limits<int64_t>::max());
-      };
-    }
+    multiply = args.num_tokens >= kAmxMinTokens
+                   ? &MatMulExpertRows<1>
+                   : &MatMulExpertRows<std::numeric_limits<int64_t>::max()>;
   } else if (step.quantized_mode == QuantizedActivations::kF32) {
     multiply = QuantizedMatMulExact;
   } else {

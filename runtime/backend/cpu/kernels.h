@@ -75,6 +75,10 @@ bool MatMulOnAmx(ThreadPool& pool, const float* x, int64_t num_rows, const int32
                  const MatrixView& w, const float* bias, const MatMulOutput* outputs,
                  int32_t num_outputs, int64_t amx_min_rows = kAmxMinTokens);
 
+// Whether MatMulOnAmx runs on the active tier (for F16 / BF16 panels from amx_min_rows rows): then
+// a token's result in such a step is f32-class but not the bits it gets in a smaller one.
+bool AmxMatMulActive();
+
 // y = x * rsqrt(mean(x^2) + eps) * gamma, per row. y may alias x.
 void RmsNorm(ThreadPool& pool, const float* x, const float* gamma, float eps, int64_t num_rows,
              int64_t width, float* y);

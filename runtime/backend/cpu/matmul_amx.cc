@@ -326,16 +326,12 @@ bool MatMulOnAmxImpl(ThreadPool& pool, const float* x, int64_t num_rows, const i
       (w.dtype != plan::F16 && w.dtype != plan::BF16)) {
     return false;
   }
-  // The emulated tiles stand in for avx3_amx's: on AVX3 tiers with AVX512-VNNI, as the quantized
-  // GEMM's do, but not on avx3_zen4, whose BF16 matmul is vdpbf16ps (no real tier has both).
-  const CpuExtensions extensions = ActiveCpuExtensions();
-  if (!extensions.avx512_vnni) return false;
-  if (AmxTileEmulation() && !extensions.avx512_bf16) {
+  if (!AmxMatMulActive()) return false;
+  if (ActiveCpuExtensions().amx) {
+    MatMulAmxTyped<HardwareTiles>(pool, x, num_rows, input_rows, w, bias, outputs, num_outputs);
+  } else {
     MatMulAmxTyped<EmulatedTiles>(pool, x, num_rows, input_rows, w, bias, outputs, num_outputs);
-    return true;
   }
-  if (!extensions.amx) return false;
-  MatMulAmxTyped<HardwareTiles>(pool, x, num_rows, input_rows, w, bias, outputs, num_outputs);
   return true;
 #else
   (void)pool, (void)x, (void)num_rows, (void)input_rows, (void)w, (void)bias, (void)outputs,
@@ -352,6 +348,19 @@ HWY_AFTER_NAMESPACE();
 namespace llmrt::cpu {
 
 HWY_EXPORT(MatMulOnAmxImpl);
+
+bool AmxMatMulActive() {
+#if HWY_ARCH_X86
+  // The emulated tiles stand in for avx3_amx's: on AVX3 tiers with AVX512-VNNI, as the quantized
+  // GEMM's do, but not on avx3_zen4, whose BF16 matmul is vdpbf16ps (no real tier has both). The
+  // extensions imply the AVX3 target (dispatch.cc: a tier's extensions come with its target).
+  const CpuExtensions extensions = ActiveCpuExtensions();
+  return extensions.avx512_vnni &&
+         (extensions.amx || (AmxTileEmulation() && !extensions.avx512_bf16));
+#else
+  return false;
+#endif
+}
 
 bool MatMulOnAmx(ThreadPool& pool, const float* x, int64_t num_rows, const int32_t* input_rows,
                  const MatrixView& w, const float* bias, const MatMulOutput* outputs,

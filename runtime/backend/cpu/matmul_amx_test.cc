@@ -21,7 +21,6 @@ namespace llmrt::cpu {
 namespace {
 
 using ::llmrt::cpu::testing::AmxGemmScope;
-using ::llmrt::cpu::testing::AmxMatMulActive;
 
 struct Shape {
   int64_t tokens, cols, rows;

@@ -140,7 +140,7 @@ void CheckTokenOutputsDoNotDependOnTheBatch(int32_t threads) {
       std::vector<int32_t> all(kTokens);
       for (int32_t t = 0; t < kTokens; ++t) all[t] = t;
       const bool amx_bf16 =
-          (kind.dtype == plan::F16 || kind.dtype == plan::BF16) && testing::AmxMatMulActive();
+          (kind.dtype == plan::F16 || kind.dtype == plan::BF16) && AmxMatMulActive();
       const std::vector<float> batch512 = RunTokens(*backend, all, width);
       const int32_t smaller = amx_bf16 ? static_cast<int32_t>(kAmxMinTokens) : 16;
       const std::vector<float> batch_smaller = RunTokens(

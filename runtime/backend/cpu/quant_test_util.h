@@ -134,15 +134,6 @@ inline double ReferenceDot(const QuantizedMatrix& q, int64_t row, const std::vec
   return sum;
 }
 
-// Whether F16 / BF16 matmuls of kAmxMinTokens rows or more take the AMX-BF16 path on the active
-// tier (matmul_amx.cc): then a token's result in such a step is f32-class but not the bits it gets
-// in a smaller one.
-inline bool AmxMatMulActive() {
-  const CpuExtensions extensions = ActiveCpuExtensions();
-  return ActiveCpuTarget().rfind("AVX3", 0) == 0 && extensions.avx512_vnni &&
-         (extensions.amx || (AmxTileEmulation() && !extensions.avx512_bf16));
-}
-
 // While it lives, QuantizedGemm takes its AMX path (quant_gemm_amx.cc) from kAmxMinTokens rows on:
 // on the CPU's tiles where the active tier is avx3_amx, elsewhere on tiles emulated in C++. The
 // path reproduces the AVX512-VNNI GEMVs, so it exists on AVX3 tiers with VNNI alone:
