@@ -55,8 +55,7 @@ file -L "$build_dir/runtime/capi/libllmrt.so" | grep -q "ARM aarch64" ||
 # The loader and libc of one package, libc6:arm64 (as on an arm64 Debian machine), not the
 # cross toolchain's loader with the multiarch libc: that pair made every pthread_create spin
 # forever (see LLMRT_QEMU_AARCH64 in cmake/toolchains/aarch64-linux-gnu.cmake).
-# The emulated CPU model is $qemu_cpu (qemu-aarch64 -cpu help lists them).
-qemu_cpu=max
+# The emulated CPU model is the caller's $qemu_cpu (qemu-aarch64 -cpu help lists them).
 run() {
   local status=0
   timeout -k 10 "$run_seconds" "$qemu" -L / -cpu "$qemu_cpu" "$@" || status=$?
@@ -67,11 +66,11 @@ run() {
 }
 binary_of() { find "$build_dir" -name "$1" -type f -perm -u+x | head -1; }
 
-# kernel_suite TEST TARGET EXPECTED: TEST at LLMRT_CPU_TARGET=TARGET ("" for the default
-# dispatch) on $qemu_cpu passes, and the quantized suite reports that its kernels ran at
-# EXPECTED (ActiveCpuTarget).
+# kernel_suite TEST TARGET EXPECTED CPU: TEST at LLMRT_CPU_TARGET=TARGET ("" for the default
+# dispatch) on qemu's CPU model CPU passes, and the quantized suite reports that its kernels ran
+# at EXPECTED (ActiveCpuTarget).
 kernel_suite() {
-  local test=$1 target=$2 expected=$3
+  local test=$1 target=$2 expected=$3 qemu_cpu=$4
   local log=$build_dir/$test.${target:-best}.$qemu_cpu.log
   LLMRT_CPU_TARGET=$target run "$(binary_of "$test")" --gtest_brief=1 >"$log" 2>&1 ||
     { tail -40 "$log"; echo "cross-arm64: FAIL: $test (LLMRT_CPU_TARGET=$target, -cpu $qemu_cpu)"; exit 1; }
@@ -85,10 +84,10 @@ kernel_suite() {
     "$(grep -E '^\[  PASSED  \]' "$log")"
 }
 
-# refused TARGET MISSING: on $qemu_cpu, LLMRT_CPU_TARGET=TARGET fails the quantized suite with an
-# error naming MISSING, the extension the CPU lacks.
+# refused TARGET MISSING CPU: on qemu's CPU model CPU, LLMRT_CPU_TARGET=TARGET fails the
+# quantized suite with an error naming MISSING, the extension the CPU lacks.
 refused() {
-  local target=$1 missing=$2 log=$build_dir/refused.$1.$qemu_cpu.log
+  local target=$1 missing=$2 qemu_cpu=$3 log=$build_dir/refused.$1.$3.log
   if LLMRT_CPU_TARGET=$target run "$(binary_of llmrt_backend_cpu_quant_test)" --gtest_brief=1 \
     >"$log" 2>&1; then
     echo "cross-arm64: FAIL: LLMRT_CPU_TARGET=$target ran on -cpu $qemu_cpu, which lacks $missing"
@@ -101,26 +100,53 @@ refused() {
     "$(grep -o "this CPU lacks $missing" "$log")"
 }
 
-for test in "${tests[@]}"; do
-  if [[ $test != llmrt_backend_cpu* ]]; then
-    log=$build_dir/$test.log
-    run "$(binary_of "$test")" --gtest_brief=1 >"$log" 2>&1 || { tail -40 "$log"; exit 1; }
-    echo "cross-arm64: $test: $(grep -E '^\[  PASSED  \]' "$log")"
-    continue
-  fi
-  for tier in neon:NEON neon_dotprod:NEON_DOTPROD neon_i8mm:NEON_I8MM; do
-    kernel_suite "$test" "${tier%%:*}" "${tier#*:}"
-  done
+# unit_suite TEST: TEST passes on qemu's "max" CPU.
+unit_suite() {
+  local log=$build_dir/$1.log qemu_cpu=max
+  run "$(binary_of "$1")" --gtest_brief=1 >"$log" 2>&1 || { tail -40 "$log"; exit 1; }
+  echo "cross-arm64: $1: $(grep -E '^\[  PASSED  \]' "$log")"
+}
+
+# The checks are independent programs under qemu, each on one core most of the time: $jobs run
+# at once (ctest gives this test the machine, RUN_SERIAL). Each one's report goes to its own
+# file, printed in order once all have finished; any failure fails the script.
+checks=()
+check() {  # check COMMAND ARGS...: starts one check in the background
+  local index=${#checks[@]}
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  (
+    status=0
+    ("$@") >"$build_dir/check.$index.out" 2>&1 || status=$?
+    echo "$status" >"$build_dir/check.$index.status"
+  ) &
+  checks+=("$*")
+}
+# The slowest first (the quantized kernel suite, ~40 s a tier), so the last to start are short.
+for tier in neon:NEON neon_dotprod:NEON_DOTPROD neon_i8mm:NEON_I8MM; do
+  check kernel_suite llmrt_backend_cpu_quant_test "${tier%%:*}" "${tier#*:}" max
 done
 # Without the extensions: the default dispatch falls back to the best tier the CPU has, and the
 # tiers above it are refused by name.
-qemu_cpu=cortex-a76
-kernel_suite llmrt_backend_cpu_quant_test "" NEON_DOTPROD
-refused neon_i8mm "the int8 matrix multiply instructions (i8mm)"
-qemu_cpu=cortex-a53
-kernel_suite llmrt_backend_cpu_quant_test "" NEON
-refused neon_dotprod "the dot product instructions (asimddp)"
-qemu_cpu=max
+check kernel_suite llmrt_backend_cpu_quant_test "" NEON_DOTPROD cortex-a76
+check kernel_suite llmrt_backend_cpu_quant_test "" NEON cortex-a53
+for tier in neon:NEON neon_dotprod:NEON_DOTPROD neon_i8mm:NEON_I8MM; do
+  check kernel_suite llmrt_backend_cpu_test "${tier%%:*}" "${tier#*:}" max
+done
+check refused neon_i8mm "the int8 matrix multiply instructions (i8mm)" cortex-a76
+check refused neon_dotprod "the dot product instructions (asimddp)" cortex-a53
+for test in "${tests[@]}"; do
+  [[ $test == llmrt_backend_cpu* ]] || check unit_suite "$test"
+done
+wait
+failed=0
+for index in "${!checks[@]}"; do
+  cat "$build_dir/check.$index.out"
+  if [ "$(cat "$build_dir/check.$index.status")" != 0 ]; then
+    echo "cross-arm64: FAILED: ${checks[$index]}"
+    failed=1
+  fi
+done
+[ "$failed" = 0 ] || exit 1
 tested=$(date +%s)
 
 # The example, as an outside project, against the arm64 package installed to a prefix.
@@ -142,7 +168,7 @@ if [ -n "$host_build_dir" ]; then
   message="Once upon a time"
   expected=$(printf '%s\n' "$message" | "$host_build_dir/bin/llmrt" chat "$plan" -n 40 2>/dev/null)
   actual=$(printf '%s\n' "$message" |
-    LD_LIBRARY_PATH="$prefix/lib" run "$build_dir/embed_c/embed_c" "$plan" 40)
+    qemu_cpu=max LD_LIBRARY_PATH="$prefix/lib" run "$build_dir/embed_c/embed_c" "$plan" 40)
   if [ "$actual" != "$expected" ]; then
     echo "cross-arm64: FAIL: embed_c on arm64 replied"; echo "$actual"
     echo "llmrt chat on this machine replied"; echo "$expected"
