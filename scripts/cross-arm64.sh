@@ -20,8 +20,8 @@
 #   scripts/cross-arm64.sh [BUILD_DIR [HOST_BUILD_DIR]]     (default build-arm64, no host check)
 #
 # Exit status 77 (ctest's skip) with the reason when the toolchain, qemu or an :arm64 library is
-# missing. Runs at -j2 through ccache; see docs/embedding.md for its cost. Each program under
-# qemu gets RUN_SECONDS (default 300; the slowest, the quantized kernel suite, takes ~30-40 s a
+# missing. Builds at -j2 through ccache and runs the programs under qemu two at a time (JOBS);
+# see docs/embedding.md for its cost. Each program under qemu gets RUN_SECONDS (default 300; the slowest, the quantized kernel suite, takes ~30-40 s a
 # tier) so a hang fails in minutes, naming the program, instead of running into ctest's timeout.
 # qemu runs the code, it does not time it: nothing here measures speed.
 set -euo pipefail
