@@ -21,8 +21,9 @@
 #
 # Exit status 77 (ctest's skip) with the reason when the toolchain, qemu or an :arm64 library is
 # missing. Builds at -j2 through ccache and runs the programs under qemu two at a time (JOBS);
-# see docs/embedding.md for its cost. Each program under qemu gets RUN_SECONDS (default 300; the slowest, the quantized kernel suite, takes ~30-40 s a
-# tier) so a hang fails in minutes, naming the program, instead of running into ctest's timeout.
+# see docs/embedding.md for its cost. Each program under qemu gets RUN_SECONDS (default 300; the
+# slowest, the quantized kernel suite, takes ~30-40 s a tier) so a hang fails in minutes, naming
+# the program, instead of running into ctest's timeout.
 # qemu runs the code, it does not time it: nothing here measures speed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -111,6 +112,7 @@ unit_suite() {
 # at once (ctest gives this test the machine, RUN_SERIAL). Each one's report goes to its own
 # file, printed in order once all have finished; any failure fails the script.
 checks=()
+rm -f "$build_dir"/check.*.out "$build_dir"/check.*.status
 check() {  # check COMMAND ARGS...: starts one check in the background
   local index=${#checks[@]}
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
