@@ -538,8 +538,10 @@ void Engine::SampleOne(Sequence& sequence, const float* logits) {
       reason = FinishReason::kStop;
     } else if (request.max_tokens >= 0 && sequence.num_generated >= request.max_tokens) {
       reason = FinishReason::kLength;
-    } else if (static_cast<int64_t>(sequence.tokens.size()) > model_.max_context()) {
-      // The new token's position has no KV slot: it is the last one this context can give.
+    } else if (static_cast<int64_t>(sequence.tokens.size()) >= model_.max_context()) {
+      // Prompt and output together fill the context (vLLM's max_model_len, the bound the server
+      // checks prompt + max_tokens against), so a request without max_tokens ends where one
+      // asking for the rest of the context would.
       reason = FinishReason::kLength;
     }
   }

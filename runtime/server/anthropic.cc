@@ -22,7 +22,7 @@ absl::StatusOr<std::string> TextOf(const Json& content, const std::string& field
 absl::Status ConvertMessage(const Json& message, size_t index, Json& out) {
   const std::string field = absl::StrFormat("messages[%d]", index);
   if (!message.is_object()) return Invalid(field, "an object", message);
-  const std::string role = message.value("role", "");
+  const std::string role = StringOrEmpty(message, "role");
   if (role != "user" && role != "assistant") {
     return Invalid(field + ".role", "\"user\" or \"assistant\"",
                    message.contains("role") ? message["role"] : Json(nullptr));
@@ -41,7 +41,7 @@ absl::Status ConvertMessage(const Json& message, size_t index, Json& out) {
   for (size_t block_index = 0; block_index < content.size(); ++block_index) {
     const Json& block = content[block_index];
     const std::string where = absl::StrFormat("%s.content[%d]", field, block_index);
-    const std::string type = block.is_object() ? block.value("type", "") : "";
+    const std::string type = block.is_object() ? StringOrEmpty(block, "type") : "";
     if (type == "text" && block.contains("text") && block["text"].is_string()) {
       if (!text.empty()) text += "\n";
       text += block["text"].get<std::string>();
@@ -66,7 +66,9 @@ absl::Status ConvertMessage(const Json& message, size_t index, Json& out) {
         LLMRT_ASSIGN_OR_RETURN(result, TextOf(block["content"], where + ".content"));
       }
       // Templates have no error flag for tool results; the model reads it in the text.
-      if (block.value("is_error", false)) result = "Error: " + result;
+      LLMRT_ASSIGN_OR_RETURN(const bool is_error,
+                             OptionalBool(block, "is_error", where + ".is_error"));
+      if (is_error) result = "Error: " + result;
       // Results answer the previous assistant turn, so they go before this turn's text.
       out.push_back(
           {{"role", "tool"}, {"tool_call_id", block["tool_use_id"]}, {"content", result}});
@@ -271,6 +273,13 @@ absl::StatusOr<ParsedRequest> ParseMessagesRequest(std::string_view body,
   for (size_t index = 0; index < object["messages"].size(); ++index) {
     LLMRT_RETURN_IF_ERROR(ConvertMessage(object["messages"][index], index, messages));
   }
+  // A final assistant message is a prefill: "the response continues immediately from that
+  // content" (Anthropic's Messages reference), transformers' continue_final_message.
+  if (messages.back()["role"] == "assistant" &&
+      !StringOrEmpty(messages.back(), "content").empty()) {
+    chat["add_generation_prompt"] = false;
+    chat["continue_final_message"] = true;
+  }
   chat["messages"] = std::move(messages);
 
   if (!count_tokens) {
@@ -317,7 +326,7 @@ absl::StatusOr<ParsedRequest> ParseMessagesRequest(std::string_view body,
   }
   if (object.contains("tool_choice") && !object["tool_choice"].is_null()) {
     const Json& choice = object["tool_choice"];
-    const std::string type = choice.is_object() ? choice.value("type", "") : "";
+    const std::string type = choice.is_object() ? StringOrEmpty(choice, "type") : "";
     if (type != "auto" && type != "none" && type != "any" && type != "tool") {
       return Invalid("tool_choice", "{\"type\": \"auto\" | \"none\" | \"any\" | \"tool\"}", choice);
     }
@@ -350,9 +359,11 @@ absl::StatusOr<ParsedRequest> ParseMessagesRequest(std::string_view body,
       }
     }
   }
-  LLMRT_ASSIGN_OR_RETURN(ParsedRequest request,
-                         ParseRequestJson(Endpoint::kChatCompletions, chat, limits));
-  request.endpoint = Endpoint::kMessages;
+  absl::StatusOr<ParsedRequest> request =
+      ParseRequestJson(Endpoint::kChatCompletions, chat, limits);
+  // The chat path names its own fields; say the Messages names instead.
+  if (!request.ok()) return RenameFields(request.status(), {{"'stop'", "'stop_sequences'"}});
+  request->endpoint = Endpoint::kMessages;
   return request;
 }
 

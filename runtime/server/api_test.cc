@@ -1,6 +1,7 @@
 // The agent-facing request rules and the Messages / Responses conversions (anthropic.h,
 // responses.h), without a server.
 #include <string>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -66,6 +67,104 @@ TEST(ChatRequest, AgentFieldsAreReadOrRefusedByName) {
   }
   // null is absent, as everywhere in the API.
   EXPECT_TRUE(Chat(R"("user": null, "tool_choice": null)").ok());
+}
+
+TEST(ChatRequest, StrictToolsAreEnforcedOrRefused) {
+  constexpr char kStrict[] = R"("tools": [{"type": "function", "function": {"name": "f",
+      "strict": true, "parameters": {"type": "object"}}}])";
+  // With auto the model writes free text around any calls: the schema cannot be enforced.
+  ExpectRefused(Chat(kStrict), "'tools[0].function.strict' true is not enforced");
+  // A forcing tool_choice constrains every call to its tool's schema.
+  EXPECT_TRUE(Chat(std::string(kStrict) + R"(, "tool_choice": "required")").ok());
+  EXPECT_TRUE(Chat(std::string(kStrict) + R"(, "tool_choice": "none")").ok());
+  ExpectRefused(Chat(R"("tools": [{"type": "function", "function": {"name": "f",
+      "strict": "yes"}}])"),
+                "'tools[0].function.strict' must be a boolean");
+  // An empty tools array declares none (as vLLM reads it): nothing is parsed as a call.
+  absl::StatusOr<ParsedRequest> request = Chat(R"("tools": [])");
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_TRUE(request->tools.is_null());
+  ExpectRefused(Chat(R"("tools": [], "tool_choice": "required")"), "needs 'tools'");
+}
+
+TEST(ChatRequest, SetVariablesAndUnknownStreamOptionsAreRefused) {
+  for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt"}) {
+    ExpectRefused(Chat(std::string(R"("chat_template_kwargs": {")") + reserved + R"(": 1})"),
+                  std::string("'chat_template_kwargs.") + reserved + "' is set by the request");
+  }
+  ExpectRefused(Chat(R"("stream": true, "stream_options": {"include_usage": true, "foo": 1})"),
+                "'stream_options.foo' is not supported");
+  EXPECT_TRUE(Chat(R"("stream": true, "stream_options": {"include_usage": true})").ok());
+}
+
+// A field of the wrong type, or null, anywhere in a Messages or Responses body is a 400 naming
+// it, never an exception (nlohmann's value() throws on a value of another type).
+TEST(AgentRequests, WrongTypesAndNullsAreRefusedByName) {
+  const std::pair<const char*, const char*> messages_cases[] = {
+      {R"([{"role": 5, "content": "x"}])", "'messages[0].role'"},
+      {R"([{"role": null, "content": "x"}])", "'messages[0].role'"},
+      {R"([{"role": "user", "content": [{"type": null, "text": "x"}]}])",
+       "'messages[0].content[0]'"},
+      {R"([{"role": "user", "content": [{"type": 1, "text": "x"}]}])", "'messages[0].content[0]'"},
+      {R"([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+          "content": "r", "is_error": "yes"}]}])",
+       "'messages[0].content[0].is_error' must be a boolean"},
+  };
+  for (const auto& [messages, part] : messages_cases) {
+    ExpectRefused(
+        ParseMessagesRequest(std::string(R"({"max_tokens": 2, "messages": )") + messages + "}", {}),
+        part);
+  }
+  const std::string ask = R"({"max_tokens": 2, "messages": [{"role": "user", "content": "x"}], )";
+  ExpectRefused(ParseMessagesRequest(ask + R"("tool_choice": {"type": 5}})", {}), "'tool_choice'");
+  ExpectRefused(ParseMessagesRequest(ask + R"("tool_choice": {"type": null}})", {}),
+                "'tool_choice'");
+  ExpectRefused(ParseMessagesRequest(ask + R"("system": [{"type": null, "text": "s"}]})", {}),
+                "'system[0]'");
+  // The chat path's errors come back under the Messages names.
+  ExpectRefused(ParseMessagesRequest(ask + R"("stop_sequences": [""]})", {}),
+                "'stop_sequences' strings must not be empty");
+  // is_error null is absent.
+  EXPECT_TRUE(ParseMessagesRequest(R"({"max_tokens": 2, "messages": [{"role": "user", "content":
+      [{"type": "tool_result", "tool_use_id": "t", "content": "r", "is_error": null}]}]})",
+                                   {})
+                  .ok());
+
+  const std::pair<const char*, const char*> responses_cases[] = {
+      {R"("input": "x", "store": "yes")", "'store' must be a boolean"},
+      {R"("input": [{"role": 5, "content": "x"}])", "'input[0].role'"},
+      {R"("input": [{"type": 5, "role": "user", "content": "x"}])", "'input[0].type'"},
+      {R"("input": [{"role": "user", "content": [{"type": null, "text": "x"}]}])",
+       "'input[0].content[0]'"},
+      {R"("input": "x", "tools": [{"type": 5, "name": "f"}])", "'tools[0]'"},
+      {R"("input": "x", "tools": [{"type": "function", "name": "f", "strict": "no"}])",
+       "'tools[0].strict' must be a boolean"},
+  };
+  for (const auto& [fields, part] : responses_cases) {
+    ExpectRefused(ParseResponsesRequest(std::string("{") + fields + "}", {}), part);
+  }
+  // null is absent: store, strict and a type left null.
+  absl::StatusOr<ParsedRequest> request = ParseResponsesRequest(
+      R"({"store": null, "input": [{"type": null, "role": "user", "content": "x"}],
+          "tools": [{"type": "function", "name": "f", "strict": null}]})",
+      {});
+  EXPECT_TRUE(request.ok()) << request.status();
+}
+
+TEST(MessagesRequest, AFinalAssistantMessageIsContinued) {
+  // Anthropic's prefill: "the response continues immediately from that content".
+  absl::StatusOr<ParsedRequest> request = ParseMessagesRequest(
+      R"({"max_tokens": 4, "messages": [{"role": "user", "content": "Write a haiku"},
+          {"role": "assistant", "content": "Autumn moon"}]})",
+      {});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_TRUE(request->continue_final_message);
+  EXPECT_FALSE(request->add_generation_prompt);
+  request = ParseMessagesRequest(
+      R"({"max_tokens": 4, "messages": [{"role": "user", "content": "Write a haiku"}]})", {});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_FALSE(request->continue_final_message);
+  EXPECT_TRUE(request->add_generation_prompt);
 }
 
 TEST(ChatRequest, ToolCallArgumentsReachTemplatesAsObjects) {
@@ -225,7 +324,12 @@ TEST(ResponsesRequest, BecomesAChatRequest) {
   refused(R"("previous_response_id": "resp_1")", "stateless");
   refused(R"("max_output_tokens": 0)", "'max_output_tokens'");
   refused(R"("text": {"format": {"type": "yaml"}})", "'text.format.type'");
-  refused(R"("tools": [{"type": "function", "name": "f", "strict": true}])", "'tools[0].strict'");
+  refused(R"("tools": [{"type": "function", "name": "f", "strict": true}])",
+          "'tools[0].strict' true is not enforced");
+  EXPECT_TRUE(ParseResponsesRequest(R"({"input": "x", "tool_choice": "required",
+      "tools": [{"type": "function", "name": "f", "strict": true}]})",
+                                    {})
+                  .ok());
   refused(R"("tools": [{"type": "web_search"}])", "'tools[0]'");
   refused(R"("reasoning": {"effort": "low", "summary": "auto"})", "'reasoning'");
   refused(R"("include": [])", "'include'");
@@ -327,6 +431,26 @@ TEST(OpenAiWriter, ToolCallChunksAndFinishReason) {
   EXPECT_EQ(response["choices"][0]["finish_reason"], "tool_calls");
   // A cancelled choice keeps its reason even with calls.
   EXPECT_EQ(ChatFinishReason(engine::FinishReason::kCancelled, true), "abort");
+}
+
+TEST(ResponsesWriter, AMessageCutByMaxOutputTokensIsIncomplete) {
+  ResponseContext context = Context(Endpoint::kResponses);
+  ChoiceResult choice;
+  choice.text = "Once upon";
+  choice.finish_reason = engine::FinishReason::kLength;
+  const Json response = MakeResponsesWriter(context, Json::object())->Response({choice}, {});
+  EXPECT_EQ(response["status"], "incomplete");
+  EXPECT_EQ(response["output"][0]["status"], "incomplete");
+  EXPECT_EQ(response["output"][0]["content"][0]["text"], "Once upon");
+
+  std::unique_ptr<ApiWriter> writer = MakeResponsesWriter(context, Json::object());
+  ParsedDelta delta;
+  delta.content = "Once upon";
+  std::string events = writer->StreamStart();
+  events += writer->StreamDelta(choice, delta, engine::RequestOutput());
+  events += writer->StreamFinish(choice);
+  // Only the message item can say so: StreamEnd, which writes the response's status, has not run.
+  EXPECT_THAT(events, HasSubstr(R"("status":"incomplete")"));
 }
 
 TEST(Errors, AnthropicShape) {

@@ -219,11 +219,13 @@ absl::Status ReadMessages(const Json& object, Json& messages) {
   return absl::OkStatus();
 }
 
-// Tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}].
+// Tools: [{"type": "function", "function": {"name", "description"?, "parameters"?,
+// "strict"?}}]. An empty array is no tools, as in vLLM (clients send one for "none declared").
 absl::Status ReadTools(const Json& object, Json& tools) {
   const Json* value = Field(object, "tools");
   if (value == nullptr) return absl::OkStatus();
   if (!value->is_array()) return TypeError("tools", "an array", *value);
+  if (value->empty()) return absl::OkStatus();
   for (size_t index = 0; index < value->size(); ++index) {
     const Json& tool = (*value)[index];
     const Json* function = tool.is_object() ? Field(tool, "function") : nullptr;
@@ -241,6 +243,9 @@ absl::Status ReadTools(const Json& object, Json& tools) {
       return TypeError(absl::StrFormat("tools[%d].function.parameters", index).c_str(),
                        "a JSON schema object", *parameters);
     }
+    LLMRT_RETURN_IF_ERROR(
+        OptionalBool(*function, "strict", absl::StrFormat("tools[%d].function.strict", index))
+            .status());
   }
   tools = *value;
   return absl::OkStatus();
@@ -270,19 +275,30 @@ absl::Status ReadToolChoice(const Json& object, ParsedRequest& request) {
     if (!parallel->is_boolean()) return TypeError("parallel_tool_calls", "a boolean", *parallel);
     request.parallel_tool_calls = parallel->get<bool>();
   }
-  if (request.tool_choice != "none" && Field(object, "tools") == nullptr &&
-      request.tool_choice != "auto") {
+  // request.tools is what ReadTools kept: null for none or an empty array.
+  if (request.tool_choice != "none" && request.tools.is_null() && request.tool_choice != "auto") {
     return absl::InvalidArgumentError(absl::StrFormat(
         "'tool_choice' %s needs 'tools', and the request has none", DumpJson(*value)));
   }
   // With "auto" the model writes free text or calls; a grammar cannot cap the calls without
-  // constraining the text too, so at most one call is enforced only where a call is forced.
-  if (!request.parallel_tool_calls && request.tool_choice == "auto" &&
-      Field(object, "tools") != nullptr) {
+  // constraining the text too, so at most one call, or a strict schema, is enforced only where
+  // a call is forced (a forcing tool_choice enforces every tool's schema: tool_grammar.h).
+  if (!request.parallel_tool_calls && request.tool_choice == "auto" && !request.tools.is_null()) {
     return absl::InvalidArgumentError(
         "'parallel_tool_calls' false is enforced only together with a forcing 'tool_choice' "
         "(\"required\" or a named function: exactly one call); with \"auto\" leave it out "
         "or set it to true");
+  }
+  if (request.tool_choice == "auto" && !request.tools.is_null()) {
+    for (size_t index = 0; index < request.tools.size(); ++index) {
+      if (request.tools[index]["function"].value("strict", Json(false)) == true) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "'tools[%d].function.strict' true is not enforced with free text around the calls "
+            "(tool_choice \"auto\"); set it to false, or force the calls with tool_choice "
+            "\"required\" or a named function, which enforces every tool's schema",
+            index));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -290,6 +306,29 @@ absl::Status ReadToolChoice(const Json& object, ParsedRequest& request) {
 absl::Status FieldError(const std::string& field, const std::string& expected, const Json& found) {
   return absl::InvalidArgumentError(
       absl::StrFormat("'%s' must be %s, found %s", field, expected, DumpJson(found)));
+}
+
+std::string StringOrEmpty(const Json& object, const char* name) {
+  const auto found = object.find(name);
+  return found != object.end() && found->is_string() ? found->get<std::string>() : std::string();
+}
+
+absl::StatusOr<bool> OptionalBool(const Json& object, const char* name, const std::string& field) {
+  const Json* value = Field(object, name);
+  if (value == nullptr) return false;
+  if (!value->is_boolean()) return FieldError(field, "a boolean", *value);
+  return value->get<bool>();
+}
+
+absl::Status RenameFields(
+    const absl::Status& status,
+    std::initializer_list<std::pair<std::string_view, std::string_view>> renames) {
+  std::string message(status.message());
+  for (const auto& [from, to] : renames) {
+    const size_t at = message.find(from);
+    if (at != std::string::npos) message.replace(at, from.size(), to);
+  }
+  return absl::Status(status.code(), message);
 }
 
 absl::StatusOr<std::string> JoinTextParts(const Json& content, const std::string& field,
@@ -300,7 +339,7 @@ absl::StatusOr<std::string> JoinTextParts(const Json& content, const std::string
   std::string text;
   for (size_t index = 0; index < content.size(); ++index) {
     const Json& part = content[index];
-    const std::string type = part.is_object() ? part.value("type", "") : "";
+    const std::string type = part.is_object() ? StringOrEmpty(part, "type") : "";
     bool known = false;
     for (std::string_view allowed : types) known = known || type == allowed;
     if (!known || !part.contains("text") || !part["text"].is_string()) {
@@ -546,6 +585,16 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const Json& ob
       if (!kwargs->is_object()) {
         return TypeError("chat_template_kwargs", "an object of template variables", *kwargs);
       }
+      // The variables the request itself sets (transformers' apply_chat_template refuses them
+      // as keyword arguments too).
+      for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt"}) {
+        if (kwargs->contains(reserved)) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "'chat_template_kwargs.%s' is set by the request itself; leave it out of "
+              "chat_template_kwargs",
+              reserved));
+        }
+      }
       request.chat_template_kwargs = *kwargs;
     }
     if (const Json* effort = Field(object, "reasoning_effort")) {
@@ -577,6 +626,14 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const Json& ob
       return absl::InvalidArgumentError("'stream_options' is only allowed when 'stream' is true");
     }
     if (!options->is_object()) return TypeError("stream_options", "an object", *options);
+    for (auto it = options->begin(); it != options->end(); ++it) {
+      if (it.key() != "include_usage" && !it.value().is_null()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "'stream_options.%s' is not supported by this server (only include_usage is); "
+            "leave it out",
+            it.key()));
+      }
+    }
     LLMRT_RETURN_IF_ERROR(ReadBool(*options, "include_usage", request.include_usage));
   }
 
@@ -743,6 +800,14 @@ Json Bytes(const std::string& text) {
   return bytes;
 }
 
+// Characters of UTF-8 `bytes`: the bytes that are not continuation bytes, so a character split
+// across tokens counts once, with the token that starts it.
+int64_t CountCharacters(std::string_view bytes) {
+  int64_t count = 0;
+  for (unsigned char byte : bytes) count += (byte & 0xC0) != 0x80;
+  return count;
+}
+
 Json FinishReasonJson(engine::FinishReason reason) {
   const char* name = FinishReasonString(reason);
   return name == nullptr ? Json(nullptr) : Json(name);
@@ -775,20 +840,23 @@ Json LogprobsJson(const ResponseContext& context, const std::vector<engine::Toke
   auto text_of = [&](int32_t id) {
     return context.token_text ? context.token_text(id) : std::to_string(id);
   };
+  // A token that holds part of a character (a byte-fallback <0xE2>, a byte-level piece of an
+  // emoji) has text U+FFFD but its own bytes, from which clients rebuild the character.
+  auto bytes_of = [&](int32_t id) {
+    return context.token_bytes ? context.token_bytes(id) : text_of(id);
+  };
   if (context.endpoint == Endpoint::kChatCompletions) {
     Json content = Json::array();
     for (const engine::TokenOutput& token : tokens) {
-      const std::string text = text_of(token.token);
       Json top = Json::array();
       for (const sampling::TokenLogprob& alternative : token.top) {
-        const std::string alternative_text = text_of(alternative.token);
-        top.push_back({{"token", alternative_text},
+        top.push_back({{"token", text_of(alternative.token)},
                        {"logprob", alternative.logprob},
-                       {"bytes", Bytes(alternative_text)}});
+                       {"bytes", Bytes(bytes_of(alternative.token))}});
       }
-      content.push_back({{"token", text},
+      content.push_back({{"token", text_of(token.token)},
                          {"logprob", token.logprob.logprob},
-                         {"bytes", Bytes(text)},
+                         {"bytes", Bytes(bytes_of(token.token))},
                          {"top_logprobs", std::move(top)}});
     }
     return {{"content", std::move(content)}};
@@ -797,16 +865,19 @@ Json LogprobsJson(const ResponseContext& context, const std::vector<engine::Toke
        offsets = Json::array();
   int64_t offset = text_offset_base;
   for (const engine::TokenOutput& token : tokens) {
-    const std::string text = text_of(token.token);
-    texts.push_back(text);
+    texts.push_back(text_of(token.token));
     logprobs.push_back(token.logprob.logprob);
     Json top = Json::object();
     for (const sampling::TokenLogprob& alternative : token.top) {
       top[text_of(alternative.token)] = alternative.logprob;
     }
+    // "The API will always return the logprob of the sampled token, so there may be up to
+    // logprobs+1 elements" (OpenAI's completions reference).
+    top[text_of(token.token)] = token.logprob.logprob;
     tops.push_back(std::move(top));
+    // OpenAI's offsets count characters of the choice's text.
     offsets.push_back(offset);
-    offset += static_cast<int64_t>(text.size());
+    offset += CountCharacters(bytes_of(token.token));
   }
   return {{"tokens", std::move(texts)},
           {"token_logprobs", std::move(logprobs)},
@@ -959,7 +1030,7 @@ class OpenAiWriter : public ApiWriter {
           Event(StreamChunk(context_, choice.index, delta.content, output.tokens, false,
                             output.finished ? output.finish_reason : engine::FinishReason::kNone,
                             include_usage_, text_sent_[choice.index]));
-      text_sent_[choice.index] += static_cast<int64_t>(delta.content.size());
+      text_sent_[choice.index] += CountCharacters(delta.content);
       return event;
     }
     // One chunk per kind of news; the token logprobs ride on the first (or on an empty delta
@@ -1005,7 +1076,7 @@ class OpenAiWriter : public ApiWriter {
   ResponseContext context_;
   int32_t choices_;
   bool include_usage_;
-  std::vector<int64_t> text_sent_;  // completions: bytes per choice, for text_offset
+  std::vector<int64_t> text_sent_;  // completions: characters per choice, for text_offset
 };
 
 }  // namespace

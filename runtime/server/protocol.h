@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -156,6 +157,19 @@ absl::Status CheckKnownFields(const Json& object, const std::vector<std::string_
                               std::initializer_list<std::string_view> more, std::string_view api);
 // InvalidArgument "'FIELD' must be EXPECTED, found JSON".
 absl::Status FieldError(const std::string& field, const std::string& expected, const Json& found);
+// object[name] when it is a string; "" when it is absent, null or of another type. For fields
+// whose value the caller then checks against the values it allows, naming what it found
+// (json::value() with a string default throws on a value of another type).
+std::string StringOrEmpty(const Json& object, const char* name);
+// object[name] as a boolean: false when absent or null; "'FIELD' must be a boolean" for any
+// other type.
+absl::StatusOr<bool> OptionalBool(const Json& object, const char* name, const std::string& field);
+// `status` with each API field name of `renames` ("'max_tokens'" -> "'max_output_tokens'")
+// replaced in its message: the Messages and Responses converters parse through the chat
+// request, whose errors name the chat fields.
+absl::Status RenameFields(
+    const absl::Status& status,
+    std::initializer_list<std::pair<std::string_view, std::string_view>> renames);
 // The text of a string, or of an array of parts {"type": one of `types`, "text": ...} joined by
 // newlines; any other part is refused as "'FIELD[i]' must be EXPECTED_PART".
 absl::StatusOr<std::string> JoinTextParts(const Json& content, const std::string& field,
@@ -190,6 +204,9 @@ struct ResponseContext {
   int32_t top_logprobs = 0;
   // Text of one token id (for logprobs); the server passes the tokenizer's Decode.
   std::function<std::string(int32_t)> token_text;
+  // The bytes of one token id before invalid UTF-8 becomes U+FFFD (logprobs' "bytes", and the
+  // completions text_offset in characters); token_text when unset.
+  std::function<std::string(int32_t)> token_bytes;
 };
 
 // "chatcmpl-" or "cmpl-" followed by 24 random hex digits.
@@ -216,7 +233,8 @@ struct ChoiceResult {
 };
 
 // The logprobs object of a choice (chat: {"content": [...]}; completions: tokens /
-// token_logprobs / top_logprobs / text_offset with offsets counted from `text_offset_base`).
+// token_logprobs / top_logprobs / text_offset, offsets in characters counted from
+// `text_offset_base`).
 Json LogprobsJson(const ResponseContext& context, const std::vector<engine::TokenOutput>& tokens,
                   int64_t text_offset_base);
 
@@ -239,8 +257,8 @@ std::vector<Json> ToolCallDeltas(const ToolCall& call, int32_t index);
 Json ToolCallJson(const ToolCall& call);
 
 // One streamed chunk for one choice. `role_first` adds the assistant role to a chat delta (the
-// first chunk of a choice); `finish_reason` kNone gives null. `text_offset_base`: bytes of this
-// choice's text already sent (completions logprobs).
+// first chunk of a choice); `finish_reason` kNone gives null. `text_offset_base`: characters of
+// this choice's text already sent (completions logprobs).
 Json StreamChunk(const ResponseContext& context, int32_t index, const std::string& text,
                  const std::vector<engine::TokenOutput>& tokens, bool role_first,
                  engine::FinishReason finish_reason, bool include_usage_field,

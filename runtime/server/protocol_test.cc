@@ -393,6 +393,38 @@ TEST(Responses, NonStreamedCarryUsageAndSortedChoices) {
   EXPECT_EQ(content[0]["top_logprobs"].size(), 2u);
 }
 
+TEST(Responses, LogprobsGiveTokenBytesAndCharacterOffsets) {
+  // "\u201c" (E2 80 9C) split over two byte tokens, then "a": each piece alone decodes to
+  // U+FFFD, its bytes are its own.
+  auto context_for = [](Endpoint endpoint) {
+    ResponseContext context = MakeContext(endpoint);
+    context.logprobs = true;
+    context.token_text = [](int32_t id) { return id == 3 ? std::string("a") : "\xEF\xBF\xBD"; };
+    context.token_bytes = [](int32_t id) {
+      return id == 1 ? std::string("\xE2") : id == 2 ? std::string("\x80\x9C") : "a";
+    };
+    return context;
+  };
+  std::vector<engine::TokenOutput> tokens(3);
+  for (int32_t id = 1; id <= 3; ++id) {
+    tokens[id - 1].token = id;
+    tokens[id - 1].logprob = {id, -0.25f * id};
+    tokens[id - 1].top = {{3, -0.1f}};
+  }
+  const Json chat = LogprobsJson(context_for(Endpoint::kChatCompletions), tokens, 0);
+  EXPECT_EQ(chat["content"][0]["bytes"], Json::array({0xE2}));
+  EXPECT_EQ(chat["content"][1]["bytes"], Json::array({0x80, 0x9C}));
+  EXPECT_EQ(chat["content"][1]["top_logprobs"][0]["bytes"], Json::array({'a'}));
+  // Offsets count characters of the text ("\u201ca"): the split character counts once, with
+  // the token that starts it; a streamed chunk's base is the characters already sent.
+  const Json completion = LogprobsJson(context_for(Endpoint::kCompletions), tokens, 5);
+  EXPECT_EQ(completion["text_offset"], Json::array({5, 6, 6}));
+  // The sampled token is always among the alternatives ("up to logprobs+1 elements").
+  EXPECT_DOUBLE_EQ(completion["top_logprobs"][0]["\xEF\xBF\xBD"].get<double>(), -0.25);
+  EXPECT_FLOAT_EQ(completion["top_logprobs"][0]["a"].get<float>(), -0.1f);
+  EXPECT_EQ(completion["top_logprobs"][2].size(), 1u);
+}
+
 TEST(Responses, FinishReasonNames) {
   EXPECT_STREQ(FinishReasonString(engine::FinishReason::kStop), "stop");
   EXPECT_STREQ(FinishReasonString(engine::FinishReason::kLength), "length");

@@ -37,9 +37,11 @@ absl::Status ConvertInput(const Json& input, Json& messages) {
     const Json& item = input[index];
     const std::string field = absl::StrFormat("input[%d]", index);
     if (!item.is_object()) return Invalid(field, "an object", item);
-    const std::string type = item.value("type", item.contains("role") ? "message" : "");
+    const bool typed = item.contains("type") && !item["type"].is_null();
+    const std::string type =
+        typed ? StringOrEmpty(item, "type") : (item.contains("role") ? "message" : "");
     if (type == "message") {
-      std::string role = item.value("role", "");
+      std::string role = StringOrEmpty(item, "role");
       if (role == "developer") role = "system";  // the Responses API's name for it
       if (role != "user" && role != "assistant" && role != "system") {
         return Invalid(field + ".role", "\"user\", \"assistant\", \"system\" or \"developer\"",
@@ -93,9 +95,11 @@ Json FunctionCallItem(const ToolCall& call, const std::string& id, const char* s
           {"arguments", call.arguments}, {"status", status}};
 }
 
-Json MessageItem(const std::string& id, const std::string& text, const char* status) {
+// `status`: "in_progress" (no content yet), "completed", or "incomplete" (cut by
+// max_output_tokens, as OpenAI marks it).
+Json MessageItem(const std::string& id, const std::string& text, const std::string& status) {
   Json content = Json::array();
-  if (status == std::string("completed")) {
+  if (status != "in_progress") {
     content.push_back({{"type", "output_text"},
                        {"text", text},
                        {"annotations", Json::array()},
@@ -127,7 +131,7 @@ class ResponsesWriter : public ApiWriter {
     Json output = Json::array();
     if (!choice.reasoning.empty()) output.push_back(ReasoningItem(ItemId("rs"), choice.reasoning));
     if (!choice.text.empty() || choice.tool_calls.empty()) {
-      output.push_back(MessageItem(ItemId("msg"), choice.text, "completed"));
+      output.push_back(MessageItem(ItemId("msg"), choice.text, Status(choice)));
     }
     for (const ToolCall& call : choice.tool_calls) {
       output.push_back(FunctionCallItem(call, ItemId("fc"), "completed"));
@@ -196,14 +200,14 @@ class ResponsesWriter : public ApiWriter {
   }
 
   std::string StreamFinish(const ChoiceResult& choice) override {
-    std::string events = Close();
+    std::string events = Close(Status(choice));
     // A reply with neither text nor calls still has its (empty) message, as non-streamed.
     bool answered = false;
     for (const Json& item : output_) answered = answered || item["type"] != "reasoning";
     if (!answered) {
       const std::string id = ItemId("msg");
       events += Added(MessageItem(id, "", "in_progress"));
-      events += Done(MessageItem(id, "", "completed"));
+      events += Done(MessageItem(id, "", Status(choice)));
     }
     finish_ = choice;
     return events;
@@ -278,8 +282,8 @@ class ResponsesWriter : public ApiWriter {
     output_.push_back(std::move(item));
     return event;
   }
-  // Ends the open reasoning or message item.
-  std::string Close() {
+  // Ends the open reasoning or message item; `message_status` is the message's.
+  std::string Close(const std::string& message_status = "completed") {
     std::string events;
     if (open_ == Open::kReasoning) {
       events += Event("response.reasoning_text.done", {{"item_id", open_id_},
@@ -297,7 +301,7 @@ class ResponsesWriter : public ApiWriter {
                                                      {"output_index", output_.size()},
                                                      {"content_index", 0},
                                                      {"part", TextPart(open_text_)}});
-      events += Done(MessageItem(open_id_, open_text_, "completed"));
+      events += Done(MessageItem(open_id_, open_text_, message_status));
     }
     open_ = Open::kNone;
     return events;
@@ -322,7 +326,8 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body,
       {"max_output_tokens", "temperature", "top_p", "stream", "store", "previous_response_id",
        "text", "reasoning"},
       "Responses"));
-  if (object.value("store", false) != false) {
+  LLMRT_ASSIGN_OR_RETURN(const bool store, OptionalBool(object, "store", "store"));
+  if (store) {
     return absl::InvalidArgumentError(
         "'store' must be false or left out: this server is stateless and keeps no responses");
   }
@@ -374,23 +379,16 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body,
     for (size_t index = 0; index < tools.size(); ++index) {
       const Json& tool = tools[index];
       const std::string field = absl::StrFormat("tools[%d]", index);
-      if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("name") ||
-          !tool["name"].is_string()) {
+      if (!tool.is_object() || StringOrEmpty(tool, "type") != "function" ||
+          !tool.contains("name") || !tool["name"].is_string()) {
         return Invalid(field, "a function tool {\"type\": \"function\", \"name\", \"parameters\"}",
                        tool);
-      }
-      if (tool.value("strict", false) != false) {
-        // With tool_choice auto the model writes text or calls; constraining a call's
-        // arguments would mean constraining the text too. A forcing tool_choice enforces
-        // every tool's schema anyway (docs/server.md, "Tool calls").
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "'%s.strict' true is not enforced with free text around the calls; set it to "
-            "false (tool_choice \"required\" or a named function enforces the schemas)",
-            field));
       }
       Json function = {{"name", tool["name"]}};
       if (tool.contains("description")) function["description"] = tool["description"];
       if (tool.contains("parameters")) function["parameters"] = tool["parameters"];
+      // Enforced only with a forcing tool_choice (ReadToolChoice says why).
+      if (tool.contains("strict")) function["strict"] = tool["strict"];
       converted.push_back({{"type", "function"}, {"function", std::move(function)}});
     }
     chat["tools"] = std::move(converted);
@@ -422,18 +420,13 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body,
   }
   absl::StatusOr<ParsedRequest> request =
       ParseRequestJson(Endpoint::kChatCompletions, chat, limits);
+  // The chat path names its own fields; say the Responses names instead.
   if (!request.ok()) {
-    // The chat path names its own fields; say the Responses names instead.
-    std::string message(request.status().message());
-    for (const auto& [from, to] :
-         {std::pair<const char*, const char*>{"'max_tokens'", "'max_output_tokens'"},
-          {"'reasoning_effort'", "'reasoning.effort'"},
-          {"'response_format.json_schema.", "'text.format."},
-          {"'response_format", "'text.format"}}) {
-      const size_t at = message.find(from);
-      if (at != std::string::npos) message.replace(at, strlen(from), to);
-    }
-    return absl::Status(request.status().code(), message);
+    return RenameFields(request.status(), {{"'max_tokens'", "'max_output_tokens'"},
+                                           {"'reasoning_effort'", "'reasoning.effort'"},
+                                           {"'response_format.json_schema.", "'text.format."},
+                                           {"'response_format", "'text.format"},
+                                           {".function.strict'", ".strict'"}});
   }
   request->endpoint = Endpoint::kResponses;
   echo["tool_choice"] = request->tool_choice_function.empty()

@@ -55,6 +55,11 @@ void SendError(httplib::Response& response, const absl::Status& status,
       "application/json");
 }
 
+// Whose error shape a path answers in: Anthropic's under /v1/messages, OpenAI's elsewhere.
+Endpoint ErrorShapeFor(const std::string& path) {
+  return absl::StartsWith(path, "/v1/messages") ? Endpoint::kMessages : Endpoint::kChatCompletions;
+}
+
 // The methods a path of this server takes, or nullptr for an unknown path.
 const char* AllowedMethods(const std::string& path) {
   for (const char* get : {"/", "/health", "/metrics", "/v1/models", "/kv_cache/blocks"}) {
@@ -363,14 +368,17 @@ void Server::Drain() {
   Stop();
 }
 
-std::string Server::TokenText(int32_t id) const {
+std::string Server::TokenText(int32_t id, bool raw_bytes) const {
+  auto decode = [&](const std::vector<int32_t>& ids) {
+    return raw_bytes ? tokenizer_.DecodeBytes(ids) : tokenizer_.Decode(ids, false);
+  };
   // Decoding a token alone drops what decoders strip at the start of a text (SentencePiece's
   // leading space), so " upon" would read "upon". Decoding it after an anchor token and keeping
   // the difference gives the text the token adds in the middle of a sequence.
-  if (logprob_anchor_ < 0) return tokenizer_.Decode({id}, false);
-  const std::string anchor = tokenizer_.Decode({logprob_anchor_}, false);
-  const std::string both = tokenizer_.Decode({logprob_anchor_, id}, false);
-  if (both.compare(0, anchor.size(), anchor) != 0) return tokenizer_.Decode({id}, false);
+  if (logprob_anchor_ < 0) return decode({id});
+  const std::string anchor = decode({logprob_anchor_});
+  const std::string both = decode({logprob_anchor_, id});
+  if (both.compare(0, anchor.size(), anchor) != 0) return decode({id});
   return both.substr(anchor.size());
 }
 
@@ -436,8 +444,7 @@ absl::StatusOr<Server::RenderedChat> Server::RenderChat(const ParsedRequest& req
   if (!prompt.ok()) {
     // The template's own raise_exception messages ("Conversation roles must alternate...") are
     // the client's mistake: 400.
-    return absl::InvalidArgumentError(
-        absl::StrFormat("chat template: %s", prompt.status().message()));
+    return absl::InvalidArgumentError(prompt.status().message());
   }
   if (request.continue_final_message) {
     // As transformers' continue_final_message: the prompt ends right after the final
@@ -480,8 +487,7 @@ void Server::Routes() {
                   has_bearer || has_x_api_key
                       ? "Incorrect API key provided."
                       : "Missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'."),
-              absl::StartsWith(request.path, "/v1/messages") ? Endpoint::kMessages
-                                                             : Endpoint::kChatCompletions);
+              ErrorShapeFor(request.path));
     return httplib::Server::HandlerResponse::Handled;
   });
   // Fills the body of errors httplib produces itself (404 route, 413 body too large, 400 bad
@@ -516,17 +522,18 @@ void Server::Routes() {
     error.message = message;
     response.set_content(ErrorBody(error), "application/json");
   });
-  http_->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& response, std::exception_ptr exception) {
-        std::string what = "unknown exception";
-        try {
-          if (exception) std::rethrow_exception(exception);
-        } catch (const std::exception& caught) {
-          what = caught.what();
-        } catch (...) {
-        }
-        SendError(response, absl::InternalError(absl::StrFormat("internal error: %s", what)));
-      });
+  http_->set_exception_handler([](const httplib::Request& request, httplib::Response& response,
+                                  std::exception_ptr exception) {
+    std::string what = "unknown exception";
+    try {
+      if (exception) std::rethrow_exception(exception);
+    } catch (const std::exception& caught) {
+      what = caught.what();
+    } catch (...) {
+    }
+    SendError(response, absl::InternalError(absl::StrFormat("internal error: %s", what)),
+              ErrorShapeFor(request.path));
+  });
 
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& response) {
     if (draining_.load()) {
@@ -724,7 +731,18 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
     reasoning = rendered->reasoning || harmony;
     // The template writes the special tokens (BOS) itself, as in transformers and vLLM.
     prompts.push_back(tokenizer_.Encode(text, /*add_special_tokens=*/false));
-    if (!parsed->tools.is_null() && parsed->tool_choice != "none") tool_format = tool_format_;
+    if (!parsed->tools.is_null() && parsed->tool_choice != "none") {
+      // Tools the model is told about but whose calls the server cannot read would come back
+      // as raw text: refused, like a forcing tool_choice on such a model, unless the operator
+      // turned parsing off on purpose (--tool-call-format none: calls stay content).
+      if (tool_format_ == ToolCallFormat::kNone && options_.tool_call_format.empty()) {
+        return fail(absl::InvalidArgumentError(
+            "'tools': this model has no tool-call format (the plan's "
+            "TokenizerSpec.tool_call_format is empty), so its calls cannot be parsed; start the "
+            "server with --tool-call-format NAME, or leave 'tools' out"));
+      }
+      tool_format = tool_format_;
+    }
     // A generation prompt that opens <think> (DeepSeek-R1, Qwen3-Thinking) puts the output
     // inside the reasoning from its first token.
     starts_in_reasoning =
@@ -935,7 +953,8 @@ void Server::HandleGenerate(Endpoint endpoint, const httplib::Request& request,
   context.logprobs = parsed->logprobs;
   context.top_logprobs = parsed->top_logprobs;
   context.reasoning = chat && reasoning;
-  context.token_text = [this](int32_t id) { return TokenText(id); };
+  context.token_text = [this](int32_t id) { return TokenText(id, /*raw_bytes=*/false); };
+  context.token_bytes = [this](int32_t id) { return TokenText(id, /*raw_bytes=*/true); };
   std::shared_ptr<ApiWriter> writer;
   switch (endpoint) {
     case Endpoint::kMessages:

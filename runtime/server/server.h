@@ -136,7 +136,9 @@ class Server {
     bool reasoning = false;  // the template knows </think>: split the reasoning
   };
   absl::StatusOr<RenderedChat> RenderChat(const ParsedRequest& request) const;
-  std::string TokenText(int32_t id) const;
+  // The text one token adds in the middle of a sequence; `raw_bytes`: its bytes, before invalid
+  // UTF-8 becomes U+FFFD (Tokenizer::DecodeBytes).
+  std::string TokenText(int32_t id, bool raw_bytes) const;
 
   engine::Engine& engine_;
   const Tokenizer& tokenizer_;

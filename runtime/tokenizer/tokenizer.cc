@@ -377,8 +377,10 @@ struct Tokenizer::Impl {
   void PreTokenize(const CompiledPreTokenizer& pre_tokenizer, const Segment& segment,
                    std::vector<Segment>* out) const;
   std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens) const;
+  // `raw_bytes`: byte-fallback and byte-level bytes stay as they are instead of invalid UTF-8
+  // becoming U+FFFD.
   std::string DecodeIds(const int32_t* ids, size_t count, bool skip_special_tokens,
-                        bool at_text_start) const;
+                        bool at_text_start, bool raw_bytes = false) const;
   bool IsWordChar(std::string_view text, size_t pos, bool before) const;
 };
 
@@ -790,7 +792,7 @@ std::vector<int32_t> Tokenizer::Impl::Encode(std::string_view text, bool add_spe
 // the decoder chain. `at_text_start` false decodes a continuation: decoders that treat the very
 // start of the text specially (Metaspace's first token, Strip after Fuse) leave it alone.
 std::string Tokenizer::Impl::DecodeIds(const int32_t* ids, size_t count, bool skip_special_tokens,
-                                       bool at_text_start) const {
+                                       bool at_text_start, bool raw_bytes) const {
   std::vector<std::string> tokens;
   tokens.reserve(count);
   for (size_t index = 0; index < count; ++index) {
@@ -825,7 +827,7 @@ std::string Tokenizer::Impl::DecodeIds(const int32_t* ids, size_t count, bool sk
         std::string pending_bytes;
         auto flush = [&]() {
           if (pending_bytes.empty()) return;
-          if (tokenizer_internal::IsValidUtf8(pending_bytes)) {
+          if (raw_bytes || tokenizer_internal::IsValidUtf8(pending_bytes)) {
             result.push_back(pending_bytes);
           } else {
             // HF replaces every byte of an invalid run, not each maximal subpart.
@@ -903,7 +905,8 @@ std::string Tokenizer::Impl::DecodeIds(const int32_t* ids, size_t count, bool sk
             bytes += token;
           }
         }
-        tokens.assign(1, tokenizer_internal::ToValidUtf8Lossy(bytes));
+        tokens.assign(1,
+                      raw_bytes ? std::move(bytes) : tokenizer_internal::ToValidUtf8Lossy(bytes));
         fused = true;
         break;
       }
@@ -952,6 +955,11 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_t
 
 std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
   return impl_->DecodeIds(ids.data(), ids.size(), skip_special_tokens, /*at_text_start=*/true);
+}
+
+std::string Tokenizer::DecodeBytes(const std::vector<int32_t>& ids) const {
+  return impl_->DecodeIds(ids.data(), ids.size(), /*skip_special_tokens=*/false,
+                          /*at_text_start=*/true, /*raw_bytes=*/true);
 }
 
 int32_t Tokenizer::vocab_size() const { return impl_->spec.pieces_size(); }

@@ -30,6 +30,10 @@ class Tokenizer {
   std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens = true) const;
   // Like HF `tokenizer.decode(ids, skip_special_tokens=...)`; invalid UTF-8 becomes U+FFFD.
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+  // Decode(ids) before invalid UTF-8 becomes U+FFFD: a byte-fallback token <0xE2> alone is the
+  // byte 0xE2, a byte-level piece of an emoji its bytes (OpenAI logprobs' "bytes", from which
+  // clients rebuild characters split across tokens). Special tokens are kept.
+  std::string DecodeBytes(const std::vector<int32_t>& ids) const;
 
   int32_t vocab_size() const;
   int32_t bos_id() const;  // -1: none

@@ -245,6 +245,36 @@ TEST_F(Stories260KTest, InvalidUtf8InputDoesNotCrash) {
   EXPECT_EQ(tokenizer_->Decode(ids), "ab\xEF\xBF\xBD\xEF\xBF\xBD c\xEF\xBF\xBD");
 }
 
+// A token holding part of a character decodes to U+FFFD alone; DecodeBytes gives its own bytes,
+// from which the character is rebuilt (OpenAI logprobs' "bytes").
+TEST_F(Stories260KTest, DecodeBytesKeepsByteFallbackBytes) {
+  const std::string quote = "\xE4\xB8\xAD";  // U+4E2D, three <0x..> byte tokens here
+  const std::vector<int32_t> ids = tokenizer_->Encode(quote, false);
+  std::string rebuilt;
+  for (int32_t id : ids) rebuilt += tokenizer_->DecodeBytes({id});
+  // SentencePiece's dummy prefix "\xE2\x96\x81" leads the first piece at the text's start.
+  EXPECT_EQ(rebuilt.substr(rebuilt.size() - quote.size()), quote) << Ids(ids);
+  EXPECT_EQ(tokenizer_->Decode({ids.back()}), "\xEF\xBF\xBD");
+  EXPECT_EQ(tokenizer_->DecodeBytes({ids.back()}), "\xAD");
+  EXPECT_EQ(tokenizer_->DecodeBytes(ids), tokenizer_->Decode(ids));
+}
+
+TEST(ByteLevelDecodeBytesTest, PiecesOfACharacterKeepTheirBytes) {
+  auto tokenizer = LoadTokenizer(std::string(kTestdata) + "/qwen2_mini");
+  ASSERT_NE(tokenizer, nullptr);
+  const std::string text = "\xF0\x9F\x98\x80 \xE2\x80\x9Cq\xE2\x80\x9D";  // emoji, quotes
+  const std::vector<int32_t> ids = tokenizer->Encode(text, false);
+  std::string rebuilt;
+  bool some_piece_is_partial = false;
+  for (int32_t id : ids) {
+    rebuilt += tokenizer->DecodeBytes({id});
+    some_piece_is_partial =
+        some_piece_is_partial || !tokenizer_internal::IsValidUtf8(tokenizer->DecodeBytes({id}));
+  }
+  EXPECT_EQ(rebuilt, text) << Ids(ids);
+  EXPECT_TRUE(some_piece_is_partial) << "the test needs a character split across tokens";
+}
+
 TEST_F(Stories260KTest, OutOfRangeIdsAreDropped) {
   EXPECT_EQ(tokenizer_->Decode({-5, 403, 100000, 407}), "Once upon");
   StreamDecoder stream(*tokenizer_, {});

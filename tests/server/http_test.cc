@@ -330,6 +330,39 @@ bool WaitFor(const std::function<bool()>& condition, double seconds) {
   return condition();
 }
 
+// A byte-fallback token (<0xE2>, id 229 in stories260K) reads U+FFFD alone; its logprob entry
+// carries its own byte, from which clients rebuild split characters. Completions' text_offset
+// counts characters ("\u201c", id 465, is one character of three bytes).
+TEST_F(HttpTest, LogprobsCarryTokenBytesAndCharacterOffsets) {
+  ServerProcess server;
+  ASSERT_TRUE(server.Start(*plan_)) << server.error();
+  const HttpResult chat = Post(server, "/v1/chat/completions",
+                               {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                {"max_tokens", 2},
+                                {"temperature", 0},
+                                {"logprobs", true},
+                                {"logit_bias", {{"229", 100}}}});
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  const Json content = Json::parse(chat.body)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u) << chat.body;
+  EXPECT_EQ(content[0]["token"], "\xEF\xBF\xBD");
+  EXPECT_EQ(content[0]["bytes"], Json::array({0xE2}));
+
+  const HttpResult completion = Post(server, "/v1/completions",
+                                     {{"prompt", "Lily said"},
+                                      {"max_tokens", 3},
+                                      {"temperature", 0},
+                                      {"logprobs", 1},
+                                      {"logit_bias", {{"465", 100}}}});
+  ASSERT_EQ(completion.status, 200) << completion.body;
+  const Json choice = Json::parse(completion.body)["choices"][0];
+  EXPECT_EQ(choice["text"], "\xE2\x80\x9C\xE2\x80\x9C\xE2\x80\x9C");
+  EXPECT_EQ(choice["logprobs"]["text_offset"], Json::array({0, 1, 2}));
+  // The sampled token is among the alternatives, whatever their number.
+  EXPECT_TRUE(choice["logprobs"]["top_logprobs"][0].contains("\xE2\x80\x9C"));
+  EXPECT_EQ(server.Terminate(), 0);
+}
+
 TEST_F(HttpTest, DisconnectCancelsAndFreesTheKvCache) {
   ServerProcess server;
   ASSERT_TRUE(server.Start(*plan_)) << server.error();
@@ -589,6 +622,18 @@ TEST_F(AgentHttpTest, ToolCallsStreamedAndNotAgree) {
   EXPECT_EQ(server.Terminate(), 0);
   ServerProcess unparsed;
   ASSERT_TRUE(unparsed.Start(*plan_, "--tool-call-format none")) << unparsed.error();
+  // Without a format in the plan or on the command line, tools are refused: their calls could
+  // not be read (the stories plan has a chat template and no tool-call format).
+  const HttpResult refused = [&] {
+    ServerProcess stories;
+    EXPECT_TRUE(stories.Start(StoriesChatPlan())) << stories.error();
+    const HttpResult result =
+        Post(stories, "/v1/chat/completions", {{"messages", kAsk}, {"tools", kTools}});
+    EXPECT_EQ(stories.Terminate(), 0);
+    return result;
+  }();
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_THAT(refused.body, HasSubstr("no tool-call format"));
   const HttpResult text =
       Post(unparsed, "/v1/chat/completions", {{"messages", kAsk}, {"tools", kTools}});
   ASSERT_EQ(text.status, 200) << text.body;
@@ -644,6 +689,17 @@ TEST_F(AgentHttpTest, EndpointsMethodsAndErrorShapes) {
        "service_tier"},
       {"/v1/responses", {{"input", "x"}, {"include", Json::array()}}, "include"},
       {"/v1/responses", {{"input", "x"}, {"store", true}}, "store"},
+      // Wrong types and nulls where nlohmann's value() would throw: 400s, not 500s.
+      {"/v1/messages",
+       {{"messages", {{{"role", 5}, {"content", "x"}}}}, {"max_tokens", 2}},
+       "messages[0].role"},
+      {"/v1/responses", {{"input", "x"}, {"store", "yes"}}, "store"},
+      {"/v1/chat/completions",
+       {{"messages", kAsk},
+        {"tools", kTools},
+        {"tool_choice", "auto"},
+        {"chat_template_kwargs", {{"messages", Json::array()}}}},
+       "chat_template_kwargs.messages"},
   };
   for (const Refused& test : refused) {
     const HttpResult result = Post(server, test.path, test.body);
