@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "runtime/plan/program_check.h"
 
 namespace llmc {
 
@@ -102,6 +103,9 @@ absl::Status ReadExpertRouting(const ConfigReader& json, int64_t default_experts
             .c_str());
   absl::StatusOr<int64_t> top_k = json.PositiveIntOr("num_experts_per_tok", default_top_k);
   if (!top_k.ok()) return top_k.status();
+  if (*local > llmrt::plan::kMaxExperts)
+    return json.Error(json.HasValue("num_local_experts") ? "num_local_experts" : "num_experts",
+                      "at most 1024 experts (the plan format's bound)");
   if (*top_k > *local)
     return json.Error("num_experts_per_tok",
                       absl::StrFormat("at most the number of experts (%d)", *local).c_str());
@@ -149,8 +153,11 @@ bool LayerIsMoe(const ModelConfig& config, int64_t layer) {
 }
 
 int64_t LayerSlidingWindow(const ModelConfig& config, int64_t layer) {
-  if (config.layer_sliding_windows_size() == 0) return config.sliding_window();
-  return config.layer_sliding_windows(static_cast<int>(layer));
+  const int64_t window = config.layer_sliding_windows_size() == 0
+                             ? config.sliding_window()
+                             : config.layer_sliding_windows(static_cast<int>(layer));
+  // A window wider than any context never slides: full attention, which a plan writes as 0.
+  return window > llmrt::plan::kMaxSlidingWindow ? 0 : window;
 }
 
 bool LayerHasRope(const ModelConfig& config, int64_t layer) {

@@ -14,6 +14,7 @@
 #include "compiler/importer/json_util.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
+#include "runtime/plan/program_check.h"
 
 namespace llmc {
 namespace {
@@ -134,6 +135,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
   LLMRT_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("intermediate_size"));
   result.set_intermediate_size(value);
   LLMRT_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("num_hidden_layers"));
+  if (value >= llmrt::plan::kMaxLayers) {
+    return config.Error("num_hidden_layers", "fewer than 65536 layers (the plan format's bound)");
+  }
   result.set_num_layers(value);
   LLMRT_ASSIGN_OR_RETURN(value, config.RequiredPositiveInt("num_attention_heads"));
   result.set_num_attention_heads(value);

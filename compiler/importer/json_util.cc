@@ -3,6 +3,7 @@
 #include <errno.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -86,6 +87,15 @@ absl::StatusOr<nlohmann::json> ParseJson(std::string_view text, const std::strin
 }
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
+  // A FIFO or a device would block the open or never end; only regular files are inputs.
+  std::error_code status_error;
+  const std::filesystem::file_status status = std::filesystem::status(path, status_error);
+  if (!status_error && std::filesystem::exists(status) &&
+      !std::filesystem::is_regular_file(status)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: not a regular file (%s)", path,
+        std::filesystem::is_directory(status) ? "a directory" : "a FIFO, socket or device"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int error = errno;

@@ -16,6 +16,7 @@
 #include "compiler/arch/arch.h"
 #include "compiler/arch/weight_source.h"
 #include "compiler/importer/checkpoint.h"
+#include "compiler/importer/json_util.h"
 #include "compiler/pipeline/awq_rewrite.h"
 #include "compiler/pipeline/chat_template_check.h"
 #include "compiler/pipeline/memory_budget.h"
@@ -28,6 +29,7 @@
 #include "compiler/tokenizer/tool_call_format.h"
 #include "mlir/IR/MLIRContext.h"
 #include "passes/Passes.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/plan/plan_writer.h"
 
 namespace llmc {
@@ -47,15 +49,6 @@ auto RunStage(ProgressSink* progress, const std::string& name, Fn&& stage) {
   auto result = stage();
   if (progress && result.ok()) progress->EndStage();
   return result;
-}
-
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open the file"));
-  std::stringstream contents;
-  contents << file.rdbuf();
-  if (file.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return contents.str();
 }
 
 // The pass options for --quant (keepFloat borrows quantize.keep_float); int4 without a group size
@@ -211,7 +204,8 @@ absl::StatusOr<std::map<std::string, quant::Activations>> Calibrate(const Compil
   float_options.dump_ir_dir.clear();
   std::string text = quant::DefaultCalibrationText();
   if (!options.quantize->calib_path.empty()) {
-    absl::StatusOr<std::string> file = ReadTextFile(options.quantize->calib_path);
+    absl::StatusOr<std::string> file =
+        importer_internal::ReadSmallFile(options.quantize->calib_path);
     if (!file.ok()) return file.status();
     text = *std::move(file);
   }
@@ -257,7 +251,27 @@ absl::Status CheckQuantizeOptions(const CompileOptions& options, const plan::Mod
 
 }  // namespace
 
+// Renaming the plan onto one of the files it is compiled from would destroy the checkpoint.
+absl::Status CheckOutputIsNotAnInput(const CompileOptions& options) {
+  std::error_code error;
+  if (!std::filesystem::exists(options.output_path, error)) return absl::OkStatus();
+  std::vector<std::filesystem::path> inputs = {options.chat_template_path};
+  if (options.quantize.has_value()) inputs.push_back(options.quantize->calib_path);
+  for (const auto& entry : std::filesystem::directory_iterator(options.model_dir, error)) {
+    inputs.push_back(entry.path());
+  }
+  for (const std::filesystem::path& input : inputs) {
+    if (!input.empty() && std::filesystem::equivalent(options.output_path, input, error)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "-o ", options.output_path, " is ", input.string(),
+          ", one of the files the plan is compiled from; write the plan to another path"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
+  LLMRT_RETURN_IF_ERROR(CheckOutputIsNotAnInput(options));
   if (options.quant_auto) {
     absl::StatusOr<CompileOptions> resolved = ResolveQuantAuto(options);
     if (!resolved.ok()) return resolved.status();
@@ -276,9 +290,20 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
     // Round-trips sample strings through the runtime tokenizer built from this spec, so a
     // tokenizer that would fail or garble text at run time stops the compile here.
     if (absl::Status checked = SelfCheckTokenizer(tokenizer); !checked.ok()) return checked;
+    // The file the default template came from, for its errors: transformers reads
+    // chat_template.jinja over tokenizer_config.json, and additional_chat_templates/
+    // default.jinja over both.
     std::string template_source = "tokenizer_config.json";
+    for (const char* file : {"chat_template.jinja", "additional_chat_templates/default.jinja"}) {
+      std::error_code error;
+      if (std::filesystem::is_regular_file(std::filesystem::path(options.model_dir) / file,
+                                           error)) {
+        template_source = file;
+      }
+    }
     if (!options.chat_template_path.empty()) {
-      absl::StatusOr<std::string> text = ReadTextFile(options.chat_template_path);
+      absl::StatusOr<std::string> text =
+          importer_internal::ReadSmallFile(options.chat_template_path);
       if (!text.ok()) return text.status();
       tokenizer.set_chat_template(*std::move(text));
       template_source = options.chat_template_path;
@@ -304,6 +329,15 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
     absl::Status valid = prequantized ? ValidateTensors(checkpoint->config(), prequantized->tensors)
                                       : ValidateTensors(checkpoint->config(), *checkpoint);
     if (!valid.ok()) return valid;
+    // Every id the tokenizer can produce needs an embedding row; otherwise the runtime refuses
+    // the first prompt that holds one.
+    if (tokenizer.pieces_size() > checkpoint->config().vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          options.model_dir, ": the tokenizer has ids up to ", tokenizer.pieces_size() - 1,
+          " (added tokens included), but config.json's vocab_size is ",
+          checkpoint->config().vocab_size(), ": ids from ", checkpoint->config().vocab_size(),
+          " have no embedding row"));
+    }
     // Here, where the weights are first read, rather than as NaN logits after a clean compile.
     return CheckWeightsFinite(options.model_dir, checkpoint->tensors());
   });
@@ -311,6 +345,21 @@ absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
 
   const plan::ModelConfig& config = checkpoint->config();
   if (absl::Status valid = CheckQuantizeOptions(options, config); !valid.ok()) return valid;
+  // A --keep-float pattern that names no weight is a typo, not a choice: say so rather than
+  // quantize everything.
+  if (options.quantize) {
+    for (const std::string& pattern : options.quantize->keep_float) {
+      bool matched = false;
+      for (const auto& [name, info] : checkpoint->tensors()) {
+        matched = matched || (!pattern.empty() && name.find(pattern) != std::string::npos);
+      }
+      if (!matched) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--keep-float: '", pattern, "' is in no weight's name of ", options.model_dir,
+            " (names such as '", checkpoint->tensors().rbegin()->first, "')"));
+      }
+    }
+  }
   if (options.quantize && options.quantize->lm_head_bits == 4) {
     // 32 when --group-size is absent, for int4 and int8 per channel alike (the pass's rule).
     const int64_t group = options.quantize->group_size == 0 ? 32 : options.quantize->group_size;

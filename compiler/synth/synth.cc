@@ -1,5 +1,6 @@
 #include "compiler/synth/synth.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -672,6 +673,10 @@ absl::Status WriteSyntheticCheckpoint(const SynthOptions& options) {
   // Same directory as the output so the final rename cannot cross file systems.
   std::string temp_template = (parent / (output.filename().string() + ".tmp-XXXXXX")).string();
   if (!mkdtemp(temp_template.data())) return ErrnoError("cannot create directory", temp_template);
+  // mkdtemp makes the directory 0700; the checkpoint gets a new directory's usual mode.
+  const mode_t mask = umask(0);
+  umask(mask);
+  chmod(temp_template.c_str(), 0777 & ~mask);
   absl::Status status = WriteAll(options, temp_template);
   if (status.ok()) {
     fs::rename(temp_template, output, error);

@@ -48,15 +48,14 @@ absl::Status Invalid(absl::string_view file, absl::string_view message) {
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  if (file.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  return contents.str();
+  return importer_internal::ReadSmallFile(path);
 }
 
-bool FileExists(const std::string& path) { return std::ifstream(path).good(); }
+// Present at all: a FIFO or an unreadable file then fails in ReadFile, saying so.
+bool FileExists(const std::string& path) {
+  std::error_code error;
+  return std::filesystem::exists(path, error);
+}
 
 // tokenizer_config.json, or an empty object when there is none.
 absl::StatusOr<Json> ParseConfig(std::string_view config_json, absl::string_view name) {

@@ -383,16 +383,12 @@ void llmrt_sampler_params_init(llmrt_sampler_params* params) {
 void llmrt_sampler_params_init_from_plan(const llmrt_plan_t* plan, llmrt_sampler_params* params) {
   llmrt_sampler_params_init(params);
   if (plan == nullptr || params == nullptr) return;
-  // The same reading of generation_config.json as `llmrt run`: greedy unless do_sample.
-  const llmrt::plan::GenerationDefaults& generation = plan->state->meta().generation();
-  params->temperature =
-      generation.do_sample()
-          ? static_cast<float>(generation.temperature() > 0 ? generation.temperature() : 1.0)
-          : 0.0f;
-  params->top_k = static_cast<int32_t>(generation.top_k());
-  params->top_p = generation.top_p() > 0 && generation.top_p() <= 1
-                      ? static_cast<float>(generation.top_p())
-                      : 1.0f;
+  const llmrt::sampling::SamplingParams defaults =
+      llmrt::sampling::SamplingFromGenerationConfig(plan->state->meta().generation());
+  params->temperature = static_cast<float>(defaults.temperature);
+  params->top_k = defaults.top_k;
+  params->top_p = static_cast<float>(defaults.top_p);
+  params->repetition_penalty = static_cast<float>(defaults.repetition_penalty);
 }
 
 }  // extern "C"

@@ -8,9 +8,11 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/plan/output_file.h"
 
 namespace llmrt::capi {
 
@@ -55,26 +57,10 @@ absl::Status WriteSessionFile(const std::string& path, const SessionState& state
   PutU64(file, XXH64(token_bytes.data(), token_bytes.size(), 0));
   file += token_bytes;
 
-  const std::string temp_path = absl::StrCat(path, ".tmp-", static_cast<long>(getpid()));
-  FILE* out = std::fopen(temp_path.c_str(), "wb");
-  if (out == nullptr) {
-    return absl::PermissionDeniedError(
-        absl::StrFormat("%s: cannot create: %s", temp_path, std::strerror(errno)));
-  }
-  const bool written = std::fwrite(file.data(), 1, file.size(), out) == file.size();
-  const bool closed = std::fclose(out) == 0;
-  if (!written || !closed) {
-    std::remove(temp_path.c_str());
-    return absl::DataLossError(absl::StrFormat("%s: writing %d bytes failed: %s", temp_path,
-                                               file.size(), std::strerror(errno)));
-  }
-  if (std::rename(temp_path.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(temp_path.c_str());
-    return absl::PermissionDeniedError(absl::StrFormat("%s: cannot rename %s into place: %s", path,
-                                                       temp_path, std::strerror(error)));
-  }
-  return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<OutputFile>> out = OutputFile::Create(path);
+  if (!out.ok()) return out.status();
+  if (absl::Status status = (*out)->Write(file.data(), file.size()); !status.ok()) return status;
+  return (*out)->Commit();
 }
 
 absl::StatusOr<SessionState> ReadSessionFile(const std::string& path) {

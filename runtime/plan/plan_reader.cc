@@ -150,7 +150,8 @@ const uint8_t* Plan::blob(int tensor_index) const {
 
 absl::StatusOr<std::unique_ptr<Plan>> Plan::Open(const std::string& path,
                                                  const PlanOpenOptions& options) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; the S_ISREG check below refuses it.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int error = errno;
     const std::string message = absl::StrFormat("%s: cannot open: %s", path, std::strerror(error));

@@ -3,9 +3,11 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -20,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "runtime/plan/dtype.h"
 #include "runtime/plan/mxfp4.h"
+#include "runtime/plan/output_file.h"
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_reader.h"
 #include "runtime/plan/plan_writer.h"
@@ -408,13 +411,15 @@ TEST(PlanWriterTest, CreateInMissingDirectoryFails) {
 }
 
 TEST(PlanWriterTest, FinishOntoUnwritablePathFailsCleanly) {
-  // The target is a non-empty directory: the rename fails after everything was written.
+  // The target becomes a non-empty directory after Create (which refuses one outright): the
+  // rename fails after everything was written.
   const std::string dir = MakeTempDir();
   const std::string target = dir + "/occupied";
-  ASSERT_EQ(mkdir(target.c_str(), 0755), 0);
-  WriteBytes(target + "/keep", "x");
+  EXPECT_FALSE(PlanWriter::Create(dir).ok());
   auto writer = PlanWriter::Create(target);
   ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_EQ(mkdir(target.c_str(), 0755), 0);
+  WriteBytes(target + "/keep", "x");
   const float data[4] = {1, 2, 3, 4};
   auto range = (*writer)->AddBlob(data, sizeof(data));
   ASSERT_TRUE(range.ok());
@@ -498,6 +503,51 @@ TEST(PlanWriterTest, EmptyPlanRoundTrips) {
   EXPECT_EQ((*plan)->file_size(), kFilePadding);
   unlink(path.c_str());
   rmdir(dir.c_str());
+}
+
+// SIGINT, SIGTERM or SIGHUP during a compile leaves no temporary file (a killed llmc used to
+// leave hundreds of MB of <plan>.tmp-<pid>), and the process still dies of the signal.
+TEST(OutputFileTest, AFatalSignalRemovesTheTemporaryFile) {
+  const std::string dir = MakeTempDir();
+  const std::string path = dir + "/killed.plan";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    RemoveTemporaryFilesOnSignals();
+    absl::StatusOr<std::unique_ptr<PlanWriter>> writer = PlanWriter::Create(path);
+    if (!writer.ok() || !(*writer)->BeginBlob().ok()) _exit(3);
+    const std::string temp = path + ".tmp-" + std::to_string(getpid());
+    if (access(temp.c_str(), F_OK) != 0) _exit(4);  // the file the signal must remove
+    raise(SIGTERM);
+    _exit(5);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_NE(access((path + ".tmp-" + std::to_string(child)).c_str(), F_OK), 0);
+  EXPECT_NE(access(path.c_str(), F_OK), 0);
+}
+
+// Outputs replace regular files only: a FIFO (or a device: as root, -o /dev/null once replaced
+// the device node) is refused by name; a symbolic link is followed to its target.
+TEST(OutputFileTest, TargetsAreRegularFilesOrLinksToThem) {
+  const std::string dir = MakeTempDir();
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  absl::StatusOr<std::string> target = OutputTarget(fifo);
+  ASSERT_FALSE(target.ok());
+  EXPECT_THAT(std::string(target.status().message()), ::testing::HasSubstr("is a FIFO"));
+  EXPECT_FALSE(PlanWriter::Create(fifo).ok());
+  EXPECT_FALSE(OutputTarget(dir).ok());
+  EXPECT_EQ(*OutputTarget(dir + "/new.plan"), dir + "/new.plan");
+  std::ofstream(dir + "/real.plan") << "old";
+  ASSERT_EQ(symlink("real.plan", (dir + "/link.plan").c_str()), 0);
+  char resolved[PATH_MAX];
+  ASSERT_NE(realpath((dir + "/real.plan").c_str(), resolved), nullptr);
+  EXPECT_EQ(*OutputTarget(dir + "/link.plan"), std::string(resolved));
+  ASSERT_EQ(symlink("missing.plan", (dir + "/dangling.plan").c_str()), 0);
+  EXPECT_EQ(OutputTarget(dir + "/dangling.plan").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(DTypeTest, SizesAndNames) {

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/plan/output_file.h"
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_reader.h"
 #include "runtime/plan/tensor_check.h"
@@ -62,7 +63,10 @@ struct PlanWriter::State {
       close(fd);
       fd = -1;
     }
-    if (!done) unlink(temp_path.c_str());
+    if (!done) {
+      unlink(temp_path.c_str());
+      UnregisterTemporaryFile(temp_path);
+    }
     done = true;
   }
 
@@ -115,9 +119,11 @@ PlanWriter::~PlanWriter() {
 }
 
 absl::StatusOr<std::unique_ptr<PlanWriter>> PlanWriter::Create(const std::string& path) {
+  absl::StatusOr<std::string> target = OutputTarget(path);
+  if (!target.ok()) return target.status();
   auto state = std::make_unique<State>();
-  state->path = path;
-  state->temp_path = absl::StrCat(path, ".tmp-", static_cast<long>(getpid()));
+  state->path = *std::move(target);
+  state->temp_path = absl::StrCat(state->path, ".tmp-", static_cast<long>(getpid()));
   state->hash = XXH64_createState();
   if (state->hash == nullptr) {
     return absl::ResourceExhaustedError(
@@ -133,6 +139,7 @@ absl::StatusOr<std::unique_ptr<PlanWriter>> PlanWriter::Create(const std::string
     return absl::PermissionDeniedError(absl::StrFormat("%s: cannot create temporary file %s: %s",
                                                        path, state->temp_path, ErrnoText(error)));
   }
+  RegisterTemporaryFile(state->temp_path);
   // The header is written last (Finish); reserve its 64 bytes and pad to the first blob.
   absl::Status status = state->PadTo(RoundUp(kHeaderSize, kBlobAlignment));
   if (!status.ok()) return status;
@@ -263,6 +270,7 @@ absl::Status PlanWriter::Finish(const PlanMeta& meta) {
         "%s: renaming %s into place failed: %s", state.path, state.temp_path, ErrnoText(error))));
   }
   state.done = true;
+  UnregisterTemporaryFile(state.temp_path);
   // Persist the rename itself; best effort, the plan is complete either way.
   const int directory_fd =
       open(DirectoryOf(state.path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -16,13 +16,6 @@
 namespace llmrt::plan {
 namespace {
 
-// 2^16 layers: far above any model, low enough that layer arithmetic cannot overflow.
-constexpr int32_t kMaxLayers = 1 << 16;
-// 2^30 keys: a window beyond any context, small enough for 32-bit index arithmetic.
-constexpr int64_t kMaxSlidingWindow = int64_t{1} << 30;
-// The most experts a ROUTER chooses among: the CUDA routing kernel keeps a per-expert histogram
-// in shared memory (DeepSeek-V3's 256 fits).
-constexpr int32_t kMaxExperts = 1024;
 // The E8M0 byte that means NaN.
 constexpr uint8_t kE8M0Nan = 255;
 

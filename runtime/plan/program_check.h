@@ -33,6 +33,16 @@
 
 namespace llmrt::plan {
 
+// Bounds on a program's attributes; llmc checks a checkpoint's config against them, so it never
+// writes a plan the runtime refuses.
+// 2^16 layers: far above any model, low enough that layer arithmetic cannot overflow.
+inline constexpr int32_t kMaxLayers = 1 << 16;
+// 2^30 keys: a window beyond any context, small enough for 32-bit index arithmetic.
+inline constexpr int64_t kMaxSlidingWindow = int64_t{1} << 30;
+// The most experts a ROUTER chooses among: the CUDA routing kernel keeps a per-expert histogram
+// in shared memory (DeepSeek-V3's 256 fits).
+inline constexpr int32_t kMaxExperts = 1024;
+
 // The bytes of meta.tensors(index), or nullptr when there are none.
 using BlobLookup = std::function<const uint8_t*(int tensor_index)>;
 

@@ -9,6 +9,18 @@
 
 namespace llmrt::sampling {
 
+SamplingParams SamplingFromGenerationConfig(const plan::GenerationDefaults& generation) {
+  SamplingParams params;
+  params.temperature = generation.do_sample()
+                           ? (generation.temperature() > 0 ? generation.temperature() : 1.0)
+                           : 0.0;
+  params.top_k = static_cast<int32_t>(generation.top_k());
+  params.top_p = generation.top_p() > 0 && generation.top_p() <= 1 ? generation.top_p() : 1.0;
+  params.repetition_penalty =
+      generation.repetition_penalty() > 0 ? generation.repetition_penalty() : 1.0;
+  return params;
+}
+
 int32_t ArgMax(const float* logits, int32_t vocab_size) {
   // Blocks of 64 reduced by 8 independent maxima (a compare-and-branch per logit was 3.7% of a
   // Qwen3-MoE-shape int4 decode step at 151,936 logits), then the first index of the best block

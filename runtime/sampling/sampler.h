@@ -38,6 +38,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "runtime/plan/proto/plan.pb.h"
 
 namespace llmrt::sampling {
 
@@ -56,6 +57,12 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias)
   uint64_t seed = 0;
 };
+
+// The sampling a plan's generation_config.json asks for, read as transformers reads it: greedy
+// unless do_sample, then its temperature (1 when unset), top_k and top_p; its
+// repetition_penalty either way. `llmrt run` / `chat`, the server and the C API all start from
+// this, so one plan samples alike everywhere.
+SamplingParams SamplingFromGenerationConfig(const plan::GenerationDefaults& generation);
 
 // A token and its log-probability under the model.
 struct TokenLogprob {

@@ -733,14 +733,13 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const Json& ob
 }
 
 sampling::SamplingParams ResolveSampling(const ParsedRequest& request,
-                                         const GenerationDefaultsView& defaults) {
+                                         const sampling::SamplingParams& defaults) {
   sampling::SamplingParams params;
   // generation_config.json with do_sample false means greedy unless the client asks otherwise.
-  const double default_temperature = defaults.do_sample ? defaults.temperature : 0.0;
-  params.temperature = request.temperature.value_or(default_temperature);
+  params.temperature = request.temperature.value_or(defaults.temperature);
   params.top_p = request.top_p.value_or(defaults.top_p);
   params.top_k = request.top_k.value_or(defaults.top_k);
-  params.min_p = request.min_p.value_or(0.0);
+  params.min_p = request.min_p.value_or(defaults.min_p);
   params.repetition_penalty = request.repetition_penalty.value_or(defaults.repetition_penalty);
   params.presence_penalty = request.presence_penalty;
   params.frequency_penalty = request.frequency_penalty;

@@ -179,17 +179,11 @@ absl::StatusOr<std::string> JoinTextParts(const Json& content, const std::string
 // parallel_tool_calls of an OpenAI-shaped object into `request`.
 absl::Status ReadToolChoice(const Json& object, ParsedRequest& request);
 
-// The sampling settings, with unset fields taken from the plan's generation defaults and then
-// from OpenAI's defaults (temperature 1, top_p 1).
-struct GenerationDefaultsView {
-  bool do_sample = true;
-  double temperature = 1.0;
-  int32_t top_k = 0;
-  double top_p = 1.0;
-  double repetition_penalty = 1.0;
-};
+// The sampling settings: the request's fields, and for those it leaves unset `defaults` (the
+// plan's generation_config.json through sampling::SamplingFromGenerationConfig; a default
+// SamplingParams is OpenAI's: temperature 1, top_p 1).
 sampling::SamplingParams ResolveSampling(const ParsedRequest& request,
-                                         const GenerationDefaultsView& defaults);
+                                         const sampling::SamplingParams& defaults);
 
 // ---- Responses ----
 

@@ -254,8 +254,8 @@ TEST(ParseRequest, DeepNestingIsRefusedNotRecursed) {
 }
 
 TEST(ResolveSampling, ClientFieldsWinOverPlanDefaults) {
-  GenerationDefaultsView greedy_plan;
-  greedy_plan.do_sample = false;
+  sampling::SamplingParams greedy_plan;
+  greedy_plan.temperature = 0.0;
   ParsedRequest request;
   EXPECT_EQ(ResolveSampling(request, greedy_plan).temperature, 0.0);
   request.temperature = 0.7;
@@ -265,7 +265,7 @@ TEST(ResolveSampling, ClientFieldsWinOverPlanDefaults) {
   EXPECT_EQ(params.temperature, 0.7);
   EXPECT_EQ(params.top_k, 5);
   EXPECT_EQ(params.seed, 9u);
-  GenerationDefaultsView sampling_plan;
+  sampling::SamplingParams sampling_plan;
   sampling_plan.temperature = 0.6;
   sampling_plan.top_p = 0.9;
   const sampling::SamplingParams defaults = ResolveSampling(ParsedRequest{}, sampling_plan);

@@ -289,14 +289,7 @@ Server::Server(engine::Engine& engine, const Tokenizer& tokenizer, const plan::P
       options_(options),
       shared_(std::make_shared<Shared>()),
       http_(std::make_unique<httplib::Server>()) {
-  const plan::GenerationDefaults& generation = meta.generation();
-  generation_defaults_.do_sample = generation.do_sample();
-  generation_defaults_.temperature = generation.temperature() > 0 ? generation.temperature() : 1.0;
-  generation_defaults_.top_k = static_cast<int32_t>(generation.top_k());
-  generation_defaults_.top_p =
-      generation.top_p() > 0 && generation.top_p() <= 1 ? generation.top_p() : 1.0;
-  generation_defaults_.repetition_penalty =
-      generation.repetition_penalty() > 0 ? generation.repetition_penalty() : 1.0;
+  generation_defaults_ = sampling::SamplingFromGenerationConfig(meta.generation());
   const std::vector<int32_t> anchor = tokenizer.Encode("a", /*add_special_tokens=*/false);
   if (!anchor.empty()) logprob_anchor_ = anchor.front();
   shared_->metrics.peak_bandwidth_bytes_per_second = options.mem_bandwidth_bytes_per_second;

@@ -149,7 +149,7 @@ class Server {
   std::optional<jinja::PlanChatTemplate> chat_templates_;
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   int32_t logprob_anchor_ = -1;  // a plain token that TokenText() decodes after (see there)
-  GenerationDefaultsView generation_defaults_;
+  sampling::SamplingParams generation_defaults_;  // the plan's generation_config.json
   std::shared_ptr<Shared> shared_;
   std::unique_ptr<httplib::Server> http_;
   std::atomic<bool> draining_{false};

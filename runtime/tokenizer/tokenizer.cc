@@ -31,10 +31,15 @@ constexpr std::string_view kByteLevelPattern =
 // Rust's char::is_whitespace set, spelled out: PCRE2's \s under UCP is not exactly White_Space.
 constexpr std::string_view kWhitespaceClass =
     R"([\t\n\x{0B}\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}])";
-// HF's Whitespace pre-tokenizer: \w+|[^\w\s]+ with Unicode word characters and White_Space.
+// The word characters of HF's \w (Rust regex's and Oniguruma's Unicode \w): Alphabetic, marks,
+// decimal digits, connector punctuation, join controls. PCRE2's \w under UCP is only letters,
+// numbers and '_'.
+#define LLMRT_WORD_CHARACTERS R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control})"
+constexpr std::string_view kWordCharClass = "[" LLMRT_WORD_CHARACTERS "]";
+// HF's Whitespace pre-tokenizer: \w+|[^\w\s]+ with those word characters and White_Space.
 constexpr std::string_view kWordRunsPattern =
-    R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]+)"
-    R"(|[^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}\p{White_Space}]+)";
+    "[" LLMRT_WORD_CHARACTERS "]+|[^" LLMRT_WORD_CHARACTERS R"(\p{White_Space}]+)";
+#undef LLMRT_WORD_CHARACTERS
 // char::is_ascii_punctuation || char::is_punctuation (general category P).
 constexpr std::string_view kPunctuationClass = R"([\p{P}!-/:-@\[-`{-~])";
 
@@ -62,7 +67,7 @@ char32_t CharAt(std::string_view text, size_t pos, size_t* length) {
 
 // Start of the run of whitespace that ends `text` (HF: \s*$).
 size_t TrailingWhitespaceStart(std::string_view text) {
-  size_t start = text.size();
+  size_t start = 0;  // all whitespace: the run starts at 0
   size_t pos = 0;
   while (pos < text.size()) {
     size_t length = 0;
@@ -71,6 +76,51 @@ size_t TrailingWhitespaceStart(std::string_view text) {
     pos += length;
   }
   return std::min(start, text.size());
+}
+
+// `pattern` with \s as kWhitespaceClass and \S as its complement, inside character classes
+// too (\S there is left to PCRE2: no tokenizer spells it so).
+std::string SpellOutWhitespaceEscapes(std::string_view pattern) {
+  const std::string_view members = kWhitespaceClass.substr(1, kWhitespaceClass.size() - 2);
+  std::string out;
+  out.reserve(pattern.size());
+  bool in_class = false;
+  for (size_t pos = 0; pos < pattern.size(); ++pos) {
+    const char c = pattern[pos];
+    if (c == '\\' && pos + 1 < pattern.size()) {
+      const char next = pattern[++pos];
+      if (next == 's') {
+        out += in_class ? std::string(members) : std::string(kWhitespaceClass);
+      } else if (next == 'S' && !in_class) {
+        out += "[^";
+        out += members;
+        out += "]";
+      } else {
+        out += c;
+        out += next;
+      }
+      continue;
+    }
+    if (in_class && c == '[' && pos + 1 < pattern.size() && pattern[pos + 1] == ':') {
+      const size_t end = pattern.find(":]", pos + 2);  // a POSIX class [:name:]
+      if (end != std::string_view::npos) {
+        out += pattern.substr(pos, end + 2 - pos);
+        pos = end + 1;
+        continue;
+      }
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out += c;
+      // A ']' first in the class (after an optional '^') is a member, not its end.
+      if (pos + 1 < pattern.size() && pattern[pos + 1] == '^') out += pattern[++pos];
+      if (pos + 1 < pattern.size() && pattern[pos + 1] == ']') out += pattern[++pos];
+      continue;
+    }
+    if (in_class && c == ']') in_class = false;
+    out += c;
+  }
+  return out;
 }
 
 // Length of the run of whitespace that starts `text` (HF: ^\s*).
@@ -479,6 +529,8 @@ absl::Status Tokenizer::Impl::Compile() {
             "tokenizer: ", what, " has kind ", TokenizerSpec::PreTokenizer::Kind_Name(pre.kind()),
             ", which this runtime does not execute"));
     }
+    // HF's \s is White_Space (Oniguruma, Rust); PCRE2's also matches U+180E.
+    if (!pattern.empty()) pattern = SpellOutWhitespaceEscapes(pattern);
     if (!pattern.empty()) {
       auto regex = Regex::Compile(pattern, what);
       if (!regex.ok()) return regex.status();
@@ -540,7 +592,7 @@ absl::Status Tokenizer::Impl::Compile() {
     decoders.push_back(std::move(compiled));
   }
 
-  auto word_char_or = Regex::Compile(R"(\w)", "single_word check");
+  auto word_char_or = Regex::Compile(kWordCharClass, "single_word check");
   if (!word_char_or.ok()) return word_char_or.status();
   word_char = std::move(*word_char_or);
 

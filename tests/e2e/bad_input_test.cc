@@ -1,10 +1,14 @@
 // Bad input caught where it starts, through the built tools:
 //   * a checkpoint with a NaN or Inf weight stops `llmc compile` with the tensor and the index
 //     (it used to compile, and every logit came out NaN);
-//   * `llmrt run` that reaches the context limit says so on stderr (it used to stop silently).
+//   * `llmrt run` that reaches the context limit says so on stderr (it used to stop silently);
+//   * outputs only ever replace regular files; configs and tokenizers beyond the plan format's
+//     bounds stop the compile; inspect --verify and run check the same; run samples as the
+//     plan's generation_config says.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -98,11 +102,121 @@ TEST(ContextLimitTest, RunSaysItStoppedAtTheLimit) {
   EXPECT_EQ(short_run.exit_code, 0) << short_run.error;
   EXPECT_THAT(short_run.error, Not(HasSubstr("context limit")));
 
-  // A prompt longer than the context is an error, not a silent stop.
+  // A prompt longer than the context is an error, not a silent stop, and nothing is echoed.
   CommandResult long_prompt = RunCommand(ToolPath("llmrt") + " run " + plan +
                                          " --temp 0 -n 5 --ctx 3 -p \"Once upon a time\"");
   EXPECT_EQ(long_prompt.exit_code, 1);
-  EXPECT_THAT(long_prompt.error, HasSubstr("exceed the context of 3 tokens"));
+  EXPECT_THAT(long_prompt.error, HasSubstr("the prompt is 5 tokens; the context holds 3"));
+  EXPECT_EQ(long_prompt.output, "");
+}
+
+// Outputs are renamed onto the name given: never onto something that is not a regular file
+// (as root, `-o /dev/null` used to replace the device node with a plan), never onto one of the
+// checkpoint's own files, and through a symbolic link onto its target.
+TEST(OutputPathTest, OnlyRegularFilesAreReplaced) {
+  const std::string dir = MakeScratchDir("output-paths");
+  const std::string stories = SourcePath("tests/data/stories260K");
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(RunCommand("mkfifo " + fifo).exit_code, 0);
+  CommandResult to_fifo =
+      RunCommand(ToolPath("llmc") + " compile " + stories + " -o " + fifo + " --quiet");
+  EXPECT_EQ(to_fifo.exit_code, 1);
+  EXPECT_THAT(to_fifo.error, HasSubstr("is a FIFO, not a regular file"));
+  EXPECT_EQ(RunCommand("test -p " + fifo).exit_code, 0) << "the FIFO was replaced";
+  // Reading one is refused too, at once rather than waiting for a writer.
+  CommandResult inspect_fifo = RunCommand("timeout 20 " + ToolPath("llmrt") + " inspect " + fifo);
+  EXPECT_EQ(inspect_fifo.exit_code, 1);
+  EXPECT_THAT(inspect_fifo.error, HasSubstr("not a regular file"));
+
+  const std::string model = dir + "/model";
+  CopyDir(stories, model);
+  const std::string weights = ReadFile(model + "/model.safetensors");
+  CommandResult over_input = RunCommand(ToolPath("llmc") + " compile " + model + " -o " + model +
+                                        "/model.safetensors --quiet");
+  EXPECT_EQ(over_input.exit_code, 1);
+  EXPECT_THAT(over_input.error, HasSubstr("one of the files the plan is compiled from"));
+  EXPECT_EQ(ReadFile(model + "/model.safetensors"), weights);
+
+  ASSERT_EQ(RunCommand("ln -s target.plan " + dir + "/link.plan").exit_code, 0);
+  CommandResult through_link =
+      RunCommand(ToolPath("llmc") + " compile " + stories + " -o " + dir + "/link.plan --quiet");
+  EXPECT_EQ(through_link.exit_code, 1) << "a link to a missing file";
+  WriteFile(dir + "/target.plan", "old");
+  through_link =
+      RunCommand(ToolPath("llmc") + " compile " + stories + " -o " + dir + "/link.plan --quiet");
+  EXPECT_EQ(through_link.exit_code, 0) << through_link.error;
+  EXPECT_EQ(RunCommand("test -L " + dir + "/link.plan").exit_code, 0) << "the link was replaced";
+  EXPECT_GT(ReadFile(dir + "/target.plan").size(), 1000u);
+}
+
+// A checkpoint whose config or tokenizer the runtime could not run stops the compile, named,
+// instead of becoming a plan that `llmrt` refuses (or a compile that runs for minutes).
+TEST(CheckpointBoundsTest, ConfigAndTokenizerAgreeWithThePlanFormat) {
+  const std::string stories = SourcePath("tests/data/stories260K");
+  auto compile_with = [&](const std::string& name, const std::string& file,
+                          const std::function<void(nlohmann::json&)>& edit,
+                          const std::string& flags = "") {
+    const std::string dir = MakeScratchDir(name);
+    CopyDir(stories, dir);
+    nlohmann::json json = nlohmann::json::parse(ReadFile(dir + "/" + file));
+    edit(json);
+    WriteFile(dir + "/" + file, json.dump());
+    return RunCommand("timeout 120 " + ToolPath("llmc") + " compile " + dir + " -o " + dir +
+                      "/out.plan --quiet " + flags);
+  };
+  CommandResult layers = compile_with("layers", "config.json", [](nlohmann::json& config) {
+    config["num_hidden_layers"] = 1000000;
+  });
+  EXPECT_EQ(layers.exit_code, 1);
+  EXPECT_THAT(layers.error, HasSubstr("num_hidden_layers"));
+  EXPECT_THAT(layers.error, HasSubstr("fewer than 65536"));
+
+  CommandResult beyond_vocab =
+      compile_with("beyond-vocab", "tokenizer.json", [](nlohmann::json& tokenizer) {
+        tokenizer["added_tokens"].push_back({{"id", 512},
+                                             {"content", "<x>"},
+                                             {"special", false},
+                                             {"single_word", false},
+                                             {"lstrip", false},
+                                             {"rstrip", false},
+                                             {"normalized", false}});
+      });
+  EXPECT_EQ(beyond_vocab.exit_code, 1);
+  EXPECT_THAT(beyond_vocab.error, HasSubstr("config.json's vocab_size is 512"));
+
+  CommandResult keep_float = compile_with(
+      "keep-float", "config.json", [](nlohmann::json&) {}, "--quant int4 --keep-float zzzz");
+  EXPECT_EQ(keep_float.exit_code, 1);
+  EXPECT_THAT(keep_float.error, HasSubstr("--keep-float: 'zzzz' is in no weight's name"));
+}
+
+// `llmrt inspect --verify` loads the plan as `llmrt run` does: a program the runtime refuses
+// is refused there too, not reported as verified.
+TEST(InspectVerifyTest, ChecksWhatRunChecks) {
+  const std::string plan = CompileStories();
+  CommandResult verified = RunCommand(ToolPath("llmrt") + " inspect " + plan + " --verify");
+  EXPECT_EQ(verified.exit_code, 0) << verified.error;
+  EXPECT_THAT(verified.output, HasSubstr("verified: blob checksums, program, tokenizer"));
+}
+
+// The plan's generation_config.json samples alike in `llmrt run` and the server: its
+// repetition_penalty included (run used to ignore it), and --repetition-penalty overrides it.
+TEST(GenerationConfigTest, RunAppliesTheRepetitionPenalty) {
+  const std::string dir = MakeScratchDir("repetition");
+  CopyDir(SourcePath("tests/data/stories260K"), dir);
+  const std::string compile = ToolPath("llmc") + " compile " + dir + " --quiet -o ";
+  ASSERT_EQ(RunCommand(compile + dir + "/plain.plan").exit_code, 0);
+  WriteFile(dir + "/generation_config.json",
+            R"({"bos_token_id": 1, "eos_token_id": 2, "repetition_penalty": 3.0})");
+  ASSERT_EQ(RunCommand(compile + dir + "/penalized.plan").exit_code, 0);
+  const std::string run = ToolPath("llmrt") + " run " + dir + "/penalized.plan -n 40 -p Once";
+  const CommandResult penalized = RunCommand(run);
+  const CommandResult plain = RunCommand(run + " --repetition-penalty 1");
+  const CommandResult reference =
+      RunCommand(ToolPath("llmrt") + " run " + dir + "/plain.plan -n 40 -p Once");
+  ASSERT_EQ(penalized.exit_code, 0) << penalized.error;
+  EXPECT_EQ(plain.output, reference.output);
+  EXPECT_NE(penalized.output, plain.output);
 }
 
 }  // namespace

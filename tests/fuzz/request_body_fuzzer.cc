@@ -19,7 +19,7 @@ void ParseOne(llmrt::server::Endpoint endpoint, std::string_view body) {
     (void)llmrt::server::ErrorBody(llmrt::server::ErrorFromStatus(request.status()));
     return;
   }
-  (void)llmrt::server::ResolveSampling(*request, llmrt::server::GenerationDefaultsView());
+  (void)llmrt::server::ResolveSampling(*request, llmrt::sampling::SamplingParams());
   (void)llmrt::server::DumpJson(request->messages);
 }
 

@@ -27,6 +27,7 @@
 #include "compiler/pipeline/compile.h"
 #include "compiler/pipeline/memory_budget.h"
 #include "compiler/synth/synth.h"
+#include "runtime/plan/output_file.h"
 
 namespace {
 
@@ -51,7 +52,7 @@ constexpr char kUsage[] =
     "                        (embeddings, norms and lm_head stay float; docs/quantization.md)\n"
     "  --quant mxfp4         OCP MXFP4: E2M1 codes with one power-of-two (E8M0) scale per 32\n"
     "                        columns (group size 32, symmetric; no --awq / --gptq)\n"
-    "  --group-size N        input columns per scale, a multiple of 32 (default: int8 one\n"
+    "  --group-size N        input columns per scale: 32, 64 or 128 (default: int8 one\n"
     "                        scale per output channel, int4 32)\n"
     "  --scheme S            symmetric (default) or asymmetric (int4: a zero point per group)\n"
     "  --awq                 activation-aware scales searched on a calibration text\n"
@@ -251,7 +252,8 @@ int Compile(const std::vector<std::string>& args) {
       const std::string* size = value();
       if (!size || !absl::SimpleAtoi(*size, &quantize.group_size) ||
           (quantize.group_size != 32 && quantize.group_size != 64 && quantize.group_size != 128)) {
-        return UsageError("--group-size: expected 32, 64 or 128");
+        return UsageError("--group-size: expected 32, 64 or 128, found " +
+                          (size ? "'" + *size + "'" : std::string("nothing")));
       }
       quant_modifier = arg;
     } else if (arg == "--scheme") {
@@ -454,6 +456,8 @@ int Synth(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A plan or logits file in progress is not left behind by Ctrl-C.
+  llmrt::RemoveTemporaryFilesOnSignals();
   if (argc < 2) return UsageError("missing command");
   std::string command = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);

@@ -49,7 +49,13 @@ bool ParseNumber(const Arguments& arguments, const std::string& flag, Number& ou
   } else {
     ok = absl::SimpleAtoi(found->second, &out);
   }
-  if (!ok) error = absl::StrFormat("flag %s: '%s' is not a number", flag, found->second);
+  if (!ok) {
+    error = absl::StrFormat("flag %s: expected %s, found '%s'", flag,
+                            std::is_floating_point_v<Number> ? "a number"
+                            : std::is_unsigned_v<Number>     ? "an integer >= 0"
+                                                             : "an integer",
+                            found->second);
+  }
   return ok;
 }
 

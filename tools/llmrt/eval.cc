@@ -24,8 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/engine/model.h"
+#include "runtime/plan/output_file.h"
 #include "tools/llmrt/arguments.h"
-#include "tools/llmrt/output_file.h"
 
 namespace llmrt {
 namespace {

@@ -32,7 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "tools/llmrt/output_file.h"
+#include "runtime/plan/output_file.h"
 
 namespace llmrt::fidelity {
 

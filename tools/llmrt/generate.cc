@@ -19,12 +19,16 @@ absl::StatusOr<GenerateResult> Generate(const engine::Model& model, engine::Sess
   absl::StatusOr<std::vector<float>> logits = session.Append(input, false);
   if (!logits.ok()) return logits.status();
   const auto prefilled = std::chrono::steady_clock::now();
+  // The penalties count the input and what is generated, as in the engine (in `chat`, the
+  // input is this turn's tokens).
+  sampler.SetPrompt(input);
   while (static_cast<int64_t>(result.tokens.size()) < limits.max_new_tokens) {
     if (limits.cancel && limits.cancel->load(std::memory_order_relaxed)) break;
     const int32_t token = sampler.Sample(logits->data(), static_cast<int32_t>(logits->size()));
     for (int64_t eos : limits.eos_ids) result.stopped_at_eos |= token == eos;
     if (result.stopped_at_eos) break;
     result.tokens.push_back(token);
+    sampler.Accept(token);
     emit(decoder.Push(token));
     if (static_cast<int64_t>(result.tokens.size()) == limits.max_new_tokens) break;
     if (session.num_tokens() >= model.max_context()) {

@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/engine/model.h"
+#include "runtime/plan/output_file.h"
 #include "runtime/plan/plan_reader.h"
 #include "runtime/sampling/sampler.h"
 #include "runtime/template/plan_chat_template.h"
@@ -47,6 +48,7 @@ constexpr int kUsageError = 2;
 constexpr int kError = 1;
 constexpr char kUsage[] =
     "usage: llmrt run PLAN -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
+    "                 [--repetition-penalty R] (sampling defaults: the plan's generation_config)\n"
     "                 [--verify] [--threads N (default: one per core)]\n"
     "                 [--ctx N (most tokens, prompt + generated; default: the plan's context)]\n"
     "                 [--kv-cache f32|f16|bf16|int8 (default: the plan's)]\n"
@@ -60,6 +62,7 @@ constexpr char kUsage[] =
     "       llmrt render PLAN MESSAGES.json [--add-generation-prompt] [--template NAME]\n"
     "       llmrt tokenize PLAN TEXT [--special] [--ids-only]\n"
     "       llmrt chat PLAN [--system TEXT] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
+    "                 [--repetition-penalty R]\n"
     "       llmrt serve PLAN [--host H] [--port P] [--api-key K] ...   (llmrt serve --help)\n";
 
 int UsageError(const std::string& message) {
@@ -85,7 +88,8 @@ struct GenerationSetup {
 // Returns 0 and fills `setup`, or the exit status to return (after printing why).
 int SetUpGeneration(int argc, char** argv, const std::vector<std::string>& extra_valued,
                     const std::vector<std::string>& extra_switches, GenerationSetup& setup) {
-  std::vector<std::string> valued = {"-n", "--temp", "--top-k", "--top-p", "--seed", "--ctx"};
+  std::vector<std::string> valued = {
+      "-n", "--temp", "--top-k", "--top-p", "--repetition-penalty", "--seed", "--ctx"};
   valued.insert(valued.end(), kModelValuedFlags.begin(), kModelValuedFlags.end());
   valued.insert(valued.end(), extra_valued.begin(), extra_valued.end());
   std::vector<std::string> switches = kModelSwitches;
@@ -114,15 +118,10 @@ int SetUpGeneration(int argc, char** argv, const std::vector<std::string>& extra
   }
   const plan::PlanMeta& meta = setup.model->meta();
 
-  // Defaults from generation_config.json: greedy unless it asks for sampling.
-  const plan::GenerationDefaults& generation = meta.generation();
   sampling::SamplingParams& params = setup.params;
-  params.temperature = generation.do_sample()
-                           ? (generation.temperature() > 0 ? generation.temperature() : 1.0)
-                           : 0.0;
-  params.top_k = static_cast<int32_t>(generation.top_k());
-  params.top_p = generation.top_p() > 0 && generation.top_p() <= 1 ? generation.top_p() : 1.0;
+  params = sampling::SamplingFromGenerationConfig(meta.generation());
   if (!ParseNumber(arguments, "--temp", params.temperature, error) ||
+      !ParseNumber(arguments, "--repetition-penalty", params.repetition_penalty, error) ||
       !ParseNumber(arguments, "--top-k", params.top_k, error) ||
       !ParseNumber(arguments, "--top-p", params.top_p, error) ||
       !ParseNumber(arguments, "--seed", params.seed, error)) {
@@ -139,6 +138,7 @@ int SetUpGeneration(int argc, char** argv, const std::vector<std::string>& extra
         absl::StrFormat("%s: tokenizer: %s", arguments.plan_path, tokenizer.status().message())));
   }
   setup.tokenizer = *std::move(tokenizer);
+  const plan::GenerationDefaults& generation = meta.generation();
   setup.limits.eos_ids.assign(generation.eos_token_ids().begin(), generation.eos_token_ids().end());
   if (setup.limits.eos_ids.empty() && setup.tokenizer->eos_id() >= 0) {
     setup.limits.eos_ids.push_back(setup.tokenizer->eos_id());
@@ -156,6 +156,13 @@ int Run(int argc, char** argv) {
   const std::vector<int32_t> prompt_ids = tokenizer->Encode(prompt, true);
   if (prompt_ids.empty()) {
     return Fail(absl::InvalidArgumentError("the prompt encodes to no tokens; give some text"));
+  }
+  // Checked before the prompt is echoed, so a refused prompt prints nothing to stdout.
+  if (static_cast<int64_t>(prompt_ids.size()) >= model->max_context()) {
+    return Fail(absl::OutOfRangeError(absl::StrFormat(
+        "the prompt is %d tokens; the context holds %d (prompt and output), so nothing could be "
+        "generated (--ctx sets the context, up to the plan's)",
+        prompt_ids.size(), model->max_context())));
   }
 
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
@@ -350,6 +357,21 @@ int Inspect(int argc, char** argv) {
   if (!parse_error.empty()) return UsageError(parse_error);
   plan::PlanOpenOptions open_options;
   open_options.verify_blob_checksums = arguments.switches.count("--verify") > 0;
+  if (open_options.verify_blob_checksums) {
+    // Everything `llmrt run` checks before its first token: the blobs' checksums, the program
+    // (CheckProgram), the tokenizer and the CPU backend's own requirements.
+    engine::ModelOptions model_options;
+    model_options.backend = engine::BackendChoice::kCpu;
+    model_options.num_threads = 1;
+    model_options.verify = true;
+    absl::StatusOr<std::unique_ptr<engine::Model>> model =
+        engine::Model::Load(arguments.plan_path, model_options);
+    if (!model.ok()) return Fail(model.status());
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+        Tokenizer::Create((*model)->meta().tokenizer());
+    if (!tokenizer.ok()) return Fail(tokenizer.status());
+    open_options.verify_blob_checksums = false;  // done
+  }
   absl::StatusOr<std::unique_ptr<plan::Plan>> opened =
       plan::Plan::Open(arguments.plan_path, open_options);
   if (!opened.ok()) return Fail(opened.status());
@@ -361,7 +383,9 @@ int Inspect(int argc, char** argv) {
   absl::StrAppendFormat(&out, "version: %d.%d\nproducer: %s\nfile size: %d bytes\n",
                         plan.header().major, plan.header().minor, meta.producer(),
                         plan.file_size());
-  if (open_options.verify_blob_checksums) out += "blob checksums: verified\n";
+  if (arguments.switches.count("--verify") > 0) {
+    out += "verified: blob checksums, program, tokenizer, CPU backend (as `llmrt run` loads it)\n";
+  }
   absl::StrAppendFormat(&out, "weight dtype: %s\n", plan::DTypeName(meta.weight_dtype()));
   if (!meta.quantization().empty()) {
     absl::StrAppendFormat(&out, "quantization: %s\n", meta.quantization());
@@ -577,6 +601,8 @@ int Inspect(int argc, char** argv) {
 }  // namespace llmrt
 
 int main(int argc, char** argv) {
+  // A plan or logits file in progress is not left behind by Ctrl-C.
+  llmrt::RemoveTemporaryFilesOnSignals();
   if (argc < 2) return llmrt::UsageError("missing a subcommand");
   const std::string command = argv[1];
   if (command == "run") return llmrt::Run(argc, argv);

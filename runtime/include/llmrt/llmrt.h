@@ -204,7 +204,8 @@ typedef struct llmrt_sampler_params {
 /* Defaults as listed above (OpenAI's: temperature 1, no truncation). */
 LLMRT_API void llmrt_sampler_params_init(llmrt_sampler_params* params);
 /* The defaults above overridden by the plan's generation_config.json (greedy unless it sets
- * do_sample, then its temperature, top_k, top_p), as `llmrt run` and `llmrt chat` use. */
+ * do_sample, then its temperature, top_k, top_p; its repetition_penalty either way), as `llmrt run`,
+ * `llmrt chat` and `llmrt serve` use. */
 LLMRT_API void llmrt_sampler_params_init_from_plan(const llmrt_plan_t* plan,
                                                    llmrt_sampler_params* params);
 
