@@ -5,6 +5,8 @@
 //   * outputs only ever replace regular files; configs and tokenizers beyond the plan format's
 //     bounds stop the compile; inspect --verify and run check the same; run samples as the
 //     plan's generation_config says.
+#include <xxhash.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +17,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "runtime/plan/plan_format.h"
+#include "runtime/plan/proto/plan.pb.h"
 #include "tests/e2e/test_util.h"
 
 namespace llmc::testing {
@@ -197,6 +201,36 @@ TEST(InspectVerifyTest, ChecksWhatRunChecks) {
   CommandResult verified = RunCommand(ToolPath("llmrt") + " inspect " + plan + " --verify");
   EXPECT_EQ(verified.exit_code, 0) << verified.error;
   EXPECT_THAT(verified.output, HasSubstr("verified: blob checksums, program, tokenizer"));
+
+  // The same plan with one op reading a value that does not exist, the meta's checksum fixed:
+  // it opens (inspect without --verify prints it), and run and inspect --verify refuse it alike.
+  std::string bytes = ReadFile(plan);
+  llmrt::plan::PlanHeader header;
+  std::memcpy(&header, bytes.data(), sizeof(header));
+  llmrt::plan::PlanMeta meta;
+  ASSERT_TRUE(meta.ParseFromString(bytes.substr(header.meta_offset, header.meta_size)));
+  ASSERT_GT(meta.program().ops_size(), 1);
+  ASSERT_GT(meta.program().ops(1).inputs_size(), 0);
+  meta.mutable_program()->mutable_ops(1)->set_inputs(0, 9999);
+  const std::string meta_bytes = meta.SerializeAsString();
+  bytes.resize(header.meta_offset);
+  bytes += meta_bytes;
+  bytes.resize((bytes.size() + llmrt::plan::kFilePadding - 1) / llmrt::plan::kFilePadding *
+                   llmrt::plan::kFilePadding,
+               '\0');
+  header.meta_size = meta_bytes.size();
+  header.file_size = bytes.size();
+  header.meta_checksum = XXH64(meta_bytes.data(), meta_bytes.size(), 0);
+  std::memcpy(bytes.data(), &header, sizeof(header));
+  const std::string broken = MakeScratchDir("broken-program") + "/broken.plan";
+  WriteFile(broken, bytes);
+  EXPECT_EQ(RunCommand(ToolPath("llmrt") + " inspect " + broken).exit_code, 0);
+  const CommandResult run = RunCommand(ToolPath("llmrt") + " run " + broken + " -n 2 -p Once");
+  const CommandResult verify = RunCommand(ToolPath("llmrt") + " inspect " + broken + " --verify");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(verify.exit_code, 1);
+  EXPECT_THAT(verify.error, HasSubstr("9999"));
+  EXPECT_EQ(verify.error, run.error);
 }
 
 // The plan's generation_config.json samples alike in `llmrt run` and the server: its
