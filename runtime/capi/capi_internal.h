@@ -91,6 +91,26 @@ absl::Status MergeStruct(const char* function, const char* name, void (*init)(St
   return absl::OkStatus();
 }
 
+// The _init_sized functions: `defaults` written into the caller's `size` bytes at `out` (no
+// more: an older program's shorter struct; zeros past ours: a newer program's longer one),
+// struct_size set to `size`. Nothing for a null `out` or a size below struct_size's own.
+template <typename Struct>
+void WriteSized(const Struct& defaults, Struct* out, size_t size) {
+  if (out == nullptr || size < sizeof(uint32_t)) return;
+  std::memcpy(out, &defaults, std::min(size, sizeof(Struct)));
+  if (size > sizeof(Struct)) {
+    std::memset(reinterpret_cast<char*>(out) + sizeof(Struct), 0, size - sizeof(Struct));
+  }
+  const uint32_t struct_size = static_cast<uint32_t>(size);
+  std::memcpy(out, &struct_size, sizeof(struct_size));  // struct_size is the first field
+}
+template <typename Struct>
+void InitSized(void (*init)(Struct*), Struct* out, size_t size) {
+  Struct defaults;
+  init(&defaults);
+  WriteSized(defaults, out, size);
+}
+
 // Copies `values` into memory the caller frees with llmrt_free (null for an empty vector).
 absl::Status CopyOut(const std::vector<int32_t>& values, int32_t** out_values, size_t* out_count);
 absl::Status CopyOut(const std::string& text, char** out_text, size_t* out_size);

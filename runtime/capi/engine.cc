@@ -43,12 +43,16 @@ llmrt_finish_reason ToCFinishReason(llmrt::engine::FinishReason reason) {
 
 extern "C" {
 
-void llmrt_engine_options_init(llmrt_engine_options* options) {
+void(llmrt_engine_options_init)(llmrt_engine_options* options) {
   if (options == nullptr) return;
   std::memset(options, 0, sizeof(*options));
   options->struct_size = sizeof(*options);
   options->num_threads = 0;  // one per allowed CPU, as everywhere else
   options->max_tokens_per_step = 256;
+}
+
+void llmrt_engine_options_init_sized(llmrt_engine_options* options, size_t size) {
+  llmrt::capi::InitSized(&(llmrt_engine_options_init), options, size);
 }
 
 llmrt_status_t* llmrt_engine_create(llmrt_plan_t* plan, const llmrt_engine_options* options,

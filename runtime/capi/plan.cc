@@ -144,10 +144,14 @@ void llmrt_status_free(llmrt_status_t* status) { delete status; }
 
 void llmrt_free(void* memory) { std::free(memory); }
 
-void llmrt_plan_options_init(llmrt_plan_options* options) {
+void(llmrt_plan_options_init)(llmrt_plan_options* options) {
   if (options == nullptr) return;
   std::memset(options, 0, sizeof(*options));
   options->struct_size = sizeof(*options);
+}
+
+void llmrt_plan_options_init_sized(llmrt_plan_options* options, size_t size) {
+  llmrt::capi::InitSized(&(llmrt_plan_options_init), options, size);
 }
 
 llmrt_status_t* llmrt_plan_open(const char* path, const llmrt_plan_options* options,
@@ -193,13 +197,17 @@ llmrt_status_t* llmrt_plan_open(const char* path, const llmrt_plan_options* opti
 
 void llmrt_plan_close(llmrt_plan_t* plan) { delete plan; }
 
-void llmrt_model_config_init(llmrt_model_config* config) {
+void(llmrt_model_config_init)(llmrt_model_config* config) {
   if (config == nullptr) return;
   std::memset(config, 0, sizeof(*config));
   config->struct_size = sizeof(*config);
   config->architecture = "";
   config->bos_token_id = -1;
   config->eos_token_id = -1;
+}
+
+void llmrt_model_config_init_sized(llmrt_model_config* config, size_t size) {
+  llmrt::capi::InitSized(&(llmrt_model_config_init), config, size);
 }
 
 llmrt_status_t* llmrt_plan_get_config(const llmrt_plan_t* plan, llmrt_model_config* out_config) {
@@ -369,7 +377,7 @@ llmrt_status_t* llmrt_plan_render_chat_with_template(
   });
 }
 
-void llmrt_sampler_params_init(llmrt_sampler_params* params) {
+void(llmrt_sampler_params_init)(llmrt_sampler_params* params) {
   if (params == nullptr) return;
   std::memset(params, 0, sizeof(*params));
   params->struct_size = sizeof(*params);
@@ -380,15 +388,27 @@ void llmrt_sampler_params_init(llmrt_sampler_params* params) {
   params->max_tokens = 256;
 }
 
-void llmrt_sampler_params_init_from_plan(const llmrt_plan_t* plan, llmrt_sampler_params* params) {
-  llmrt_sampler_params_init(params);
-  if (plan == nullptr || params == nullptr) return;
-  const llmrt::sampling::SamplingParams defaults =
-      llmrt::sampling::SamplingFromGenerationConfig(plan->state->meta().generation());
-  params->temperature = static_cast<float>(defaults.temperature);
-  params->top_k = defaults.top_k;
-  params->top_p = static_cast<float>(defaults.top_p);
-  params->repetition_penalty = static_cast<float>(defaults.repetition_penalty);
+void llmrt_sampler_params_init_sized(llmrt_sampler_params* params, size_t size) {
+  llmrt::capi::InitSized(&(llmrt_sampler_params_init), params, size);
+}
+
+void(llmrt_sampler_params_init_from_plan)(const llmrt_plan_t* plan, llmrt_sampler_params* params) {
+  llmrt_sampler_params_init_from_plan_sized(plan, params, sizeof(*params));
+}
+
+void llmrt_sampler_params_init_from_plan_sized(const llmrt_plan_t* plan,
+                                               llmrt_sampler_params* params, size_t size) {
+  llmrt_sampler_params whole;
+  (llmrt_sampler_params_init)(&whole);
+  if (plan != nullptr) {
+    const llmrt::sampling::SamplingParams defaults =
+        llmrt::sampling::SamplingFromGenerationConfig(plan->state->meta().generation());
+    whole.temperature = static_cast<float>(defaults.temperature);
+    whole.top_k = defaults.top_k;
+    whole.top_p = static_cast<float>(defaults.top_p);
+    whole.repetition_penalty = static_cast<float>(defaults.repetition_penalty);
+  }
+  llmrt::capi::WriteSized(whole, params, size);
 }
 
 }  // extern "C"

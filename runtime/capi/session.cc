@@ -63,7 +63,7 @@ absl::Status Refill(llmrt_session& session, const std::vector<int32_t>& tokens) 
 
 extern "C" {
 
-void llmrt_session_options_init(llmrt_session_options* options) {
+void(llmrt_session_options_init)(llmrt_session_options* options) {
   if (options == nullptr) return;
   std::memset(options, 0, sizeof(*options));
   options->struct_size = sizeof(*options);
@@ -71,10 +71,18 @@ void llmrt_session_options_init(llmrt_session_options* options) {
   options->max_tokens_per_step = 256;
 }
 
-void llmrt_generate_result_init(llmrt_generate_result* result) {
+void llmrt_session_options_init_sized(llmrt_session_options* options, size_t size) {
+  llmrt::capi::InitSized(&(llmrt_session_options_init), options, size);
+}
+
+void(llmrt_generate_result_init)(llmrt_generate_result* result) {
   if (result == nullptr) return;
   std::memset(result, 0, sizeof(*result));
   result->struct_size = sizeof(*result);
+}
+
+void llmrt_generate_result_init_sized(llmrt_generate_result* result, size_t size) {
+  llmrt::capi::InitSized(&(llmrt_generate_result_init), result, size);
 }
 
 llmrt_status_t* llmrt_session_create(llmrt_plan_t* plan, const llmrt_session_options* options,
@@ -199,12 +207,13 @@ llmrt_status_t* llmrt_session_generate(llmrt_session_t* session, const llmrt_sam
         result.finish_reason = LLMRT_FINISH_LENGTH;
         break;
       }
+      // The session holds at most max_context tokens; the last generated one may still wait
+      // for its KV slot (logits_valid false), which the next token's step fills.
+      if (static_cast<int64_t>(session->tokens.size()) >= session->model->max_context()) {
+        result.finish_reason = LLMRT_FINISH_LENGTH;
+        break;
+      }
       if (!session->logits_valid) {
-        // The last generated token is not in the cache yet; it needs a slot.
-        if (static_cast<int64_t>(session->tokens.size()) >= session->model->max_context()) {
-          result.finish_reason = LLMRT_FINISH_LENGTH;
-          break;
-        }
         status = session->Append({});
         if (!status.ok()) break;
       }

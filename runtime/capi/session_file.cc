@@ -1,5 +1,6 @@
 #include "runtime/capi/session_file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -64,6 +65,11 @@ absl::Status WriteSessionFile(const std::string& path, const SessionState& state
 }
 
 absl::StatusOr<SessionState> ReadSessionFile(const std::string& path) {
+  struct stat info;
+  if (stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: not a regular file, so not a session file", path));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(

@@ -88,12 +88,18 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineOptions& op
 
 Engine::~Engine() {
   Stop();
-  TakeInbox();
-  for (const std::unique_ptr<Sequence>& sequence : sequences_) {
-    if (sequence->finished) continue;
-    RequestOutput output;
-    Finish(*sequence, FinishReason::kCancelled, output);
-    sequence->request->request.on_output(output);
+  // A callback told of its cancellation may submit again (callbacks may submit): those requests
+  // are taken and cancelled too, until a round submits nothing.
+  for (bool cancelled_some = true; cancelled_some;) {
+    TakeInbox();
+    cancelled_some = false;
+    for (const std::unique_ptr<Sequence>& sequence : sequences_) {
+      if (sequence->finished) continue;
+      RequestOutput output;
+      Finish(*sequence, FinishReason::kCancelled, output);
+      sequence->request->request.on_output(output);
+      cancelled_some = true;
+    }
   }
   FreeFinished();
   // The model's Sessions may use the pool after the engine: nobody would take the events.
@@ -490,6 +496,14 @@ FinishReason Engine::ConstrainedMask(Sequence& sequence, absl::Status& status) {
 void Engine::SampleOne(Sequence& sequence, const float* logits) {
   const int32_t vocab = static_cast<int32_t>(model_.vocab_size());
   const GenerationRequest& request = sequence.request->request;
+  // Nothing may be generated: max_tokens 0, or a prompt that fills the context by itself.
+  if (request.max_tokens == 0 ||
+      static_cast<int64_t>(sequence.tokens.size()) >= model_.max_context()) {
+    RequestOutput output;
+    Finish(sequence, FinishReason::kLength, output);
+    request.on_output(output);
+    return;
+  }
   const uint32_t* allowed = nullptr;
   if (sequence.constraint != nullptr) {
     absl::Status status;

@@ -111,8 +111,10 @@ absl::StatusOr<std::unique_ptr<OutputFile>> OutputFile::Create(const std::string
   file->temp_path_ = absl::StrCat(file->path_, ".tmp-", static_cast<long>(getpid()));
   file->file_ = std::fopen(file->temp_path_.c_str(), "wb");
   if (file->file_ == nullptr) {
-    return absl::PermissionDeniedError(
-        absl::StrFormat("%s: cannot create: %s", file->temp_path_, std::strerror(errno)));
+    const int error = errno;
+    const std::string message =
+        absl::StrFormat("%s: cannot create: %s", file->temp_path_, std::strerror(error));
+    return error == ENOENT ? absl::NotFoundError(message) : absl::PermissionDeniedError(message);
   }
   RegisterTemporaryFile(file->temp_path_);
   return file;

@@ -96,8 +96,17 @@ int32_t ThreadPool::DefaultThreadCount() {
 ThreadPool::ThreadPool(int32_t num_threads)
     : num_threads_(num_threads > 0 ? num_threads : DefaultThreadCount()) {
   workers_.reserve(num_threads_ - 1);
-  for (int32_t thread_index = 1; thread_index < num_threads_; ++thread_index) {
-    workers_.emplace_back([this, thread_index] { WorkerLoop(thread_index); });
+  try {
+    for (int32_t thread_index = 1; thread_index < num_threads_; ++thread_index) {
+      workers_.emplace_back([this, thread_index] { WorkerLoop(thread_index); });
+    }
+  } catch (...) {
+    // The system refused a thread (std::system_error): stop and join those already started,
+    // so the exception reaches the caller instead of std::terminate from a joinable thread.
+    generation_.fetch_or(kStopBit, std::memory_order_seq_cst);
+    FutexWakeAll(&generation_);
+    for (std::thread& worker : workers_) worker.join();
+    throw;
   }
 }
 

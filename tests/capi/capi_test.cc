@@ -167,6 +167,43 @@ TEST(CapiPlanTest, OlderSmallerConfigStructGetsOnlyItsFields) {
   EXPECT_EQ(rest[0], 0x5a) << "wrote past the caller's struct_size";
 }
 
+// An older program's _init writes only its own, shorter struct: the macros pass its sizeof.
+TEST(CapiPlanTest, InitWritesOnlyTheCallersBytes) {
+  struct {
+    llmrt_sampler_params params;
+    char guard[64];
+  } buffer;
+  std::memset(&buffer, 0x5a, sizeof(buffer));
+  const size_t old_size = offsetof(llmrt_sampler_params, ignore_eos);
+  llmrt_sampler_params_init_sized(&buffer.params, old_size);
+  EXPECT_EQ(buffer.params.struct_size, old_size);
+  EXPECT_EQ(buffer.params.temperature, 1.0f);
+  EXPECT_EQ(buffer.params.max_tokens, 256);
+  const unsigned char* rest = reinterpret_cast<const unsigned char*>(&buffer.params.ignore_eos);
+  EXPECT_EQ(rest[0], 0x5a) << "wrote past the caller's struct";
+  PlanPtr plan = OpenPlan(LLMRT_TEST_PLAN_F32);
+  std::memset(&buffer, 0x5a, sizeof(buffer));
+  llmrt_sampler_params_init_from_plan_sized(plan.get(), &buffer.params, old_size);
+  EXPECT_EQ(buffer.params.temperature, 0.0f);  // stories260K's generation_config: greedy
+  EXPECT_EQ(rest[0], 0x5a) << "wrote past the caller's struct";
+  // A newer program's longer struct: ours, then zeros, and struct_size says the caller's size.
+  std::memset(&buffer, 0x5a, sizeof(buffer));
+  llmrt_session_options_init_sized(reinterpret_cast<llmrt_session_options*>(&buffer),
+                                   sizeof(llmrt_session_options) + 8);
+  const auto* options = reinterpret_cast<const llmrt_session_options*>(&buffer);
+  EXPECT_EQ(options->struct_size, sizeof(llmrt_session_options) + 8);
+  EXPECT_EQ(options->max_tokens_per_step, 256);
+  const unsigned char* tail = reinterpret_cast<const unsigned char*>(options + 1);
+  for (int index = 0; index < 8; ++index) EXPECT_EQ(tail[index], 0);
+  EXPECT_EQ(tail[8], 0x5a);
+  // The macros are those functions with the program's sizeof.
+  llmrt_generate_result result;
+  std::memset(&result, 0x5a, sizeof(result));
+  llmrt_generate_result_init(&result);
+  EXPECT_EQ(result.struct_size, sizeof(result));
+  EXPECT_EQ(result.num_tokens, 0);
+}
+
 TEST(CapiPlanTest, TokenizeAndDetokenizeMatchTheReference) {
   PlanPtr plan = OpenPlan(LLMRT_TEST_PLAN_F32);
   const std::string prompt = "Once upon a time";
@@ -465,6 +502,97 @@ TEST(CapiEngineTest, BackgroundThreadAndCancelFromTheCallback) {
   EXPECT_EQ(cancelled.reason, LLMRT_FINISH_CANCELLED);
   EXPECT_GE(cancelled.tokens.size(), 3u);
   EXPECT_LT(cancelled.tokens.size(), 40u);
+}
+
+// Nothing is generated past the context or max_tokens: a session that the prompt fills
+// generates nothing (it used to hold context + 1 tokens and could not restore its own save);
+// an engine request with max_tokens 0, or a prompt as long as the context, finishes with none.
+TEST(CapiContractTest, FullContextsAndZeroMaxTokensGenerateNothing) {
+  PlanPtr plan = OpenPlan(LLMRT_TEST_PLAN_F32);
+  SessionPtr session = NewSession(plan.get(), /*context_tokens=*/16);
+  std::vector<int32_t> prompt(16);
+  for (int index = 0; index < 16; ++index) prompt[index] = 100 + index;
+  Status appended(llmrt_session_append_tokens(session.get(), prompt.data(), prompt.size()));
+  ASSERT_TRUE(appended.ok()) << appended;
+  llmrt_generate_result result;
+  llmrt_generate_result_init(&result);
+  const Generated none = Generate(session.get(), Greedy(-1), &result);
+  EXPECT_TRUE(none.tokens.empty());
+  EXPECT_EQ(result.finish_reason, LLMRT_FINISH_LENGTH);
+  EXPECT_EQ(llmrt_session_num_tokens(session.get()), 16);
+  const std::string path = testing::TempDir() + "/full.session";
+  Status saved(llmrt_session_save(session.get(), path.c_str()));
+  Status restored(llmrt_session_restore(session.get(), path.c_str()));
+  EXPECT_TRUE(saved.ok() && restored.ok()) << saved << restored;
+
+  llmrt_engine_t* raw = nullptr;
+  Status created(llmrt_engine_create(plan.get(), nullptr, &raw));
+  ASSERT_TRUE(created.ok()) << created;
+  EnginePtr engine(raw);
+  EngineResult zero, full;
+  const llmrt_sampler_params no_tokens = Greedy(0);
+  const llmrt_sampler_params to_the_end = Greedy(-1);
+  const std::vector<int32_t> whole_context(512, 5);
+  Status first(llmrt_engine_submit(engine.get(), kPromptIds.data(), kPromptIds.size(), &no_tokens,
+                                   &EngineResult::Callback, &zero, nullptr));
+  Status second(llmrt_engine_submit(engine.get(), whole_context.data(), whole_context.size(),
+                                    &to_the_end, &EngineResult::Callback, &full, nullptr));
+  ASSERT_TRUE(first.ok() && second.ok()) << first << second;
+  Status ran(llmrt_engine_run_until_idle(engine.get()));
+  ASSERT_TRUE(ran.ok()) << ran;
+  EXPECT_TRUE(zero.tokens.empty());
+  EXPECT_EQ(zero.finished, 1);
+  EXPECT_EQ(zero.reason, LLMRT_FINISH_LENGTH);
+  EXPECT_TRUE(full.tokens.empty());
+  EXPECT_EQ(full.finished, 1);
+  EXPECT_EQ(full.reason, LLMRT_FINISH_LENGTH);
+}
+
+// A request a callback submits while llmrt_engine_free cancels the others is cancelled too: every
+// accepted request gets its one final output.
+TEST(CapiContractTest, RequestsSubmittedDuringFreeGetTheirFinalOutput) {
+  PlanPtr plan = OpenPlan(LLMRT_TEST_PLAN_F32);
+  llmrt_engine_t* engine = nullptr;
+  Status created(llmrt_engine_create(plan.get(), nullptr, &engine));
+  ASSERT_TRUE(created.ok()) << created;
+  struct Parent {
+    llmrt_engine_t* engine;
+    EngineResult child;
+    int finished = 0;
+    static int32_t Callback(void* user_data, const llmrt_engine_output* output) {
+      auto* self = static_cast<Parent*>(user_data);
+      if (output->finished && self->finished++ == 0) {
+        llmrt_status_t* status =
+            llmrt_engine_submit(self->engine, kPromptIds.data(), kPromptIds.size(), nullptr,
+                                &EngineResult::Callback, &self->child, nullptr);
+        llmrt_status_free(status);
+      }
+      return 0;
+    }
+  } parent{engine, {}};
+  Status submitted(llmrt_engine_submit(engine, kPromptIds.data(), kPromptIds.size(), nullptr,
+                                       &Parent::Callback, &parent, nullptr));
+  ASSERT_TRUE(submitted.ok()) << submitted;
+  Status stepped(llmrt_engine_step(engine, nullptr));
+  ASSERT_TRUE(stepped.ok()) << stepped;
+  llmrt_engine_free(engine);
+  EXPECT_EQ(parent.finished, 1);
+  EXPECT_EQ(parent.child.finished, 1);
+  EXPECT_EQ(parent.child.reason, LLMRT_FINISH_CANCELLED);
+}
+
+// An absurd thread count is a status naming it, not std::terminate when the system runs out of
+// threads midway (1,000,000 aborted the process).
+TEST(CapiContractTest, AbsurdThreadCountsAreAStatus) {
+  PlanPtr plan = OpenPlan(LLMRT_TEST_PLAN_F32);
+  llmrt_session_options options;
+  llmrt_session_options_init(&options);
+  options.num_threads = 1000000;
+  llmrt_session_t* session = nullptr;
+  Status status(llmrt_session_create(plan.get(), &options, &session));
+  EXPECT_EQ(status.code(), LLMRT_STATUS_INVALID_ARGUMENT) << status;
+  EXPECT_THAT(status.message(), HasSubstr("num_threads 1000000: at most 1024"));
+  EXPECT_EQ(session, nullptr);
 }
 
 // ---- plans compiled with llmc compile --max-memory ----

@@ -6,6 +6,7 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -712,7 +713,18 @@ absl::Status CpuBackend::Compile(const plan::PlanMeta& meta, const BlobLookup& b
   }
 
   if (absl::Status status = SelectCpuTargetFromEnvironment(); !status.ok()) return status;
-  pool_ = std::make_unique<threading::ThreadPool>(options.num_threads);
+  // Far above any core count; a typo of 10^6 is refused here rather than by the system midway.
+  constexpr int32_t kMaxThreads = 1024;
+  if (options.num_threads > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "num_threads %d: at most %d (0: one per allowed CPU)", options.num_threads, kMaxThreads));
+  }
+  try {
+    pool_ = std::make_unique<threading::ThreadPool>(options.num_threads);
+  } catch (const std::system_error& error) {
+    return absl::ResourceExhaustedError(absl::StrFormat("cannot start %d threads (num_threads): %s",
+                                                        options.num_threads, error.what()));
+  }
   const int32_t num_threads = pool_->num_threads();
   scratch_stride_ = std::max<int32_t>(facts->max_rope_head_dim, 1);
   // Rounded to 16 floats so each thread's scratch starts on its own cache line.

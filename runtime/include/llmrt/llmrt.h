@@ -17,8 +17,12 @@
  * in are UTF-8 with an explicit length (a NUL inside is data) unless the parameter says it is
  * NUL-terminated. Memory the library allocates for the caller is freed with llmrt_free() unless
  * the function says otherwise. Option structs start with `struct_size` and have an _init()
- * function that fills the defaults: always call it, so a program built against this header
- * keeps working with a library that has grown the struct.
+ * that fills the defaults: always call it, so a program built against this header keeps working
+ * with a library that has grown the struct. Each _init(p) is a macro passing the program's own
+ * sizeof(*p) to the exported _init_sized(p, size), which writes only those bytes (an older,
+ * shorter struct is not overrun) and zeros bytes past the library's struct (a newer, longer
+ * one); struct_size then records the program's size. The functions of the _init names are
+ * exported too, for programs built against ABI 1's header, whose structs are these.
  *
  * Thread-safety, unless a function says otherwise: plan functions may be called from any number
  * of threads at once; a session is used by one thread at a time (different sessions on different
@@ -102,7 +106,10 @@ typedef struct llmrt_plan_options {
   /* Nonzero: hash every weight blob while opening (reads the whole file). Default 0. */
   int32_t verify_checksums;
 } llmrt_plan_options;
-LLMRT_API void llmrt_plan_options_init(llmrt_plan_options* options);
+LLMRT_API void(llmrt_plan_options_init)(llmrt_plan_options* options);
+LLMRT_API void llmrt_plan_options_init_sized(llmrt_plan_options* options, size_t size);
+#define llmrt_plan_options_init(options) \
+  llmrt_plan_options_init_sized((options), sizeof(*(options)))
 
 /* Maps and validates the plan at `path` (NUL-terminated). `options` may be NULL (defaults).
  * On success *out_plan is a new plan; close it with llmrt_plan_close(). Errors: NOT_FOUND,
@@ -131,7 +138,9 @@ typedef struct llmrt_model_config {
   int32_t has_chat_template;       /* nonzero when the plan carries one */
   uint64_t plan_checksum;          /* xxh64 of the plan's meta: identifies the compiled plan */
 } llmrt_model_config;
-LLMRT_API void llmrt_model_config_init(llmrt_model_config* config);
+LLMRT_API void(llmrt_model_config_init)(llmrt_model_config* config);
+LLMRT_API void llmrt_model_config_init_sized(llmrt_model_config* config, size_t size);
+#define llmrt_model_config_init(config) llmrt_model_config_init_sized((config), sizeof(*(config)))
 
 /* Fills *out_config (set out_config->struct_size first, llmrt_model_config_init does). */
 LLMRT_API llmrt_status_t* llmrt_plan_get_config(const llmrt_plan_t* plan,
@@ -190,7 +199,7 @@ LLMRT_API llmrt_status_t* llmrt_plan_render_chat_with_template(
 typedef struct llmrt_sampler_params {
   uint32_t struct_size;
   float temperature;        /* 0: greedy (argmax, lowest id on ties). Default 1 */
-  int32_t top_k;            /* 0: off. Default 0 */
+  int32_t top_k;            /* 0 or -1: off. Default 0 */
   float top_p;              /* 1: off. Default 1 */
   float min_p;              /* 0: off. Default 0 */
   float repetition_penalty; /* 1: off; > 0. Default 1 */
@@ -202,12 +211,19 @@ typedef struct llmrt_sampler_params {
 } llmrt_sampler_params;
 
 /* Defaults as listed above (OpenAI's: temperature 1, no truncation). */
-LLMRT_API void llmrt_sampler_params_init(llmrt_sampler_params* params);
+LLMRT_API void(llmrt_sampler_params_init)(llmrt_sampler_params* params);
+LLMRT_API void llmrt_sampler_params_init_sized(llmrt_sampler_params* params, size_t size);
+#define llmrt_sampler_params_init(params) \
+  llmrt_sampler_params_init_sized((params), sizeof(*(params)))
 /* The defaults above overridden by the plan's generation_config.json (greedy unless it sets
- * do_sample, then its temperature, top_k, top_p; its repetition_penalty either way), as `llmrt run`,
- * `llmrt chat` and `llmrt serve` use. */
-LLMRT_API void llmrt_sampler_params_init_from_plan(const llmrt_plan_t* plan,
-                                                   llmrt_sampler_params* params);
+ * do_sample, then its temperature, top_k, top_p; its repetition_penalty either way), as `llmrt
+ * run`, `llmrt chat` and `llmrt serve` use. */
+LLMRT_API void(llmrt_sampler_params_init_from_plan)(const llmrt_plan_t* plan,
+                                                    llmrt_sampler_params* params);
+LLMRT_API void llmrt_sampler_params_init_from_plan_sized(const llmrt_plan_t* plan,
+                                                         llmrt_sampler_params* params, size_t size);
+#define llmrt_sampler_params_init_from_plan(plan, params) \
+  llmrt_sampler_params_init_from_plan_sized((plan), (params), sizeof(*(params)))
 
 /* ---------------------------------------------------------------------------------------- */
 /* Session                                                                                  */
@@ -218,16 +234,20 @@ typedef struct llmrt_session_options {
   uint32_t struct_size;
   /* Tokens the session holds at most (prompt + generated), which sizes its KV cache;
    * 0: the plan's max_position_embeddings capped at 8192 (the plan's recorded budget when
-   * compiled with --max-memory). Default 0 */
+   * compiled with --max-memory); more than the plan's context is capped to it
+   * (llmrt_session_max_tokens says what was granted). Default 0 */
   int64_t context_tokens;
   /* Worker threads for a step, the calling thread included; 0: one per CPU the process may
    * run on (its affinity mask), as in the llmrt tools. An app that keeps cores for its own
-   * work sets a number. Default 0 */
+   * work sets a number; at most 1024. Default 0 */
   int32_t num_threads;
   /* Most tokens one step processes (a longer prompt is prefilled in chunks). Default 256 */
   int32_t max_tokens_per_step;
 } llmrt_session_options;
-LLMRT_API void llmrt_session_options_init(llmrt_session_options* options);
+LLMRT_API void(llmrt_session_options_init)(llmrt_session_options* options);
+LLMRT_API void llmrt_session_options_init_sized(llmrt_session_options* options, size_t size);
+#define llmrt_session_options_init(options) \
+  llmrt_session_options_init_sized((options), sizeof(*(options)))
 
 /* A new, empty session over `plan` (options NULL: defaults). It allocates its own KV cache and
  * activation memory; the weights are the plan's mapping. Free with llmrt_session_free().
@@ -249,9 +269,10 @@ LLMRT_API llmrt_status_t* llmrt_session_append_tokens(llmrt_session_t* session,
                                                       const int32_t* tokens, size_t count);
 
 /* Called once per generated token, on the generating thread, with the token id and the text
- * that became final with it (whole UTF-8 characters; may be empty, e.g. while a character is
- * split across tokens; not NUL-terminated). Return 0 to go on, nonzero to stop after this
- * token. The text pointer is valid only during the call. */
+ * that became final with it (whole UTF-8 characters, special tokens left out, continuing the
+ * session's text as detokenize(all tokens, skip_special_tokens = 1) would; may be empty, e.g.
+ * while a character is split across tokens; not NUL-terminated). Return 0 to go on, nonzero to stop
+ * after this token. The text pointer is valid only during the call. */
 typedef int32_t (*llmrt_token_callback)(void* user_data, int32_t token, const char* text,
                                         size_t text_size);
 
@@ -268,7 +289,10 @@ typedef struct llmrt_generate_result {
   int64_t num_tokens; /* generated and kept in the session */
   llmrt_finish_reason finish_reason;
 } llmrt_generate_result;
-LLMRT_API void llmrt_generate_result_init(llmrt_generate_result* result);
+LLMRT_API void(llmrt_generate_result_init)(llmrt_generate_result* result);
+LLMRT_API void llmrt_generate_result_init_sized(llmrt_generate_result* result, size_t size);
+#define llmrt_generate_result_init(result) \
+  llmrt_generate_result_init_sized((result), sizeof(*(result)))
 
 /* Generates after what the session holds (append a prompt first). Each kept token becomes part
  * of the session, so the next append or generate continues the conversation. The final text
@@ -317,7 +341,10 @@ typedef struct llmrt_engine_options {
   int32_t num_threads;         /* as in llmrt_session_options. Default 0 */
   int32_t max_tokens_per_step; /* tokens of one step over all requests. Default 256 */
 } llmrt_engine_options;
-LLMRT_API void llmrt_engine_options_init(llmrt_engine_options* options);
+LLMRT_API void(llmrt_engine_options_init)(llmrt_engine_options* options);
+LLMRT_API void llmrt_engine_options_init_sized(llmrt_engine_options* options, size_t size);
+#define llmrt_engine_options_init(options) \
+  llmrt_engine_options_init_sized((options), sizeof(*(options)))
 
 typedef uint64_t llmrt_request_id;
 
