@@ -188,6 +188,14 @@ absl::Status ReadMessages(const Json& object, Json& messages) {
       return TypeError(absl::StrFormat("messages[%d].content", index).c_str(),
                        "a string or an array of text parts", *content);
     }
+    // OpenAI clients send "content": null beside tool calls. transformers drops None keys, and
+    // then DeepSeek's templates fail on the missing content and Llama's would print "None" had
+    // it stayed; "" renders as every real template means it (as the Messages and Responses
+    // converters write a turn of calls).
+    if ((content == message.end() || content->is_null()) && message.contains("tool_calls") &&
+        !message["tool_calls"].is_null()) {
+      message["content"] = "";
+    }
     // Templates format the arguments of earlier calls themselves (Llama's `| tojson`, Qwen's
     // mapping check): give them the object, as transformers' and vLLM's callers do, not the
     // JSON string the OpenAI API carries.
@@ -487,16 +495,16 @@ std::string SseEvent(std::string_view payload) {
   return event;
 }
 
-absl::StatusOr<Json> ParseBody(std::string_view body) {
+absl::StatusOr<Json> ParseJsonBounded(std::string_view text, std::string_view what) {
   // Copying, dumping and converting JSON recurse once per nesting level: a 16 MiB body of '['
   // (8M levels) overflowed the handler thread's stack and took the server down (found by
-  // tests/fuzz/request_body_fuzzer.cc). Real requests nest about 10 levels (tool parameter
-  // schemas); 64 leaves room. nlohmann's parser itself is iterative; deeper values are dropped
-  // as they are read and the request refused.
+  // tests/fuzz/request_body_fuzzer.cc), and `llmrt render` segfaulted at 20k levels. Real
+  // requests nest about 10 levels (tool parameter schemas); 64 leaves room. nlohmann's parser
+  // itself is iterative; deeper values are dropped as they are read and the text refused.
   constexpr int kMaxJsonDepth = 64;
   bool too_deep = false;
-  const Json object = Json::parse(
-      body.begin(), body.end(),
+  const Json json = Json::parse(
+      text.begin(), text.end(),
       [&too_deep](int depth, Json::parse_event_t, Json&) {
         if (depth <= kMaxJsonDepth) return true;
         too_deep = true;
@@ -505,16 +513,20 @@ absl::StatusOr<Json> ParseBody(std::string_view body) {
       /*allow_exceptions=*/false);
   if (too_deep) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("the request body nests JSON deeper than %d levels", kMaxJsonDepth));
+        absl::StrFormat("%s nests JSON deeper than %d levels", what, kMaxJsonDepth));
   }
-  if (object.is_discarded()) {
-    return absl::InvalidArgumentError(
-        "the request body is not valid JSON; send a JSON object with Content-Type "
-        "application/json");
+  if (json.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s is not valid JSON", what));
   }
-  if (!object.is_object()) {
+  return json;
+}
+
+absl::StatusOr<Json> ParseBody(std::string_view body) {
+  absl::StatusOr<Json> object = ParseJsonBounded(body, "the request body");
+  if (!object.ok()) return object.status();
+  if (!object->is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("the request body must be a JSON object, found %s", object.type_name()));
+        absl::StrFormat("the request body must be a JSON object, found %s", object->type_name()));
   }
   return object;
 }

@@ -151,6 +151,9 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const Json& ob
 // A request body as a JSON object: InvalidArgument for malformed JSON, another top-level type,
 // or nesting deeper than 64 levels.
 absl::StatusOr<Json> ParseBody(std::string_view body);
+// Any JSON text nesting at most 64 levels (what everything that walks JSON recursively here
+// can take); InvalidArgument naming `what` otherwise.
+absl::StatusOr<Json> ParseJsonBounded(std::string_view text, std::string_view what);
 // InvalidArgument naming the first non-null field of `object` in neither `known` nor `more`
 // ("'X' is not supported by this server's API API; leave it out").
 absl::Status CheckKnownFields(const Json& object, const std::vector<std::string_view>& known,

@@ -64,9 +64,8 @@ absl::Status ConvertInput(const Json& input, Json& messages) {
                    {"type", "function"},
                    {"function", {{"name", item["name"]}, {"arguments", std::move(arguments)}}}};
       // Calls of one turn follow each other; they join the assistant message before them. A
-      // turn of calls only has content "", not null: of the real templates, none renders ""
-      // differently from null where both render, and null fails in several (gpt-oss tests
-      // `"..." in content`, Phi-3 and TinyLlama concatenate it) or prints "None" (Llama 3).
+      // turn of calls only has content "", as the chat path gives a null one (ReadMessages says
+      // why).
       if (messages.empty() || messages.back()["role"] != "assistant") {
         messages.push_back({{"role", "assistant"}, {"content", ""}});
       }

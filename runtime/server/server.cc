@@ -26,6 +26,7 @@
 #include "runtime/server/metrics.h"
 #include "runtime/server/peer_watch.h"
 #include "runtime/server/responses.h"
+#include "runtime/server/template_input.h"
 #include "runtime/server/tool_grammar.h"
 #include "runtime/template/chat.h"
 
@@ -105,35 +106,6 @@ void WidenListenBacklog(int port) {
 void SendJson(httplib::Response& response, const Json& json) {
   response.status = 200;
   response.set_content(DumpJson(json), "application/json");
-}
-
-jinja::Value ToTemplateValue(const Json& json) {
-  switch (json.type()) {
-    case Json::value_t::boolean:
-      return jinja::Value::Bool(json.get<bool>());
-    case Json::value_t::number_integer:
-      return jinja::Value::Int(json.get<int64_t>());
-    case Json::value_t::number_unsigned:
-      return jinja::Value::Int(static_cast<int64_t>(json.get<uint64_t>()));
-    case Json::value_t::number_float:
-      return jinja::Value::Float(json.get<double>());
-    case Json::value_t::string:
-      return jinja::Value::String(json.get<std::string>());
-    case Json::value_t::array: {
-      jinja::Value::Items items;
-      for (const Json& item : json) items.push_back(ToTemplateValue(item));
-      return jinja::Value::List(std::move(items));
-    }
-    case Json::value_t::object: {
-      jinja::Value::Entries entries;
-      for (auto it = json.begin(); it != json.end(); ++it) {
-        entries.emplace_back(jinja::Value::String(it.key()), ToTemplateValue(it.value()));
-      }
-      return jinja::Value::Dict(std::move(entries));
-    }
-    default:
-      return jinja::Value::None();
-  }
 }
 
 }  // namespace
@@ -399,24 +371,10 @@ absl::StatusOr<Server::RenderedChat> Server::RenderChat(const ParsedRequest& req
         absl::StrJoin(chat_templates_->names(), ", ")));
   }
   const std::string* source = chat_templates_->Source(*name);  // Select returned one of its names
-  std::vector<jinja::ChatMessage> chat_messages;
-  for (const Json& message : request.messages) {
-    jinja::ChatMessage chat_message;
-    chat_message.content = jinja::Value::None();
-    for (auto it = message.begin(); it != message.end(); ++it) {
-      if (it.key() == "role") {
-        chat_message.role = it.value().get<std::string>();
-      } else if (it.key() == "content") {
-        chat_message.content = ToTemplateValue(it.value());
-      } else {
-        chat_message.fields.emplace_back(it.key(), ToTemplateValue(it.value()));
-      }
-    }
-    chat_messages.push_back(std::move(chat_message));
-  }
+  const std::vector<jinja::ChatMessage> chat_messages = ChatMessages(request.messages);
   jinja::ChatOptions options;
   options.add_generation_prompt = request.add_generation_prompt;
-  if (render_tools) options.tools = ToTemplateValue(request.tools);
+  if (render_tools) options.tools = TemplateValue(request.tools);
   if (request.reasoning_effort.has_value()) {
     // Accepted only where it changes something: a template that reads the variable (gpt-oss).
     if (!absl::StrContains(*source, "reasoning_effort")) {
@@ -430,7 +388,7 @@ absl::StatusOr<Server::RenderedChat> Server::RenderChat(const ParsedRequest& req
   if (request.chat_template_kwargs.is_object()) {
     for (auto it = request.chat_template_kwargs.begin(); it != request.chat_template_kwargs.end();
          ++it) {
-      options.extra_variables.emplace_back(it.key(), ToTemplateValue(it.value()));
+      options.extra_variables.emplace_back(it.key(), TemplateValue(it.value()));
     }
   }
   absl::StatusOr<std::string> prompt = chat_templates_->Render(chat_messages, options, *name);

@@ -253,14 +253,9 @@ TEST(OutputParser, RoundTripsRealTemplates) {
        "</s>", false},
       {"llama3/more/chat_template.Llama-3.1-8B-Instruct.jinja", ToolCallFormat::kLlama3Json,
        "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>", false},
-      {"deepseek/chat_template.jinja", ToolCallFormat::kDeepSeekV3,
-       "<\xEF\xBD\x9C"
-       "Assistant\xEF\xBD\x9C>",
-       "<\xEF\xBD\x9C"
-       "end\xE2\x96\x81"
-       "of\xE2\x96\x81"
-       "sentence\xEF\xBD\x9C>",
-       true},
+      // DeepSeek-R1's template (deepseek/chat_template.jinja) writes a turn's calls only when
+      // its content is None, which transformers 5's apply_chat_template drops (and so do we):
+      // with "" the calls vanish, without the key it fails. V3.1 covers the format.
       // V3.1 writes </think> after the turn start when it does not think.
       {"deepseek/more/chat_template.DeepSeek-V3.1.jinja", ToolCallFormat::kDeepSeekV3,
        "<\xEF\xBD\x9C"
@@ -309,7 +304,8 @@ TEST(OutputParser, RoundTripsRealTemplates) {
     messages[0].role = "user";
     messages[0].content = jinja::Value::String("What is the weather?");
     messages[1].role = "assistant";
-    messages[1].content = jinja::Value::None();
+    // As the server sends a turn of calls only (ReadMessages): content "", not None.
+    messages[1].content = jinja::Value::String("");
     messages[1].fields.emplace_back("tool_calls", jinja::Value::List(std::move(calls)));
     jinja::ChatOptions options;
     options.bos_token = "<s>";

@@ -15,8 +15,12 @@ Value MessageValue(const ChatMessage& message) {
   Value::Entries entries;
   if (reasoning != nullptr) entries.emplace_back(Value::String("thinking"), *reasoning);
   entries.emplace_back(Value::String("role"), Value::String(message.role));
-  entries.emplace_back(Value::String("content"), message.content);
-  for (const auto& [key, value] : message.fields) entries.emplace_back(Value::String(key), value);
+  // None-valued keys are left out, as transformers' apply_chat_template drops them (OpenAI
+  // clients send "content": null beside tool calls; Llama 3 would print "None").
+  if (!message.content.is_none()) entries.emplace_back(Value::String("content"), message.content);
+  for (const auto& [key, value] : message.fields) {
+    if (!value.is_none()) entries.emplace_back(Value::String(key), value);
+  }
   if (reasoning != nullptr) entries.emplace_back(Value::String("reasoning_content"), *reasoning);
   // Value::Dict keeps a repeated key's first position and last value, as the dict literal does.
   return Value::Dict(std::move(entries));
@@ -25,6 +29,10 @@ Value MessageValue(const ChatMessage& message) {
 absl::StatusOr<std::string> RenderChat(const Template& chat_template,
                                        const std::vector<ChatMessage>& messages,
                                        const ChatOptions& options) {
+  if (messages.empty()) {
+    // transformers' words.
+    return absl::InvalidArgumentError("Cannot apply chat template to an empty conversation.");
+  }
   Value::Items message_values;
   message_values.reserve(messages.size());
   for (const ChatMessage& message : messages) message_values.push_back(MessageValue(message));

@@ -17,10 +17,11 @@ namespace llmrt::jinja {
 
 struct ChatMessage {
   std::string role;
-  // Usually a string; a list of content parts or None (an assistant turn with only tool calls)
-  // are passed through as given.
+  // Usually a string; a list of content parts is passed through as given. None (an assistant
+  // turn with only tool calls) leaves the key out of the message, as transformers does.
   Value content = Value::String("");
-  // Further message keys in order (tool_calls, tool_call_id, name, ...).
+  // Further message keys in order (tool_calls, tool_call_id, name, ...); None ones are left out
+  // too.
   std::vector<std::pair<std::string, Value>> fields;
 };
 

@@ -157,6 +157,34 @@ TEST(ChatTest, NamedTemplatesCompileAndRenderByName) {
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_THAT(unknown.error,
               HasSubstr("no chat template named \"rag\"; it has: default, tool_use"));
+
+  // As transformers' apply_chat_template: "tools": null is no tools, a None-valued message key
+  // is left out ("content": null beside calls: nothing, not "None"), an empty conversation is
+  // an error. The flag, not the file, sets add_generation_prompt; nesting is bounded (20,000
+  // levels used to overflow the stack).
+  WriteFile(dir + "/null_tools.json",
+            R"({"messages": [{"role": "user", "content": "hi"}], "tools": null})");
+  CommandResult null_tools = RunCommand(render + dir + "/null_tools.json");
+  EXPECT_EQ(null_tools.output, "[user]hi") << null_tools.error;
+  WriteFile(dir + "/null_content.json",
+            R"([{"role": "user", "content": "hi"}, {"role": "assistant", "content": null,
+                "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {}}}]}])");
+  CommandResult null_content = RunCommand(render + dir + "/null_content.json");
+  EXPECT_EQ(null_content.output, "[user]hi[assistant]") << null_content.error;
+  WriteFile(dir + "/empty.json", "[]");
+  CommandResult empty = RunCommand(render + dir + "/empty.json");
+  EXPECT_EQ(empty.exit_code, 1);
+  EXPECT_THAT(empty.error, HasSubstr("Cannot apply chat template to an empty conversation"));
+  WriteFile(dir + "/flag.json",
+            R"({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true})");
+  CommandResult flag = RunCommand(render + dir + "/flag.json");
+  EXPECT_EQ(flag.exit_code, 1);
+  EXPECT_THAT(flag.error, HasSubstr("is the --add-generation-prompt flag"));
+  WriteFile(dir + "/deep.json", R"({"messages": [{"role": "user", "content": "q"}], "x": )" +
+                                    std::string(20000, '[') + std::string(20000, ']') + "}");
+  CommandResult deep = RunCommand(render + dir + "/deep.json");
+  EXPECT_EQ(deep.exit_code, 1);
+  EXPECT_THAT(deep.error, HasSubstr("nests JSON deeper than 64 levels"));
 }
 
 // ---- Bad checkpoints: llmc must fail with a precise message and leave no plan behind. ----

@@ -10,8 +10,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
-#include "nlohmann/json.hpp"
 #include "runtime/plan/plan_reader.h"
+#include "runtime/server/protocol.h"
+#include "runtime/server/template_input.h"
 #include "runtime/template/chat.h"
 #include "runtime/template/plan_chat_template.h"
 #include "runtime/template/template.h"
@@ -27,65 +28,20 @@ constexpr char kRenderUsage[] =
     "    without it, \"tool_use\" when the file gives \"tools\" and the plan has it, else the "
     "default\n";
 
-jinja::Value ToValue(const nlohmann::ordered_json& json) {
-  switch (json.type()) {
-    case nlohmann::ordered_json::value_t::boolean:
-      return jinja::Value::Bool(json.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
-    case nlohmann::ordered_json::value_t::number_unsigned:
-      return jinja::Value::Int(json.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_float:
-      return jinja::Value::Float(json.get<double>());
-    case nlohmann::ordered_json::value_t::string:
-      return jinja::Value::String(json.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
-      jinja::Value::Items items;
-      for (const auto& item : json) items.push_back(ToValue(item));
-      return jinja::Value::List(std::move(items));
-    }
-    case nlohmann::ordered_json::value_t::object: {
-      jinja::Value::Entries entries;
-      for (auto it = json.begin(); it != json.end(); ++it) {
-        entries.emplace_back(jinja::Value::String(it.key()), ToValue(it.value()));
-      }
-      return jinja::Value::Dict(std::move(entries));
-    }
-    default:
-      return jinja::Value::None();
-  }
-}
-
-absl::StatusOr<std::vector<jinja::ChatMessage>> ToMessages(const nlohmann::ordered_json& json,
-                                                           const std::string& path) {
+// The messages array: objects with a string "role" (what the shared conversion expects).
+absl::Status CheckMessages(const server::Json& json, const std::string& path) {
   if (!json.is_array()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: \"messages\" must be an array, found %s", path, json.type_name()));
   }
-  std::vector<jinja::ChatMessage> messages;
   for (size_t index = 0; index < json.size(); ++index) {
-    const auto& message = json[index];
+    const server::Json& message = json[index];
     if (!message.is_object() || !message.contains("role") || !message["role"].is_string()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: message %d must be an object with a string \"role\"", path, index));
     }
-    jinja::ChatMessage chat_message;
-    chat_message.content = jinja::Value::None();
-    bool has_content = false;
-    for (auto it = message.begin(); it != message.end(); ++it) {
-      if (it.key() == "role") {
-        chat_message.role = it.value().get<std::string>();
-      } else if (it.key() == "content") {
-        chat_message.content = ToValue(it.value());
-        has_content = true;
-      } else {
-        chat_message.fields.emplace_back(it.key(), ToValue(it.value()));
-      }
-    }
-    if (!has_content)
-      chat_message.content = jinja::Value::Undefined("'dict object' has no attribute 'content'");
-    messages.push_back(std::move(chat_message));
   }
-  return messages;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -140,35 +96,54 @@ int Render(int argc, char** argv) {
   }
   std::stringstream buffer;
   buffer << file.rdbuf();
-  const nlohmann::ordered_json json =
-      nlohmann::ordered_json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) {
-    return fail(absl::InvalidArgumentError(absl::StrFormat("%s: not valid JSON", messages_path)));
-  }
+  absl::StatusOr<server::Json> parsed = server::ParseJsonBounded(buffer.str(), messages_path);
+  if (!parsed.ok()) return fail(parsed.status());
+  const server::Json& json = *parsed;
 
   jinja::ChatOptions options;
   options.add_generation_prompt = add_generation_prompt;
-  absl::StatusOr<std::vector<jinja::ChatMessage>> messages;
+  const server::Json* messages = &json;
   if (json.is_object()) {
     if (!json.contains("messages")) {
       return fail(absl::InvalidArgumentError(
           absl::StrFormat("%s: an object needs a \"messages\" array", messages_path)));
     }
-    messages = ToMessages(json["messages"], messages_path);
+    messages = &json["messages"];
     for (auto it = json.begin(); it != json.end(); ++it) {
       if (it.key() == "messages") continue;
+      if (it.key() == "add_generation_prompt") {
+        return fail(absl::InvalidArgumentError(absl::StrFormat(
+            "%s: \"add_generation_prompt\" is the --add-generation-prompt flag; leave it out of "
+            "the file",
+            messages_path)));
+      }
       if (it.key() == "tools") {
-        options.tools = ToValue(it.value());
+        // As transformers' apply_chat_template(tools=None): no tools; each tool a JSON schema.
+        if (it.value().is_null()) continue;
+        if (!it.value().is_array()) {
+          return fail(absl::InvalidArgumentError(
+              absl::StrFormat("%s: \"tools\" must be an array of tool objects, found %s",
+                              messages_path, it.value().type_name())));
+        }
+        for (size_t index = 0; index < it.value().size(); ++index) {
+          if (!it.value()[index].is_object()) {
+            return fail(absl::InvalidArgumentError(
+                absl::StrFormat("%s: tools[%d] must be an object (a JSON schema), found %s",
+                                messages_path, index, it.value()[index].dump())));
+          }
+        }
+        options.tools = server::TemplateValue(it.value());
       } else {
-        options.extra_variables.emplace_back(it.key(), ToValue(it.value()));
+        options.extra_variables.emplace_back(it.key(), server::TemplateValue(it.value()));
       }
     }
-  } else {
-    messages = ToMessages(json, messages_path);
   }
-  if (!messages.ok()) return fail(messages.status());
+  if (absl::Status checked = CheckMessages(*messages, messages_path); !checked.ok()) {
+    return fail(checked);
+  }
 
-  absl::StatusOr<std::string> prompt = chat_template->Render(*messages, options, template_name);
+  absl::StatusOr<std::string> prompt =
+      chat_template->Render(server::ChatMessages(*messages), options, template_name);
   if (!prompt.ok()) {
     return fail(absl::Status(prompt.status().code(),
                              absl::StrFormat("%s: %s", plan_path, prompt.status().message())));

@@ -2,9 +2,10 @@
 """Makes the reference outputs the chat-template tests compare against, with Python jinja2.
 
 Rendering goes through transformers' own code (transformers.utils.chat_template_utils:
-render_jinja_template and _compile_jinja_template), so the environment is exactly the one
-apply_chat_template uses: ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True),
-loop controls, its tojson filter, raise_exception, strftime_now, namespace and dict. strftime_now
+_normalize_chat_messages, render_jinja_template and _compile_jinja_template), so the messages and
+the environment are exactly the ones apply_chat_template uses: None-valued message keys dropped,
+ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True), loop controls, its tojson
+filter, raise_exception, strftime_now, namespace and dict. strftime_now
 is pinned to 2024-07-26 10:00:00 so the outputs are deterministic (the C++ test pins the same).
 
 Writes, next to this script:
@@ -278,8 +279,10 @@ def render_chat(source, conversation, add_generation_prompt, bos, eos):
         kwargs["eos_token"] = eos
     try:
         kwargs.update(conversation.get("kwargs", {}))
+        # apply_chat_template's first step: message keys whose value is None are dropped.
+        messages = chat_template_utils._normalize_chat_messages(conversation["messages"])
         rendered, _ = chat_template_utils.render_jinja_template(
-            conversations=[conversation["messages"]],
+            conversations=[messages],
             tools=conversation.get("tools"),
             chat_template=source,
             add_generation_prompt=add_generation_prompt,
