@@ -249,8 +249,6 @@ absl::Status CheckQuantizeOptions(const CompileOptions& options, const plan::Mod
   return absl::OkStatus();
 }
 
-}  // namespace
-
 // Renaming the plan onto one of the files it is compiled from would destroy the checkpoint.
 absl::Status CheckOutputIsNotAnInput(const CompileOptions& options) {
   std::error_code error;
@@ -269,6 +267,8 @@ absl::Status CheckOutputIsNotAnInput(const CompileOptions& options) {
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 absl::Status Compile(const CompileOptions& options, ProgressSink* progress) {
   LLMRT_RETURN_IF_ERROR(CheckOutputIsNotAnInput(options));
